@@ -1,0 +1,73 @@
+// A strict JSON (RFC 8259) reader for config.json, safetensors headers and index files.
+//
+// Strict means: one top-level value and nothing after it but white space; no comments, no
+// trailing commas, no NaN/Infinity, no leading zeros, no control characters in strings,
+// valid \u escapes (surrogate pairs combined; lone surrogates rejected), valid UTF-8,
+// duplicate object keys rejected, nesting depth limited. Integers written without a
+// fraction or exponent that fit in int64 are kept exactly (is_int()); every number also
+// has a double value. Errors carry the byte offset.
+#ifndef TILEPLAN_BASE_JSON_H_
+#define TILEPLAN_BASE_JSON_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tileplan {
+
+class Json {
+ public:
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  using Object = std::vector<std::pair<std::string, Json>>;  // document order
+  using Array = std::vector<Json>;
+
+  static constexpr int kMaxDepth = 64;
+
+  static absl::StatusOr<Json> Parse(std::string_view text);
+
+  Json() = default;  // null
+
+  Type type() const { return type_; }
+  bool is_null() const { return type_ == Type::kNull; }
+  bool is_bool() const { return type_ == Type::kBool; }
+  bool is_number() const { return type_ == Type::kNumber; }
+  // A number literal with no fraction or exponent whose value fits in int64.
+  bool is_int() const { return type_ == Type::kNumber && is_int_; }
+  bool is_string() const { return type_ == Type::kString; }
+  bool is_array() const { return type_ == Type::kArray; }
+  bool is_object() const { return type_ == Type::kObject; }
+
+  // REQUIRES: the matching type (checked with CHECK-style assertion in debug builds).
+  bool as_bool() const { return bool_; }
+  int64_t as_int() const { return int_; }
+  double as_double() const { return double_; }
+  const std::string& as_string() const { return string_; }
+  const Array& as_array() const { return array_; }
+  const Object& as_object() const { return object_; }
+
+  // Object member by key, or nullptr (also nullptr when this is not an object).
+  const Json* Find(std::string_view key) const;
+
+  // "null", "bool", "number", "string", "array", "object".
+  static std::string_view TypeName(Type type);
+
+ private:
+  friend class JsonParser;
+  Type type_ = Type::kNull;
+  bool bool_ = false;
+  bool is_int_ = false;
+  int64_t int_ = 0;
+  double double_ = 0;
+  std::string string_;
+  Array array_;
+  Object object_;
+};
+
+}  // namespace tileplan
+
+#endif  // TILEPLAN_BASE_JSON_H_
