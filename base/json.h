@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
@@ -28,7 +28,7 @@ class Json {
 
   static constexpr int kMaxDepth = 64;
 
-  static absl::StatusOr<Json> Parse(std::string_view text);
+  static absl::StatusOr<Json> Parse(absl::string_view text);
 
   Json() = default;  // null
 
@@ -51,10 +51,10 @@ class Json {
   const Object& as_object() const { return object_; }
 
   // Object member by key, or nullptr (also nullptr when this is not an object).
-  const Json* Find(std::string_view key) const;
+  const Json* Find(absl::string_view key) const;
 
   // "null", "bool", "number", "string", "array", "object".
-  static std::string_view TypeName(Type type);
+  static absl::string_view TypeName(Type type);
 
  private:
   friend class JsonParser;

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,7 +26,7 @@
 namespace tileplan::models {
 
 enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kPhi3 };
-std::string_view ArchitectureName(Architecture arch);  // the model_type string
+absl::string_view ArchitectureName(Architecture arch);  // the model_type string
 
 struct RopeConfig {
   std::string type = "default";  // "default" or "llama3"
@@ -63,15 +63,15 @@ struct ModelConfig {
   std::vector<std::string> ignored_fields;  // sorted metadata keys that were accepted
 };
 
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text);
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 // Reads DIR/config.json (or the file itself when given a file).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& path);
 
 // Bundled public geometries, embedded in the binary: "qwen3-0.6b", "qwen2-7b",
 // "qwen2.5-0.5b", "llama-3.2-1b", "smollm2-360m", "phi-3-mini-4k", "mistral-7b".
 std::vector<std::string> BundledConfigNames();
-absl::StatusOr<std::string> BundledConfigJson(std::string_view name);
-absl::StatusOr<ModelConfig> BundledModelConfig(std::string_view name);
+absl::StatusOr<std::string> BundledConfigJson(absl::string_view name);
+absl::StatusOr<ModelConfig> BundledModelConfig(absl::string_view name);
 
 }  // namespace tileplan::models
 

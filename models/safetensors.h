@@ -18,7 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,8 +29,8 @@ namespace tileplan::models {
 enum class StDType {
   kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64
 };
-absl::StatusOr<StDType> ParseStDType(std::string_view name);  // "BF16" -> kBF16
-std::string_view StDTypeName(StDType dtype);
+absl::StatusOr<StDType> ParseStDType(absl::string_view name);  // "BF16" -> kBF16
+absl::string_view StDTypeName(StDType dtype);
 int64_t StDTypeSize(StDType dtype);
 
 struct TensorView {
@@ -56,7 +56,7 @@ class SafetensorsFile {
   const std::string& label() const { return label_; }  // path or label, for messages
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }  // sorted
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const TensorView* Find(std::string_view name) const;
+  const TensorView* Find(absl::string_view name) const;
 
  private:
   SafetensorsFile() = default;
@@ -75,7 +75,7 @@ class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& dir);
 
-  const TensorView* Find(std::string_view name) const;
+  const TensorView* Find(absl::string_view name) const;
   std::vector<std::string> TensorNames() const;  // sorted
   const std::filesystem::path& dir() const { return dir_; }
 

@@ -7,7 +7,7 @@
 
 namespace tileplan::ir {
 
-std::string_view DTypeName(DType dtype) {
+absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
@@ -17,7 +17,7 @@ std::string_view DTypeName(DType dtype) {
   return "?";
 }
 
-absl::StatusOr<DType> ParseDType(std::string_view name) {
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
   if (name == "f16") return DType::kF16;
@@ -52,7 +52,7 @@ TensorType MakeType(DType dtype, std::vector<Dim> dims) {
   return TensorType{dtype, std::move(dims)};
 }
 
-std::string_view PhaseName(Phase phase) {
+absl::string_view PhaseName(Phase phase) {
   switch (phase) {
     case Phase::kGeneral: return "general";
     case Phase::kPrefill: return "prefill";
@@ -61,7 +61,7 @@ std::string_view PhaseName(Phase phase) {
   return "?";
 }
 
-absl::StatusOr<Phase> ParsePhase(std::string_view name) {
+absl::StatusOr<Phase> ParsePhase(absl::string_view name) {
   if (name == "general") return Phase::kGeneral;
   if (name == "prefill") return Phase::kPrefill;
   if (name == "decode") return Phase::kDecode;
@@ -71,8 +71,8 @@ absl::StatusOr<Phase> ParsePhase(std::string_view name) {
 namespace {
 
 template <typename T>
-absl::StatusOr<T> GetTyped(const std::map<std::string, AttrValue>& map, std::string_view key,
-                           std::string_view type_name) {
+absl::StatusOr<T> GetTyped(const std::map<std::string, AttrValue>& map, absl::string_view key,
+                           absl::string_view type_name) {
   auto it = map.find(std::string(key));
   if (it == map.end()) {
     return absl::NotFoundError(absl::StrCat("missing attribute '", key, "'"));
@@ -84,38 +84,38 @@ absl::StatusOr<T> GetTyped(const std::map<std::string, AttrValue>& map, std::str
 
 }  // namespace
 
-absl::StatusOr<int64_t> Attributes::GetInt(std::string_view key) const {
+absl::StatusOr<int64_t> Attributes::GetInt(absl::string_view key) const {
   return GetTyped<int64_t>(map_, key, "int");
 }
-absl::StatusOr<double> Attributes::GetFloat(std::string_view key) const {
+absl::StatusOr<double> Attributes::GetFloat(absl::string_view key) const {
   auto it = map_.find(std::string(key));
   if (it != map_.end()) {
     if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
   }
   return GetTyped<double>(map_, key, "float");
 }
-absl::StatusOr<bool> Attributes::GetBool(std::string_view key) const {
+absl::StatusOr<bool> Attributes::GetBool(absl::string_view key) const {
   return GetTyped<bool>(map_, key, "bool");
 }
-absl::StatusOr<std::string> Attributes::GetString(std::string_view key) const {
+absl::StatusOr<std::string> Attributes::GetString(absl::string_view key) const {
   return GetTyped<std::string>(map_, key, "string");
 }
-absl::StatusOr<std::vector<int64_t>> Attributes::GetInts(std::string_view key) const {
+absl::StatusOr<std::vector<int64_t>> Attributes::GetInts(absl::string_view key) const {
   return GetTyped<std::vector<int64_t>>(map_, key, "int list");
 }
-absl::StatusOr<std::vector<double>> Attributes::GetFloats(std::string_view key) const {
+absl::StatusOr<std::vector<double>> Attributes::GetFloats(absl::string_view key) const {
   return GetTyped<std::vector<double>>(map_, key, "float list");
 }
-absl::StatusOr<int64_t> Attributes::GetIntOr(std::string_view key, int64_t def) const {
+absl::StatusOr<int64_t> Attributes::GetIntOr(absl::string_view key, int64_t def) const {
   return Has(key) ? GetInt(key) : def;
 }
-absl::StatusOr<double> Attributes::GetFloatOr(std::string_view key, double def) const {
+absl::StatusOr<double> Attributes::GetFloatOr(absl::string_view key, double def) const {
   return Has(key) ? GetFloat(key) : def;
 }
-absl::StatusOr<bool> Attributes::GetBoolOr(std::string_view key, bool def) const {
+absl::StatusOr<bool> Attributes::GetBoolOr(absl::string_view key, bool def) const {
   return Has(key) ? GetBool(key) : def;
 }
-absl::StatusOr<std::string> Attributes::GetStringOr(std::string_view key,
+absl::StatusOr<std::string> Attributes::GetStringOr(absl::string_view key,
                                                     std::string def) const {
   return Has(key) ? GetString(key) : absl::StatusOr<std::string>(std::move(def));
 }
@@ -210,7 +210,7 @@ absl::Status Graph::AddOutput(ValueId value) {
   return absl::OkStatus();
 }
 
-ValueId Graph::FindValue(std::string_view name) const {
+ValueId Graph::FindValue(absl::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? kNoValue : it->second;
 }

@@ -20,7 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <variant>
 #include <vector>
 
@@ -33,8 +33,8 @@ namespace tileplan::ir {
 enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kI32 = 3 };
 
 // "f32", "bf16", "f16", "i32".
-std::string_view DTypeName(DType dtype);
-absl::StatusOr<DType> ParseDType(std::string_view name);
+absl::string_view DTypeName(DType dtype);
+absl::StatusOr<DType> ParseDType(absl::string_view name);
 int64_t DTypeSize(DType dtype);
 
 // One dimension: a static extent (>= 0) or a symbol ([A-Za-z_][A-Za-z0-9_]*).
@@ -89,8 +89,8 @@ struct Value {
 };
 
 enum class Phase : uint8_t { kGeneral, kPrefill, kDecode };
-std::string_view PhaseName(Phase phase);  // "general", "prefill", "decode"
-absl::StatusOr<Phase> ParsePhase(std::string_view name);
+absl::string_view PhaseName(Phase phase);  // "general", "prefill", "decode"
+absl::StatusOr<Phase> ParsePhase(absl::string_view name);
 
 // Typed attribute values. Floats are doubles and print in shortest round-trip form.
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
@@ -100,25 +100,25 @@ using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<i
 class Attributes {
  public:
   void Set(std::string key, AttrValue value) { map_[std::move(key)] = std::move(value); }
-  bool Has(std::string_view key) const { return map_.find(std::string(key)) != map_.end(); }
-  void Erase(std::string_view key) { map_.erase(std::string(key)); }
+  bool Has(absl::string_view key) const { return map_.find(std::string(key)) != map_.end(); }
+  void Erase(absl::string_view key) { map_.erase(std::string(key)); }
   const std::map<std::string, AttrValue>& map() const { return map_; }
   bool empty() const { return map_.empty(); }
 
   // Typed getters: NotFound if absent, InvalidArgument if present with another type.
   // GetFloat accepts an integer value too.
-  absl::StatusOr<int64_t> GetInt(std::string_view key) const;
-  absl::StatusOr<double> GetFloat(std::string_view key) const;
-  absl::StatusOr<bool> GetBool(std::string_view key) const;
-  absl::StatusOr<std::string> GetString(std::string_view key) const;
-  absl::StatusOr<std::vector<int64_t>> GetInts(std::string_view key) const;
-  absl::StatusOr<std::vector<double>> GetFloats(std::string_view key) const;
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  absl::StatusOr<double> GetFloat(absl::string_view key) const;
+  absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloats(absl::string_view key) const;
 
   // Defaulted variants: the default when absent, an error when present with another type.
-  absl::StatusOr<int64_t> GetIntOr(std::string_view key, int64_t def) const;
-  absl::StatusOr<double> GetFloatOr(std::string_view key, double def) const;
-  absl::StatusOr<bool> GetBoolOr(std::string_view key, bool def) const;
-  absl::StatusOr<std::string> GetStringOr(std::string_view key, std::string def) const;
+  absl::StatusOr<int64_t> GetIntOr(absl::string_view key, int64_t def) const;
+  absl::StatusOr<double> GetFloatOr(absl::string_view key, double def) const;
+  absl::StatusOr<bool> GetBoolOr(absl::string_view key, bool def) const;
+  absl::StatusOr<std::string> GetStringOr(absl::string_view key, std::string def) const;
 
   friend bool operator==(const Attributes& a, const Attributes& b) { return a.map_ == b.map_; }
 
@@ -187,7 +187,7 @@ class Graph {
   std::vector<Region>& mutable_regions() { return regions_; }
 
   // kNoValue when absent.
-  ValueId FindValue(std::string_view name) const;
+  ValueId FindValue(absl::string_view name) const;
 
  private:
   absl::StatusOr<ValueId> NewValue(std::string name, TensorType type, ValueKind kind);
