@@ -36,9 +36,9 @@ class Random {
 
   // A finite float >= 0, often one that is hard to print exactly.
   double NonNegativeFloat() {
-    static const std::vector<double> kTricky = {0.0,     -0.0,  1e-6,  1e-5,   5e-324,
-                                                DBL_MIN, 0.1,   1.0 / 3, 1e300, DBL_MAX,
-                                                1e22,    1e23,  123456789.0, 0.5};
+    static const std::vector<double> kTricky = {0.0,     -0.0, 1e-6,        1e-5,  5e-324,
+                                                DBL_MIN, 0.1,  1.0 / 3,     1e300, DBL_MAX,
+                                                1e22,    1e23, 123456789.0, 0.5};
     if (Chance(0.6)) return Pick(kTricky);
     return std::uniform_real_distribution<double>(0, 1)(rng_) * std::pow(10.0, Int(-30, 30));
   }
@@ -49,8 +49,8 @@ class Random {
   double FiniteFloat() { return Chance(0.5) ? NonNegativeFloat() : -NonNegativeFloat(); }
   // Any double: random bit patterns (NaN payloads included) and special values.
   double AnyFloat() {
-    static const std::vector<double> kSpecial = {kInf, -kInf, std::nan(""), -std::nan(""),
-                                                 -0.0, 5e-324, DBL_MAX, -DBL_MIN};
+    static const std::vector<double> kSpecial = {kInf, -kInf,  std::nan(""), -std::nan(""),
+                                                 -0.0, 5e-324, DBL_MAX,      -DBL_MIN};
     if (Chance(0.3)) return Pick(kSpecial);
     if (Chance(0.5)) return std::bit_cast<double>(Bits());
     return FiniteFloat();
@@ -151,8 +151,8 @@ class ValidGraphBuilder {
     for (ValueId id : g_.weights()) {
       if (g_.value(id).type == type && rnd_.Chance(0.3)) return id;
     }
-    ValueId id = Check(g_.AddWeight(Name("w"), std::move(type),
-                                    absl::StrCat(rnd_.Bytes(12), "#", counter_++)));
+    ValueId id = Check(
+        g_.AddWeight(Name("w"), std::move(type), absl::StrCat(rnd_.Bytes(12), "#", counter_++)));
     Track();
     return id;
   }
@@ -199,8 +199,8 @@ class ValidGraphBuilder {
     for (size_t i = 0; i < types.size(); ++i) {
       specs.push_back({Name(kind), std::move(types[i]), aliases[i]});
     }
-    std::vector<ValueId> ids = Check(
-        g_.AddRegion(kind, operands, std::move(specs), std::move(attrs), RandomPhase()));
+    std::vector<ValueId> ids =
+        Check(g_.AddRegion(kind, operands, std::move(specs), std::move(attrs), RandomPhase()));
     Track();
     for (size_t i = 0; i < ids.size(); ++i) {
       if (aliases[i].kind == AliasKind::kView) {
@@ -223,26 +223,41 @@ class ValidGraphBuilder {
 
   void AddRandomRegion() {
     switch (rnd_.Int(0, 12)) {
-      case 0: return Embedding();
-      case 1: return RmsNorm();
-      case 2: return Linear();
-      case 3: return Reshape();
-      case 4: return Split();
-      case 5: return Rope();
-      case 6: return KvWrite();
-      case 7: return Attention();
-      case 8: return Binary("add");
-      case 9: return Binary("mul");
-      case 10: return Silu();
-      case 11: return LmHead();
-      default: return Argmax();
+      case 0:
+        return Embedding();
+      case 1:
+        return RmsNorm();
+      case 2:
+        return Linear();
+      case 3:
+        return Reshape();
+      case 4:
+        return Split();
+      case 5:
+        return Rope();
+      case 6:
+        return KvWrite();
+      case 7:
+        return Attention();
+      case 8:
+        return Binary("add");
+      case 9:
+        return Binary("mul");
+      case 10:
+        return Silu();
+      case 11:
+        return LmHead();
+      default:
+        return Argmax();
     }
   }
 
   void Embedding() {
-    const ValueId ids = Pick(
-        [](const Value& v) { return v.type.dtype == DType::kI32 && v.type.rank() == 2; },
-        [this] { return MakeType(DType::kI32, {b_, t_}); });
+    const ValueId ids =
+        Pick([](const Value& v) { return v.type.dtype == DType::kI32 && v.type.rank() == 2; },
+             [this] {
+               return MakeType(DType::kI32, {b_, t_});
+             });
     const Dim h = Extent(1, 16);
     const ValueId table = Weight(MakeType(Float(), {Extent(1, 32), h}));
     const TensorType& it = g_.value(ids).type;
@@ -312,8 +327,10 @@ class ValidGraphBuilder {
 
   void Split() {
     const ValueId x = Pick(
-        [](const Value& v) { return v.type.rank() >= 1 && v.type.dims.back().is_static() &&
-                                    v.type.dims.back().extent() > 0; },
+        [](const Value& v) {
+          return v.type.rank() >= 1 && v.type.dims.back().is_static() &&
+                 v.type.dims.back().extent() > 0;
+        },
         [this] {
           std::vector<Dim> dims = Leading(3);
           dims.push_back(Extent(1, 12));
@@ -385,7 +402,9 @@ class ValidGraphBuilder {
           return v.type.dtype == ct.dtype && v.type.rank() == 4 && v.type.dims[0] == ct.dims[0] &&
                  v.type.dims[2] == ct.dims[1] && v.type.dims[3] == ct.dims[3];
         },
-        [this, ct] { return MakeType(ct.dtype, {ct.dims[0], t_, ct.dims[1], ct.dims[3]}); },
+        [this, ct] {
+          return MakeType(ct.dtype, {ct.dims[0], t_, ct.dims[1], ct.dims[3]});
+        },
         cache);
     const TensorType xt = g_.value(x).type;
     const ValueId pos = Positions(xt.dims[0], xt.dims[1]);
@@ -445,7 +464,9 @@ class ValidGraphBuilder {
         [](const Value& v) {
           return shape::IsFloat(v.type.dtype) && v.type.rank() == 3 && v.type.dims[2].is_static();
         },
-        [this] { return MakeType(Float(), {b_, t_, Extent(1, 16)}); });
+        [this] {
+          return MakeType(Float(), {b_, t_, Extent(1, 16)});
+        });
     const TensorType xt = g_.value(x).type;
     const Dim vocab = Extent(1, 64);
     const ValueId w = Weight(MakeType(Float(), {vocab, xt.dims[2]}));
@@ -458,7 +479,9 @@ class ValidGraphBuilder {
           return v.type.dtype == DType::kF32 && v.type.rank() == 3 &&
                  !(v.type.dims[2] == Dim::Static(0));
         },
-        [this] { return MakeType(DType::kF32, {b_, t_, rnd_.Chance(0.5) ? Extent(1, 64) : AnyDim()}); });
+        [this] {
+          return MakeType(DType::kF32, {b_, t_, rnd_.Chance(0.5) ? Extent(1, 64) : AnyDim()});
+        });
     const TensorType lt = g_.value(logits).type;
     Emit1("argmax", {logits}, MakeType(DType::kI32, {lt.dims[0], lt.dims[1]}));
   }
@@ -467,17 +490,21 @@ class ValidGraphBuilder {
   Graph g_;
   Dim b_, t_;
   int counter_ = 0;
-  std::vector<bool> stale_;                 // updated in place (or a view of such a value)
-  std::vector<ValueId> view_root_;          // the value whose storage a view shares
+  std::vector<bool> stale_;                  // updated in place (or a view of such a value)
+  std::vector<ValueId> view_root_;           // the value whose storage a view shares
   std::vector<std::vector<ValueId>> views_;  // views of each root
 };
 
 AttrValue RandomAttr(Random& rnd) {
   switch (rnd.Int(0, 5)) {
-    case 0: return rnd.AnyInt();
-    case 1: return rnd.AnyFloat();
-    case 2: return rnd.Chance(0.5);
-    case 3: return rnd.Bytes(20);
+    case 0:
+      return rnd.AnyInt();
+    case 1:
+      return rnd.AnyFloat();
+    case 2:
+      return rnd.Chance(0.5);
+    case 3:
+      return rnd.Bytes(20);
     case 4: {
       std::vector<int64_t> v(static_cast<size_t>(rnd.Int(0, 4)));
       for (int64_t& x : v) x = rnd.AnyInt();
@@ -501,9 +528,9 @@ Graph RandomAttributeGraph(uint64_t seed) {
   auto type = [&rnd] {
     std::vector<Dim> dims(static_cast<size_t>(rnd.Int(0, 3)));
     for (Dim& d : dims) {
-      d = rnd.Chance(0.3) ? Dim::Symbol(rnd.Chance(0.5) ? "B" : "f32")
-                          : Dim::Static(rnd.Chance(0.1) ? std::numeric_limits<int64_t>::max()
-                                                        : rnd.Int(0, 9));
+      d = rnd.Chance(0.3)
+              ? Dim::Symbol(rnd.Chance(0.5) ? "B" : "f32")
+              : Dim::Static(rnd.Chance(0.1) ? std::numeric_limits<int64_t>::max() : rnd.Int(0, 9));
     }
     return MakeType(static_cast<DType>(rnd.Int(0, 3)), dims);
   };
