@@ -1,10 +1,13 @@
 // The text form: golden round trip, random round trips through text and proto, literals.
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "regions/kinds.h"
 #include "regions/parser.h"
@@ -65,6 +68,31 @@ TEST(TextFormatTest, GoldenGraphMatchesBuilderGraph) {
   EXPECT_EQ(argmax.phase, Phase::kDecode);
   EXPECT_EQ(g.value(g.weights()[0]).checkpoint_tensor, "model.embed_tokens.weight");
   EXPECT_EQ(g.value(g.states()[0]).type.ToString(), "bf16[B,2,Smax,16]");
+}
+
+// The example in docs/ir.md's "Text format" section parses, verifies and is canonical
+// apart from its comment line.
+TEST(TextFormatTest, DocumentedExampleIsValid) {
+  std::ifstream in(absl::StrCat(TILEPLAN_SOURCE_DIR, "/docs/ir.md"));
+  ASSERT_TRUE(in) << "cannot read docs/ir.md";
+  std::string example, canonical;
+  bool in_section = false, in_block = false;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "## ")) in_section = line == "## Text format";
+    if (!in_section) continue;
+    if (absl::StartsWith(line, "```")) {
+      if (in_block) break;
+      in_block = true;
+      continue;
+    }
+    if (!in_block) continue;
+    example += line + "\n";
+    if (!absl::StrContains(line, "//")) canonical += line + "\n";
+  }
+  ASSERT_FALSE(example.empty());
+  Graph g = MustParse(example);
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  EXPECT_EQ(PrintGraph(g), canonical);
 }
 
 TEST(TextFormatTest, RandomValidGraphsVerifyAndRoundTrip) {
