@@ -241,8 +241,7 @@ class Verifier {
           label, writes_again ? " is updated in place a second time" : " is read",
           " after region #", writer, " '", w.kind, "' updated its storage in place (new version ",
           Ref(w.results[InPlaceResultOf(w, id)]),
-          "); a value version may be updated in place "
-          "once and not read afterwards"));
+          "); a value version may be updated in place once and not read afterwards"));
     }
     return absl::OkStatus();
   }
