@@ -1,5 +1,6 @@
 // tileplan-opt end to end: output forms, exit codes and error messages.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -33,15 +34,16 @@ std::string Slurp(const std::string& path) {
 }
 
 std::string WriteTemp(absl::string_view name, absl::string_view text) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  // Tests run as parallel processes sharing TempDir(): the pid keeps their files apart.
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", getpid(), "_", name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
 
 // Runs tileplan-opt with `args` (shell words, already quoted where needed).
 RunResult RunOpt(absl::string_view args) {
-  const std::string out = absl::StrCat(::testing::TempDir(), "/opt_stdout");
-  const std::string err = absl::StrCat(::testing::TempDir(), "/opt_stderr");
+  const std::string out = absl::StrCat(::testing::TempDir(), "/", getpid(), "_opt_stdout");
+  const std::string err = absl::StrCat(::testing::TempDir(), "/", getpid(), "_opt_stderr");
   const std::string command =
       absl::StrCat("'", TILEPLAN_OPT, "' ", args, " >'", out, "' 2>'", err, "'");
   const int status = std::system(command.c_str());
