@@ -9,14 +9,15 @@
 #ifndef TILEPLAN_BASE_JSON_H_
 #define TILEPLAN_BASE_JSON_H_
 
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tileplan {
 
@@ -43,12 +44,30 @@ class Json {
   bool is_object() const { return type_ == Type::kObject; }
 
   // REQUIRES: the matching type (checked with CHECK-style assertion in debug builds).
-  bool as_bool() const { return bool_; }
-  int64_t as_int() const { return int_; }
-  double as_double() const { return double_; }
-  const std::string& as_string() const { return string_; }
-  const Array& as_array() const { return array_; }
-  const Object& as_object() const { return object_; }
+  bool as_bool() const {
+    assert(is_bool());
+    return bool_;
+  }
+  int64_t as_int() const {
+    assert(is_int());
+    return int_;
+  }
+  double as_double() const {
+    assert(is_number());
+    return double_;
+  }
+  const std::string& as_string() const {
+    assert(is_string());
+    return string_;
+  }
+  const Array& as_array() const {
+    assert(is_array());
+    return array_;
+  }
+  const Object& as_object() const {
+    assert(is_object());
+    return object_;
+  }
 
   // Object member by key, or nullptr (also nullptr when this is not an object).
   const Json* Find(absl::string_view key) const;

@@ -1,0 +1,292 @@
+#include "base/json.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tileplan {
+namespace {
+
+using ::testing::HasSubstr;
+
+Json ParseOk(absl::string_view text) {
+  absl::StatusOr<Json> json = Json::Parse(text);
+  EXPECT_TRUE(json.ok()) << text << ": " << json.status();
+  return json.ok() ? *std::move(json) : Json();
+}
+
+std::string ParseError(absl::string_view text) {
+  absl::StatusOr<Json> json = Json::Parse(text);
+  EXPECT_FALSE(json.ok()) << "accepted: " << text;
+  return json.ok() ? std::string() : std::string(json.status().message());
+}
+
+TEST(JsonTest, Scalars) {
+  EXPECT_TRUE(ParseOk("null").is_null());
+  EXPECT_TRUE(ParseOk("true").as_bool());
+  EXPECT_FALSE(ParseOk(" false ").as_bool());
+  EXPECT_EQ(ParseOk("\"abc\"").as_string(), "abc");
+  EXPECT_EQ(ParseOk("42").as_int(), 42);
+  EXPECT_DOUBLE_EQ(ParseOk("-2.5e3").as_double(), -2500.0);
+  EXPECT_DOUBLE_EQ(ParseOk("0.125").as_double(), 0.125);
+  EXPECT_DOUBLE_EQ(ParseOk("1E2").as_double(), 100.0);
+  EXPECT_DOUBLE_EQ(ParseOk("1e-2").as_double(), 0.01);
+  EXPECT_DOUBLE_EQ(ParseOk("1e+2").as_double(), 100.0);
+}
+
+TEST(JsonTest, ObjectKeepsDocumentOrderAndFinds) {
+  Json json = ParseOk(" {\"b\": [1, 2, {\"c\": null}], \"a\": {}, \"e\": []}\r\n\t");
+  ASSERT_TRUE(json.is_object());
+  const Json::Object& members = json.as_object();
+  ASSERT_EQ(members.size(), 3u);
+  EXPECT_EQ(members[0].first, "b");
+  EXPECT_EQ(members[1].first, "a");
+  EXPECT_EQ(members[2].first, "e");
+  const Json* b = json.Find("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->is_array());
+  ASSERT_EQ(b->as_array().size(), 3u);
+  EXPECT_EQ(b->as_array()[1].as_int(), 2);
+  EXPECT_TRUE(b->as_array()[2].Find("c")->is_null());
+  EXPECT_TRUE(json.Find("a")->is_object());
+  EXPECT_TRUE(json.Find("e")->as_array().empty());
+  EXPECT_EQ(json.Find("missing"), nullptr);
+  EXPECT_EQ(b->Find("b"), nullptr);  // not an object
+}
+
+TEST(JsonTest, StringEscapesAndUnicode) {
+  EXPECT_EQ(ParseOk(R"("\"\\\/\b\f\n\r\t")").as_string(), "\"\\/\b\f\n\r\t");
+  EXPECT_EQ(ParseOk(R"("\u0041\u00e9\u20AC")").as_string(), "A\xC3\xA9\xE2\x82\xAC");
+  // Surrogate pair U+1F600.
+  EXPECT_EQ(ParseOk(R"("\uD83D\uDE00")").as_string(), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(ParseOk(R"("\u0000")").as_string(), std::string(1, '\0'));
+  // Raw multi-byte UTF-8, including the largest code point.
+  EXPECT_EQ(ParseOk("\"\xC3\xA9\xE2\x82\xAC\xF4\x8F\xBF\xBF\x7F\"").as_string(),
+            "\xC3\xA9\xE2\x82\xAC\xF4\x8F\xBF\xBF\x7F");
+}
+
+TEST(JsonTest, RejectsStructuralErrors) {
+  EXPECT_THAT(ParseError(""), HasSubstr("unexpected end of input"));
+  EXPECT_THAT(ParseError("   "), HasSubstr("unexpected end of input"));
+  EXPECT_THAT(ParseError("[1,]"), HasSubstr("at byte 3"));
+  EXPECT_THAT(ParseError("{\"a\":1,}"), HasSubstr("expected a string key"));
+  EXPECT_THAT(ParseError("[1 2]"), HasSubstr("expected ',' or ']'"));
+  EXPECT_THAT(ParseError("{\"a\" 1}"), HasSubstr("expected ':'"));
+  EXPECT_THAT(ParseError("{\"a\":1 \"b\":2}"), HasSubstr("expected ',' or '}'"));
+  EXPECT_THAT(ParseError("{a:1}"), HasSubstr("expected a string key"));
+  EXPECT_THAT(ParseError("{'a':1}"), HasSubstr("expected a string key"));
+  EXPECT_THAT(ParseError("['a']"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("[1"), HasSubstr("unterminated array"));
+  EXPECT_THAT(ParseError("{\"a\":1"), HasSubstr("unterminated object"));
+  EXPECT_THAT(ParseError("\"abc"), HasSubstr("unterminated string"));
+  EXPECT_THAT(ParseError("1 2"), HasSubstr("unexpected data after the top-level value at byte 2"));
+  EXPECT_THAT(ParseError("{}x"), HasSubstr("at byte 2"));
+  EXPECT_THAT(ParseError("tru"), HasSubstr("invalid literal"));
+  EXPECT_THAT(ParseError("nul"), HasSubstr("invalid literal"));
+  EXPECT_THAT(ParseError("True"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("\xEF\xBB\xBF{}"), HasSubstr("at byte 0"));  // byte order mark
+  EXPECT_THAT(ParseError(absl::string_view("[1]\0", 4)), HasSubstr("at byte 3"));
+}
+
+TEST(JsonTest, RejectsCommentsAndNonFiniteNumbers) {
+  EXPECT_THAT(ParseError("// c\n1"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("[1 /* c */]"), HasSubstr("expected ',' or ']'"));
+  EXPECT_THAT(ParseError("NaN"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("Infinity"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("-Infinity"), HasSubstr("invalid number"));
+  EXPECT_THAT(ParseError("1e400"), HasSubstr("out of the double range"));
+  EXPECT_THAT(ParseError("-123456789e999999999999999999"), HasSubstr("out of the double range"));
+}
+
+TEST(JsonTest, RejectsMalformedNumbers) {
+  EXPECT_THAT(ParseError("01"), HasSubstr("leading zero"));
+  EXPECT_THAT(ParseError("-01"), HasSubstr("leading zero"));
+  EXPECT_THAT(ParseError("00"), HasSubstr("leading zero"));
+  EXPECT_THAT(ParseError("+1"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError(".5"), HasSubstr("unexpected character"));
+  EXPECT_THAT(ParseError("1."), HasSubstr("expected a digit"));
+  EXPECT_THAT(ParseError("1.e3"), HasSubstr("expected a digit"));
+  EXPECT_THAT(ParseError("1e"), HasSubstr("expected a digit"));
+  EXPECT_THAT(ParseError("1e+"), HasSubstr("expected a digit"));
+  EXPECT_THAT(ParseError("-"), HasSubstr("expected a digit"));
+  EXPECT_THAT(ParseError("0x10"), HasSubstr("unexpected data"));
+}
+
+TEST(JsonTest, RejectsBadStrings) {
+  EXPECT_THAT(ParseError("\"a\nb\""), HasSubstr("control character in string at byte 2"));
+  EXPECT_THAT(ParseError("\"\x01\""), HasSubstr("control character"));
+  EXPECT_THAT(ParseError(absl::string_view("\"\0\"", 3)), HasSubstr("control character"));
+  EXPECT_THAT(ParseError(R"("\x")"), HasSubstr("invalid escape at byte 1"));
+  EXPECT_THAT(ParseError(R"("\u12G4")"), HasSubstr("invalid hex digit"));
+  EXPECT_THAT(ParseError(R"(["\u12", 1])"), HasSubstr("invalid hex digit in \\u escape at byte 6"));
+  EXPECT_THAT(ParseError("\"\\u12"), HasSubstr("truncated"));
+  EXPECT_THAT(ParseError(R"("\uDE00")"), HasSubstr("lone low surrogate"));
+  EXPECT_THAT(ParseError(R"("\uD83D")"), HasSubstr("lone high surrogate"));
+  EXPECT_THAT(ParseError(R"("\uD83Dx")"), HasSubstr("lone high surrogate"));
+  EXPECT_THAT(ParseError(R"("\uD83D\u0041")"), HasSubstr("lone high surrogate"));
+  EXPECT_THAT(ParseError(R"("\uD83D\uD83D")"), HasSubstr("lone high surrogate"));
+}
+
+TEST(JsonTest, RejectsInvalidUtf8) {
+  for (const char* bad : {
+           "\"\x80\"",              // stray continuation byte
+           "\"\xC0\x80\"",          // overlong NUL
+           "\"\xC1\xBF\"",          // overlong
+           "\"\xE0\x80\x80\"",      // overlong three-byte
+           "\"\xED\xA0\x80\"",      // encoded surrogate
+           "\"\xF0\x80\x80\x80\"",  // overlong four-byte
+           "\"\xF4\x90\x80\x80\"",  // above U+10FFFF
+           "\"\xF5\x80\x80\x80\"",  // invalid lead
+           "\"\xFF\"",              // invalid byte
+           "\"\xC3\"",              // truncated
+           "\"\xE2\x82\"",          // truncated
+           "\"\xE2\x28\xA1\"",      // bad continuation
+       }) {
+    EXPECT_THAT(ParseError(bad), HasSubstr("invalid UTF-8 in string at byte 1")) << bad;
+  }
+  EXPECT_THAT(ParseError("\"\xC3"), HasSubstr("invalid UTF-8"));  // truncated at end of input
+}
+
+TEST(JsonTest, RejectsDuplicateKeysWithOffset) {
+  EXPECT_THAT(ParseError(R"({"a":1,"a":2})"), HasSubstr("duplicate object key \"a\" at byte 7"));
+  // The first repeat in document order is reported.
+  EXPECT_THAT(ParseError(R"({"b":1,"a":1,"a":2,"b":2})"),
+              HasSubstr("duplicate object key \"a\" at byte 13"));
+  EXPECT_THAT(ParseError(R"({"x":{"k":1,"k":1}})"), HasSubstr("\"k\""));
+  // Same key in different objects is fine.
+  ParseOk(R"({"a":{"a":1},"b":{"a":2}})");
+  // Keys that differ only after escape decoding are duplicates.
+  EXPECT_THAT(ParseError(R"({"A":1,"\u0041":2})"), HasSubstr("duplicate object key"));
+}
+
+TEST(JsonTest, IntegersAreExactInInt64) {
+  Json max = ParseOk("9223372036854775807");
+  ASSERT_TRUE(max.is_int());
+  EXPECT_EQ(max.as_int(), std::numeric_limits<int64_t>::max());
+  Json min = ParseOk("-9223372036854775808");
+  ASSERT_TRUE(min.is_int());
+  EXPECT_EQ(min.as_int(), std::numeric_limits<int64_t>::min());
+  // Adjacent values that doubles cannot tell apart stay distinct.
+  EXPECT_EQ(ParseOk("9007199254740993").as_int(), int64_t{9007199254740993});
+
+  Json zero = ParseOk("-0");
+  ASSERT_TRUE(zero.is_int());
+  EXPECT_EQ(zero.as_int(), 0);
+}
+
+TEST(JsonTest, IntegersBeyondInt64AreStillNumbers) {
+  Json above = ParseOk("9223372036854775808");
+  EXPECT_TRUE(above.is_number());
+  EXPECT_FALSE(above.is_int());
+  EXPECT_DOUBLE_EQ(above.as_double(), 9223372036854775808.0);
+  Json below = ParseOk("-9223372036854775809");
+  EXPECT_TRUE(below.is_number());
+  EXPECT_FALSE(below.is_int());
+  EXPECT_DOUBLE_EQ(below.as_double(), -9223372036854775808.0);
+  Json huge = ParseOk("123456789012345678901234567890");
+  EXPECT_FALSE(huge.is_int());
+  EXPECT_DOUBLE_EQ(huge.as_double(), 1.2345678901234568e29);
+}
+
+TEST(JsonTest, FractionsAndExponentsAreNotInts) {
+  EXPECT_FALSE(ParseOk("1.0").is_int());
+  EXPECT_FALSE(ParseOk("1e2").is_int());
+  EXPECT_TRUE(ParseOk("1.0").is_number());
+  EXPECT_FALSE(ParseOk("\"1\"").is_int());
+  EXPECT_FALSE(ParseOk("true").is_int());
+}
+
+TEST(JsonTest, UnderflowBecomesZero) {
+  Json tiny = ParseOk("1e-400");
+  EXPECT_EQ(tiny.as_double(), 0.0);
+  Json negative_tiny = ParseOk("-0.0000001e-400");
+  EXPECT_EQ(negative_tiny.as_double(), 0.0);
+  EXPECT_TRUE(std::signbit(negative_tiny.as_double()));
+  EXPECT_DOUBLE_EQ(ParseOk("4.9e-324").as_double(), 4.9e-324);
+}
+
+std::string Nested(int depth, char open, char close, absl::string_view inner) {
+  std::string text;
+  for (int i = 0; i < depth; ++i) text += open == '{' ? "{\"k\":" : std::string(1, open);
+  absl::StrAppend(&text, inner);
+  for (int i = 0; i < depth; ++i) text += close;
+  return text;
+}
+
+TEST(JsonTest, NestingUpToTheLimitIsAccepted) {
+  Json arrays = ParseOk(Nested(Json::kMaxDepth, '[', ']', "1"));
+  const Json* cursor = &arrays;
+  for (int i = 0; i < Json::kMaxDepth; ++i) {
+    ASSERT_TRUE(cursor->is_array());
+    cursor = &cursor->as_array()[0];
+  }
+  EXPECT_EQ(cursor->as_int(), 1);
+  ParseOk(Nested(Json::kMaxDepth, '{', '}', "null"));
+}
+
+TEST(JsonTest, NestingBeyondTheLimitIsRejected) {
+  EXPECT_THAT(ParseError(Nested(Json::kMaxDepth + 1, '[', ']', "1")),
+              HasSubstr(absl::StrCat("nesting deeper than the limit at byte ", Json::kMaxDepth)));
+  EXPECT_THAT(ParseError(Nested(Json::kMaxDepth + 1, '{', '}', "1")), HasSubstr("nesting"));
+  // Far deeper than any stack would allow with unbounded recursion.
+  EXPECT_THAT(ParseError(std::string(1'000'000, '[')), HasSubstr("nesting"));
+}
+
+TEST(JsonTest, TypeNames) {
+  EXPECT_EQ(Json::TypeName(ParseOk("null").type()), "null");
+  EXPECT_EQ(Json::TypeName(ParseOk("true").type()), "bool");
+  EXPECT_EQ(Json::TypeName(ParseOk("1").type()), "number");
+  EXPECT_EQ(Json::TypeName(ParseOk("\"s\"").type()), "string");
+  EXPECT_EQ(Json::TypeName(ParseOk("[]").type()), "array");
+  EXPECT_EQ(Json::TypeName(ParseOk("{}").type()), "object");
+}
+
+// Random byte edits of a valid document: the parser must return (either way) without crashing,
+// and every error must carry a byte offset.
+TEST(JsonTest, RandomMutationsNeverCrash) {
+  const std::string base = R"({"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12],
+    "s": "\u00e9\uD83D\uDE00 \" \\", "n": [-0.5e-3, 1E+10, 9223372036854775807, true, false,
+    null], "nested": {"a": [[[]]], "b": {}}, "utf8": ")"
+                           "\xC3\xA9\xE2\x82\xAC\"}";
+  ASSERT_TRUE(Json::Parse(base).ok());
+  const std::string alphabet = "{}[]\",:\\u0123456789.eE+-tfn \x80\xC3\xED\xF4\xFF";
+  std::mt19937 rng(20240611);
+  int accepted = 0;
+  for (int iteration = 0; iteration < 20000; ++iteration) {
+    std::string text = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const size_t pos = rng() % text.size();
+      switch (rng() % 4) {
+        case 0:
+          text[pos] = static_cast<char>(rng() & 0xFF);
+          break;
+        case 1:
+          text[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 2:
+          text.erase(pos, 1 + rng() % 8);
+          break;
+        case 3:
+          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+      }
+    }
+    absl::StatusOr<Json> json = Json::Parse(text);
+    if (json.ok()) {
+      ++accepted;
+    } else {
+      EXPECT_THAT(json.status().message(), HasSubstr("at byte ")) << text;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+}  // namespace
+}  // namespace tileplan
