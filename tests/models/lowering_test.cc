@@ -29,12 +29,6 @@ std::map<std::string, int> KindCounts(const ir::Graph& g) {
   return counts;
 }
 
-std::vector<std::string> WeightNames(const ir::Graph& g) {
-  std::vector<std::string> names;
-  for (ir::ValueId id : g.weights()) names.push_back(g.value(id).name);
-  return names;
-}
-
 std::string TypeOf(const ir::Graph& g, const std::string& name) {
   const ir::ValueId id = g.FindValue(name);
   return id == ir::kNoValue ? "<missing %" + name + ">" : g.value(id).type.ToString();
