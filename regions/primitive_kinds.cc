@@ -1,0 +1,324 @@
+// The primitive region kinds of docs/ir.md ("Primitive kinds"): one KindSpec entry and one
+// inference function per kind. The table in the doc is the contract; keep them in step.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "regions/kinds.h"
+#include "regions/printer.h"
+#include "regions/shape_rules.h"
+
+namespace tileplan::ir {
+namespace {
+
+using shape::AttrError;
+using shape::DimsMatch;
+using shape::Element;
+using shape::ExpectDim;
+using shape::ExpectMinRank;
+using shape::ExpectRank;
+using shape::ExpectSameDType;
+using Results = absl::StatusOr<std::vector<InferredResult>>;
+
+constexpr absl::string_view kRopeLlama3Keys[] = {"factor", "high_freq_factor", "low_freq_factor",
+                                                 "original_max_position_embeddings"};
+
+std::vector<InferredResult> One(TensorType type, ResultAlias alias = {}) {
+  return {InferredResult{std::move(type), alias}};
+}
+
+std::vector<Dim> WithLast(std::vector<Dim> dims, const Dim& last) {
+  dims.back() = last;
+  return dims;
+}
+
+// A float attribute that must be finite and satisfy `ok`, described by `expected`.
+template <typename Pred>
+absl::StatusOr<double> FloatAttr(const Attributes& attrs, absl::string_view key, Pred ok,
+                                 absl::string_view expected) {
+  TP_ASSIGN_OR_RETURN(double v, attrs.GetFloat(key));
+  if (!std::isfinite(v) || !ok(v)) return AttrError(key, PrintAttrValue(v), expected);
+  return v;
+}
+
+// An operand whose type must equal operand `other`'s.
+absl::Status ExpectSameType(const KindArgs& a, int index, int other) {
+  if (!(a.operands[index] == a.operands[other])) {
+    return a.OperandError(index, absl::StrCat(a.operands[other].ToString(), " (the type of ",
+                                              a.OperandLabel(other), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// positions: i32[B,T] with B and T of another operand.
+absl::Status ExpectPositions(const KindArgs& a, int index, const Dim& b, const Dim& t) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, index, Element::kI32, 2, "[B,T]"));
+  if (!DimsMatch(a.operands[index].dims[0], b) || !DimsMatch(a.operands[index].dims[1], t)) {
+    return a.OperandError(index, shape::Pattern("i32[B,T]", {{"B", b}, {"T", t}}));
+  }
+  return absl::OkStatus();
+}
+
+Results InferEmbedding(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kI32, 2, "[B,T]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[V,H]"));
+  const TensorType& ids = a.operands[0];
+  const TensorType& table = a.operands[1];
+  return One(MakeType(table.dtype, {ids.dims[0], ids.dims[1], table.dims[1]}));
+}
+
+Results InferRmsNorm(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,N]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[N]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, a.operands[0].dims.back(), "[N]", "N"));
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         a.attrs, "eps", [](double v) { return v >= 0; }, "a finite float >= 0")
+                         .status());
+  return One(a.operands[0]);
+}
+
+Results InferLinear(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,K]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[N,K]"));
+  const TensorType& x = a.operands[0];
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, x.dims.back(), "[N,K]", "K"));
+  const Dim& n = a.operands[1].dims[0];
+  if (a.operands.size() == 3) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 1, "[N]"));
+    TP_RETURN_IF_ERROR(ExpectSameDType(a, 2, 1, "[N]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, 2, 0, n, "[N]", "N"));
+  }
+  return One(MakeType(x.dtype, WithLast(x.dims, n)));
+}
+
+// Static element count (overflow is an error) and sorted symbols of a type.
+absl::Status ElementSignature(const TensorType& t, int64_t* count,
+                              std::vector<std::string>* symbols) {
+  *count = 1;
+  for (const Dim& d : t.dims) {
+    if (!d.is_static()) {
+      symbols->push_back(d.symbol());
+    } else if (__builtin_mul_overflow(*count, d.extent(), count)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the static element count of ", t.ToString(), " overflows int64"));
+    }
+  }
+  std::sort(symbols->begin(), symbols->end());
+  return absl::OkStatus();
+}
+
+Results InferReshape(const KindArgs& a) {
+  if (a.declared_results.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("declares ", a.declared_results.size(), " results, expected 1"));
+  }
+  const TensorType& x = a.operands[0];
+  const TensorType& r = a.declared_results[0];
+  int64_t x_count = 0, r_count = 0;
+  std::vector<std::string> x_syms, r_syms;
+  TP_RETURN_IF_ERROR(ElementSignature(x, &x_count, &x_syms));
+  TP_RETURN_IF_ERROR(ElementSignature(r, &r_count, &r_syms));
+  if (r.dtype != x.dtype || x_count != r_count || x_syms != r_syms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "declared result type ", r.ToString(), " is not a reshape of ", a.OperandLabel(0), " ",
+        x.ToString(), " (same dtype, static element count and multiset of symbols)"));
+  }
+  return One(r, ResultAlias{AliasKind::kView, 0});
+}
+
+Results InferSplit(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kAny, 1, "[...,N]"));
+  const TensorType& x = a.operands[0];
+  const Dim& n = x.dims.back();
+  if (!n.is_static()) return a.OperandError(0, "[...,N] with N static");
+  TP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, a.attrs.GetInts("sizes"));
+  const std::string printed = PrintAttrValue(sizes);
+  if (sizes.empty()) return AttrError("sizes", printed, "at least one size");
+  int64_t sum = 0;
+  std::vector<InferredResult> results;
+  for (int64_t s : sizes) {
+    if (s <= 0 || s > n.extent() - sum) {
+      return AttrError("sizes", printed,
+                       absl::StrCat("positive sizes summing to N = ", n.extent()));
+    }
+    sum += s;
+    results.push_back(
+        {MakeType(x.dtype, WithLast(x.dims, Dim::Static(s))), ResultAlias{AliasKind::kView, 0}});
+  }
+  if (sum != n.extent()) {
+    return AttrError("sizes", printed, absl::StrCat("positive sizes summing to N = ", n.extent()));
+  }
+  return results;
+}
+
+absl::Status CheckRopeAttrs(const Attributes& attrs) {
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         attrs, "theta", [](double v) { return v > 0; }, "a finite float > 0")
+                         .status());
+  TP_ASSIGN_OR_RETURN(std::string type, attrs.GetString("rope_type"));
+  if (type == "default") {
+    for (absl::string_view key : kRopeLlama3Keys) {
+      if (attrs.Has(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attribute '", key, "' applies only to rope_type \"llama3\", not \"default\""));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (type != "llama3") {
+    return AttrError("rope_type", PrintAttrValue(type), "\"default\" or \"llama3\"");
+  }
+  for (absl::string_view key : kRopeLlama3Keys) {
+    if (!attrs.Has(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing attribute '", key, "', required by rope_type \"llama3\""));
+    }
+  }
+  auto positive = [](double v) { return v > 0; };
+  TP_RETURN_IF_ERROR(FloatAttr(attrs, "factor", positive, "a finite float > 0").status());
+  TP_ASSIGN_OR_RETURN(double low,
+                      FloatAttr(attrs, "low_freq_factor", positive, "a finite float > 0"));
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         attrs, "high_freq_factor", [low](double v) { return v > low; },
+                         absl::StrCat("a finite float > low_freq_factor = ", PrintAttrValue(low)))
+                         .status());
+  TP_ASSIGN_OR_RETURN(int64_t original, attrs.GetInt("original_max_position_embeddings"));
+  if (original <= 0) {
+    return AttrError("original_max_position_embeddings", PrintAttrValue(original), "> 0");
+  }
+  return absl::OkStatus();
+}
+
+Results InferRope(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,H,D]"));
+  const TensorType& x = a.operands[0];
+  const Dim& d = x.dims[3];
+  if (!d.is_static() || d.extent() == 0 || d.extent() % 2 != 0) {
+    return a.OperandError(0, "a floating-point tensor [B,T,H,D] with D static, even and > 0");
+  }
+  TP_RETURN_IF_ERROR(ExpectPositions(a, 1, x.dims[0], x.dims[1]));
+  TP_RETURN_IF_ERROR(CheckRopeAttrs(a.attrs));
+  return One(x);
+}
+
+Results InferKvWrite(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,Hkv,Smax,D]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 4, "[B,T,Hkv,D]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 1, 0, "[B,T,Hkv,D]"));
+  const TensorType& cache = a.operands[0];
+  const TensorType& x = a.operands[1];
+  if (!DimsMatch(x.dims[0], cache.dims[0]) || !DimsMatch(x.dims[2], cache.dims[1]) ||
+      !DimsMatch(x.dims[3], cache.dims[3])) {
+    return a.OperandError(
+        1, shape::Pattern("[B,T,Hkv,D]",
+                          {{"B", cache.dims[0]}, {"Hkv", cache.dims[1]}, {"D", cache.dims[3]}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectPositions(a, 2, x.dims[0], x.dims[1]));
+  return One(cache, ResultAlias{AliasKind::kInPlace, 0});
+}
+
+Results InferAttention(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,Hq,D]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 4, "[B,Hkv,Smax,D]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 1, 0, "[B,Hkv,Smax,D]"));
+  const TensorType& q = a.operands[0];
+  const TensorType& k = a.operands[1];
+  if (!DimsMatch(k.dims[0], q.dims[0]) || !DimsMatch(k.dims[3], q.dims[3])) {
+    return a.OperandError(1,
+                          shape::Pattern("[B,Hkv,Smax,D]", {{"B", q.dims[0]}, {"D", q.dims[3]}}));
+  }
+  const Dim& hq = q.dims[2];
+  const Dim& hkv = k.dims[1];
+  const bool grouped =
+      hq.is_static() && hkv.is_static() && hkv.extent() > 0 && hq.extent() % hkv.extent() == 0;
+  if (!DimsMatch(hq, hkv) && !grouped) {
+    return a.OperandError(1, shape::Pattern("[B,Hkv,Smax,D] with Hkv dividing", {{"Hq", hq}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectSameType(a, 2, 1));
+  TP_RETURN_IF_ERROR(ExpectPositions(a, 3, q.dims[0], q.dims[1]));
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         a.attrs, "scale", [](double) { return true; }, "a finite float")
+                         .status());
+  TP_ASSIGN_OR_RETURN(int64_t window, a.attrs.GetInt("sliding_window"));
+  if (window < 0) {
+    return AttrError("sliding_window", PrintAttrValue(window), ">= 0 (0 = no window)");
+  }
+  return One(q);
+}
+
+Results InferElementwiseBinary(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 0, "[...]"));
+  TP_RETURN_IF_ERROR(ExpectSameType(a, 1, 0));
+  return One(a.operands[0]);
+}
+
+Results InferSilu(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 0, "[...]"));
+  return One(a.operands[0]);
+}
+
+Results InferLmHead(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[V,H]"));
+  const TensorType& x = a.operands[0];
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, x.dims[2], "[V,H]", "H"));
+  return One(MakeType(DType::kF32, {x.dims[0], x.dims[1], a.operands[1].dims[0]}));
+}
+
+Results InferArgmax(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kF32, 3, "[B,T,V]"));
+  const TensorType& logits = a.operands[0];
+  if (logits.dims[2].is_static() && logits.dims[2].extent() == 0) {
+    return a.OperandError(0, "f32[B,T,V] with V > 0");
+  }
+  return One(MakeType(DType::kI32, {logits.dims[0], logits.dims[1]}));
+}
+
+}  // namespace
+
+absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
+  std::vector<KindSpec> specs = {
+      {.name = "embedding", .operands = {"ids", "table"}, .infer = InferEmbedding},
+      {.name = "rms_norm",
+       .operands = {"x", "w"},
+       .attrs = {{"eps", AttrType::kFloat}},
+       .infer = InferRmsNorm},
+      {.name = "linear",
+       .operands = {"x", "w", "bias"},
+       .optional_operands = 1,
+       .infer = InferLinear},
+      {.name = "reshape", .operands = {"x"}, .infer = InferReshape},
+      {.name = "split",
+       .operands = {"x"},
+       .attrs = {{"sizes", AttrType::kInts}},
+       .infer = InferSplit},
+      {.name = "rope",
+       .operands = {"x", "positions"},
+       .attrs = {{"theta", AttrType::kFloat},
+                 {"rope_type", AttrType::kString},
+                 {"factor", AttrType::kFloat, false},
+                 {"low_freq_factor", AttrType::kFloat, false},
+                 {"high_freq_factor", AttrType::kFloat, false},
+                 {"original_max_position_embeddings", AttrType::kInt, false}},
+       .infer = InferRope},
+      {.name = "kv_write", .operands = {"cache", "x", "positions"}, .infer = InferKvWrite},
+      {.name = "attention",
+       .operands = {"q", "k_cache", "v_cache", "positions"},
+       .attrs = {{"scale", AttrType::kFloat}, {"sliding_window", AttrType::kInt}},
+       .infer = InferAttention},
+      {.name = "add", .operands = {"a", "b"}, .infer = InferElementwiseBinary},
+      {.name = "mul", .operands = {"a", "b"}, .infer = InferElementwiseBinary},
+      {.name = "silu", .operands = {"x"}, .infer = InferSilu},
+      {.name = "lm_head", .operands = {"x", "w"}, .infer = InferLmHead},
+      {.name = "argmax", .operands = {"logits"}, .infer = InferArgmax},
+  };
+  for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));
+  return absl::OkStatus();
+}
+
+}  // namespace tileplan::ir

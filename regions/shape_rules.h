@@ -1,0 +1,48 @@
+// Building blocks for kind inference functions (regions/kinds.h): dim matching and the
+// operand checks every kind repeats, each returning an error in the verifier's wording
+// ("operand 1 (%w) has type bf16[64,32], expected [N,K] with K = 64").
+#ifndef TILEPLAN_REGIONS_SHAPE_RULES_H_
+#define TILEPLAN_REGIONS_SHAPE_RULES_H_
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "regions/ir.h"
+#include "regions/kinds.h"
+
+namespace tileplan::ir::shape {
+
+// Two dims match when both are static and equal, or both are the same symbol.
+bool DimsMatch(const Dim& a, const Dim& b);
+bool IsFloat(DType dtype);  // f32, bf16, f16
+
+// "[N,K] with K = 64, N = 3": a dims pattern followed by the bindings it must honour.
+std::string Pattern(absl::string_view dims,
+                    std::initializer_list<std::pair<absl::string_view, Dim>> bindings = {});
+
+// The dtype class an operand must have.
+enum class Element { kFloat, kI32, kF32, kAny };
+
+// Operand `index` has the element class and exactly `rank` dims, else an error that
+// quotes `pattern` (e.g. "[B,T,H,D]").
+absl::Status ExpectRank(const KindArgs& args, int index, Element element, int rank,
+                        absl::string_view pattern);
+// As ExpectRank, but any rank >= `min_rank` (patterns with leading "...").
+absl::Status ExpectMinRank(const KindArgs& args, int index, Element element, int min_rank,
+                           absl::string_view pattern);
+// Operand `index` has the same dtype as operand `other` (both already checked for rank).
+absl::Status ExpectSameDType(const KindArgs& args, int index, int other, absl::string_view pattern);
+// dims[axis] of operand `index` matches `want`, else an error quoting
+// Pattern(pattern, {{name, want}}).
+absl::Status ExpectDim(const KindArgs& args, int index, int axis, const Dim& want,
+                       absl::string_view pattern, absl::string_view name);
+
+// InvalidArgument "attribute '<key>' is <value>, expected <expected>".
+absl::Status AttrError(absl::string_view key, absl::string_view value, absl::string_view expected);
+
+}  // namespace tileplan::ir::shape
+
+#endif  // TILEPLAN_REGIONS_SHAPE_RULES_H_
