@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "models/lowering.h"
+#include "regions/verifier.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/thread_pool.h"
 
@@ -17,7 +18,6 @@ namespace {
 
 using ir::AliasKind;
 using ir::ValueId;
-using ir::ValueKind;
 
 // Upper bound on the elements of one tensor, so a bad symbol binding fails cleanly instead
 // of attempting a huge allocation.
@@ -179,100 +179,29 @@ absl::Status CpuBackend::Prepare(std::map<std::string, HostTensor> weights) {
   const int num_values = g.num_values();
   static_symbols_ = {{"B", options_.batch}, {"Smax", options_.max_seq}};
 
-  // Kinds, arity, order, aliasing. Storage roots and generations detect any read of a value
-  // whose storage an earlier region updated in place.
-  std::vector<ValueId> root(static_cast<size_t>(num_values));
-  std::vector<int> generation(static_cast<size_t>(num_values), 0);
-  std::vector<int> root_generation(static_cast<size_t>(num_values), 0);
-  std::vector<int> root_updater(static_cast<size_t>(num_values), -1);
-  for (ValueId v = 0; v < num_values; ++v) root[v] = v;
-  auto check_fresh = [&](ValueId u, absl::string_view reader) -> absl::Status {
-    if (generation[u] != root_generation[root[u]]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(reader, " reads %", g.value(u).name, " after ",
-                       RegionLabel(g, static_cast<size_t>(root_updater[root[u]])),
-                       " updated its storage in place"));
-    }
-    return absl::OkStatus();
-  };
+  // The verifier guarantees SSA order, operand counts, types and aliasing against the kind
+  // registry, and that no value is read after an in-place update of its storage, nor a view
+  // or weight updated in place: the storage sharing in Execute relies on that. What remains
+  // is whether this backend implements every kind, and that each kernel gets the operand
+  // count it indexes.
+  TP_RETURN_IF_ERROR(ir::Verify(g));
   for (size_t ri = 0; ri < g.regions().size(); ++ri) {
     const ir::Region& r = g.regions()[ri];
-    const std::string label = RegionLabel(g, ri);
     const KindInfo* info = FindKind(r.kind);
     if (info == nullptr) {
       return absl::UnimplementedError(
-          absl::StrCat(label, ": unknown region kind '", r.kind,
-                       "'; the cpu backend implements: ", absl::StrJoin(KindNames(), ", ")));
+          absl::StrCat(RegionLabel(g, ri), ": the cpu backend does not implement region kind '",
+                       r.kind, "'; it implements: ", absl::StrJoin(KindNames(), ", ")));
     }
     const int num_operands = static_cast<int>(r.operands.size());
     const int num_results = static_cast<int>(r.results.size());
-    if (num_operands < info->min_operands || num_operands > info->max_operands) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, " has ", num_operands, " operands, expected ", info->min_operands,
-          info->min_operands == info->max_operands ? "" : absl::StrCat("..", info->max_operands)));
-    }
-    if (info->num_results >= 0 ? num_results != info->num_results : num_results < 1) {
+    if (num_operands < info->min_operands || num_operands > info->max_operands ||
+        (info->num_results >= 0 ? num_results != info->num_results : num_results < 1)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(label, " has ", num_results, " results, expected ",
-                       info->num_results >= 0 ? absl::StrCat(info->num_results) : "at least 1"));
-    }
-    if (r.result_aliases.size() != r.results.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, " has malformed result aliases"));
-    }
-    for (ValueId u : r.operands) {
-      if (u < 0 || u >= num_values) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, " has an operand that does not exist"));
-      }
-      const ir::Value& uv = g.value(u);
-      if (uv.kind == ValueKind::kResult && uv.producer >= static_cast<int32_t>(ri)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, " reads %", uv.name, " before it is produced"));
-      }
-      TP_RETURN_IF_ERROR(check_fresh(u, label));
-    }
-    for (size_t j = 0; j < r.results.size(); ++j) {
-      const ValueId res = r.results[j];
-      const ir::ResultAlias& alias = r.result_aliases[j];
-      const bool is_kv_write = r.kind == "kv_write";
-      if (is_kv_write != (alias.kind == AliasKind::kInPlace)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, is_kv_write ? ": the result must be inplace(cache)"
-                                            : ": only kv_write may update an operand in place"));
-      }
-      if (alias.kind == AliasKind::kNone) continue;
-      if (alias.operand != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": the result may only alias operand 0"));
-      }
-      const ValueId u = r.operands[0];
-      if (alias.kind == AliasKind::kView) {
-        if (r.kind != "reshape" && r.kind != "split") {
-          return absl::InvalidArgumentError(
-              absl::StrCat(label, ": only reshape and split produce views"));
-        }
-        root[res] = root[u];
-        generation[res] = generation[u];
-        continue;
-      }
-      // In place: the operand must be writable storage, not a weight and not a view.
-      const ir::Value& uv = g.value(u);
-      if (g.value(root[u]).kind == ValueKind::kWeight) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, " updates %", uv.name, " in place, but weights are read-only"));
-      }
-      if (uv.kind == ValueKind::kResult &&
-          g.regions()[static_cast<size_t>(uv.producer)].result_aliases[uv.result_index].kind ==
-              AliasKind::kView) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, " updates %", uv.name, " in place, but it is a read-only view"));
-      }
-      root[res] = root[u];
-      generation[res] = ++root_generation[root[u]];
-      root_updater[root[u]] = static_cast<int>(ri);
+          absl::StrCat(RegionLabel(g, ri), " has ", num_operands, " operands and ", num_results,
+                       " results, which the cpu kernel does not take"));
     }
   }
-  for (ValueId out : g.outputs()) TP_RETURN_IF_ERROR(check_fresh(out, "graph output"));
 
   // Weights: exactly the graph's, with their declared static shapes.
   weights_.assign(static_cast<size_t>(num_values), nullptr);
@@ -339,7 +268,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
 
   for (const auto& [name, tensor] : inputs) {
     const ValueId id = g.FindValue(name);
-    if (id == ir::kNoValue || g.value(id).kind != ValueKind::kInput) {
+    if (id == ir::kNoValue || g.value(id).kind != ir::ValueKind::kInput) {
       return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an input of the graph"));
     }
   }

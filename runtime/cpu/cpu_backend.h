@@ -15,10 +15,11 @@
 // a prompt can be run as one prefill and continued token by token. Reset() zeroes them.
 // After a run that returned an error the state contents are unspecified; call Reset().
 //
-// Aliasing: a `view` result (reshape, split) is read-only; reshape shares its operand's
-// storage and split copies its slices, which is indistinguishable because no region may
-// update a view in place and no value may be read after its storage was updated in place
-// (both are rejected at creation). A `inplace` result (kv_write) is its operand's storage.
+// Graphs are checked with ir::Verify at creation. Aliasing: a `view` result (reshape,
+// split) is read-only; reshape shares its operand's storage and split copies its slices,
+// which is indistinguishable because the verifier rejects in-place updates of views and
+// reads of a value after its storage was updated in place. An `inplace` result (kv_write)
+// is its operand's storage.
 //
 // Not thread-safe: one Run/Execute at a time per backend.
 #ifndef TILEPLAN_RUNTIME_CPU_CPU_BACKEND_H_
@@ -65,7 +66,8 @@ class CpuBackend {
   };
 
   // Binds the graph's weights to `checkpoint` (models::BindCheckpoint: exact names, shapes
-  // and dtypes, no unused tensors), upcasts them to float32 and allocates the state.
+  // and dtypes, no unused tensors), upcasts them to float32, verifies the graph, checks
+  // that every kind is implemented (Unimplemented otherwise) and allocates the state.
   // The checkpoint is not referenced after Create returns.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ir::Graph& graph,
                                                             const models::Checkpoint& checkpoint,

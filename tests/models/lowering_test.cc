@@ -1,6 +1,7 @@
 // Lowering of every architecture to the primitive graph, and binding to checkpoints.
 #include "models/lowering.h"
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -8,7 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/safetensors_writer.h"
+#include "regions/verifier.h"
+#include "tests/models/safetensors_builder.h"
+#include "tests/testing/random_weights.h"
 #include "tests/testing/tiny_models.h"
 
 namespace tileplan::models {
@@ -188,6 +191,13 @@ TEST(Lowering, Phi3SplitsFusedProjections) {
   EXPECT_EQ(OperandName(g, "l0.swiglu", 1), "l0.up");
 }
 
+TEST(Lowering, EveryArchitectureVerifies) {
+  for (Architecture arch : testing::AllArchitectures()) {
+    const ir::Graph g = Lower(TinyModelConfig(arch));
+    EXPECT_TRUE(ir::Verify(g).ok()) << ArchitectureName(arch) << ": " << ir::Verify(g);
+  }
+}
+
 TEST(Lowering, IsDeterministic) {
   for (Architecture arch : testing::AllArchitectures()) {
     const ir::Graph a = Lower(TinyModelConfig(arch));
@@ -234,11 +244,10 @@ TEST(Lowering, InconsistentGeometryIsRefused) {
 
 // Writes `tensors` as DIR/model.safetensors and binds `graph` to it.
 absl::StatusOr<std::vector<std::vector<int64_t>>> BindShapes(const ir::Graph& graph,
-                                                             const testing::TensorMap& tensors) {
-  testing::TempDir dir;
-  absl::Status written = testing::WriteSafetensors(dir.path() / "model.safetensors", tensors);
-  if (!written.ok()) return written;
-  auto checkpoint = Checkpoint::Open(dir.path());
+                                                             const testing::WeightMap& tensors) {
+  const std::filesystem::path dir = testing::MakeTempDir("checkpoint");
+  testing::WriteWeights(dir / "model.safetensors", tensors);
+  auto checkpoint = Checkpoint::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   auto bound = BindCheckpoint(graph, **checkpoint);
   if (!bound.ok()) return bound.status();
@@ -264,7 +273,7 @@ TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
 
 TEST(BindCheckpoint, MissingTensorIsNamed) {
   const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen2));
-  testing::TensorMap tensors = testing::RandomWeights(g, 1);
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
   tensors.erase("model.layers.1.mlp.down_proj.weight");
   auto shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
@@ -278,8 +287,8 @@ TEST(BindCheckpoint, UnusedTensorsAreNamed) {
   const ir::Graph g = Lower(TinyModelConfig(Architecture::kLlama));
   for (const std::string extra :
        {"lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"}) {
-    testing::TensorMap tensors = testing::RandomWeights(g, 1);
-    tensors[extra] = testing::TestTensor{StDType::kF32, {4}, {1, 2, 3, 4}, {}};
+    testing::WeightMap tensors = testing::RandomWeights(g, 1);
+    tensors[extra] = testing::WeightData{StDType::kF32, {4}, {1, 2, 3, 4}, {}};
     auto shapes = BindShapes(g, tensors);
     ASSERT_FALSE(shapes.ok()) << extra;
     EXPECT_THAT(std::string(shapes.status().message()),
@@ -289,7 +298,7 @@ TEST(BindCheckpoint, UnusedTensorsAreNamed) {
 
 TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
   const ir::Graph g = Lower(TinyModelConfig(Architecture::kMistral));
-  testing::TensorMap tensors = testing::RandomWeights(g, 1);
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
   tensors["model.norm.weight"].shape = {31};
   tensors["model.norm.weight"].values.resize(31);
   auto shapes = BindShapes(g, tensors);

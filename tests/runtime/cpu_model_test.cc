@@ -3,6 +3,7 @@
 // change results, and bad runs are reported, not crashed on.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "models/lowering.h"
 #include "models/safetensors.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "tests/testing/safetensors_writer.h"
+#include "tests/models/safetensors_builder.h"
 #include "tests/testing/tiny_models.h"
 
 namespace tileplan::runtime::cpu {
@@ -25,9 +26,10 @@ using ::testing::HasSubstr;
 class TinyModel {
  public:
   explicit TinyModel(const models::ModelConfig& config, uint32_t seed = 7) : config_(config) {
-    absl::Status written = testing::WriteRandomCheckpoint(config, dir_.path(), seed);
+    const std::filesystem::path dir = testing::MakeTempDir("model");
+    absl::Status written = testing::WriteRandomCheckpoint(config, dir, seed);
     EXPECT_TRUE(written.ok()) << written;
-    auto checkpoint = models::Checkpoint::Open(dir_.path());
+    auto checkpoint = models::Checkpoint::Open(dir);
     EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
     if (checkpoint.ok()) checkpoint_ = std::move(*checkpoint);
     auto graph = models::LowerModel(config);
@@ -46,7 +48,6 @@ class TinyModel {
 
  private:
   models::ModelConfig config_;
-  testing::TempDir dir_;
   std::unique_ptr<models::Checkpoint> checkpoint_;
   ir::Graph graph_;
 };

@@ -21,7 +21,8 @@ models::ModelConfig TinyModelConfig(models::Architecture arch);
 
 std::vector<models::Architecture> AllArchitectures();
 
-// Lowers `config` and writes DIR/model.safetensors with RandomWeights(graph, seed).
+// Lowers `config` and writes DIR/model.safetensors with RandomWeights(graph, seed); a
+// lowering error is returned, a write failure fails the current test.
 absl::Status WriteRandomCheckpoint(const models::ModelConfig& config,
                                    const std::filesystem::path& dir, uint32_t seed);
 

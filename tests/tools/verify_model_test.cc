@@ -15,7 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/safetensors.h"
-#include "tests/testing/safetensors_writer.h"
+#include "tests/models/safetensors_builder.h"
+#include "tests/testing/random_weights.h"
 
 namespace tileplan {
 namespace {
@@ -45,13 +46,13 @@ Result RunVerifyModel(const std::string& args, const fs::path& scratch) {
 }
 
 // The fixture's reference tensors, to be modified and written elsewhere.
-testing::TensorMap LoadReference() {
-  testing::TensorMap out;
+testing::WeightMap LoadReference() {
+  testing::WeightMap out;
   auto file = models::SafetensorsFile::Open(kFixture / "reference.safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return out;
   for (const auto& [name, view] : (*file)->tensors()) {
-    testing::TestTensor t;
+    testing::WeightData t;
     t.dtype = view.dtype;
     t.shape = view.shape;
     if (view.dtype == models::StDType::kI32) {
@@ -70,15 +71,15 @@ testing::TensorMap LoadReference() {
 class VerifyModelTest : public ::testing::Test {
  protected:
   // Runs verify_model on the fixture's model with `reference` written to a temp file.
-  Result RunWithReference(const testing::TensorMap& reference) {
-    const fs::path path = dir_.path() / "reference.safetensors";
-    EXPECT_TRUE(testing::WriteSafetensors(path, reference).ok());
+  Result RunWithReference(const testing::WeightMap& reference) {
+    const fs::path path = dir_ / "reference.safetensors";
+    testing::WriteWeights(path, reference);
     return RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
                                        path.string(), "' --backend cpu --threads 2"),
-                          dir_.path());
+                          dir_);
   }
 
-  testing::TempDir dir_;
+  const fs::path dir_ = testing::MakeTempDir("verify_model");
 };
 
 TEST_F(VerifyModelTest, FixturePasses) {
@@ -90,7 +91,7 @@ TEST_F(VerifyModelTest, FixturePasses) {
 }
 
 TEST_F(VerifyModelTest, PerturbedLogitsFail) {
-  testing::TensorMap ref = LoadReference();
+  testing::WeightMap ref = LoadReference();
   ref["logits"].values[100] += 0.01f;
   const Result r = RunWithReference(ref);
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -98,7 +99,7 @@ TEST_F(VerifyModelTest, PerturbedLogitsFail) {
 }
 
 TEST_F(VerifyModelTest, DifferentGreedyTokensFail) {
-  testing::TensorMap ref = LoadReference();
+  testing::WeightMap ref = LoadReference();
   ref["greedy_tokens"].ints[3] = (ref["greedy_tokens"].ints[3] + 1) % 384;
   const Result r = RunWithReference(ref);
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -107,7 +108,7 @@ TEST_F(VerifyModelTest, DifferentGreedyTokensFail) {
 }
 
 TEST_F(VerifyModelTest, MalformedReferencesAreBadInput) {
-  testing::TensorMap ref = LoadReference();
+  testing::WeightMap ref = LoadReference();
   ref["logits"].shape = {24, 383};
   ref["logits"].values.resize(24 * 383);
   Result r = RunWithReference(ref);
@@ -140,40 +141,40 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
   Result r =
       RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
                                   (kFixture / "reference.safetensors").string(), "' --backend tpu"),
-                     dir_.path());
+                     dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("unknown backend 'tpu'; supported backends: cpu"));
 
-  r = RunVerifyModel("--model x --backend cpu", dir_.path());
+  r = RunVerifyModel("--model x --backend cpu", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--reference"));
 
-  r = RunVerifyModel("--model x --reference y --backend cpu --threads zero", dir_.path());
+  r = RunVerifyModel("--model x --reference y --backend cpu --threads zero", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--threads"));
 }
 
 TEST_F(VerifyModelTest, BadModelsAreBadInput) {
   // The fixture's checkpoint without one tensor.
-  const fs::path model = dir_.path() / "model";
+  const fs::path model = dir_ / "model";
   fs::create_directories(model);
   fs::copy_file(kFixture / "config.json", model / "config.json");
   {
     auto file = models::SafetensorsFile::Open(kFixture / "model.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
-    testing::TensorMap tensors;
+    testing::WeightMap tensors;
     for (const auto& [name, view] : (*file)->tensors()) {
       if (name == "model.layers.1.mlp.up_proj.weight") continue;
       auto values = models::ToFloat32(view);
       ASSERT_TRUE(values.ok());
-      tensors[name] = testing::TestTensor{view.dtype, view.shape, *values, {}};
+      tensors[name] = testing::WeightData{view.dtype, view.shape, *values, {}};
     }
-    ASSERT_TRUE(testing::WriteSafetensors(model / "model.safetensors", tensors).ok());
+    testing::WriteWeights(model / "model.safetensors", tensors);
   }
   const std::string reference = (kFixture / "reference.safetensors").string();
   Result r = RunVerifyModel(
       absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
-      dir_.path());
+      dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("'model.layers.1.mlp.up_proj.weight'"));
 
@@ -181,7 +182,7 @@ TEST_F(VerifyModelTest, BadModelsAreBadInput) {
   std::ofstream(model / "config.json") << R"({"model_type": "gpt2", "n_embd": 64})";
   r = RunVerifyModel(
       absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
-      dir_.path());
+      dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("model_type"));
 }
