@@ -343,12 +343,15 @@ absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& g
     used[w.checkpoint_tensor] = true;
     bound.push_back(t);
   }
+  std::vector<std::string> unused;
   for (const auto& [name, is_used] : used) {
-    if (!is_used) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint tensor '", name, "' is not used by the ", graph.name(),
-                       " graph (unexpected for this architecture and config)"));
-    }
+    if (!is_used) unused.push_back(absl::StrCat("'", name, "'"));
+  }
+  if (!unused.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint tensor", unused.size() > 1 ? "s " : " ", absl::StrJoin(unused, ", "),
+        unused.size() > 1 ? " are" : " is", " not used by the ", graph.name(),
+        " graph (unexpected for this architecture and config)"));
   }
   return bound;
 }

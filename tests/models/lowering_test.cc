@@ -285,15 +285,20 @@ TEST(BindCheckpoint, MissingTensorIsNamed) {
 TEST(BindCheckpoint, UnusedTensorsAreNamed) {
   // A stray lm_head.weight next to tied embeddings, and a rotary buffer.
   const ir::Graph g = Lower(TinyModelConfig(Architecture::kLlama));
-  for (const std::string extra :
-       {"lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"}) {
-    testing::WeightMap tensors = testing::RandomWeights(g, 1);
-    tensors[extra] = testing::WeightData{StDType::kF32, {4}, {1, 2, 3, 4}, {}};
-    auto shapes = BindShapes(g, tensors);
-    ASSERT_FALSE(shapes.ok()) << extra;
-    EXPECT_THAT(std::string(shapes.status().message()),
-                HasSubstr("checkpoint tensor '" + extra + "' is not used"));
-  }
+  const std::string inv_freq = "model.layers.0.self_attn.rotary_emb.inv_freq";
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  tensors[inv_freq] = testing::WeightData{StDType::kF32, {4}, {1, 2, 3, 4}, {}};
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensor '" + inv_freq + "' is not used by the llama graph"));
+
+  tensors["lm_head.weight"] =
+      testing::WeightData{StDType::kBF16, {61, 32}, std::vector<float>(61 * 32, 0.5f), {}};
+  shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensors 'lm_head.weight', '" + inv_freq + "' are not used"));
 }
 
 TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
