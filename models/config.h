@@ -11,16 +11,24 @@
 // InvalidArgument error naming the field. Known metadata fields (token ids, architectures,
 // transformers_version, initializer_range, ...) are accepted and listed in
 // `ignored_fields`; an unknown field is refused, naming it.
+//
+// Absent fields take the defaults of the transformers config class of the model_type (see the
+// field comments below); rms_norm_eps, max_position_embeddings and the sizes are required.
+// Sliding windows: mistral and phi3 apply `sliding_window` to every layer (mistral's default is
+// 4096 when the field is absent, phi3 has none); qwen2/qwen3 apply it only when
+// `use_sliding_window` is true, to layers i >= `max_window_layers` (default 28); a
+// `layer_types` list decides per layer for qwen2/qwen3 and must agree with the rule above for
+// the others, which do not read it.
 #ifndef TILEPLAN_MODELS_CONFIG_H_
 #define TILEPLAN_MODELS_CONFIG_H_
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "regions/ir.h"
 
 namespace tileplan::models {
@@ -44,8 +52,12 @@ struct ModelConfig {
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
-  int64_t num_kv_heads = 0;  // defaults to num_heads when absent
-  int64_t head_dim = 0;      // defaults to hidden_size / num_heads when absent or null
+  // num_key_value_heads; null means num_heads, and so does an absent field for llama and phi3
+  // (qwen2/qwen3 classes default to 32, mistral to 8).
+  int64_t num_kv_heads = 0;
+  // head_dim; hidden_size / num_heads when absent or null (qwen3: 128 when absent, as its
+  // class default; null refused).
+  int64_t head_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -59,7 +71,9 @@ struct ModelConfig {
   // Per layer: attention window in tokens (a query at position p sees keys in
   // (p - window, p]), or 0 for full causal attention. Size num_layers.
   std::vector<int64_t> sliding_window;
-  ir::DType dtype = ir::DType::kBF16;  // the checkpoint's dtype (torch_dtype / dtype)
+  // The checkpoint's dtype (`dtype`, or `torch_dtype` in the hub layout): bfloat16, float16 or
+  // float32. float32 when the config names none, which is what transformers loads then.
+  ir::DType dtype = ir::DType::kF32;
   std::vector<std::string> ignored_fields;  // sorted metadata keys that were accepted
 };
 

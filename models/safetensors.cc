@@ -303,7 +303,8 @@ int64_t TensorView::num_elements() const { return CheckedProduct(shape).value_or
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::filesystem::path& path) {
   const std::string label = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK keeps a FIFO at `path` from blocking the open; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoError(errno, absl::StrCat(label, ": cannot open"));
   FdCloser closer(fd);
   struct stat st;

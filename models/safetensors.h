@@ -8,7 +8,9 @@
 // optional "__metadata__" entry must map strings to strings.
 //
 // Lifetime: TensorView::data points into the mapping owned by the SafetensorsFile (or the
-// Checkpoint holding it); it is valid while that object lives.
+// Checkpoint holding it); it is valid while that object lives. Data is little-endian and not
+// necessarily aligned. The mapping is private and read-only; a file truncated by another process
+// while mapped is outside this contract (the kernel reports it as SIGBUS on access).
 #ifndef TILEPLAN_MODELS_SAFETENSORS_H_
 #define TILEPLAN_MODELS_SAFETENSORS_H_
 
@@ -18,10 +20,10 @@
 #include <map>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tileplan::models {
 
@@ -39,6 +41,8 @@ struct TensorView {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;
   size_t nbytes = 0;
+  // Product of `shape` (1 for a scalar); -1 if it overflows int64 or an extent is negative,
+  // which only a hand-built view can have.
   int64_t num_elements() const;
 };
 
@@ -70,7 +74,9 @@ class SafetensorsFile {
 // A checkpoint directory: model.safetensors, or model.safetensors.index.json + shards
 // ("weight_map": tensor -> shard file). Every shard named is opened; a tensor listed in the
 // index must be in the shard it names; a shard tensor missing from the index, or a tensor in
-// two shards, is an error. Shard names must be plain file names inside the directory.
+// two shards, is an error. Shard names must be plain file names inside the directory (no '/',
+// '\\' or ".."). When both model.safetensors and the index exist, model.safetensors is used, as
+// transformers does.
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& dir);

@@ -1,5 +1,7 @@
 #include "models/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -124,6 +126,11 @@ TEST(SafetensorsTest, OpenReportsMissingAndNonRegularFiles) {
   auto directory = SafetensorsFile::Open(dir);
   ASSERT_FALSE(directory.ok());
   EXPECT_THAT(directory.status().message(), HasSubstr("not a regular file"));
+  const std::filesystem::path fifo = dir / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto pipe = SafetensorsFile::Open(fifo);
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_THAT(pipe.status().message(), HasSubstr("not a regular file"));
 }
 
 TEST(SafetensorsTest, EmptyAndScalarTensorsAreFine) {
