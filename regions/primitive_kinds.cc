@@ -237,7 +237,7 @@ Results InferAttention(const KindArgs& a) {
   const bool grouped =
       hq.is_static() && hkv.is_static() && hkv.extent() > 0 && hq.extent() % hkv.extent() == 0;
   if (!DimsMatch(hq, hkv) && !grouped) {
-    return a.OperandError(1, shape::Pattern("[B,Hkv,Smax,D] with Hkv dividing", {{"Hq", hq}}));
+    return a.OperandError(1, absl::StrCat("[B,Hkv,Smax,D] with Hkv dividing Hq = ", hq.ToString()));
   }
   TP_RETURN_IF_ERROR(ExpectSameType(a, 2, 1));
   TP_RETURN_IF_ERROR(ExpectPositions(a, 3, q.dims[0], q.dims[1]));

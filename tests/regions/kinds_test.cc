@@ -1,0 +1,291 @@
+// Kind registry and the typing rule of every primitive kind.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "regions/kinds.h"
+#include "regions/shape_rules.h"
+
+namespace tileplan::ir {
+namespace {
+
+using ::testing::HasSubstr;
+
+// "bf16[B,T,64]" -> TensorType (test input is trusted).
+TensorType T(absl::string_view text) {
+  const size_t open = text.find('[');
+  TensorType type;
+  type.dtype = ParseDType(text.substr(0, open)).value();
+  const absl::string_view dims = text.substr(open + 1, text.size() - open - 2);
+  if (dims.empty()) return type;
+  for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    int64_t extent;
+    type.dims.push_back(absl::SimpleAtoi(d, &extent) ? Dim::Static(extent)
+                                                     : Dim::Symbol(std::string(d)));
+  }
+  return type;
+}
+
+absl::StatusOr<std::vector<InferredResult>> Infer(absl::string_view kind,
+                                                  std::vector<std::string> operand_types,
+                                                  const Attributes& attrs = {},
+                                                  std::vector<std::string> declared = {}) {
+  const KindSpec* spec = FindKind(kind);
+  if (spec == nullptr) return absl::NotFoundError(absl::StrCat("no kind ", kind));
+  std::vector<TensorType> operands, results;
+  for (const std::string& t : operand_types) operands.push_back(T(t));
+  for (const std::string& t : declared) results.push_back(T(t));
+  const std::vector<std::string> names;
+  return InferResults(*spec, KindArgs{operands, names, attrs, results});
+}
+
+// The single result's type, or the error message.
+std::string InferOne(absl::string_view kind, std::vector<std::string> operand_types,
+                     const Attributes& attrs = {}, std::vector<std::string> declared = {}) {
+  auto r = Infer(kind, std::move(operand_types), attrs, std::move(declared));
+  if (!r.ok()) return std::string(r.status().message());
+  if (r->size() != 1) return absl::StrCat(r->size(), " results");
+  return (*r)[0].type.ToString();
+}
+
+Attributes Attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
+  Attributes attrs;
+  for (auto& [k, v] : entries) attrs.Set(k, v);
+  return attrs;
+}
+
+TEST(KindsTest, RegistryHoldsExactlyThePrimitiveKindsSorted) {
+  EXPECT_EQ(KindNames(), (std::vector<std::string>{
+                             "add", "argmax", "attention", "embedding", "kv_write", "linear",
+                             "lm_head", "mul", "reshape", "rms_norm", "rope", "silu", "split"}));
+  EXPECT_EQ(FindKind("fused_everything"), nullptr);
+  ASSERT_NE(FindKind("linear"), nullptr);
+  EXPECT_EQ(FindKind("linear")->OperandSignature(), "x, w[, bias]");
+  EXPECT_EQ(FindKind("linear")->min_operands(), 2);
+  EXPECT_EQ(FindKind("linear")->max_operands(), 3);
+}
+
+// docs/ir.md's kind tables are the contract: every kind they list is registered and
+// every registered kind is listed.
+TEST(KindsTest, DocumentedKindsMatchRegistry) {
+  std::ifstream in(absl::StrCat(TILEPLAN_SOURCE_DIR, "/docs/ir.md"));
+  ASSERT_TRUE(in) << "cannot read docs/ir.md";
+  std::vector<std::string> documented;
+  bool in_kinds = false;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "## ")) in_kinds = line == "## Region kinds";
+    if (in_kinds && absl::StartsWith(line, "| `")) {
+      const size_t end = line.find('`', 3);
+      documented.push_back(line.substr(3, end - 3));
+    }
+  }
+  std::sort(documented.begin(), documented.end());
+  EXPECT_EQ(documented, KindNames());
+}
+
+TEST(KindsTest, RegistryRejectsMalformedSpecs) {
+  KindRegistry registry;
+  ASSERT_TRUE(RegisterAllKinds(registry).ok());
+  EXPECT_EQ(registry.Names(), KindNames());
+  auto infer = [](const KindArgs& a) -> absl::StatusOr<std::vector<InferredResult>> {
+    return std::vector<InferredResult>{{a.operands[0], {}}};
+  };
+  EXPECT_EQ(registry.Register({.name = "silu", .operands = {"x"}, .infer = infer}).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(registry.Register({.name = "bad name", .operands = {"x"}, .infer = infer}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.Register({.name = "no_infer", .operands = {"x"}, .infer = nullptr}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry
+                .Register({.name = "dup_keys",
+                           .operands = {"x"},
+                           .attrs = {{"a", AttrType::kInt}, {"a", AttrType::kFloat}},
+                           .infer = infer})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      registry.Register({.name = "opt", .operands = {"x"}, .optional_operands = 2, .infer = infer})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(registry.Register({.name = "fused_new", .operands = {"x"}, .infer = infer}).ok());
+  EXPECT_NE(registry.Find("fused_new"), nullptr);
+  EXPECT_EQ(FindKind("fused_new"), nullptr);
+}
+
+TEST(KindsTest, DimsMatchWhenStaticEqualOrSameSymbol) {
+  EXPECT_TRUE(shape::DimsMatch(Dim::Static(4), Dim::Static(4)));
+  EXPECT_FALSE(shape::DimsMatch(Dim::Static(4), Dim::Static(5)));
+  EXPECT_TRUE(shape::DimsMatch(Dim::Symbol("B"), Dim::Symbol("B")));
+  EXPECT_FALSE(shape::DimsMatch(Dim::Symbol("B"), Dim::Symbol("T")));
+  EXPECT_FALSE(shape::DimsMatch(Dim::Symbol("B"), Dim::Static(4)));
+}
+
+TEST(KindsTest, AttributeSchema) {
+  const KindSpec& rope = *FindKind("rope");
+  EXPECT_TRUE(
+      CheckAttributes(rope, Attrs({{"theta", 1.0}, {"rope_type", std::string("default")}})).ok());
+  EXPECT_EQ(CheckAttributes(rope, Attrs({{"theta", 1.0}})).message(),
+            "missing required attribute 'rope_type' (string)");
+  EXPECT_EQ(
+      CheckAttributes(rope, Attrs({{"theta", int64_t{1}}, {"rope_type", std::string("default")}}))
+          .message(),
+      "attribute 'theta' has type int, expected float");
+  EXPECT_THAT(
+      CheckAttributes(
+          rope, Attrs({{"theta", 1.0}, {"rope_type", std::string("default")}, {"scaling", 2.0}}))
+          .message(),
+      HasSubstr("unknown attribute 'scaling' (rope takes theta, rope_type, factor"));
+}
+
+TEST(KindsTest, Embedding) {
+  EXPECT_EQ(InferOne("embedding", {"i32[B,T]", "bf16[256,64]"}), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("embedding", {"f32[B,T]", "bf16[256,64]"}),
+            "operand 0 has type f32[B,T], expected i32[B,T]");
+}
+
+TEST(KindsTest, RmsNorm) {
+  const Attributes eps = Attrs({{"eps", 1e-6}});
+  EXPECT_EQ(InferOne("rms_norm", {"bf16[B,T,64]", "f32[64]"}, eps), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("rms_norm", {"bf16[B,T,64]", "f32[32]"}, eps),
+            "operand 1 has type f32[32], expected [N] with N = 64");
+  EXPECT_EQ(InferOne("rms_norm", {"bf16[B,T,64]", "f32[64]"}, Attrs({{"eps", -1.0}})),
+            "attribute 'eps' is -1.0, expected a finite float >= 0");
+}
+
+TEST(KindsTest, Linear) {
+  EXPECT_EQ(InferOne("linear", {"bf16[B,T,64]", "bf16[32,64]"}), "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("linear", {"f32[7]", "bf16[32,7]", "bf16[32]"}), "f32[32]");
+  EXPECT_EQ(InferOne("linear", {"bf16[B,T,64]", "bf16[32,64]", "f32[32]"}),
+            "operand 2 has type f32[32], expected bf16[N] (the dtype of operand 1)");
+  EXPECT_EQ(InferOne("linear", {"bf16[B,T,64]", "bf16[32,64]", "bf16[16]"}),
+            "operand 2 has type bf16[16], expected [N] with N = 32");
+  EXPECT_EQ(InferOne("linear", {"bf16[B,T,K]", "bf16[32,64]"}),
+            "operand 1 has type bf16[32,64], expected [N,K] with K = K");
+  EXPECT_EQ(InferOne("linear", {"bf16[]", "bf16[32,64]"}),
+            "operand 0 has type bf16[], expected a floating-point tensor [...,K]");
+}
+
+TEST(KindsTest, Reshape) {
+  auto r = Infer("reshape", {"bf16[B,T,64]"}, {}, {"bf16[T,4,B,16]"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].alias, (ResultAlias{AliasKind::kView, 0}));
+  EXPECT_EQ(InferOne("reshape", {"bf16[B,T,64]"}, {}, {"bf16[B,64]"}),
+            "declared result type bf16[B,64] is not a reshape of operand 0 bf16[B,T,64] (same "
+            "dtype, static element count and multiset of symbols)");
+  EXPECT_EQ(InferOne("reshape", {"bf16[4]"}, {}, {"f16[4]"}).substr(0, 36),
+            "declared result type f16[4] is not a");
+  EXPECT_EQ(InferOne("reshape", {"bf16[4]"}), "declares 0 results, expected 1");
+  EXPECT_EQ(InferOne("reshape", {"bf16[4611686018427387904,4]"}, {}, {"bf16[4]"}),
+            "the static element count of bf16[4611686018427387904,4] overflows int64");
+}
+
+TEST(KindsTest, Split) {
+  auto r = Infer("split", {"bf16[B,T,96]"}, Attrs({{"sizes", std::vector<int64_t>{64, 16, 16}}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,T,64]");
+  EXPECT_EQ((*r)[2].type.ToString(), "bf16[B,T,16]");
+  for (const InferredResult& x : *r) EXPECT_EQ(x.alias, (ResultAlias{AliasKind::kView, 0}));
+  EXPECT_EQ(InferOne("split", {"bf16[B,T,N]"}, Attrs({{"sizes", std::vector<int64_t>{1}}})),
+            "operand 0 has type bf16[B,T,N], expected [...,N] with N static");
+  EXPECT_EQ(InferOne("split", {"bf16[8]"}, Attrs({{"sizes", std::vector<int64_t>{}}})),
+            "attribute 'sizes' is ints[], expected at least one size");
+  EXPECT_EQ(InferOne("split", {"bf16[8]"}, Attrs({{"sizes", std::vector<int64_t>{9, -1}}})),
+            "attribute 'sizes' is [9, -1], expected positive sizes summing to N = 8");
+}
+
+TEST(KindsTest, Rope) {
+  const Attributes plain = Attrs({{"theta", 1e4}, {"rope_type", std::string("default")}});
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,16]", "i32[B,T]"}, plain), "bf16[B,T,4,16]");
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,15]", "i32[B,T]"}, plain),
+            "operand 0 has type bf16[B,T,4,15], expected a floating-point tensor [B,T,H,D] with "
+            "D static, even and > 0");
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,16]", "i32[B,S]"}, plain),
+            "operand 1 has type i32[B,S], expected i32[B,T] with B = B, T = T");
+  Attributes llama3 = Attrs({{"theta", 5e5},
+                             {"rope_type", std::string("llama3")},
+                             {"factor", 8.0},
+                             {"low_freq_factor", 1.0},
+                             {"high_freq_factor", 4.0},
+                             {"original_max_position_embeddings", int64_t{8192}}});
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,16]", "i32[B,T]"}, llama3), "bf16[B,T,4,16]");
+  llama3.Set("high_freq_factor", 1.0);
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,16]", "i32[B,T]"}, llama3),
+            "attribute 'high_freq_factor' is 1.0, expected a finite float > low_freq_factor = "
+            "1.0");
+  llama3.Set("high_freq_factor", 4.0);
+  llama3.Set("original_max_position_embeddings", int64_t{0});
+  EXPECT_EQ(InferOne("rope", {"bf16[B,T,4,16]", "i32[B,T]"}, llama3),
+            "attribute 'original_max_position_embeddings' is 0, expected > 0");
+}
+
+TEST(KindsTest, KvWrite) {
+  auto r = Infer("kv_write", {"bf16[B,2,Smax,16]", "bf16[B,T,2,16]", "i32[B,T]"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,2,Smax,16]");
+  EXPECT_EQ((*r)[0].alias, (ResultAlias{AliasKind::kInPlace, 0}));
+  EXPECT_EQ(InferOne("kv_write", {"bf16[B,2,Smax,16]", "bf16[B,T,4,16]", "i32[B,T]"}),
+            "operand 1 has type bf16[B,T,4,16], expected [B,T,Hkv,D] with B = B, Hkv = 2, D = 16");
+  EXPECT_EQ(InferOne("kv_write", {"bf16[B,2,Smax,16]", "f32[B,T,2,16]", "i32[B,T]"}),
+            "operand 1 has type f32[B,T,2,16], expected bf16[B,T,Hkv,D] (the dtype of operand "
+            "0)");
+}
+
+TEST(KindsTest, Attention) {
+  const Attributes attrs = Attrs({{"scale", 0.25}, {"sliding_window", int64_t{0}}});
+  EXPECT_EQ(
+      InferOne("attention",
+               {"bf16[B,T,8,16]", "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"}, attrs),
+      "bf16[B,T,8,16]");
+  EXPECT_EQ(
+      InferOne("attention",
+               {"bf16[B,T,H,16]", "bf16[B,H,Smax,16]", "bf16[B,H,Smax,16]", "i32[B,T]"}, attrs),
+      "bf16[B,T,H,16]");
+  EXPECT_EQ(InferOne("attention",
+                     {"bf16[B,T,8,16]", "bf16[B,2,Smax,16]", "bf16[B,2,S,16]", "i32[B,T]"}, attrs),
+            "operand 2 has type bf16[B,2,S,16], expected bf16[B,2,Smax,16] (the type of operand "
+            "1)");
+  EXPECT_EQ(InferOne("attention",
+                     {"bf16[B,T,8,16]", "bf16[B,2,Smax,8]", "bf16[B,2,Smax,8]", "i32[B,T]"}, attrs),
+            "operand 1 has type bf16[B,2,Smax,8], expected [B,Hkv,Smax,D] with B = B, D = 16");
+  EXPECT_EQ(InferOne("attention",
+                     {"bf16[B,T,8,16]", "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"},
+                     Attrs({{"scale", std::nan("")}, {"sliding_window", int64_t{0}}})),
+            "attribute 'scale' is nan, expected a finite float");
+}
+
+TEST(KindsTest, ElementwiseAndHeads) {
+  EXPECT_EQ(InferOne("add", {"f16[B,T,64]", "f16[B,T,64]"}), "f16[B,T,64]");
+  EXPECT_EQ(InferOne("mul", {"f32[]", "f32[]"}), "f32[]");
+  EXPECT_EQ(InferOne("add", {"f16[B,T,64]", "bf16[B,T,64]"}),
+            "operand 1 has type bf16[B,T,64], expected f16[B,T,64] (the type of operand 0)");
+  EXPECT_EQ(InferOne("silu", {"bf16[B,T,128]"}), "bf16[B,T,128]");
+  EXPECT_EQ(InferOne("silu", {"i32[4]"}),
+            "operand 0 has type i32[4], expected a floating-point tensor [...]");
+  EXPECT_EQ(InferOne("lm_head", {"bf16[B,T,64]", "bf16[256,64]"}), "f32[B,T,256]");
+  EXPECT_EQ(InferOne("lm_head", {"bf16[B,T,64]", "bf16[256,32]"}),
+            "operand 1 has type bf16[256,32], expected [V,H] with H = 64");
+  EXPECT_EQ(InferOne("argmax", {"f32[B,T,256]"}), "i32[B,T]");
+  EXPECT_EQ(InferOne("argmax", {"f32[B,T,0]"}),
+            "operand 0 has type f32[B,T,0], expected f32[B,T,V] with V > 0");
+}
+
+TEST(KindsTest, OperandCountIsCheckedBeforeInference) {
+  EXPECT_EQ(InferOne("attention", {"bf16[B,T,8,16]"}),
+            "expects 4 operands (q, k_cache, v_cache, positions), got 1");
+  EXPECT_EQ(InferOne("linear", {"bf16[4]", "bf16[4,4]", "bf16[4]", "bf16[4]"}),
+            "expects 2 to 3 operands (x, w[, bias]), got 4");
+}
+
+}  // namespace
+}  // namespace tileplan::ir
