@@ -178,7 +178,8 @@ absl::StatusOr<int> Verify(const Args& args) {
             << config.num_layers << " layers, hidden " << config.hidden_size << ", heads "
             << config.num_heads << "/" << config.num_kv_heads << ", head_dim " << config.head_dim
             << ", vocab " << vocab << ", " << ir::DTypeName(config.dtype) << ")\n"
-            << "backend: " << args.backend << " (" << backend->num_threads() << " threads)\n"
+            << "backend: " << args.backend << " (" << backend->num_threads()
+            << (backend->num_threads() == 1 ? " thread)\n" : " threads)\n")
             << "reference: " << args.reference << " (prompt " << prompt_len << " tokens, greedy "
             << num_greedy << " tokens)\n";
 

@@ -198,6 +198,20 @@ TEST(Lowering, EveryArchitectureVerifies) {
   }
 }
 
+TEST(Lowering, BundledPublicConfigsLowerAndVerify) {
+  for (const std::string& name : BundledConfigNames()) {
+    auto config = BundledModelConfig(name);
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    auto g = LowerModel(*config);
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status();
+    EXPECT_TRUE(ir::Verify(*g).ok()) << name << ": " << ir::Verify(*g);
+    EXPECT_EQ(g->states().size(), 2u * static_cast<size_t>(config->num_layers)) << name;
+    int attention = 0;
+    for (const ir::Region& r : g->regions()) attention += r.kind == "attention";
+    EXPECT_EQ(attention, config->num_layers) << name;
+  }
+}
+
 TEST(Lowering, IsDeterministic) {
   for (Architecture arch : testing::AllArchitectures()) {
     const ir::Graph a = Lower(TinyModelConfig(arch));
