@@ -105,24 +105,30 @@ absl::StatusOr<TensorType> TypeFromProto(const proto::TensorType& in, absl::stri
   return type;
 }
 
-absl::StatusOr<AttrValue> AttrFromProto(const proto::AttrValue& in, absl::string_view path) {
+absl::Status AttrFromProto(const proto::AttrValue& in, absl::string_view path, AttrValue* out) {
   switch (in.value_case()) {
     case proto::AttrValue::kIntValue:
-      return AttrValue(in.int_value());
+      *out = in.int_value();
+      break;
     case proto::AttrValue::kFloatValue:
-      return AttrValue(in.float_value());
+      *out = in.float_value();
+      break;
     case proto::AttrValue::kBoolValue:
-      return AttrValue(in.bool_value());
+      *out = in.bool_value();
+      break;
     case proto::AttrValue::kStringValue:
-      return AttrValue(in.string_value());
+      *out = in.string_value();
+      break;
     case proto::AttrValue::kInts:
-      return AttrValue(std::vector<int64_t>(in.ints().values().begin(), in.ints().values().end()));
+      *out = std::vector<int64_t>(in.ints().values().begin(), in.ints().values().end());
+      break;
     case proto::AttrValue::kFloats:
-      return AttrValue(
-          std::vector<double>(in.floats().values().begin(), in.floats().values().end()));
+      *out = std::vector<double>(in.floats().values().begin(), in.floats().values().end());
+      break;
     default:
       return FieldError(path, "no value is set");
   }
+  return absl::OkStatus();
 }
 
 absl::Status CheckName(absl::string_view name, absl::string_view path) {
@@ -216,7 +222,8 @@ absl::Status RegionFromProto(const proto::Region& in, absl::string_view path, Gr
     if (attrs.Has(attr.key())) {
       return FieldError(attr_path, absl::StrCat("key '", attr.key(), "' is given twice"));
     }
-    TP_ASSIGN_OR_RETURN(AttrValue value, AttrFromProto(attr.value(), attr_path));
+    AttrValue value;
+    TP_RETURN_IF_ERROR(AttrFromProto(attr.value(), attr_path, &value));
     attrs.Set(attr.key(), std::move(value));
   }
   Phase phase;

@@ -86,6 +86,10 @@ class Verifier {
             absl::StrCat("value ", Ref(id), " is not a weight but binds checkpoint tensor \"",
                          v.checkpoint_tensor, "\""));
       }
+      if (v.kind != ValueKind::kResult && (v.producer != -1 || v.result_index != -1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "value ", Ref(id), " is a declaration but names producer region #", v.producer));
+      }
       if (v.kind == ValueKind::kResult) {
         const bool produced =
             v.producer >= 0 && static_cast<size_t>(v.producer) < g_.regions().size() &&
@@ -199,6 +203,11 @@ class Verifier {
             absl::StrCat("result ", j, " (value id ", id, ") is not a result value produced here"));
       }
       const ResultAlias& alias = r.result_aliases[j];
+      if (alias.kind == AliasKind::kNone && alias.operand != -1) {
+        return absl::InvalidArgumentError(absl::StrCat("result ", j, " (", Ref(id),
+                                                       ") names operand ", alias.operand,
+                                                       " without an alias kind"));
+      }
       if (alias.kind != AliasKind::kNone &&
           (alias.operand < 0 || static_cast<size_t>(alias.operand) >= r.operands.size())) {
         return absl::InvalidArgumentError(absl::StrCat("result ", j, " (", Ref(id),
@@ -232,8 +241,7 @@ class Verifier {
           label, writes_again ? " is updated in place a second time" : " is read",
           " after region #", writer, " '", w.kind, "' updated its storage in place (new version ",
           Ref(w.results[InPlaceResultOf(w, id)]),
-          "); a value version may be updated in place "
-          "once and not read afterwards"));
+          "); a value version may be updated in place once and not read afterwards"));
     }
     return absl::OkStatus();
   }

@@ -5,6 +5,7 @@
 //
 // Exit status: 0 on success, 1 on a usage or I/O error, 2 when the input does not parse
 // or does not verify; messages go to stderr, prefixed with the file name ("<stdin>" for -).
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -53,6 +54,10 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
 absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));

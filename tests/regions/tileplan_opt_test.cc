@@ -107,6 +107,9 @@ TEST(TileplanOptTest, UsageAndIoErrorsExitOne) {
   const RunResult missing = RunOpt("/nonexistent/graph.tpir");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("cannot open '/nonexistent/graph.tpir'"));
+  const RunResult directory = RunOpt(absl::StrCat("'", TILEPLAN_SOURCE_DIR, "'"));
+  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_THAT(directory.err, HasSubstr("is a directory"));
 }
 
 }  // namespace

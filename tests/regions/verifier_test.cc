@@ -236,6 +236,9 @@ TEST(VerifierTest, RegionStructure) {
   Graph h = MustParse(WithDecls("  %a: bf16[B,T,64] = silu(%x)\n"));
   h.mutable_regions()[0].result_aliases.push_back({});
   EXPECT_EQ(VerifyError(h), "region #0 'silu' (%a): has 1 results but 2 alias entries");
+  h.mutable_regions()[0].result_aliases = {{AliasKind::kNone, 0}};
+  EXPECT_EQ(VerifyError(h),
+            "region #0 'silu' (%a): result 0 (%a) names operand 0 without an alias kind");
   h.mutable_regions()[0].result_aliases = {{AliasKind::kView, 3}};
   EXPECT_EQ(VerifyError(h),
             "region #0 'silu' (%a): result 0 (%a) aliases operand 3, which does not exist");
@@ -277,6 +280,9 @@ TEST(VerifierTest, NamesAndTypesAreWellFormed) {
             "value %x has a malformed type: dim 0 symbol '2B' is not an identifier");
   g.mutable_value(g.FindValue("x")).type.dims[0] = Dim::Static(-4);
   EXPECT_EQ(VerifyError(g), "value %x has a malformed type: dim 0 has negative extent -4");
+  g.mutable_value(g.FindValue("x")).type.dims[0] = Dim::Symbol("B");
+  g.mutable_value(g.FindValue("x")).producer = 0;
+  EXPECT_EQ(VerifyError(g), "value %x is a declaration but names producer region #0");
 }
 
 TEST(VerifierTest, KindSpecificShapeRules) {
