@@ -1,0 +1,359 @@
+#include "models/lowering.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+
+namespace tileplan::models {
+namespace {
+
+using ir::AliasKind;
+using ir::Attributes;
+using ir::Dim;
+using ir::DType;
+using ir::ResultAlias;
+using ir::TensorType;
+using ir::ValueId;
+
+absl::Status CheckConfig(const ModelConfig& c) {
+  auto positive = [](int64_t v, absl::string_view field) -> absl::Status {
+    if (v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", field, " must be positive, got ", v));
+    }
+    return absl::OkStatus();
+  };
+  TP_RETURN_IF_ERROR(positive(c.hidden_size, "hidden_size"));
+  TP_RETURN_IF_ERROR(positive(c.intermediate_size, "intermediate_size"));
+  TP_RETURN_IF_ERROR(positive(c.num_layers, "num_hidden_layers"));
+  TP_RETURN_IF_ERROR(positive(c.num_heads, "num_attention_heads"));
+  TP_RETURN_IF_ERROR(positive(c.num_kv_heads, "num_key_value_heads"));
+  TP_RETURN_IF_ERROR(positive(c.head_dim, "head_dim"));
+  TP_RETURN_IF_ERROR(positive(c.vocab_size, "vocab_size"));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: num_attention_heads (", c.num_heads,
+                     ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
+  }
+  if (c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: head_dim must be even for rotary embeddings, got ", c.head_dim));
+  }
+  if (static_cast<int64_t>(c.sliding_window.size()) != c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: sliding_window has ",
+                                                   c.sliding_window.size(), " entries for ",
+                                                   c.num_layers, " layers"));
+  }
+  for (size_t i = 0; i < c.sliding_window.size(); ++i) {
+    if (c.sliding_window[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model config: sliding_window of layer ", i,
+                                                     " is negative (", c.sliding_window[i], ")"));
+    }
+  }
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rms_norm_eps must be finite and >= 0, got ", c.rms_norm_eps));
+  }
+  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rope_theta must be positive, got ", c.rope.theta));
+  }
+  if (c.rope.type == "llama3") {
+    if (!(c.rope.factor > 0) || !(c.rope.low_freq_factor > 0) ||
+        !(c.rope.high_freq_factor > c.rope.low_freq_factor) ||
+        c.rope.original_max_position_embeddings <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: rope_scaling (llama3) needs factor > 0, 0 < low_freq_factor < "
+          "high_freq_factor and original_max_position_embeddings > 0; got factor ",
+          c.rope.factor, ", low_freq_factor ", c.rope.low_freq_factor, ", high_freq_factor ",
+          c.rope.high_freq_factor, ", original_max_position_embeddings ",
+          c.rope.original_max_position_embeddings));
+    }
+  } else if (c.rope.type != "default") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: unsupported rope type '", c.rope.type, "'"));
+  }
+  if (c.dtype == DType::kI32) {
+    return absl::InvalidArgumentError("model config: dtype must be a floating-point type");
+  }
+  return absl::OkStatus();
+}
+
+Dim Sym(const char* name) { return Dim::Symbol(name); }
+Dim Ext(int64_t extent) { return Dim::Static(extent); }
+
+// Builds the graph for one config. Every helper returns the ValueId of its (first) result.
+class Lowerer {
+ public:
+  explicit Lowerer(const ModelConfig& config)
+      : c_(config), x_(config.dtype), graph_(std::string(ArchitectureName(config.arch))) {}
+
+  absl::StatusOr<ir::Graph> Lower() {
+    const TensorType ids_type = ir::MakeType(DType::kI32, {Sym("B"), Sym("T")});
+    TP_ASSIGN_OR_RETURN(ValueId tokens, graph_.AddInput("tokens", ids_type));
+    TP_ASSIGN_OR_RETURN(positions_, graph_.AddInput("positions", ids_type));
+    TP_ASSIGN_OR_RETURN(ValueId embed_w,
+                        Weight("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size}));
+    TP_ASSIGN_OR_RETURN(ValueId h,
+                        Op("embedding", {tokens, embed_w}, "embed", Act(c_.hidden_size)));
+    for (int64_t layer = 0; layer < c_.num_layers; ++layer) {
+      TP_ASSIGN_OR_RETURN(h, Layer(layer, h));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId final_norm,
+                        RmsNorm(h, "model.norm.weight", "final_norm", Act(c_.hidden_size)));
+    ValueId head_w = embed_w;
+    if (!c_.tie_word_embeddings) {
+      TP_ASSIGN_OR_RETURN(head_w, Weight("lm_head.weight", {c_.vocab_size, c_.hidden_size}));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId logits,
+                        Op("lm_head", {final_norm, head_w}, "logits",
+                           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(c_.vocab_size)})));
+    TP_RETURN_IF_ERROR(graph_.AddOutput(logits));
+    return std::move(graph_);
+  }
+
+ private:
+  // X[B,T,n]
+  TensorType Act(int64_t n) const { return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(n)}); }
+  // X[B,T,heads,D]
+  TensorType Heads(int64_t heads) const {
+    return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(heads), Ext(c_.head_dim)});
+  }
+  TensorType Cache() const {
+    return ir::MakeType(x_, {Sym("B"), Ext(c_.num_kv_heads), Sym("Smax"), Ext(c_.head_dim)});
+  }
+
+  absl::StatusOr<ValueId> Weight(std::string tensor, const std::vector<int64_t>& shape) {
+    std::vector<Dim> dims;
+    for (int64_t e : shape) dims.push_back(Ext(e));
+    std::string name = tensor;
+    return graph_.AddWeight(std::move(name), ir::MakeType(x_, std::move(dims)), std::move(tensor));
+  }
+
+  absl::StatusOr<ValueId> Op(std::string kind, std::vector<ValueId> operands, std::string name,
+                             TensorType type, Attributes attrs = {},
+                             ResultAlias alias = ResultAlias{}) {
+    std::vector<ir::ResultSpec> results;
+    results.push_back(ir::ResultSpec{std::move(name), std::move(type), alias});
+    TP_ASSIGN_OR_RETURN(std::vector<ValueId> ids,
+                        graph_.AddRegion(std::move(kind), std::move(operands), std::move(results),
+                                         std::move(attrs)));
+    return ids[0];
+  }
+
+  // Splits the last dim of `x` into consecutive views.
+  absl::StatusOr<std::vector<ValueId>> Split(
+      ValueId x, const std::vector<std::pair<std::string, int64_t>>& parts) {
+    std::vector<ir::ResultSpec> results;
+    std::vector<int64_t> sizes;
+    for (const auto& [name, size] : parts) {
+      results.push_back(ir::ResultSpec{name, Act(size), ResultAlias{AliasKind::kView, 0}});
+      sizes.push_back(size);
+    }
+    Attributes attrs;
+    attrs.Set("sizes", std::move(sizes));
+    return graph_.AddRegion("split", {x}, std::move(results), std::move(attrs));
+  }
+
+  absl::StatusOr<ValueId> Reshape(ValueId x, std::string name, TensorType type) {
+    return Op("reshape", {x}, std::move(name), std::move(type), {},
+              ResultAlias{AliasKind::kView, 0});
+  }
+
+  // `prefix` is the module path, e.g. "model.layers.0.self_attn.q_proj".
+  absl::StatusOr<ValueId> Linear(ValueId x, const std::string& prefix, int64_t in, int64_t out,
+                                 bool bias, std::string name) {
+    TP_ASSIGN_OR_RETURN(ValueId w, Weight(prefix + ".weight", {out, in}));
+    std::vector<ValueId> operands = {x, w};
+    if (bias) {
+      TP_ASSIGN_OR_RETURN(ValueId b, Weight(prefix + ".bias", {out}));
+      operands.push_back(b);
+    }
+    return Op("linear", std::move(operands), std::move(name), Act(out));
+  }
+
+  // RMSNorm over the last dim of `x`; `type` is x's (and the result's) type.
+  absl::StatusOr<ValueId> RmsNorm(ValueId x, std::string tensor, std::string name,
+                                  TensorType type) {
+    const int64_t n = type.dims.back().extent();
+    TP_ASSIGN_OR_RETURN(ValueId w, Weight(std::move(tensor), {n}));
+    Attributes attrs;
+    attrs.Set("eps", c_.rms_norm_eps);
+    return Op("rms_norm", {x, w}, std::move(name), std::move(type), std::move(attrs));
+  }
+
+  absl::StatusOr<ValueId> Rope(ValueId x, std::string name, TensorType type) {
+    Attributes attrs;
+    attrs.Set("theta", c_.rope.theta);
+    attrs.Set("rope_type", c_.rope.type);
+    if (c_.rope.type == "llama3") {
+      attrs.Set("factor", c_.rope.factor);
+      attrs.Set("low_freq_factor", c_.rope.low_freq_factor);
+      attrs.Set("high_freq_factor", c_.rope.high_freq_factor);
+      attrs.Set("original_max_position_embeddings", c_.rope.original_max_position_embeddings);
+    }
+    return Op("rope", {x, positions_}, std::move(name), std::move(type), std::move(attrs));
+  }
+
+  // One decoder layer; returns the residual stream after it.
+  absl::StatusOr<ValueId> Layer(int64_t layer, ValueId h) {
+    const std::string l = absl::StrCat("l", layer, ".");
+    const std::string p = absl::StrCat("model.layers.", layer, ".");
+    const int64_t hidden = c_.hidden_size;
+    const int64_t q_size = c_.num_heads * c_.head_dim;
+    const int64_t kv_size = c_.num_kv_heads * c_.head_dim;
+
+    TP_ASSIGN_OR_RETURN(ValueId attn_norm,
+                        RmsNorm(h, p + "input_layernorm.weight", l + "attn_norm", Act(hidden)));
+    ValueId q, k, v;
+    if (c_.fused_qkv) {
+      TP_ASSIGN_OR_RETURN(ValueId qkv, Linear(attn_norm, p + "self_attn.qkv_proj", hidden,
+                                              q_size + 2 * kv_size, c_.qkv_bias, l + "qkv"));
+      TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts,
+                          Split(qkv, {{l + "q", q_size}, {l + "k", kv_size}, {l + "v", kv_size}}));
+      q = parts[0];
+      k = parts[1];
+      v = parts[2];
+    } else {
+      TP_ASSIGN_OR_RETURN(
+          q, Linear(attn_norm, p + "self_attn.q_proj", hidden, q_size, c_.qkv_bias, l + "q"));
+      TP_ASSIGN_OR_RETURN(
+          k, Linear(attn_norm, p + "self_attn.k_proj", hidden, kv_size, c_.qkv_bias, l + "k"));
+      TP_ASSIGN_OR_RETURN(
+          v, Linear(attn_norm, p + "self_attn.v_proj", hidden, kv_size, c_.qkv_bias, l + "v"));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", Heads(c_.num_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId k_heads, Reshape(k, l + "k_heads", Heads(c_.num_kv_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId v_heads, Reshape(v, l + "v_heads", Heads(c_.num_kv_heads)));
+    if (c_.qk_norm) {
+      TP_ASSIGN_OR_RETURN(q_heads, RmsNorm(q_heads, p + "self_attn.q_norm.weight", l + "q_normed",
+                                           Heads(c_.num_heads)));
+      TP_ASSIGN_OR_RETURN(k_heads, RmsNorm(k_heads, p + "self_attn.k_norm.weight", l + "k_normed",
+                                           Heads(c_.num_kv_heads)));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId q_rope, Rope(q_heads, l + "q_rope", Heads(c_.num_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId k_rope, Rope(k_heads, l + "k_rope", Heads(c_.num_kv_heads)));
+
+    TP_ASSIGN_OR_RETURN(ValueId k_state, graph_.AddState(absl::StrCat("k_cache.", layer), Cache()));
+    TP_ASSIGN_OR_RETURN(ValueId v_state, graph_.AddState(absl::StrCat("v_cache.", layer), Cache()));
+    const ResultAlias in_place{AliasKind::kInPlace, 0};
+    TP_ASSIGN_OR_RETURN(ValueId k_cache, Op("kv_write", {k_state, k_rope, positions_},
+                                            l + "k_cache", Cache(), {}, in_place));
+    TP_ASSIGN_OR_RETURN(ValueId v_cache, Op("kv_write", {v_state, v_heads, positions_},
+                                            l + "v_cache", Cache(), {}, in_place));
+    Attributes attn_attrs;
+    attn_attrs.Set("scale", 1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+    attn_attrs.Set("sliding_window", c_.sliding_window[static_cast<size_t>(layer)]);
+    TP_ASSIGN_OR_RETURN(ValueId attn, Op("attention", {q_rope, k_cache, v_cache, positions_},
+                                         l + "attn", Heads(c_.num_heads), std::move(attn_attrs)));
+    TP_ASSIGN_OR_RETURN(ValueId attn_flat, Reshape(attn, l + "attn_flat", Act(q_size)));
+    TP_ASSIGN_OR_RETURN(ValueId attn_out, Linear(attn_flat, p + "self_attn.o_proj", q_size, hidden,
+                                                 c_.o_bias, l + "attn_out"));
+    TP_ASSIGN_OR_RETURN(ValueId attn_residual,
+                        Op("add", {h, attn_out}, l + "attn_residual", Act(hidden)));
+
+    TP_ASSIGN_OR_RETURN(
+        ValueId mlp_norm,
+        RmsNorm(attn_residual, p + "post_attention_layernorm.weight", l + "mlp_norm", Act(hidden)));
+    const int64_t inter = c_.intermediate_size;
+    ValueId gate, up;
+    if (c_.fused_qkv) {
+      TP_ASSIGN_OR_RETURN(ValueId gate_up, Linear(mlp_norm, p + "mlp.gate_up_proj", hidden,
+                                                  2 * inter, c_.mlp_bias, l + "gate_up"));
+      TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts,
+                          Split(gate_up, {{l + "gate", inter}, {l + "up", inter}}));
+      gate = parts[0];
+      up = parts[1];
+    } else {
+      TP_ASSIGN_OR_RETURN(
+          gate, Linear(mlp_norm, p + "mlp.gate_proj", hidden, inter, c_.mlp_bias, l + "gate"));
+      TP_ASSIGN_OR_RETURN(
+          up, Linear(mlp_norm, p + "mlp.up_proj", hidden, inter, c_.mlp_bias, l + "up"));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId gate_act, Op("silu", {gate}, l + "gate_act", Act(inter)));
+    TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "swiglu", Act(inter)));
+    TP_ASSIGN_OR_RETURN(ValueId mlp_out, Linear(swiglu, p + "mlp.down_proj", inter, hidden,
+                                                c_.mlp_bias, l + "mlp_out"));
+    return Op("add", {attn_residual, mlp_out}, l + "out", Act(hidden));
+  }
+
+  const ModelConfig& c_;
+  const DType x_;
+  ir::Graph graph_;
+  ValueId positions_ = ir::kNoValue;
+};
+
+StDType StDTypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return StDType::kBF16;
+    case DType::kF16:
+      return StDType::kF16;
+    case DType::kI32:
+      return StDType::kI32;
+    case DType::kF32:
+      break;
+  }
+  return StDType::kF32;
+}
+
+std::string TypeString(StDType dtype, const std::vector<int64_t>& shape) {
+  return absl::StrCat(StDTypeName(dtype), "[", absl::StrJoin(shape, ","), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config) {
+  TP_RETURN_IF_ERROR(CheckConfig(config));
+  return Lowerer(config).Lower();
+}
+
+absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& graph,
+                                                              const Checkpoint& checkpoint) {
+  std::vector<const TensorView*> bound;
+  std::map<std::string, bool, std::less<>> used;
+  for (const std::string& name : checkpoint.TensorNames()) used[name] = false;
+  for (ValueId id : graph.weights()) {
+    const ir::Value& w = graph.value(id);
+    const StDType want_dtype = StDTypeFor(w.type.dtype);
+    std::vector<int64_t> want_shape;
+    for (const Dim& d : w.type.dims) {
+      if (!d.is_static()) {
+        return absl::InvalidArgumentError(absl::StrCat("weight '%", w.name, "' has type ",
+                                                       w.type.ToString(), " with a symbolic dim"));
+      }
+      want_shape.push_back(d.extent());
+    }
+    const TensorView* t = checkpoint.Find(w.checkpoint_tensor);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint ", checkpoint.dir().string(), " has no tensor '", w.checkpoint_tensor,
+          "' (expected ", TypeString(want_dtype, want_shape), ")"));
+    }
+    if (t->dtype != want_dtype || t->shape != want_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint tensor '", w.checkpoint_tensor, "' is ", TypeString(t->dtype, t->shape),
+          ", expected ", TypeString(want_dtype, want_shape)));
+    }
+    used[w.checkpoint_tensor] = true;
+    bound.push_back(t);
+  }
+  std::vector<std::string> unused;
+  for (const auto& [name, is_used] : used) {
+    if (!is_used) unused.push_back(absl::StrCat("'", name, "'"));
+  }
+  if (!unused.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint tensor", unused.size() > 1 ? "s " : " ", absl::StrJoin(unused, ", "),
+        unused.size() > 1 ? " are" : " is", " not used by the ", graph.name(),
+        " graph (unexpected for this architecture and config)"));
+  }
+  return bound;
+}
+
+}  // namespace tileplan::models

@@ -1,0 +1,43 @@
+// Lowering of a decoder architecture to the primitive TileRegion graph, and binding of that
+// graph's weights to a checkpoint.
+//
+// The graph follows docs/ir.md ("Model graph conventions"): inputs %tokens and %positions
+// (i32[B,T]), one state pair %k_cache.L / %v_cache.L (X[B,Hkv,Smax,D]) per layer, weights
+// named after their checkpoint tensors, one output %logits (f32[B,T,V]). X and W are the
+// config's dtype. Only primitive kinds are emitted; fusion is left to planner passes.
+//
+// Value names are stable and readable: %embed, then per layer L %lL.attn_norm, %lL.q, %lL.k,
+// %lL.v (phi3: %lL.qkv split into them), %lL.q_heads, %lL.k_heads, %lL.v_heads,
+// [%lL.q_normed, %lL.k_normed], %lL.q_rope, %lL.k_rope, %lL.k_cache, %lL.v_cache (the
+// updated caches), %lL.attn, %lL.attn_flat, %lL.attn_out, %lL.attn_residual,
+// %lL.mlp_norm, %lL.gate, %lL.up (phi3: %lL.gate_up split into them), %lL.gate_act,
+// %lL.swiglu, %lL.mlp_out, %lL.out; finally %final_norm and %logits.
+#ifndef TILEPLAN_MODELS_LOWERING_H_
+#define TILEPLAN_MODELS_LOWERING_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/config.h"
+#include "models/safetensors.h"
+#include "regions/ir.h"
+
+namespace tileplan::models {
+
+// Builds the primitive graph of `config`. Fails (InvalidArgument, naming the field) on a
+// config whose geometry is inconsistent: non-positive sizes, num_heads not a multiple of
+// num_kv_heads, an odd head_dim, a sliding_window list whose size is not num_layers.
+absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config);
+
+// Checks that `checkpoint` holds exactly the weights of `graph`: every weight's checkpoint
+// tensor exists with the weight's dtype and (static) shape, and every checkpoint tensor is
+// bound by at least one weight. Errors name the tensor, the expected and the found type.
+// On success returns, parallel to graph.weights(), the tensor each weight binds to (views
+// into `checkpoint`, valid while it lives).
+absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& graph,
+                                                              const Checkpoint& checkpoint);
+
+}  // namespace tileplan::models
+
+#endif  // TILEPLAN_MODELS_LOWERING_H_

@@ -1,0 +1,533 @@
+#include "runtime/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+
+namespace tileplan::runtime::cpu {
+
+int64_t TensorArg::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// The multi-index of row-major element `flat` in `shape`, e.g. "[0,3]".
+std::string IndexString(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] == 0 ? 0 : flat % shape[d];
+    flat = shape[d] == 0 ? 0 : flat / shape[d];
+  }
+  return ShapeString(index);
+}
+
+template <typename... Args>
+absl::Status Error(const KernelContext& ctx, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(ctx.label, ": ", args...));
+}
+
+absl::Status ExpectFloat(const KernelContext& ctx, const TensorArg& t, absl::string_view what) {
+  if (t.dtype == ir::DType::kI32) {
+    return Error(ctx, what, " must be a floating-point tensor, got i32");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectInt(const KernelContext& ctx, const TensorArg& t, absl::string_view what) {
+  if (t.dtype != ir::DType::kI32) {
+    return Error(ctx, what, " must be i32, got ", ir::DTypeName(t.dtype));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectRank(const KernelContext& ctx, const TensorArg& t, int rank,
+                        absl::string_view what) {
+  if (static_cast<int>(t.shape.size()) != rank) {
+    return Error(ctx, what, " must have rank ", rank, ", got shape ", ShapeString(t.shape));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectMinRank(const KernelContext& ctx, const TensorArg& t, int rank,
+                           absl::string_view what) {
+  if (static_cast<int>(t.shape.size()) < rank) {
+    return Error(ctx, what, " must have rank >= ", rank, ", got shape ", ShapeString(t.shape));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectShape(const KernelContext& ctx, const TensorArg& t,
+                         const std::vector<int64_t>& want, absl::string_view what) {
+  if (t.shape != want) {
+    return Error(ctx, what, " has shape ", ShapeString(t.shape), ", expected ", ShapeString(want));
+  }
+  return absl::OkStatus();
+}
+
+// `shape` with its last dim replaced by `last`.
+std::vector<int64_t> WithLastDim(std::vector<int64_t> shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
+
+absl::Status Embedding(KernelContext& ctx) {
+  const TensorArg& ids = ctx.operands[0];
+  const TensorArg& table = ctx.operands[1];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, ids, "ids"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, table, "table"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, table, 2, "table"));
+  const int64_t vocab = table.shape[0];
+  const int64_t hidden = table.shape[1];
+  std::vector<int64_t> out_shape = ids.shape;
+  out_shape.push_back(hidden);
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, out_shape, "result"));
+  const int64_t n = ids.num_elements();
+  for (int64_t k = 0; k < n; ++k) {
+    if (ids.i[k] < 0 || ids.i[k] >= vocab) {
+      return Error(ctx, "token id ", ids.i[k], " at ", IndexString(k, ids.shape),
+                   " is outside the vocabulary [0, ", vocab, ")");
+    }
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    std::copy_n(table.f + ids.i[k] * hidden, hidden, out.f + k * hidden);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RmsNorm(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& w = ctx.operands[1];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, w, "weight"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  const int64_t n = x.shape.back();
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, w, {n}, "weight"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, x.shape, "result"));
+  TP_ASSIGN_OR_RETURN(const double eps, ctx.region->attrs.GetFloat("eps"));
+  if (!(eps >= 0) || n == 0) {
+    return Error(ctx, "needs eps >= 0 and a non-empty last dim, got eps ", eps, " and shape ",
+                 ShapeString(x.shape));
+  }
+  const int64_t rows = x.num_elements() / n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.f + r * n;
+    double sum_sq = 0;
+    for (int64_t k = 0; k < n; ++k) sum_sq += static_cast<double>(xr[k]) * xr[k];
+    const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps);
+    for (int64_t k = 0; k < n; ++k) {
+      out.f[r * n + k] = static_cast<float>(xr[k] * inv_rms * w.f[k]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// out[r, n] = sum_k x[r, k] · w[n, k] (+ bias[n]), parallel over n.
+absl::Status MatMulTransposed(KernelContext& ctx, const float* bias) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& w = ctx.operands[1];
+  TensorArg& out = ctx.results[0];
+  const int64_t k_dim = x.shape.back();
+  const int64_t n_dim = w.shape[0];
+  const int64_t rows = k_dim == 0 ? 0 : x.num_elements() / k_dim;
+  ctx.pool->ParallelFor(n_dim, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const float* wn = w.f + n * k_dim;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x.f + r * k_dim;
+        double acc = bias != nullptr ? bias[n] : 0.0;
+        for (int64_t k = 0; k < k_dim; ++k) acc += static_cast<double>(xr[k]) * wn[k];
+        out.f[r * n_dim + n] = static_cast<float>(acc);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CheckMatMulShapes(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& w = ctx.operands[1];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, w, "weight"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, ctx.results[0], "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, w, 2, "weight"));
+  if (w.shape[1] != x.shape.back()) {
+    return Error(ctx, "weight has shape ", ShapeString(w.shape), " but x has shape ",
+                 ShapeString(x.shape), " (weight is [out, in])");
+  }
+  return ExpectShape(ctx, ctx.results[0], WithLastDim(x.shape, w.shape[0]), "result");
+}
+
+absl::Status Linear(KernelContext& ctx) {
+  TP_RETURN_IF_ERROR(CheckMatMulShapes(ctx));
+  const float* bias = nullptr;
+  if (ctx.operands.size() == 3) {
+    const TensorArg& b = ctx.operands[2];
+    TP_RETURN_IF_ERROR(ExpectFloat(ctx, b, "bias"));
+    TP_RETURN_IF_ERROR(ExpectShape(ctx, b, {ctx.operands[1].shape[0]}, "bias"));
+    bias = b.f;
+  }
+  return MatMulTransposed(ctx, bias);
+}
+
+absl::Status LmHead(KernelContext& ctx) {
+  TP_RETURN_IF_ERROR(CheckMatMulShapes(ctx));
+  return MatMulTransposed(ctx, nullptr);
+}
+
+absl::Status Reshape(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  TensorArg& out = ctx.results[0];
+  if ((x.dtype == ir::DType::kI32) != (out.dtype == ir::DType::kI32)) {
+    return Error(ctx, "result dtype ", ir::DTypeName(out.dtype), " differs from operand dtype ",
+                 ir::DTypeName(x.dtype));
+  }
+  if (x.num_elements() != out.num_elements()) {
+    return Error(ctx, "cannot reshape ", ShapeString(x.shape), " (", x.num_elements(),
+                 " elements) to ", ShapeString(out.shape), " (", out.num_elements(), " elements)");
+  }
+  // A view result shares the operand's storage; otherwise the elements are copied.
+  if (x.f != nullptr && out.f != x.f) std::copy_n(x.f, x.num_elements(), out.f);
+  if (x.i != nullptr && out.i != x.i) std::copy_n(x.i, x.num_elements(), out.i);
+  return absl::OkStatus();
+}
+
+absl::Status Split(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  TP_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, ctx.region->attrs.GetInts("sizes"));
+  if (sizes.size() != ctx.results.size()) {
+    return Error(ctx, "sizes has ", sizes.size(), " entries for ", ctx.results.size(), " results");
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) return Error(ctx, "sizes has a negative entry ", s);
+    total += s;
+  }
+  const int64_t n = x.shape.back();
+  if (total != n) {
+    return Error(ctx, "sizes [", absl::StrJoin(sizes, ","), "] sum to ", total,
+                 ", but the last dim of x is ", n);
+  }
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    TP_RETURN_IF_ERROR(ExpectFloat(ctx, ctx.results[j], absl::StrCat("result ", j)));
+    TP_RETURN_IF_ERROR(ExpectShape(ctx, ctx.results[j], WithLastDim(x.shape, sizes[j]),
+                                   absl::StrCat("result ", j)));
+  }
+  const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
+  int64_t offset = 0;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(x.f + r * n + offset, sizes[j], ctx.results[j].f + r * sizes[j]);
+    }
+    offset += sizes[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rope(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& pos = ctx.operands[1];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, pos, "positions"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, x, 4, "x"));
+  const int64_t batch = x.shape[0], tokens = x.shape[1], heads = x.shape[2], dim = x.shape[3];
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, pos, {batch, tokens}, "positions"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, x.shape, "result"));
+  if (dim % 2 != 0) return Error(ctx, "head dim ", dim, " is odd");
+  TP_ASSIGN_OR_RETURN(const RopeParams params, RopeParamsFromAttributes(ctx.region->attrs));
+  const std::vector<float> inv_freq = RopeInvFreq(params, dim);
+  const int64_t half = dim / 2;
+  std::vector<float> cos_a(static_cast<size_t>(half)), sin_a(static_cast<size_t>(half));
+  for (int64_t bt = 0; bt < batch * tokens; ++bt) {
+    // The angle is formed in float32 (position times inv_freq) like the reference.
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos.i[bt]) * inv_freq[i];
+      cos_a[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_a[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xv = x.f + (bt * heads + h) * dim;
+      float* ov = out.f + (bt * heads + h) * dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float lo = xv[i], hi = xv[i + half];
+        ov[i] = lo * cos_a[i] - hi * sin_a[i];
+        ov[i + half] = hi * cos_a[i] + lo * sin_a[i];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks that every position lies in [0, capacity).
+absl::Status CheckPositions(const KernelContext& ctx, const TensorArg& pos, int64_t capacity) {
+  const int64_t n = pos.num_elements();
+  for (int64_t k = 0; k < n; ++k) {
+    if (pos.i[k] < 0 || pos.i[k] >= capacity) {
+      return Error(ctx, "position ", pos.i[k], " of token ", IndexString(k, pos.shape),
+                   " is outside the KV cache [0, ", capacity, ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvWrite(KernelContext& ctx) {
+  const TensorArg& cache = ctx.operands[0];
+  const TensorArg& x = ctx.operands[1];
+  const TensorArg& pos = ctx.operands[2];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, cache, "cache"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, pos, "positions"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, cache, 4, "cache"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, x, 4, "x"));
+  const int64_t batch = cache.shape[0], heads = cache.shape[1], capacity = cache.shape[2],
+                dim = cache.shape[3];
+  const int64_t tokens = x.shape[1];
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, x, {batch, tokens, heads, dim}, "x"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, pos, {batch, tokens}, "positions"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, cache.shape, "result"));
+  if (out.f != cache.f) return Error(ctx, "result must be inplace(cache)");
+  TP_RETURN_IF_ERROR(CheckPositions(ctx, pos, capacity));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t p = pos.i[b * tokens + t];
+      for (int64_t h = 0; h < heads; ++h) {
+        std::copy_n(x.f + ((b * tokens + t) * heads + h) * dim, dim,
+                    out.f + ((b * heads + h) * capacity + p) * dim);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Attention(KernelContext& ctx) {
+  const TensorArg& q = ctx.operands[0];
+  const TensorArg& k = ctx.operands[1];
+  const TensorArg& v = ctx.operands[2];
+  const TensorArg& pos = ctx.operands[3];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, q, "q"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, k, "k_cache"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, v, "v_cache"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, pos, "positions"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, q, 4, "q"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, k, 4, "k_cache"));
+  const int64_t batch = q.shape[0], tokens = q.shape[1], q_heads = q.shape[2], dim = q.shape[3];
+  const int64_t kv_heads = k.shape[1], capacity = k.shape[2];
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, k, {batch, kv_heads, capacity, dim}, "k_cache"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, v, k.shape, "v_cache"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, pos, {batch, tokens}, "positions"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, q.shape, "result"));
+  if (kv_heads == 0 || q_heads % kv_heads != 0) {
+    return Error(ctx, "query heads (", q_heads, ") must be a multiple of kv heads (", kv_heads,
+                 ")");
+  }
+  TP_ASSIGN_OR_RETURN(const double scale, ctx.region->attrs.GetFloat("scale"));
+  TP_ASSIGN_OR_RETURN(const int64_t window, ctx.region->attrs.GetIntOr("sliding_window", 0));
+  if (window < 0) return Error(ctx, "sliding_window must be >= 0, got ", window);
+  TP_RETURN_IF_ERROR(CheckPositions(ctx, pos, capacity));
+  const int64_t group = q_heads / kv_heads;
+  ctx.pool->ParallelFor(batch * tokens * q_heads, [&](int64_t begin, int64_t end) {
+    std::vector<double> probs;
+    std::vector<double> acc(static_cast<size_t>(dim));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t h = item % q_heads;
+      const int64_t bt = item / q_heads;
+      const int64_t b = bt / tokens;
+      const int64_t p = pos.i[bt];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      const float* qv = q.f + item * dim;
+      const int64_t kv_base = (b * kv_heads + h / group) * capacity;
+      probs.assign(static_cast<size_t>(p - first + 1), 0.0);
+      double max_score = -std::numeric_limits<double>::infinity();
+      for (int64_t j = first; j <= p; ++j) {
+        const float* kj = k.f + (kv_base + j) * dim;
+        double dot = 0;
+        for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(qv[d]) * kj[d];
+        probs[j - first] = dot * scale;
+        max_score = std::max(max_score, probs[j - first]);
+      }
+      double sum = 0;
+      for (double& s : probs) {
+        s = std::exp(s - max_score);
+        sum += s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = first; j <= p; ++j) {
+        const float* vj = v.f + (kv_base + j) * dim;
+        const double weight = probs[j - first] / sum;
+        for (int64_t d = 0; d < dim; ++d) acc[d] += weight * vj[d];
+      }
+      float* ov = out.f + item * dim;
+      for (int64_t d = 0; d < dim; ++d) ov[d] = static_cast<float>(acc[d]);
+    }
+  });
+  return absl::OkStatus();
+}
+
+template <typename F>
+absl::Status Elementwise(KernelContext& ctx, F f) {
+  for (size_t j = 0; j < ctx.operands.size(); ++j) {
+    TP_RETURN_IF_ERROR(ExpectFloat(ctx, ctx.operands[j], absl::StrCat("operand ", j)));
+    TP_RETURN_IF_ERROR(
+        ExpectShape(ctx, ctx.operands[j], ctx.operands[0].shape, absl::StrCat("operand ", j)));
+  }
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, ctx.operands[0].shape, "result"));
+  const int64_t n = out.num_elements();
+  for (int64_t e = 0; e < n; ++e) out.f[e] = f(e);
+  return absl::OkStatus();
+}
+
+absl::Status Add(KernelContext& ctx) {
+  const float* a = ctx.operands[0].f;
+  const float* b = ctx.operands[1].f;
+  return Elementwise(ctx, [&](int64_t e) { return a[e] + b[e]; });
+}
+
+absl::Status Mul(KernelContext& ctx) {
+  const float* a = ctx.operands[0].f;
+  const float* b = ctx.operands[1].f;
+  return Elementwise(ctx, [&](int64_t e) { return a[e] * b[e]; });
+}
+
+absl::Status Silu(KernelContext& ctx) {
+  const float* x = ctx.operands[0].f;
+  return Elementwise(ctx, [&](int64_t e) {
+    const double v = x[e];
+    return static_cast<float>(v / (1.0 + std::exp(-v)));
+  });
+}
+
+absl::Status Argmax(KernelContext& ctx) {
+  const TensorArg& logits = ctx.operands[0];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, logits, "logits"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, logits, 1, "logits"));
+  const int64_t vocab = logits.shape.back();
+  if (vocab == 0) return Error(ctx, "logits have an empty last dim");
+  TP_RETURN_IF_ERROR(ExpectShape(
+      ctx, out, std::vector<int64_t>(logits.shape.begin(), logits.shape.end() - 1), "result"));
+  const int64_t rows = logits.num_elements() / vocab;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.f + r * vocab;
+    int64_t best = 0;
+    for (int64_t j = 1; j < vocab; ++j) {
+      if (row[j] > row[best]) best = j;
+    }
+    out.i[r] = static_cast<int32_t>(best);
+  }
+  return absl::OkStatus();
+}
+
+// Sorted by kind.
+constexpr KindInfo kKinds[] = {
+    {"add", 2, 2, 1, &Add},
+    {"argmax", 1, 1, 1, &Argmax},
+    {"attention", 4, 4, 1, &Attention},
+    {"embedding", 2, 2, 1, &Embedding},
+    {"kv_write", 3, 3, 1, &KvWrite},
+    {"linear", 2, 3, 1, &Linear},
+    {"lm_head", 2, 2, 1, &LmHead},
+    {"mul", 2, 2, 1, &Mul},
+    {"reshape", 1, 1, 1, &Reshape},
+    {"rms_norm", 2, 2, 1, &RmsNorm},
+    {"rope", 2, 2, 1, &Rope},
+    {"silu", 1, 1, 1, &Silu},
+    {"split", 1, 1, -1, &Split},
+};
+
+}  // namespace
+
+const KindInfo* FindKind(absl::string_view kind) {
+  for (const KindInfo& info : kKinds) {
+    if (kind == info.kind) return &info;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> KindNames() {
+  std::vector<std::string> names;
+  for (const KindInfo& info : kKinds) names.emplace_back(info.kind);
+  return names;
+}
+
+absl::StatusOr<RopeParams> RopeParamsFromAttributes(const ir::Attributes& attrs) {
+  RopeParams p;
+  TP_ASSIGN_OR_RETURN(p.theta, attrs.GetFloat("theta"));
+  TP_ASSIGN_OR_RETURN(p.type, attrs.GetStringOr("rope_type", "default"));
+  if (!(p.theta > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope theta must be positive, got ", p.theta));
+  }
+  if (p.type == "llama3") {
+    TP_ASSIGN_OR_RETURN(p.factor, attrs.GetFloat("factor"));
+    TP_ASSIGN_OR_RETURN(p.low_freq_factor, attrs.GetFloat("low_freq_factor"));
+    TP_ASSIGN_OR_RETURN(p.high_freq_factor, attrs.GetFloat("high_freq_factor"));
+    TP_ASSIGN_OR_RETURN(p.original_max_position_embeddings,
+                        attrs.GetInt("original_max_position_embeddings"));
+    if (!(p.factor > 0) || !(p.low_freq_factor > 0) || !(p.high_freq_factor > p.low_freq_factor) ||
+        p.original_max_position_embeddings <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("llama3 rope needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                       "original_max_position_embeddings > 0; got factor ",
+                       p.factor, ", low_freq_factor ", p.low_freq_factor, ", high_freq_factor ",
+                       p.high_freq_factor, ", original_max_position_embeddings ",
+                       p.original_max_position_embeddings));
+    }
+  } else if (p.type != "default") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown rope_type '", p.type, "'"));
+  }
+  return p;
+}
+
+std::vector<float> RopeInvFreq(const RopeParams& params, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  const float theta = static_cast<float>(params.theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+  }
+  if (params.type == "llama3") {
+    const double original = static_cast<double>(params.original_max_position_embeddings);
+    const double low_freq_wavelen = original / params.low_freq_factor;
+    const double high_freq_wavelen = original / params.high_freq_factor;
+    for (float& f : inv_freq) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > low_freq_wavelen) {
+        f = static_cast<float>(f / params.factor);
+      } else if (wavelen >= high_freq_wavelen) {
+        const double s = (original / wavelen - params.low_freq_factor) /
+                         (params.high_freq_factor - params.low_freq_factor);
+        f = static_cast<float>((1 - s) * f / params.factor + s * f);
+      }
+    }
+  }
+  return inv_freq;
+}
+
+}  // namespace tileplan::runtime::cpu

@@ -1,0 +1,338 @@
+// Lowering of every architecture to the primitive graph, and binding to checkpoints.
+#include "models/lowering.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "regions/verifier.h"
+#include "tests/models/safetensors_builder.h"
+#include "tests/testing/random_weights.h"
+#include "tests/testing/tiny_models.h"
+
+namespace tileplan::models {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TinyModelConfig;
+
+ir::Graph Lower(const ModelConfig& config) {
+  auto graph = LowerModel(config);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? std::move(*graph) : ir::Graph();
+}
+
+std::map<std::string, int> KindCounts(const ir::Graph& g) {
+  std::map<std::string, int> counts;
+  for (const ir::Region& r : g.regions()) ++counts[r.kind];
+  return counts;
+}
+
+std::string TypeOf(const ir::Graph& g, const std::string& name) {
+  const ir::ValueId id = g.FindValue(name);
+  return id == ir::kNoValue ? "<missing %" + name + ">" : g.value(id).type.ToString();
+}
+
+const ir::Region& ProducerOf(const ir::Graph& g, const std::string& name) {
+  return g.regions()[static_cast<size_t>(g.value(g.FindValue(name)).producer)];
+}
+
+std::string OperandName(const ir::Graph& g, const std::string& result, size_t k) {
+  return g.value(ProducerOf(g, result).operands[k]).name;
+}
+
+TEST(Lowering, ModelGraphConventions) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen2));
+  ASSERT_EQ(g.inputs().size(), 2u);
+  EXPECT_EQ(g.value(g.inputs()[0]).name, "tokens");
+  EXPECT_EQ(g.value(g.inputs()[1]).name, "positions");
+  EXPECT_EQ(TypeOf(g, "tokens"), "i32[B,T]");
+  EXPECT_EQ(TypeOf(g, "positions"), "i32[B,T]");
+  std::vector<std::string> states;
+  for (ir::ValueId id : g.states()) states.push_back(g.value(id).name);
+  EXPECT_THAT(states, ::testing::ElementsAre("k_cache.0", "v_cache.0", "k_cache.1", "v_cache.1"));
+  EXPECT_EQ(TypeOf(g, "k_cache.1"), "bf16[B,2,Smax,8]");
+  ASSERT_EQ(g.outputs().size(), 1u);
+  EXPECT_EQ(g.value(g.outputs()[0]).name, "logits");
+  EXPECT_EQ(TypeOf(g, "logits"), "f32[B,T,61]");
+  for (ir::ValueId id : g.weights()) {
+    EXPECT_EQ(g.value(id).name, g.value(id).checkpoint_tensor);
+    EXPECT_EQ(g.value(id).type.dtype, ir::DType::kBF16);
+  }
+  EXPECT_EQ(g.name(), "qwen2");
+}
+
+TEST(Lowering, Qwen2LayerStructure) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen2));
+  // Per layer: 2 norms, q/k/v/o weights, q/k/v biases, gate/up/down; plus embedding, final
+  // norm and an untied lm_head.
+  EXPECT_EQ(g.weights().size(), 2u * 12 + 3);
+  EXPECT_EQ(KindCounts(g), (std::map<std::string, int>{{"add", 4},
+                                                       {"attention", 2},
+                                                       {"embedding", 1},
+                                                       {"kv_write", 4},
+                                                       {"linear", 14},
+                                                       {"lm_head", 1},
+                                                       {"mul", 2},
+                                                       {"reshape", 8},
+                                                       {"rms_norm", 5},
+                                                       {"rope", 4},
+                                                       {"silu", 2}}));
+  EXPECT_EQ(TypeOf(g, "model.layers.1.self_attn.q_proj.bias"), "bf16[32]");
+  EXPECT_EQ(TypeOf(g, "model.layers.1.self_attn.k_proj.weight"), "bf16[16,32]");
+  EXPECT_EQ(g.FindValue("model.layers.0.self_attn.o_proj.bias"), ir::kNoValue);
+  EXPECT_EQ(TypeOf(g, "lm_head.weight"), "bf16[61,32]");
+  EXPECT_EQ(TypeOf(g, "l0.q"), "bf16[B,T,32]");
+  EXPECT_EQ(TypeOf(g, "l0.q_heads"), "bf16[B,T,4,8]");
+  EXPECT_EQ(TypeOf(g, "l0.k_heads"), "bf16[B,T,2,8]");
+  EXPECT_EQ(ProducerOf(g, "l0.q").operands.size(), 3u);
+
+  // Data flow of one layer.
+  EXPECT_EQ(OperandName(g, "l1.attn_norm", 0), "l0.out");
+  EXPECT_EQ(OperandName(g, "l1.q_rope", 0), "l1.q_heads");
+  EXPECT_EQ(OperandName(g, "l1.q_rope", 1), "positions");
+  EXPECT_EQ(OperandName(g, "l1.k_cache", 0), "k_cache.1");
+  EXPECT_EQ(OperandName(g, "l1.k_cache", 1), "l1.k_rope");
+  EXPECT_EQ(OperandName(g, "l1.v_cache", 1), "l1.v_heads");
+  EXPECT_EQ(ProducerOf(g, "l1.k_cache").result_aliases[0].kind, ir::AliasKind::kInPlace);
+  EXPECT_EQ(ProducerOf(g, "l1.q_heads").result_aliases[0].kind, ir::AliasKind::kView);
+  const ir::Region& attn = ProducerOf(g, "l1.attn");
+  EXPECT_EQ(g.value(attn.operands[0]).name, "l1.q_rope");
+  EXPECT_EQ(g.value(attn.operands[1]).name, "l1.k_cache");
+  EXPECT_EQ(g.value(attn.operands[2]).name, "l1.v_cache");
+  EXPECT_EQ(g.value(attn.operands[3]).name, "positions");
+  EXPECT_DOUBLE_EQ(*attn.attrs.GetFloat("scale"), 1.0 / std::sqrt(8.0));
+  EXPECT_EQ(*attn.attrs.GetInt("sliding_window"), 0);
+  EXPECT_EQ(OperandName(g, "l1.attn_out", 0), "l1.attn_flat");
+  EXPECT_EQ(OperandName(g, "l1.attn_residual", 0), "l0.out");
+  EXPECT_EQ(OperandName(g, "l1.attn_residual", 1), "l1.attn_out");
+  EXPECT_EQ(OperandName(g, "l1.swiglu", 0), "l1.gate_act");
+  EXPECT_EQ(OperandName(g, "l1.swiglu", 1), "l1.up");
+  EXPECT_EQ(OperandName(g, "l1.mlp_out", 0), "l1.swiglu");
+  EXPECT_EQ(OperandName(g, "l1.out", 0), "l1.attn_residual");
+  EXPECT_EQ(OperandName(g, "final_norm", 0), "l1.out");
+  EXPECT_EQ(OperandName(g, "logits", 1), "lm_head.weight");
+  const ir::Region& rope = ProducerOf(g, "l0.k_rope");
+  EXPECT_EQ(*rope.attrs.GetString("rope_type"), "default");
+  EXPECT_DOUBLE_EQ(*rope.attrs.GetFloat("theta"), 1e6);
+  EXPECT_DOUBLE_EQ(*ProducerOf(g, "final_norm").attrs.GetFloat("eps"), 1e-5);
+}
+
+TEST(Lowering, LlamaBiasesLlama3RopeAndTiedEmbeddings) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kLlama));
+  // Per layer: 2 norms + 4 attention weights and biases + 3 MLP weights and biases.
+  EXPECT_EQ(g.weights().size(), 2u * 16 + 2);
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.o_proj.bias"), "bf16[32]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.mlp.down_proj.bias"), "bf16[32]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.mlp.gate_proj.weight"), "bf16[48,32]");
+  EXPECT_EQ(g.FindValue("lm_head.weight"), ir::kNoValue);
+  EXPECT_EQ(OperandName(g, "logits", 1), "model.embed_tokens.weight");
+  const ir::Region& rope = ProducerOf(g, "l1.q_rope");
+  EXPECT_EQ(*rope.attrs.GetString("rope_type"), "llama3");
+  EXPECT_DOUBLE_EQ(*rope.attrs.GetFloat("factor"), 8.0);
+  EXPECT_DOUBLE_EQ(*rope.attrs.GetFloat("low_freq_factor"), 1.0);
+  EXPECT_DOUBLE_EQ(*rope.attrs.GetFloat("high_freq_factor"), 4.0);
+  EXPECT_EQ(*rope.attrs.GetInt("original_max_position_embeddings"), 16);
+}
+
+TEST(Lowering, Qwen3NormalizesQueriesAndKeysPerHeadBeforeRope) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen3));
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.q_norm.weight"), "bf16[16]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.k_norm.weight"), "bf16[16]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.q_proj.weight"), "bf16[64,32]");
+  EXPECT_EQ(TypeOf(g, "l0.q_normed"), "bf16[B,T,4,16]");
+  EXPECT_EQ(TypeOf(g, "l0.k_normed"), "bf16[B,T,1,16]");
+  EXPECT_EQ(ProducerOf(g, "l0.q_normed").kind, "rms_norm");
+  EXPECT_EQ(OperandName(g, "l0.q_normed", 0), "l0.q_heads");
+  EXPECT_EQ(OperandName(g, "l0.q_rope", 0), "l0.q_normed");
+  EXPECT_EQ(OperandName(g, "l0.k_rope", 0), "l0.k_normed");
+  EXPECT_EQ(OperandName(g, "l0.attn_out", 0), "l0.attn_flat");
+  EXPECT_EQ(TypeOf(g, "l0.attn_flat"), "bf16[B,T,64]");
+  EXPECT_EQ(KindCounts(g)["rms_norm"], 2 * 4 + 1);
+  EXPECT_EQ(g.weights().size(), 2u * 11 + 2);  // tied embeddings: no lm_head.weight
+}
+
+TEST(Lowering, MistralSlidingWindowPerLayer) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kMistral));
+  EXPECT_EQ(*ProducerOf(g, "l0.attn").attrs.GetInt("sliding_window"), 3);
+  EXPECT_EQ(*ProducerOf(g, "l1.attn").attrs.GetInt("sliding_window"), 3);
+  const ir::Graph phi3 = Lower(TinyModelConfig(Architecture::kPhi3));
+  EXPECT_EQ(*ProducerOf(phi3, "l0.attn").attrs.GetInt("sliding_window"), 0);
+  EXPECT_EQ(*ProducerOf(phi3, "l1.attn").attrs.GetInt("sliding_window"), 5);
+}
+
+TEST(Lowering, Phi3SplitsFusedProjections) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kPhi3));
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.qkv_proj.weight"), "bf16[96,32]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.mlp.gate_up_proj.weight"), "bf16[96,32]");
+  EXPECT_EQ(g.FindValue("model.layers.0.self_attn.q_proj.weight"), ir::kNoValue);
+  EXPECT_EQ(g.weights().size(), 2u * 6 + 3);
+  EXPECT_EQ(KindCounts(g)["split"], 4);
+  EXPECT_EQ(KindCounts(g)["linear"], 2 * 4);
+
+  const ir::Region& qkv = ProducerOf(g, "l0.q");
+  EXPECT_EQ(qkv.kind, "split");
+  EXPECT_EQ(*qkv.attrs.GetInts("sizes"), (std::vector<int64_t>{32, 32, 32}));
+  ASSERT_EQ(qkv.results.size(), 3u);
+  EXPECT_EQ(g.value(qkv.results[1]).name, "l0.k");
+  EXPECT_EQ(g.value(qkv.results[2]).name, "l0.v");
+  EXPECT_EQ(g.value(qkv.operands[0]).name, "l0.qkv");
+  for (const ir::ResultAlias& a : qkv.result_aliases) EXPECT_EQ(a.kind, ir::AliasKind::kView);
+
+  const ir::Region& gate_up = ProducerOf(g, "l0.gate");
+  EXPECT_EQ(*gate_up.attrs.GetInts("sizes"), (std::vector<int64_t>{48, 48}));
+  EXPECT_EQ(g.value(gate_up.results[0]).name, "l0.gate");  // gate first, then up
+  EXPECT_EQ(g.value(gate_up.results[1]).name, "l0.up");
+  EXPECT_EQ(OperandName(g, "l0.gate_act", 0), "l0.gate");
+  EXPECT_EQ(OperandName(g, "l0.swiglu", 1), "l0.up");
+}
+
+TEST(Lowering, EveryArchitectureVerifies) {
+  for (Architecture arch : testing::AllArchitectures()) {
+    const ir::Graph g = Lower(TinyModelConfig(arch));
+    EXPECT_TRUE(ir::Verify(g).ok()) << ArchitectureName(arch) << ": " << ir::Verify(g);
+  }
+}
+
+TEST(Lowering, BundledPublicConfigsLowerAndVerify) {
+  for (const std::string& name : BundledConfigNames()) {
+    auto config = BundledModelConfig(name);
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    auto g = LowerModel(*config);
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status();
+    EXPECT_TRUE(ir::Verify(*g).ok()) << name << ": " << ir::Verify(*g);
+    EXPECT_EQ(g->states().size(), 2u * static_cast<size_t>(config->num_layers)) << name;
+    int attention = 0;
+    for (const ir::Region& r : g->regions()) attention += r.kind == "attention";
+    EXPECT_EQ(attention, config->num_layers) << name;
+  }
+}
+
+TEST(Lowering, IsDeterministic) {
+  for (Architecture arch : testing::AllArchitectures()) {
+    const ir::Graph a = Lower(TinyModelConfig(arch));
+    const ir::Graph b = Lower(TinyModelConfig(arch));
+    ASSERT_EQ(a.num_values(), b.num_values());
+    for (int v = 0; v < a.num_values(); ++v) {
+      EXPECT_EQ(a.value(v).name, b.value(v).name);
+      EXPECT_EQ(a.value(v).type, b.value(v).type);
+    }
+    ASSERT_EQ(a.regions().size(), b.regions().size());
+    for (size_t r = 0; r < a.regions().size(); ++r) {
+      EXPECT_EQ(a.regions()[r].kind, b.regions()[r].kind);
+      EXPECT_EQ(a.regions()[r].operands, b.regions()[r].operands);
+      EXPECT_EQ(a.regions()[r].attrs, b.regions()[r].attrs);
+    }
+  }
+}
+
+TEST(Lowering, InconsistentGeometryIsRefused) {
+  ModelConfig c = TinyModelConfig(Architecture::kLlama);
+  c.num_kv_heads = 3;
+  auto g = LowerModel(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("num_key_value_heads"));
+
+  c = TinyModelConfig(Architecture::kLlama);
+  c.head_dim = 7;
+  g = LowerModel(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("head_dim"));
+
+  c = TinyModelConfig(Architecture::kMistral);
+  c.sliding_window = {3};
+  g = LowerModel(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("sliding_window"));
+
+  c = TinyModelConfig(Architecture::kQwen2);
+  c.vocab_size = 0;
+  g = LowerModel(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("vocab_size"));
+}
+
+// Writes `tensors` as DIR/model.safetensors and binds `graph` to it.
+absl::StatusOr<std::vector<std::vector<int64_t>>> BindShapes(const ir::Graph& graph,
+                                                             const testing::WeightMap& tensors) {
+  const std::filesystem::path dir = testing::MakeTempDir("checkpoint");
+  testing::WriteWeights(dir / "model.safetensors", tensors);
+  auto checkpoint = Checkpoint::Open(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto bound = BindCheckpoint(graph, **checkpoint);
+  if (!bound.ok()) return bound.status();
+  std::vector<std::vector<int64_t>> shapes;
+  for (const TensorView* t : *bound) shapes.push_back(t->shape);
+  return shapes;
+}
+
+TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
+  for (Architecture arch : testing::AllArchitectures()) {
+    const ir::Graph g = Lower(TinyModelConfig(arch));
+    auto shapes = BindShapes(g, testing::RandomWeights(g, 1));
+    ASSERT_TRUE(shapes.ok()) << ArchitectureName(arch) << ": " << shapes.status();
+    ASSERT_EQ(shapes->size(), g.weights().size());
+    for (size_t k = 0; k < shapes->size(); ++k) {
+      const ir::Value& w = g.value(g.weights()[k]);
+      std::vector<int64_t> want;
+      for (const ir::Dim& d : w.type.dims) want.push_back(d.extent());
+      EXPECT_EQ((*shapes)[k], want) << w.name;
+    }
+  }
+}
+
+TEST(BindCheckpoint, MissingTensorIsNamed) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen2));
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  tensors.erase("model.layers.1.mlp.down_proj.weight");
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("no tensor 'model.layers.1.mlp.down_proj.weight' (expected BF16[32,48])"));
+}
+
+TEST(BindCheckpoint, UnusedTensorsAreNamed) {
+  // A stray lm_head.weight next to tied embeddings, and a rotary buffer.
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kLlama));
+  const std::string inv_freq = "model.layers.0.self_attn.rotary_emb.inv_freq";
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  tensors[inv_freq] = testing::WeightData{StDType::kF32, {4}, {1, 2, 3, 4}, {}};
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensor '" + inv_freq + "' is not used by the llama graph"));
+
+  tensors["lm_head.weight"] =
+      testing::WeightData{StDType::kBF16, {61, 32}, std::vector<float>(61 * 32, 0.5f), {}};
+  shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensors 'lm_head.weight', '" + inv_freq + "' are not used"));
+}
+
+TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kMistral));
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  tensors["model.norm.weight"].shape = {31};
+  tensors["model.norm.weight"].values.resize(31);
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensor 'model.norm.weight' is BF16[31], expected BF16[32]"));
+
+  tensors = testing::RandomWeights(g, 1);
+  tensors["model.layers.0.self_attn.v_proj.weight"].dtype = StDType::kF32;
+  shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("'model.layers.0.self_attn.v_proj.weight' is F32[16,32], expected "
+                        "BF16[16,32]"));
+}
+
+}  // namespace
+}  // namespace tileplan::models

@@ -1,0 +1,191 @@
+// verify_model end to end: a committed fixture passes, and corrupted references, models and
+// arguments give the documented exit status (1 numerical mismatch, 2 bad input) with a
+// message naming the problem.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/safetensors.h"
+#include "tests/models/safetensors_builder.h"
+#include "tests/testing/random_weights.h"
+
+namespace tileplan {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kFixture = fs::path(TILEPLAN_SOURCE_DIR) / "tests/data/smollm2-tiny";
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result RunVerifyModel(const std::string& args, const fs::path& scratch) {
+  const fs::path log = scratch / "output.txt";
+  const std::string command =
+      absl::StrCat("'", VERIFY_MODEL_PATH, "' ", args, " > '", log.string(), "' 2>&1");
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+// The fixture's reference tensors, to be modified and written elsewhere.
+testing::WeightMap LoadReference() {
+  testing::WeightMap out;
+  auto file = models::SafetensorsFile::Open(kFixture / "reference.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return out;
+  for (const auto& [name, view] : (*file)->tensors()) {
+    testing::WeightData t;
+    t.dtype = view.dtype;
+    t.shape = view.shape;
+    if (view.dtype == models::StDType::kI32) {
+      t.ints.resize(static_cast<size_t>(view.num_elements()));
+      std::memcpy(t.ints.data(), view.data, view.nbytes);
+    } else {
+      auto values = models::ToFloat32(view);
+      EXPECT_TRUE(values.ok()) << values.status();
+      if (values.ok()) t.values = *values;
+    }
+    out[name] = std::move(t);
+  }
+  return out;
+}
+
+class VerifyModelTest : public ::testing::Test {
+ protected:
+  // Runs verify_model on the fixture's model with `reference` written to a temp file.
+  Result RunWithReference(const testing::WeightMap& reference) {
+    const fs::path path = dir_ / "reference.safetensors";
+    testing::WriteWeights(path, reference);
+    return RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                                       path.string(), "' --backend cpu --threads 2"),
+                          dir_);
+  }
+
+  const fs::path dir_ = testing::MakeTempDir("verify_model");
+};
+
+TEST_F(VerifyModelTest, FixturePasses) {
+  const Result r = RunWithReference(LoadReference());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("argmax: 24/24 positions agree (100.0%): ok"));
+  EXPECT_THAT(r.output, HasSubstr("greedy: 16/16 tokens match: ok"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+}
+
+TEST_F(VerifyModelTest, PerturbedLogitsFail) {
+  testing::WeightMap ref = LoadReference();
+  ref["logits"].values[100] += 0.01f;
+  const Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(limit 1e-04): FAIL"));
+}
+
+TEST_F(VerifyModelTest, DifferentGreedyTokensFail) {
+  testing::WeightMap ref = LoadReference();
+  ref["greedy_tokens"].ints[3] = (ref["greedy_tokens"].ints[3] + 1) % 384;
+  const Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("greedy: first mismatch at token 3: FAIL"));
+  EXPECT_THAT(r.output, HasSubstr("FAIL"));
+}
+
+TEST_F(VerifyModelTest, MalformedReferencesAreBadInput) {
+  testing::WeightMap ref = LoadReference();
+  ref["logits"].shape = {24, 383};
+  ref["logits"].values.resize(24 * 383);
+  Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("reference tensor 'logits' has shape [24,383], expected [24,384]"));
+
+  ref = LoadReference();
+  ref["input_ids"].dtype = models::StDType::kF32;
+  ref["input_ids"].values.assign(ref["input_ids"].ints.begin(), ref["input_ids"].ints.end());
+  ref["input_ids"].ints.clear();
+  r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("reference tensor 'input_ids' is F32[24], expected rank 1 I32"));
+
+  ref = LoadReference();
+  ref.erase("greedy_tokens");
+  r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("has no tensor 'greedy_tokens'"));
+
+  ref = LoadReference();
+  ref["input_ids"].ints[5] = 384;
+  r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("token id 384 at [0,5] is outside the vocabulary [0, 384)"));
+}
+
+TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
+  Result r =
+      RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                                  (kFixture / "reference.safetensors").string(), "' --backend tpu"),
+                     dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("unknown backend 'tpu'; supported backends: cpu"));
+
+  r = RunVerifyModel("--model x --backend cpu", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--reference"));
+
+  r = RunVerifyModel("--model x --reference y --backend cpu --threads zero", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--threads"));
+}
+
+TEST_F(VerifyModelTest, BadModelsAreBadInput) {
+  // The fixture's checkpoint without one tensor.
+  const fs::path model = dir_ / "model";
+  fs::create_directories(model);
+  fs::copy_file(kFixture / "config.json", model / "config.json");
+  {
+    auto file = models::SafetensorsFile::Open(kFixture / "model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    testing::WeightMap tensors;
+    for (const auto& [name, view] : (*file)->tensors()) {
+      if (name == "model.layers.1.mlp.up_proj.weight") continue;
+      auto values = models::ToFloat32(view);
+      ASSERT_TRUE(values.ok());
+      tensors[name] = testing::WeightData{view.dtype, view.shape, *values, {}};
+    }
+    testing::WriteWeights(model / "model.safetensors", tensors);
+  }
+  const std::string reference = (kFixture / "reference.safetensors").string();
+  Result r = RunVerifyModel(
+      absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
+      dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("'model.layers.1.mlp.up_proj.weight'"));
+
+  // An architecture tileplan does not implement.
+  std::ofstream(model / "config.json") << R"({"model_type": "gpt2", "n_embd": 64})";
+  r = RunVerifyModel(
+      absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
+      dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model_type"));
+}
+
+}  // namespace
+}  // namespace tileplan
