@@ -18,8 +18,7 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
   const TargetDescription& target = *context.target;
   const std::vector<const kernels::KernelFamily*> families =
       context.registry->FamiliesFor(region.kind());
-  std::string signature;
-  if (context.cache != nullptr) signature = RegionSignature(region);
+  const std::string signature = RegionSignature(region);
   const std::string bucket = kernels::BindingsString(region.bound_graph().bindings());
 
   std::optional<TacticChoice> tuned, modeled;
