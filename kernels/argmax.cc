@@ -27,9 +27,9 @@ class ArgmaxFamily final : public FamilyBase {
     g.block = {t.params.at("threads"), 1, 1};
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
-    w.bytes = r.operand_bytes(0) + r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    w.bytes = r.operand_bytes(0) + r.result_bytes(0);
     return w;
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {

@@ -206,10 +206,8 @@ class AttentionDecodeFamily final : public FamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t.params.at("warps"), s);
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
-    WorkEstimate w = AttentionWork(r, false);
-    w.bytes += 2 * WorkspaceBytes(t, r);
-    return w;
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    return AttentionWork(r, false);
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);

@@ -59,10 +59,10 @@ class GemvFamily final : public FamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t, s);
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
     for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    w.bytes += r.result_bytes(0);
     const GemvShape s = ShapeOf(r);
     w.flops = 2 * s.m * s.n_w * s.k;
     return w;

@@ -98,8 +98,12 @@ struct LaunchGeometry {
 
 // What a region costs under a tactic, before any hardware rate is applied.
 struct WorkEstimate {
-  int64_t bytes = 0;         // DRAM bytes read plus written, each operand and result once
-  int64_t flops = 0;         // useful floating-point operations
+  // DRAM bytes read plus written: each operand and result once (the compulsory traffic);
+  // workspace partials are assumed to stay in L2 and are not counted.
+  int64_t bytes = 0;
+  // Floating-point operations the kernel executes, including whole-tile padding (a GEMM
+  // tile of 64 rows on a 1-row input executes 64 rows).
+  int64_t flops = 0;
   bool tensor_core = false;  // flops run at the matrix rate (else at the CUDA-core rate)
 };
 

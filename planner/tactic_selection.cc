@@ -51,7 +51,8 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
     TP_ASSIGN_OR_RETURN(CostEstimate estimate,
                         EstimateStep(*family, table.default_tactic, region, target, context.mode));
     considered.push_back(absl::StrFormat("%s: %.2f us (cost model)", name, estimate.us));
-    if (!modeled || estimate.us < modeled->estimate.us) {
+    if (!modeled || estimate.us < modeled->estimate.us ||
+        (estimate.us == modeled->estimate.us && estimate.flops < modeled->estimate.flops)) {
       modeled = TacticChoice{family,
                              std::move(table.default_tactic),
                              TacticSource::kCostModel,
