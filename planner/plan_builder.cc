@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "models/lowering.h"
 #include "planner/memory_planner.h"
+#include "planner/pipelines.h"
 #include "planner/tactic_selection.h"
 #include "regions/serialization.h"
 
@@ -255,9 +256,23 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_context(decode_context);
 
   std::map<std::string, proto::PackedWeight> packed;
-  auto plan_phase = [&](PhaseSpec spec, const ir::Graph& graph) -> absl::Status {
+  // Runs the phase's pipeline on a copy of the primitive graph, then plans the result.
+  auto plan_phase = [&](PhaseSpec spec, absl::StatusOr<PassPipeline> pipeline) -> absl::Status {
+    if (!pipeline.ok()) return pipeline.status();
+    ir::Graph graph = primitive;
+    absl::StatusOr<bool> ran = pipeline->Run(graph);
+    if (!ran.ok()) {
+      return absl::Status(ran.status().code(),
+                          absl::StrCat(spec.name, ": ", ran.status().message()));
+    }
+    spec.pipeline = pipeline->PassNames();
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
-    TP_ASSIGN_OR_RETURN(*plan.add_phases(), PlanPhase(graph, spec, target, registry, cache));
+    absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);
+    if (!phase.ok()) {
+      return absl::Status(phase.status().code(),
+                          absl::StrCat(spec.name, ": ", phase.status().message()));
+    }
+    *plan.add_phases() = *std::move(phase);
     return absl::OkStatus();
   };
   for (int64_t tokens : options.prefill_tokens) {
@@ -266,7 +281,10 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.name = absl::StrCat("prefill T=", tokens);
     spec.bindings = {{"B", options.prefill_batch}, {"Smax", options.max_context}, {"T", tokens}};
     spec.context = tokens;
-    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), primitive));
+    PipelineOptions pipeline;
+    pipeline.tokens = tokens;
+    pipeline.batch = options.prefill_batch;
+    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildPrefillPipeline(pipeline)));
   }
   for (int64_t batch : options.decode_batches) {
     PhaseSpec spec;
@@ -274,7 +292,9 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.name = absl::StrCat("decode B=", batch);
     spec.bindings = {{"B", batch}, {"Smax", options.max_context}, {"T", 1}};
     spec.context = decode_context;
-    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), primitive));
+    PipelineOptions pipeline;
+    pipeline.batch = batch;
+    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
   }
   for (auto& [name, weight] : packed) *plan.add_weight_packing() = std::move(weight);
   return plan;

@@ -1,7 +1,8 @@
 // Builds an ExecutionPlan (planner/plan.proto, docs/plan.md) for a model on a described
-// target: lowers the model, specializes and fuses its graph per phase and bucket with the
-// planner's pipelines, picks a kernel family and tactic for every region (tactic cache, then
-// cost model), and plans memory. Needs no GPU.
+// target: lowers the model, runs the prefill pipeline per token bucket and the decode
+// pipeline per batch bucket (planner/pipelines.h; B and T become static, Smax stays a symbol
+// bound to max_context), picks a kernel family and tactic for every region (tactic cache,
+// then cost model), and plans memory. Needs no GPU.
 #ifndef TILEPLAN_PLANNER_PLAN_BUILDER_H_
 #define TILEPLAN_PLANNER_PLAN_BUILDER_H_
 
