@@ -17,10 +17,10 @@ enum class PlanFormat { kTable, kTextProto, kJson };
 // "table", "textproto" or "json"; InvalidArgument naming the accepted forms otherwise.
 absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
 
-// Per phase: a header line, one row per step (step, region, fused from, family, tactic,
-// source, estimated us, bytes), then "launches per <prefill|decode> step: N", the phase's
-// estimate and bytes, and a memory line (arena, peak live, sum of intermediates, KV cache,
-// weights).
+// Per phase: a header line, one row per step (step, region (its first result), kind, fused
+// from, family, tactic, source, estimated us, bytes), then "launches per <prefill|decode> step: N",
+// the phase's estimate and bytes, and a memory line (arena, peak live, sum of intermediates, KV
+// cache, weights).
 std::string PlanTable(const proto::ExecutionPlan& plan);
 
 // The plan in `format`; Internal if protobuf cannot print it.
