@@ -153,6 +153,13 @@ absl::StatusOr<CandidateTable> FamilyBase::Candidates(const BoundRegion& region,
   return table;
 }
 
+absl::StatusOr<Tactic> FamilyBase::DefaultTactic(const BoundRegion& region,
+                                                 const TargetDescription& target) const {
+  TP_RETURN_IF_ERROR(CanImplement(region, target));
+  const absl::string_view arch = ArchRowFor(target.sm());
+  return RowTactic(arch, region, target, RowSharedMemory(arch, target));
+}
+
 absl::Status FamilyBase::ValidateTactic(const Tactic& tactic, const BoundRegion& region,
                                         const TargetDescription& target) const {
   if (tactic.family != name_ || tactic.family_version != version_) {

@@ -67,6 +67,8 @@ class FamilyBase : public KernelFamily {
   // Rows from RowTactic, tunables from Tunables; the selected row must validate.
   absl::StatusOr<CandidateTable> Candidates(const BoundRegion& region,
                                             const TargetDescription& target) const override;
+  absl::StatusOr<Tactic> DefaultTactic(const BoundRegion& region,
+                                       const TargetDescription& target) const override;
   // Family, version and parameter names, then CheckTactic.
   absl::Status ValidateTactic(const Tactic& tactic, const BoundRegion& region,
                               const TargetDescription& target) const override;

@@ -123,6 +123,9 @@ class KernelFamily {
   // REQUIRES: CanImplement(region, target) is OK; otherwise its error is returned.
   virtual absl::StatusOr<CandidateTable> Candidates(const BoundRegion& region,
                                                     const TargetDescription& target) const = 0;
+  // Candidates(region, target)->default_tactic, without building the other rows.
+  virtual absl::StatusOr<Tactic> DefaultTactic(const BoundRegion& region,
+                                               const TargetDescription& target) const = 0;
   // OK when `tactic` belongs to this family and version, carries exactly the family's
   // parameters with admissible values for `region`, and fits `target` (shared memory);
   // InvalidArgument naming the parameter otherwise.

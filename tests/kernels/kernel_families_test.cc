@@ -58,6 +58,9 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
             absl::StatusOr<CandidateTable> table = family->Candidates(region, target);
             ASSERT_TRUE(table.ok()) << table.status();
             EXPECT_TRUE(family->ValidateTactic(table->default_tactic, region, target).ok());
+            absl::StatusOr<Tactic> default_tactic = family->DefaultTactic(region, target);
+            ASSERT_TRUE(default_tactic.ok()) << default_tactic.status();
+            EXPECT_EQ(*default_tactic, table->default_tactic);
             const LaunchGeometry geometry = family->Geometry(table->default_tactic, region);
             const int launches = family->Launches(table->default_tactic, region);
             EXPECT_EQ(launches == 0, geometry.ctas() == 0) << family->name();

@@ -141,7 +141,8 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
 TEST(BenchmarkTransformerTest, TimePlanningReportsTheMedian) {
   const Result r = RunTool("--model qwen2.5-0.5b --prefill 64 --decode 64 --time-planning=2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("planning qwen2.5-0.5b for h200 (2 phases): median "));
+  EXPECT_THAT(r.output, HasSubstr("planning qwen2.5-0.5b for h200 (2 phases), 2 runs: median "));
+  EXPECT_THAT(r.output, HasSubstr(" ms CPU\n"));
 }
 
 }  // namespace
