@@ -216,17 +216,16 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreatePhased(
     const ir::Graph& prefill, const ir::Graph& decode, const models::Checkpoint& checkpoint,
     const Options& options) {
   TP_RETURN_IF_ERROR(CheckOptions(options));
-  LoadedWeights loaded;
-  TP_ASSIGN_OR_RETURN(auto prefill_weights, LoadWeights(prefill, checkpoint, loaded));
-  TP_ASSIGN_OR_RETURN(auto decode_weights, LoadWeights(decode, checkpoint, loaded));
   std::unique_ptr<CpuBackend> backend(new CpuBackend(options));
-  absl::Status added = backend->AddGraph(prefill, std::move(prefill_weights));
-  if (!added.ok()) {
-    return absl::Status(added.code(), absl::StrCat("prefill graph: ", added.message()));
-  }
-  added = backend->AddGraph(decode, std::move(decode_weights));
-  if (!added.ok()) {
-    return absl::Status(added.code(), absl::StrCat("decode graph: ", added.message()));
+  LoadedWeights loaded;
+  for (const auto& [graph, name] : {std::pair{&prefill, "prefill"}, std::pair{&decode, "decode"}}) {
+    absl::Status added = [&, graph = graph]() -> absl::Status {
+      TP_ASSIGN_OR_RETURN(auto weights, LoadWeights(*graph, checkpoint, loaded));
+      return backend->AddGraph(*graph, std::move(weights));
+    }();
+    if (!added.ok()) {
+      return absl::Status(added.code(), absl::StrCat(name, " graph: ", added.message()));
+    }
   }
   // AddGraph refused states of the decode graph that the prefill graph lacks; the converse:
   for (const auto& [name, state] : backend->states_) {
