@@ -152,7 +152,7 @@ class GemvFamily final : public FamilyBase {
   static int64_t Vec(const BoundRegion& r) {
     std::vector<int64_t> extents = AlignmentExtents(r, {0});
     extents.push_back(r.operand(0).shape.back());
-    return VectorWidthOf(r.operand_dtype(1), extents);
+    return VectorWidth(r.operand_dtype(1), extents);
   }
 };
 

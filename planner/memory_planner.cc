@@ -1,7 +1,6 @@
 #include "planner/memory_planner.h"
 
 #include <algorithm>
-#include <climits>
 #include <numeric>
 #include <set>
 #include <utility>
