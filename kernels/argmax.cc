@@ -34,7 +34,10 @@ class ArgmaxFamily final : public FamilyBase {
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const int64_t splits = t.params.at("splits");
-    return splits == 1 ? 0 : RowCount(r) * (splits * 8 + 4);  // (value, index) pairs, counter
+    return splits == 1 ? 0 : RowCount(r) * splits * 8;  // (value, index) per split and row
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    return t.params.at("splits") == 1 ? 0 : RowCount(r) * 4;
   }
 
  protected:

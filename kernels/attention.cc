@@ -212,7 +212,11 @@ class AttentionDecodeFamily final : public FamilyBase {
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
     const int64_t pairs = s.batch * s.kv_heads;
-    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4 + pairs * 4;
+    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4;
+  }
+  int64_t CounterBytes(const Tactic&, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    return s.batch * s.kv_heads * 4;  // one per (b, kv head)
   }
 
  protected:

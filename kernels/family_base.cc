@@ -25,14 +25,6 @@ int64_t Rows(const std::vector<int64_t>& shape) {
   return rows;
 }
 
-int64_t VectorWidth(ir::DType dtype, std::initializer_list<int64_t> extents) {
-  int64_t width = 16 / ir::DTypeSize(dtype);
-  for (int64_t e : extents) {
-    while (width > 1 && e % width != 0) width /= 2;
-  }
-  return width;
-}
-
 absl::Status Refuse(std::string reason) { return absl::FailedPreconditionError(std::move(reason)); }
 
 int64_t RowSharedMemory(absl::string_view arch, const TargetDescription& target) {
@@ -91,8 +83,8 @@ std::vector<int64_t> AlignmentExtents(const BoundRegion& region,
   return out;
 }
 
-int64_t VectorWidthOf(ir::DType dtype, const std::vector<int64_t>& extents) {
-  int64_t width = VectorWidth(dtype, {});
+int64_t VectorWidth(ir::DType dtype, const std::vector<int64_t>& extents) {
+  int64_t width = 16 / ir::DTypeSize(dtype);
   for (int64_t e : extents) {
     while (width > 1 && e % width != 0) width /= 2;
   }

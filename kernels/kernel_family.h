@@ -8,7 +8,8 @@
 //                 target selects, and the tunable parameter lists the tuner may explore;
 //   Geometry      the launch geometry of a tactic (grid, block, dynamic shared memory);
 //   Work          the DRAM bytes and flops of a region under a tactic, for the cost model;
-//   Launches, WorkspaceBytes, MayOverwriteOperand: what the plan and the memory planner need.
+//   Launches, WorkspaceBytes, CounterBytes, MayOverwriteOperand: what the plan and the memory
+//                 planner need.
 // Compiling and launching (NVRTC, cuBLASLt) is the other half and comes with the runtime.
 //
 // Families are registered explicitly (RegisterAllKernelFamilies); no static initializers.
@@ -136,10 +137,15 @@ class KernelFamily {
   virtual WorkEstimate Work(const Tactic& tactic, const BoundRegion& region) const = 0;
   // Kernels launched for the region (0 for views).
   virtual int Launches(const Tactic& tactic, const BoundRegion& region) const { return 1; }
-  // Scratch device memory the step needs for its duration (split-K partials, counters).
+  // Scratch device memory the step needs for its duration (split-K partials); its contents
+  // do not outlive the step.
   virtual int64_t WorkspaceBytes(const Tactic& tactic, const BoundRegion& region) const {
     return 0;
   }
+  // Completion counters (4 bytes each): zero when the step starts, and returned to zero by
+  // the kernel (the last CTA to finish resets them), so they are zeroed once when the arena
+  // is allocated and then never share bytes with anything else.
+  virtual int64_t CounterBytes(const Tactic& tactic, const BoundRegion& region) const { return 0; }
   // Whether result `result` may be written into the storage of operand `operand` when that
   // operand is dead after this region: true only when the kernel reads each element of the
   // operand before writing the result element at the same position, and no other CTA reads

@@ -75,6 +75,7 @@ void FillArena(const ir::Graph& graph, const MemoryPlan& memory, proto::Arena* a
     m->set_last_step(b.last_step);
     for (ir::ValueId v : b.values) m->add_values(graph.value(v).name);
     m->set_workspace_of(b.workspace_of);
+    m->set_counters_of(b.counters_of);
     m->set_input(b.input);
   }
   for (const StateBuffer& s : memory.states) {
@@ -153,11 +154,14 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   choices.reserve(static_cast<size_t>(n));
   MemoryPlanOptions memory_options;
   memory_options.workspace_bytes.resize(static_cast<size_t>(n));
+  memory_options.counter_bytes.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const BoundRegion region(g, i);
     TP_ASSIGN_OR_RETURN(TacticChoice choice, SelectTactic(region, context));
     memory_options.workspace_bytes[static_cast<size_t>(i)] =
         choice.family->WorkspaceBytes(choice.tactic, region);
+    memory_options.counter_bytes[static_cast<size_t>(i)] =
+        choice.family->CounterBytes(choice.tactic, region);
     choices.push_back(std::move(choice));
   }
   memory_options.may_overwrite = [&](int region, int result, int operand) {
@@ -217,6 +221,10 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     if (const int32_t w = memory.workspace[static_cast<size_t>(i)]; w >= 0) {
       s->set_workspace_offset(memory.buffers[static_cast<size_t>(w)].offset);
       s->set_workspace_bytes(memory_options.workspace_bytes[static_cast<size_t>(i)]);
+    }
+    if (const int32_t c = memory.counters[static_cast<size_t>(i)]; c >= 0) {
+      s->set_counters_offset(memory.buffers[static_cast<size_t>(c)].offset);
+      s->set_counters_bytes(memory_options.counter_bytes[static_cast<size_t>(i)]);
     }
     proto::Provenance* p = s->mutable_provenance();
     p->set_cache_key(c.key.ToString());

@@ -41,6 +41,7 @@ struct TacticChoice {
   std::vector<std::string> considered;
 };
 
+// REQUIRES: registry and target are set and outlive the call.
 struct SelectionContext {
   const kernels::KernelRegistry* registry = nullptr;
   const TargetDescription* target = nullptr;

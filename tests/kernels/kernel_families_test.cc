@@ -234,7 +234,8 @@ TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   ASSERT_TRUE(table.ok());
   // 128 row tiles on 132 SMs: split K in two (each slice keeps >= 256 threads × 8 of K).
   EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
-  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4 + 128 * 4);
+  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4);
+  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 128 * 4);
   EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
 }
 
