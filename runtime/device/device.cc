@@ -11,6 +11,14 @@ namespace tileplan::device {
 absl::StatusOr<std::unique_ptr<Device>> Device::Open(int ordinal) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error == cudaErrorInsufficientDriver) {
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: no NVIDIA driver could be loaded (libcuda.so.1), or it is older than "
+        "this CUDA runtime ",
+        runtime / 1000, ".", runtime % 1000 / 10, " (cudaErrorInsufficientDriver)"));
+  }
   if (error != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", cudaGetErrorString(error),
                                                       " (", cudaGetErrorName(error), ")"));
