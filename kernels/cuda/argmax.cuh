@@ -5,10 +5,9 @@
 // integer in the high half, ~index in the low half, so the largest key is the largest
 // value with the lowest index and every reduction is a plain unsigned max.
 //
-// With kSplits > 1, CTA (r, s) scans slice s of row r and writes its best key to
-// workspace[r * kSplits + s]; the last CTA of the row to finish (row_counters, zeroed
-// before the first launch and re-armed by the kernel) writes out[r]. One launch, and the
-// large vocabularies of decode (one row) are read by many SMs.
+// With kSplits > 1, CTA (s, r) scans slice s of row r and writes its best key to the
+// workspace; the last CTA of the row to finish (an atomic counter, re-armed to zero) writes
+// out[r]. One launch, and the large vocabularies of decode (one row) are read by many SMs.
 #pragma once
 
 #include "primitives.cuh"
@@ -43,21 +42,23 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
   return key;
 }
 
-// logits: [rows, vocab] floats; out: [rows] int. workspace: rows * kSplits keys and
-// row_counters: rows zeroed counters when kSplits > 1 (null otherwise).
-// Launch: grid (rows, kSplits), block kThreads.
-// REQUIRES: vocab >= 1, vocab % kVec == 0, logits aligned to kVec floats.
+// logits: row r at logits + r * logits_stride; out: [rows] int. workspace (kSplits > 1, else
+// null): rows * kSplits keys (8 bytes each), then rows unsigned counters that must be zero
+// before the first launch (and are left zero).
+// Launch: grid (kSplits, rows), block kThreads.
+// REQUIRES: vocab >= 1, vocab % kVec == 0, logits_stride % kVec == 0, logits aligned to kVec
+// floats.
 template <int kThreads, int kSplits, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    argmax(const float* __restrict__ logits, int* __restrict__ out,
-           unsigned long long* __restrict__ workspace, unsigned int* __restrict__ row_counters,
-           int vocab) {
-  const int r = blockIdx.x;
+    argmax(const float* __restrict__ logits, long long logits_stride, int* __restrict__ out,
+           unsigned long long* __restrict__ workspace, int vocab) {
+  const int r = blockIdx.y;
+  const int split = blockIdx.x;
   const int vecs = vocab / kVec;
   const int per_split = (vecs + kSplits - 1) / kSplits;
-  const int v_begin = blockIdx.y * per_split;
+  const int v_begin = split * per_split;
   const int v_end = min(vecs, v_begin + per_split);
-  const float* row = logits + static_cast<long long>(r) * vocab;
+  const float* row = logits + static_cast<long long>(r) * logits_stride;
   unsigned long long best = 0ull;
   for (int v = v_begin + threadIdx.x; v < v_end; v += kThreads) {
     float x[kVec];
@@ -73,17 +74,20 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) out[r] = argmax_index(best);
   } else {
     if (threadIdx.x != 0) return;
-    workspace[static_cast<long long>(r) * kSplits + blockIdx.y] = best;
+    unsigned long long* keys = workspace + static_cast<long long>(r) * kSplits;
+    unsigned int* counters = reinterpret_cast<unsigned int*>(
+        workspace + static_cast<long long>(gridDim.y) * kSplits);
+    keys[split] = best;
     __threadfence();
-    if (atomicAdd(&row_counters[r], 1u) != kSplits - 1) return;
+    if (atomicAdd(&counters[r], 1u) != kSplits - 1) return;
     __threadfence();
     unsigned long long all = 0ull;
     for (int s = 0; s < kSplits; ++s) {
-      const unsigned long long key = load_cg(workspace + static_cast<long long>(r) * kSplits + s);
+      const unsigned long long key = load_cg(keys + s);
       all = key > all ? key : all;
     }
     out[r] = argmax_index(all);
-    row_counters[r] = 0u;
+    counters[r] = 0u;
   }
 }
 

@@ -1,66 +1,73 @@
 // Prefill attention in the flash-attention form: causal (by positions), grouped-query,
-// optional sliding window, bf16 tensor cores through mma.sync.m16n8k16 (sm_80+), an online
-// softmax in float32, and K/V tiles staged in shared memory with cp.async.
+// optional sliding window, tensor cores through mma.sync.m16n8k16 (bf16 or f16, sm_80+), an
+// online softmax in float32, and a kStages-deep cp.async pipeline of K/V tiles:
 //   out[b, t, h, :] = softmax_j(scale * q . k_j) v_j over cache rows j of kv head
 //   h / (q_heads / kv_heads) with max(0, p - window + 1) <= j <= p, p = positions[b, t]
 // The keys of the new tokens must already be in the cache (kv_write runs first).
 //
-// CTA (m, h, b) owns query rows t in [m * kBlockM, (m + 1) * kBlockM), kBlockM = 16 * kWarps;
-// warp w owns 16 of them and keeps its Q fragments, scores S = Q K^T (16 x kBlockN) and
-// output O (16 x kHeadDim) in registers. The CTA walks the union of its rows' key ranges,
-// [min first, max p], kBlockN keys at a time: K and V tiles land in shared memory
-// (kStages = 2: the next tile loads while this one computes), S comes from mma with K read
-// as 32-bit pairs, masked entries become -inf, the row max / sum update in the log2
-// domain, P is rounded to bf16 in registers (the accumulator layout of S is the A-operand
-// layout of P V), and V is read transposed with ldmatrix.trans. Rows of K/V tiles are
-// padded by 16 bytes so both access patterns are free of bank conflicts.
+// CTA (m, h, b) owns query rows t in [m * kTileQ, (m + 1) * kTileQ); its kWarps warps take
+// kTileQ / (16 * kWarps) row tiles of 16 each and keep the scores S = Q K^T (16 x kTileKv)
+// and the output O (16 x kHeadDim) of each in registers. The CTA walks the union of its rows'
+// key ranges, [min first, max p], kTileKv keys at a time. Q and the K/V tiles live in shared
+// memory (Q loaded once); fragments come from ldmatrix (V transposed); masked scores become
+// -inf; the row max and sum update in the log2 domain; P is rounded to T in registers (the
+// accumulator layout of S is the A-operand layout of P V). Shared-memory rows are stored
+// with their 16-byte chunks XOR-swizzled by the row index, which keeps ldmatrix and cp.async
+// free of bank conflicts without padding.
 #pragma once
 
 #include "primitives.cuh"
 
 namespace tileplan {
 
-// Dynamic shared memory (bytes) of attention_prefill_flash for these parameters.
-template <int kHeadDim, int kBlockN, int kStages>
-struct FlashPrefillSmem {
-  static constexpr int kStride = kHeadDim + 8;  // elements per padded K/V row
-  static constexpr int kTile = kBlockN * kStride;
-  static constexpr int kBytes = kStages * 2 * kTile * 2;
-};
-
-__device__ __forceinline__ unsigned int load_u32(const bf16* p) {
-  return *reinterpret_cast<const unsigned int*>(p);
+// XOR mask of the 16-byte chunk swizzle for rows of `chunks` chunks: the largest of 7, 3, 1
+// that keeps a chunk inside its row.
+__host__ __device__ constexpr int flash_swizzle_mask(int chunks) {
+  return chunks % 8 == 0 ? 7 : chunks % 4 == 0 ? 3 : chunks % 2 == 0 ? 1 : 0;
 }
 
-// q, out: [batch * tokens, q_heads, kHeadDim] bf16; caches: [batch, kv_heads, capacity,
-// kHeadDim] bf16; positions: [batch * tokens]. Rows whose position lies outside
-// [0, capacity) get zeros.
-//
-// Launch: grid (ceil(tokens / (16 * kWarps)), q_heads, batch), block kWarps * 32, dynamic
-// shared memory FlashPrefillSmem<kHeadDim, kBlockN, kStages>::kBytes (above 48 KiB the
-// launcher raises the kernel's limit). REQUIRES: q_heads % kv_heads == 0; pointers
-// 16-byte aligned.
-template <int kHeadDim, int kWarps, int kBlockN, int kStages>
-__global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
-    const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-    const bf16* __restrict__ v_cache, const int* __restrict__ positions, bf16* __restrict__ out,
-    int tokens, int q_heads, int kv_heads, int capacity, float scale, int window) {
-  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "mma tile multiples");
-  static_assert(kStages == 1 || kStages == 2, "stages");
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kBlockM = 16 * kWarps;
-  constexpr int kStride = FlashPrefillSmem<kHeadDim, kBlockN, kStages>::kStride;
-  constexpr int kTile = FlashPrefillSmem<kHeadDim, kBlockN, kStages>::kTile;
-  constexpr int kKSteps = kHeadDim / 16;  // k-steps of Q K^T
-  constexpr int kNTiles = kBlockN / 8;    // n-tiles of S
-  constexpr int kDTiles = kHeadDim / 8;   // n-tiles of O
-  constexpr int kPSteps = kBlockN / 16;   // k-steps of P V
-  constexpr int kRowChunks = kHeadDim / 8;
+// Dynamic shared memory of attention_prefill_flash, in bytes.
+__host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int tile_q,
+                                                           int tile_kv, int stages,
+                                                           int element_bytes) {
+  return (tile_q + 2 * stages * tile_kv) * head_dim * element_bytes;
+}
 
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* k_s = reinterpret_cast<bf16*>(smem);  // [kStages][kBlockN][kStride]
-  bf16* v_s = k_s + kStages * kTile;
+// q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
+// out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
+// kHeadDim]; positions: [batch * tokens]. Rows whose position lies outside [0, capacity)
+// get zeros.
+//
+// Launch: grid (ceil(tokens / kTileQ), q_heads, batch), block 32 * kWarps, dynamic shared
+// memory flash_prefill_smem_bytes(kHeadDim, kTileQ, kTileKv, kStages, sizeof(T)) (above
+// 48 KiB the launcher raises the kernel's limit).
+// REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
+// to 16 bytes.
+template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
+    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
+    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
+    int tokens, int q_heads, int kv_heads, int capacity, float scale, int window) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp
+  constexpr int kKSteps = kHeadDim / 16;           // k-steps of Q K^T
+  constexpr int kNTiles = kTileKv / 8;             // n-tiles of S
+  constexpr int kDTiles = kHeadDim / 8;            // n-tiles of O
+  constexpr int kPSteps = kTileKv / 16;            // k-steps of P V
+  constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks per row
+  constexpr int kMask = flash_swizzle_mask(kChunks);
+  static_assert(kHeadDim % 16 == 0 && kTileKv % 16 == 0, "mma tile multiples");
+  static_assert(kMTiles >= 1 && kTileQ % (16 * kWarps) == 0, "16 * kWarps divides kTileQ");
+  static_assert(kStages >= 1 && kStages <= 4, "stages");
+
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  T* q_s = reinterpret_cast<T*>(smem_bytes);  // [kTileQ][kHeadDim]
+  T* kv_s = q_s + kTileQ * kHeadDim;           // [kStages][2][kTileKv][kHeadDim]
   __shared__ int s_range[2];
+  // Element (row, col) of a swizzled [rows][kHeadDim] tile.
+  auto at = [](T* tile, int row, int col) {
+    return tile + row * kHeadDim + ((((col >> 3) ^ (row & kMask)) << 3) | (col & 7));
+  };
 
   const int h = blockIdx.y;
   const int b = blockIdx.z;
@@ -70,8 +77,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
   const int qd = lane % 4;
   const int kvh = h / (q_heads / kv_heads);
   const long long kv_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity * kHeadDim;
-  const int cta_row0 = blockIdx.x * kBlockM;
-  const int row0 = cta_row0 + warp * 16;
+  const int cta_row0 = blockIdx.x * kTileQ;
+  const int warp_row0 = warp * kMTiles * 16;  // within the CTA tile
 
   // The position of query row t, or -1 when there is no such row or it is out of range.
   auto row_position = [&](int t) {
@@ -79,16 +86,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
     const int p = positions[static_cast<long long>(b) * tokens + t];
     return p < 0 || p >= capacity ? -1 : p;
   };
-  const int p_lo = row_position(row0 + g);
-  const int p_hi = row_position(row0 + g + 8);
-
   if (threadIdx.x == 0) {
     s_range[0] = 0x7fffffff;
     s_range[1] = -1;
   }
   __syncthreads();
-  if (threadIdx.x < kBlockM) {
-    const int p = row_position(cta_row0 + threadIdx.x);
+  for (int r = threadIdx.x; r < kTileQ; r += kThreads) {
+    const int p = row_position(cta_row0 + r);
     if (p >= 0) {
       atomicMin(&s_range[0], window > 0 ? max(0, p - window + 1) : 0);
       atomicMax(&s_range[1], p);
@@ -97,159 +101,185 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
   __syncthreads();
   const int kv_begin = s_range[0];
   const int kv_end = s_range[1] + 1;
-  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBlockN - 1) / kBlockN : 0;
+  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileKv - 1) / kTileKv : 0;
 
-  // Q as A fragments (rows g and g + 8 of the warp's 16, all of kHeadDim).
-  unsigned int qa[kKSteps][4];
-  {
-    const bool lo = row0 + g < tokens, hi = row0 + g + 8 < tokens;
-    const bf16* q_lo = q + ((static_cast<long long>(b) * tokens + row0 + g) * q_heads + h) * kHeadDim;
-    const bf16* q_hi = q_lo + 8LL * q_heads * kHeadDim;
+  // Rows g and g + 8 of each of this warp's row tiles.
+  int p_row[kMTiles][2];
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      const int c = ks * 16 + 2 * qd;
-      qa[ks][0] = lo ? load_u32(q_lo + c) : 0u;
-      qa[ks][1] = hi ? load_u32(q_hi + c) : 0u;
-      qa[ks][2] = lo ? load_u32(q_lo + c + 8) : 0u;
-      qa[ks][3] = hi ? load_u32(q_hi + c + 8) : 0u;
-    }
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    p_row[mt][0] = row_position(cta_row0 + warp_row0 + mt * 16 + g);
+    p_row[mt][1] = row_position(cta_row0 + warp_row0 + mt * 16 + g + 8);
   }
 
-  // Stages keys [j0, j0 + kBlockN) of K and V; rows at or past kv_end are zero-filled.
-  auto load_tile = [&](int stage, int j0) {
-    bf16* kt = k_s + stage * kTile;
-    bf16* vt = v_s + stage * kTile;
-    for (int c = threadIdx.x; c < kBlockN * kRowChunks; c += kThreads) {
-      const int r = c / kRowChunks;
-      const int col = (c % kRowChunks) * 8;
+  // Q tile (rows past `tokens` zero-filled).
+  for (int c = threadIdx.x; c < kTileQ * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const int t = cta_row0 + r;
+    const bool ok = t < tokens;
+    const T* src = q + (static_cast<long long>(b) * tokens + (ok ? t : 0)) * q_stride +
+                   h * kHeadDim + col;
+    cp_async_16(at(q_s, r, col), src, ok);
+  }
+  // Stages keys [j0, j0 + kTileKv) of K and V; rows at or past kv_end are zero-filled.
+  auto load_tile = [&](int stage, int tile) {
+    T* kt = kv_s + stage * 2 * kTileKv * kHeadDim;
+    T* vt = kt + kTileKv * kHeadDim;
+    const int j0 = kv_begin + tile * kTileKv;
+    for (int c = threadIdx.x; c < kTileKv * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
       const int j = j0 + r;
       const bool ok = j < kv_end;
       const long long src = kv_base + static_cast<long long>(ok ? j : kv_begin) * kHeadDim + col;
-      cp_async_16(kt + r * kStride + col, k_cache + src, ok);
-      cp_async_16(vt + r * kStride + col, v_cache + src, ok);
+      cp_async_16(at(kt, r, col), k_cache + src, ok);
+      cp_async_16(at(vt, r, col), v_cache + src, ok);
     }
-    cp_async_commit();
   };
-
-  float o[kDTiles][4];
+  if constexpr (kStages == 1) {
+    cp_async_commit();  // Q alone
+  } else {
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < n_tiles) load_tile(s, s);
+      cp_async_commit();  // the first group carries Q too
+    }
   }
-  float m_lo = neg_inf(), m_hi = neg_inf(), l_lo = 0.f, l_hi = 0.f;
-  const float log2e_scale = scale * 1.4426950408889634f;
-  auto visible = [&](int j, int p) {
-    return p >= 0 && j <= p && (window <= 0 || j > p - window);
-  };
 
-  if (n_tiles > 0) load_tile(0, kv_begin);
-  for (int it = 0; it < n_tiles; ++it) {
-    const int stage = kStages == 1 ? 0 : it % 2;
-    if constexpr (kStages == 2) {
-      if (it + 1 < n_tiles) {
-        load_tile((it + 1) % 2, kv_begin + (it + 1) * kBlockN);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-    } else {
-      cp_async_wait<0>();
+  float o[kMTiles][kDTiles][4];
+  float m_row[kMTiles][2], l_row[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
     }
-    __syncthreads();
-    const bf16* kt = k_s + stage * kTile;
-    const bf16* vt = v_s + stage * kTile;
-    const int j0 = kv_begin + it * kBlockN;
+    m_row[mt][0] = m_row[mt][1] = neg_inf();
+    l_row[mt][0] = l_row[mt][1] = 0.f;
+  }
+  const float log2e_scale = scale * 1.4426950408889634f;
 
-    float s[kNTiles][4];
+  for (int it = 0; it < n_tiles; ++it) {
+    if constexpr (kStages == 1) {
+      load_tile(0, it);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    } else {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      // The stage refilled here was consumed in the previous iteration; the barrier above
+      // ordered that.
+      const int next = it + kStages - 1;
+      if (next < n_tiles) load_tile(next % kStages, next);
+      cp_async_commit();
+    }
+    T* kt = kv_s + (kStages == 1 ? 0 : it % kStages) * 2 * kTileKv * kHeadDim;
+    T* vt = kt + kTileKv * kHeadDim;
+    const int j0 = kv_begin + it * kTileKv;
+
+    float s[kMTiles][kNTiles][4];
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+      }
     }
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
+      unsigned int a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int row = warp_row0 + mt * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+        ldmatrix_x4(a[mt], at(q_s, row, ks * 16 + (lane / 16) * 8));
+      }
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        const bf16* kr = kt + (nt * 8 + g) * kStride + ks * 16 + 2 * qd;
-        mma_m16n8k16_bf16(s[nt], qa[ks], load_u32(kr), load_u32(kr + 8));
+        unsigned int kb[2];
+        ldmatrix_x2(kb, at(kt, nt * 8 + lane % 8, ks * 16 + ((lane / 8) % 2) * 8));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) mma_m16n8k16<T>(s[mt][nt], a[mt], kb[0], kb[1]);
       }
     }
 
-    float mx_lo = m_lo, mx_hi = m_hi;
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      // Mask, scale and the running max of rows g (half 0) and g + 8 (half 1).
+      float mx[2] = {m_row[mt][0], m_row[mt][1]};
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = j0 + nt * 8 + 2 * qd + e;
-        s[nt][e] = visible(j, p_lo) ? s[nt][e] * log2e_scale : neg_inf();
-        s[nt][2 + e] = visible(j, p_hi) ? s[nt][2 + e] * log2e_scale : neg_inf();
-        mx_lo = fmaxf(mx_lo, s[nt][e]);
-        mx_hi = fmaxf(mx_hi, s[nt][2 + e]);
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int half = e / 2;
+          const int j = j0 + nt * 8 + 2 * qd + (e % 2);
+          const int p = p_row[mt][half];
+          const bool visible = p >= 0 && j <= p && (window <= 0 || j > p - window);
+          s[mt][nt][e] = visible ? s[mt][nt][e] * log2e_scale : neg_inf();
+          mx[half] = fmaxf(mx[half], s[mt][nt][e]);
+        }
       }
-    }
-    mx_lo = group_max<4>(mx_lo);
-    mx_hi = group_max<4>(mx_hi);
-    // With every score so far masked the base is 0, so exp2 of -inf entries stays 0.
-    const float base_lo = mx_lo == neg_inf() ? 0.f : mx_lo;
-    const float base_hi = mx_hi == neg_inf() ? 0.f : mx_hi;
-    const float corr_lo = exp2f(m_lo - base_lo), corr_hi = exp2f(m_hi - base_hi);
-    m_lo = mx_lo;
-    m_hi = mx_hi;
-    l_lo *= corr_lo;
-    l_hi *= corr_hi;
+      float base[2];
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o[dt][0] *= corr_lo;
-      o[dt][1] *= corr_lo;
-      o[dt][2] *= corr_hi;
-      o[dt][3] *= corr_hi;
-    }
+      for (int half = 0; half < 2; ++half) {
+        mx[half] = group_max<4>(mx[half]);
+        // With every score so far masked the base is 0, so exp2 of -inf entries stays 0.
+        base[half] = mx[half] == neg_inf() ? 0.f : mx[half];
+        const float corr = exp2f(m_row[mt][half] - base[half]);
+        m_row[mt][half] = mx[half];
+        l_row[mt][half] *= corr;
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - base_lo);
-      s[nt][1] = exp2f(s[nt][1] - base_lo);
-      s[nt][2] = exp2f(s[nt][2] - base_hi);
-      s[nt][3] = exp2f(s[nt][3] - base_hi);
-      l_lo += s[nt][0] + s[nt][1];
-      l_hi += s[nt][2] + s[nt][3];
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o[mt][dt][2 * half] *= corr;
+          o[mt][dt][2 * half + 1] *= corr;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = exp2f(s[mt][nt][e] - base[e / 2]);
+          l_row[mt][e / 2] += s[mt][nt][e];
+        }
+      }
     }
 
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
-      const unsigned int pa[4] = {
-          pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-          pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      unsigned int pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         unsigned int vb[2];
-        ldmatrix_x2_trans(vb, vt + (kk * 16 + lane % 16) * kStride + dt * 8);
-        mma_m16n8k16_bf16(o[dt], pa, vb[0], vb[1]);
+        ldmatrix_x2_trans(vb, at(vt, kk * 16 + lane % 16, dt * 8));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) mma_m16n8k16<T>(o[mt][dt], pa[mt], vb[0], vb[1]);
       }
     }
-    __syncthreads();
-    if constexpr (kStages == 1) {
-      if (it + 1 < n_tiles) load_tile(0, kv_begin + (it + 1) * kBlockN);
-    }
+    if constexpr (kStages == 1) __syncthreads();  // before the next load refills the stage
   }
+  cp_async_wait<0>();
 
-  l_lo = group_sum<4>(l_lo);
-  l_hi = group_sum<4>(l_hi);
-  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f;
-  const float inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  bf16* out_lo = out + ((static_cast<long long>(b) * tokens + row0 + g) * q_heads + h) * kHeadDim;
-  bf16* out_hi = out_lo + 8LL * q_heads * kHeadDim;
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-    const int c = dt * 8 + 2 * qd;
-    if (row0 + g < tokens) {
-      *reinterpret_cast<unsigned int*>(out_lo + c) =
-          pack_bf16x2(o[dt][0] * inv_lo, o[dt][1] * inv_lo);
-    }
-    if (row0 + g + 8 < tokens) {
-      *reinterpret_cast<unsigned int*>(out_hi + c) =
-          pack_bf16x2(o[dt][2] * inv_hi, o[dt][3] * inv_hi);
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = group_sum<4>(l_row[mt][half]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int t = cta_row0 + warp_row0 + mt * 16 + g + 8 * half;
+      if (t >= tokens) continue;
+      T* dst = out + ((static_cast<long long>(b) * tokens + t) * q_heads + h) * kHeadDim;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        *reinterpret_cast<unsigned int*>(dst + dt * 8 + 2 * qd) =
+            pack2<T>(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-// Elementwise kernels over flat tensors: add, mul, silu, and swiglu over a packed
-// [gate | up] last dim. Arithmetic in float32, one rounding to T per stored element.
+// Elementwise kernels over [rows, cols] operands with row strides (views of packed
+// tensors included): add, mul, silu, and swiglu over a packed [gate | up] last dim.
+// Arithmetic in float32, one rounding to T per stored element.
 #pragma once
 
 #include "primitives.cuh"
@@ -8,92 +9,113 @@ namespace tileplan {
 
 __device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
 
-// A grid-stride loop over n elements, kVec per thread per step, with a scalar tail when
-// n % kVec != 0. `op(e, lanes)` handles kVec elements at e when `lanes` == kVec, else one.
-// Launch (all flat kernels): grid any >= 1 (the launcher caps it at a few waves of the
-// GPU), block kThreads. REQUIRES: every pointer aligned to kVec * sizeof(T) bytes.
-template <int kThreads, int kVec, typename Op>
-__device__ __forceinline__ void for_each_vector(long long n, Op op) {
-  const long long vectors = n / kVec;
-  const long long stride = static_cast<long long>(gridDim.x) * kThreads;
-  const long long first = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
-  for (long long v = first; v < vectors; v += stride) op(v * kVec, kVec);
-  const long long tail = vectors * kVec + first;
-  if (tail < n) op(tail, 1);
-}
+// The kItems output vectors of this thread: item k is vector (x * kItems + k) * kThreads + i
+// for thread i of CTA x (consecutive threads on consecutive vectors, kVec elements each).
+// Kernels load every item's operands before computing any, so kItems loads per operand
+// are in flight per thread.
+//
+// Launch (every kernel here): grid ceil(rows * cols / (kThreads * kItems * kVec)), block
+// kThreads. REQUIRES: cols % kVec == 0, row strides % kVec == 0, pointers aligned to kVec
+// elements. Outputs are contiguous [rows, cols]; add, mul and silu may write over an
+// operand (each element is read and written by one thread, reads first).
+template <int kThreads, int kItems, int kVec>
+struct ItemVectors {
+  bool valid[kItems];
+  long long row[kItems];
+  int col[kItems];
 
-// out = a + b; out may alias a or b.
-template <typename T, int kThreads, int kVec>
-__global__ void __launch_bounds__(kThreads)
-    elementwise_add(const T* a, const T* b, T* out, long long n) {
-  for_each_vector<kThreads, kVec>(n, [&](long long e, int lanes) {
-    if (lanes == kVec) {
-      float x[kVec], y[kVec];
-      load_floats<T, kVec>(a + e, x);
-      load_floats<T, kVec>(b + e, y);
+  __device__ __forceinline__ ItemVectors(long long rows, int cols) {
+    const long long vectors = rows * (cols / kVec);
+    const long long first =
+        static_cast<long long>(blockIdx.x) * kItems * kThreads + threadIdx.x;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) x[i] += y[i];
-      store_floats<T, kVec>(out + e, x);
-    } else {
-      out[e] = from_float<T>(to_float(a[e]) + to_float(b[e]));
+    for (int k = 0; k < kItems; ++k) {
+      const long long v = first + static_cast<long long>(k) * kThreads;
+      valid[k] = v < vectors;
+      const long long e = v * kVec;
+      row[k] = e / cols;
+      col[k] = static_cast<int>(e - row[k] * cols);
     }
-  });
-}
+  }
+};
 
-// out = a * b; out may alias a or b.
-template <typename T, int kThreads, int kVec>
-__global__ void __launch_bounds__(kThreads)
-    elementwise_mul(const T* a, const T* b, T* out, long long n) {
-  for_each_vector<kThreads, kVec>(n, [&](long long e, int lanes) {
-    if (lanes == kVec) {
-      float x[kVec], y[kVec];
-      load_floats<T, kVec>(a + e, x);
-      load_floats<T, kVec>(b + e, y);
+// out = a + b (kOp 0) or a * b (kOp 1).
+template <typename T, int kThreads, int kItems, int kVec, int kOp>
+__device__ __forceinline__ void elementwise_binary(const T* a, long long a_stride, const T* b,
+                                                   long long b_stride, T* out, long long rows,
+                                                   int cols) {
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float x[kItems][kVec], y[kItems][kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) x[i] *= y[i];
-      store_floats<T, kVec>(out + e, x);
-    } else {
-      out[e] = from_float<T>(to_float(a[e]) * to_float(b[e]));
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) {
+      load_floats<T, kVec>(a + it.row[k] * a_stride + it.col[k], x[k]);
+      load_floats<T, kVec>(b + it.row[k] * b_stride + it.col[k], y[k]);
     }
-  });
-}
-
-// out = x * sigmoid(x); out may alias x.
-template <typename T, int kThreads, int kVec>
-__global__ void __launch_bounds__(kThreads) elementwise_silu(const T* x, T* out, long long n) {
-  for_each_vector<kThreads, kVec>(n, [&](long long e, int lanes) {
-    if (lanes == kVec) {
-      float v[kVec];
-      load_floats<T, kVec>(x + e, v);
+  }
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = silu(v[i]);
-      store_floats<T, kVec>(out + e, v);
-    } else {
-      out[e] = from_float<T>(silu(to_float(x[e])));
-    }
-  });
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) x[k][i] = kOp == 0 ? x[k][i] + y[k][i] : x[k][i] * y[k][i];
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], x[k]);
+  }
 }
 
-// x: [rows, 2f] (gate in columns [0, f), up in [f, 2f)), out: [rows, f];
-// out[r, j] = silu(x[r, j]) * x[r, f + j], in float32 with one rounding.
-// Launch: grid any >= 1, block kThreads. REQUIRES: f % kVec == 0; pointers aligned to
-// kVec * sizeof(T) bytes.
-template <typename T, int kThreads, int kVec>
+template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    swiglu(const T* __restrict__ x, T* __restrict__ out, long long rows, int f) {
-  const long long vectors = rows * f / kVec;
-  const long long stride = static_cast<long long>(gridDim.x) * kThreads;
-  for (long long v = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x; v < vectors;
-       v += stride) {
-    const long long e = v * kVec;
-    const long long r = e / f;
-    const long long j = e - r * f;
-    float g[kVec], u[kVec];
-    load_floats<T, kVec>(x + r * 2 * f + j, g);
-    load_floats<T, kVec>(x + r * 2 * f + f + j, u);
+    elementwise_add(const T* a, long long a_stride, const T* b, long long b_stride, T* out,
+                    long long rows, int cols) {
+  elementwise_binary<T, kThreads, kItems, kVec, 0>(a, a_stride, b, b_stride, out, rows, cols);
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    elementwise_mul(const T* a, long long a_stride, const T* b, long long b_stride, T* out,
+                    long long rows, int cols) {
+  elementwise_binary<T, kThreads, kItems, kVec, 1>(a, a_stride, b, b_stride, out, rows, cols);
+}
+
+// out = silu(x) = x * sigmoid(x).
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    elementwise_silu(const T* x, long long x_stride, T* out, long long rows, int cols) {
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float v[kItems][kVec];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) g[i] = silu(g[i]) * u[i];
-    store_floats<T, kVec>(out + e, g);
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) load_floats<T, kVec>(x + it.row[k] * x_stride + it.col[k], v[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[k][i] = silu(v[k][i]);
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], v[k]);
+  }
+}
+
+// x: rows of 2 * cols at x + r * x_stride, gate in [0, cols), up in [cols, 2 cols);
+// out[r, j] = silu(gate[j]) * up[j], contiguous [rows, cols].
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    swiglu(const T* __restrict__ x, long long x_stride, T* __restrict__ out, long long rows,
+           int cols) {
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float g[kItems][kVec], u[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) {
+      load_floats<T, kVec>(x + it.row[k] * x_stride + it.col[k], g[k]);
+      load_floats<T, kVec>(x + it.row[k] * x_stride + cols + it.col[k], u[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) g[k][i] = silu(g[k][i]) * u[k][i];
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], g[k]);
   }
 }
 

@@ -17,6 +17,15 @@ struct f16 {
   unsigned short bits;
 };
 
+template <typename A, typename B>
+struct is_same {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct is_same<A, A> {
+  static constexpr bool value = true;
+};
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -54,12 +63,6 @@ __device__ __forceinline__ f16 from_float<f16>(float v) {
   f16 r;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
   return r;
-}
-
-// Two floats as a packed bf16 pair: `lo` in bits 0-15 (the lower address), `hi` above.
-__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
-  return static_cast<unsigned int>(from_float<bf16>(lo).bits) |
-         (static_cast<unsigned int>(from_float<bf16>(hi).bits) << 16);
 }
 
 // Element i of a vector held as 32-bit words (the order of memory).
@@ -232,25 +235,54 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Two transposed 8x8 b16 matrices from shared memory: lanes 0-7 give the row addresses of
-// the first, lanes 8-15 of the second (lanes 16-31 must pass valid addresses, unused).
+// ldmatrix: 8x8 b16 matrices from shared memory. Lane L gives the address of row L % 8 of
+// matrix L / 8 (every lane must pass a valid address, also where the count leaves its
+// address unused); register i of a lane receives matrix i's elements (L / 4, 2 (L % 4) + {0,1}),
+// or with .trans those of the transposed matrix.
+__device__ __forceinline__ void ldmatrix_x2(unsigned int (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
 __device__ __forceinline__ void ldmatrix_x2_trans(unsigned int (&r)[2], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(shared_address(row)));
 }
 
-// d += a * b on tensor cores: a 16x16 (row), b 16x8 (col), bf16 inputs, f32 accumulators.
-// Fragment layouts are those of the PTX ISA for mma.m16n8k16 (lane = 4 * group + quad):
-// a = {A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}, b = {B[2q..][g],
+// Two floats as a packed pair of 16-bit T (bf16 or f16): `lo` in bits 0-15.
+template <typename T>
+__device__ __forceinline__ unsigned int pack2(float lo, float hi) {
+  return static_cast<unsigned int>(from_float<T>(lo).bits) |
+         (static_cast<unsigned int>(from_float<T>(hi).bits) << 16);
+}
+
+// d += a * b on tensor cores: a 16x16 (row), b 16x8 (col), T = bf16 or f16 inputs, f32
+// accumulators. Fragment layouts are those of the PTX ISA for mma.m16n8k16 (lane = 4 * g +
+// q): a = {A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}, b = {B[2q..][g],
 // B[2q+8..][g]}, d = {D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1]}.
-__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const unsigned int (&a)[4],
-                                                  unsigned int b0, unsigned int b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned int (&a)[4],
+                                             unsigned int b0, unsigned int b1) {
+  if constexpr (is_same<T, bf16>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(is_same<T, f16>::value, "mma inputs are bf16 or f16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 }  // namespace tileplan

@@ -8,56 +8,87 @@
 
 namespace tileplan {
 
-// The CTA's kThreads threads form kRowsPerCta groups of kThreads / kRowsPerCta threads;
-// group g handles row blockIdx.x * kRowsPerCta + g. A group of at most 32 threads reduces
-// with shuffles; a larger group (whole warps) adds one shared-memory step.
-template <int kThreads, int kRowsPerCta>
+// kRowThreads threads (whole warps) normalize one row; kRowsPerCta rows share a CTA.
+template <int kRowThreads, int kRowsPerCta>
 struct RowGroups {
-  static constexpr int kGroupThreads = kThreads / kRowsPerCta;
-  static constexpr int kWarpsPerGroup = kGroupThreads > 32 ? kGroupThreads / 32 : 1;
-  static_assert(kThreads % 32 == 0 && kThreads % kRowsPerCta == 0, "threads per row group");
-  static_assert(kGroupThreads <= 32 ? (32 % kGroupThreads == 0) : (kGroupThreads % 32 == 0),
-                "a row group is a power-of-two part of a warp, or whole warps");
+  static constexpr int kThreads = kRowThreads * kRowsPerCta;
+  static constexpr int kWarpsPerRow = kRowThreads / 32;
+  static_assert(kRowThreads % 32 == 0 && kThreads <= 1024, "row threads: whole warps");
 
-  // Every thread of the CTA must call this (it contains __syncthreads).
+  // The sum of v over the row's threads, in every thread of the row. Every thread of the
+  // CTA must call it (it contains barriers when a row spans several warps).
   static __device__ __forceinline__ float sum(float v, float* scratch) {
-    if constexpr (kGroupThreads <= 32) {
-      return group_sum<kGroupThreads>(v);
+    v = group_sum<32>(v);
+    if constexpr (kWarpsPerRow == 1) {
+      return v;
     } else {
       const int warp = threadIdx.x / 32;
-      v = group_sum<32>(v);
       if (threadIdx.x % 32 == 0) scratch[warp] = v;
       __syncthreads();
-      const int first = (warp / kWarpsPerGroup) * kWarpsPerGroup;
+      const int first = (warp / kWarpsPerRow) * kWarpsPerRow;
       float total = 0.f;
 #pragma unroll
-      for (int i = 0; i < kWarpsPerGroup; ++i) total += scratch[first + i];
+      for (int i = 0; i < kWarpsPerRow; ++i) total += scratch[first + i];
       __syncthreads();
       return total;
     }
   }
 };
 
-// x, out: [rows, n] in T; w: [n] in W. out may alias x.
-// Launch: grid ceil(rows / kRowsPerCta), block kThreads.
-// REQUIRES: n % kVec == 0; x, w, out aligned to kVec elements.
-template <typename T, typename W, int kThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kThreads)
-    rms_norm(const T* x, const W* __restrict__ w, T* out, int rows, int n, float eps) {
-  using Groups = RowGroups<kThreads, kRowsPerCta>;
-  __shared__ float scratch[kThreads / 32];
-  const int lane = threadIdx.x % Groups::kGroupThreads;
+// A thread keeps up to this many of its vectors in registers between the reduction and
+// the scaling; further vectors (long rows on few threads) are read again.
+constexpr int kRmsNormCachedVectors = 4;
+
+// Row r of x starts at x + r * x_stride; out and sum are contiguous [rows, n]; w is [n].
+// Each element is read and written by one thread, reads first, so out may alias x (and
+// for add_rms_norm, sum and out may alias a or b).
+//
+// Launch: grid ceil(rows / kRowsPerCta), block kRowThreads * kRowsPerCta.
+// REQUIRES: n % kVec == 0, strides % kVec == 0, pointers aligned to kVec elements.
+template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec, bool kAdd>
+__device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, const T* b,
+                                              long long b_stride, const W* __restrict__ w,
+                                              T* sum, T* out, int rows, int n, float eps) {
+  using Groups = RowGroups<kRowThreads, kRowsPerCta>;
+  constexpr int kStride = kRowThreads * kVec;
+  constexpr int kCached = kRmsNormCachedVectors;
+  __shared__ float scratch[Groups::kThreads / 32];
+  const int lane = threadIdx.x % kRowThreads;
   const long long row = static_cast<long long>(blockIdx.x) * kRowsPerCta +
-                        threadIdx.x / Groups::kGroupThreads;
+                        threadIdx.x / kRowThreads;
   const bool active = row < rows;
-  const T* xr = x + row * n;
+  const T* ar = a + row * a_stride;
+  const T* br = kAdd ? b + row * b_stride : nullptr;
+  T* sumr = kAdd ? sum + row * n : nullptr;
   T* outr = out + row * n;
-  constexpr int kStride = Groups::kGroupThreads * kVec;
+
+  // The row's value at c: x, or the sum a + b rounded to T as it is stored.
+  auto load_row = [&](int c, float (&v)[kVec]) {
+    load_floats<T, kVec>(ar + c, v);
+    if constexpr (kAdd) {
+      float vb[kVec];
+      load_floats<T, kVec>(br + c, vb);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[i] = to_float(from_float<T>(v[i] + vb[i]));
+      store_floats<T, kVec>(sumr + c, v);
+    }
+  };
+
+  float cached[kCached][kVec];
   float ss = 0.f;
   if (active) {
-    for (int c = lane * kVec; c < n; c += kStride) {
+#pragma unroll
+    for (int j = 0; j < kCached; ++j) {
+      const int c = lane * kVec + j * kStride;
+      if (c < n) {
+        load_row(c, cached[j]);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) ss += cached[j][i] * cached[j][i];
+      }
+    }
+    for (int c = lane * kVec + kCached * kStride; c < n; c += kStride) {
       float v[kVec];
-      load_floats<T, kVec>(xr + c, v);
+      load_row(c, v);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
     }
@@ -65,57 +96,47 @@ __global__ void __launch_bounds__(kThreads)
   ss = Groups::sum(ss, scratch);
   if (!active) return;
   const float inv_rms = rsqrtf(ss / static_cast<float>(n) + eps);
-  for (int c = lane * kVec; c < n; c += kStride) {
-    float v[kVec], g[kVec];
-    load_floats<T, kVec>(xr + c, v);
+  auto finish = [&](int c, float (&v)[kVec]) {
+    float g[kVec];
     load_floats<W, kVec>(w + c, g);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = v[i] * inv_rms * g[i];
     store_floats<T, kVec>(outr + c, v);
+  };
+#pragma unroll
+  for (int j = 0; j < kCached; ++j) {
+    const int c = lane * kVec + j * kStride;
+    if (c < n) finish(c, cached[j]);
+  }
+  for (int c = lane * kVec + kCached * kStride; c < n; c += kStride) {
+    float v[kVec];
+    if constexpr (kAdd) {
+      load_floats<T, kVec>(sumr + c, v);  // this thread stored it in the first pass
+    } else {
+      load_floats<T, kVec>(ar + c, v);
+    }
+    finish(c, v);
   }
 }
 
-// a, b, sum, out: [rows, n] in T; w: [n] in W. `sum` is rounded to T when stored and the
-// normalization reads the rounded values, exactly as an add followed by an rms_norm.
-// sum may alias a or b, out may alias a or b (each element is read and written by one
-// thread, reads first).
-// Launch and requirements as rms_norm.
-template <typename T, typename W, int kThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kThreads)
-    add_rms_norm(const T* a, const T* b, const W* __restrict__ w, T* sum, T* out, int rows,
-                 int n, float eps) {
-  using Groups = RowGroups<kThreads, kRowsPerCta>;
-  __shared__ float scratch[kThreads / 32];
-  const int lane = threadIdx.x % Groups::kGroupThreads;
-  const long long row = static_cast<long long>(blockIdx.x) * kRowsPerCta +
-                        threadIdx.x / Groups::kGroupThreads;
-  const bool active = row < rows;
-  constexpr int kStride = Groups::kGroupThreads * kVec;
-  float ss = 0.f;
-  if (active) {
-    for (int c = lane * kVec; c < n; c += kStride) {
-      float va[kVec], vb[kVec];
-      load_floats<T, kVec>(a + row * n + c, va);
-      load_floats<T, kVec>(b + row * n + c, vb);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        va[i] = to_float(from_float<T>(va[i] + vb[i]));
-        ss += va[i] * va[i];
-      }
-      store_floats<T, kVec>(sum + row * n + c, va);
-    }
-  }
-  ss = Groups::sum(ss, scratch);
-  if (!active) return;
-  const float inv_rms = rsqrtf(ss / static_cast<float>(n) + eps);
-  for (int c = lane * kVec; c < n; c += kStride) {
-    float v[kVec], g[kVec];
-    load_floats<T, kVec>(sum + row * n + c, v);
-    load_floats<W, kVec>(w + c, g);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = v[i] * inv_rms * g[i];
-    store_floats<T, kVec>(out + row * n + c, v);
-  }
+// x: rows of n at x + r * x_stride; out: [rows, n].
+template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
+__global__ void __launch_bounds__(kRowThreads * kRowsPerCta)
+    rms_norm(const T* x, long long x_stride, const W* __restrict__ w, T* out, int rows, int n,
+             float eps) {
+  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, false>(x, x_stride, nullptr, 0, w,
+                                                             nullptr, out, rows, n, eps);
+}
+
+// a, b: rows of n at a + r * a_stride, b + r * b_stride; sum, out: [rows, n]. `sum` is
+// rounded to T when stored, and the normalization uses the rounded values, exactly as an
+// add followed by an rms_norm.
+template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
+__global__ void __launch_bounds__(kRowThreads * kRowsPerCta)
+    add_rms_norm(const T* a, long long a_stride, const T* b, long long b_stride,
+                 const W* __restrict__ w, T* sum, T* out, int rows, int n, float eps) {
+  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, b, b_stride, w, sum,
+                                                            out, rows, n, eps);
 }
 
 }  // namespace tileplan
