@@ -1,5 +1,6 @@
 #include "models/lowering.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -313,11 +314,12 @@ absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config) {
   return Lowerer(config).Lower();
 }
 
-absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& graph,
-                                                              const Checkpoint& checkpoint) {
-  std::vector<const TensorView*> bound;
-  std::map<std::string, bool, std::less<>> used;
-  for (const std::string& name : checkpoint.TensorNames()) used[name] = false;
+absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
+    const ir::Graph& graph, const Checkpoint& checkpoint) {
+  std::vector<std::vector<const TensorView*>> bound;
+  // Checkpoint tensor name -> the weight binding it, or kNoValue while unbound.
+  std::map<std::string, ValueId, std::less<>> bound_by;
+  for (const std::string& name : checkpoint.TensorNames()) bound_by[name] = ir::kNoValue;
   for (ValueId id : graph.weights()) {
     const ir::Value& w = graph.value(id);
     const StDType want_dtype = StDTypeFor(w.type.dtype);
@@ -329,23 +331,66 @@ absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& g
       }
       want_shape.push_back(d.extent());
     }
-    const TensorView* t = checkpoint.Find(w.checkpoint_tensor);
-    if (t == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint ", checkpoint.dir().string(), " has no tensor '", w.checkpoint_tensor,
-          "' (expected ", TypeString(want_dtype, want_shape), ")"));
+    const size_t num_parts = w.checkpoint_tensors.size();
+    if (num_parts == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight '%", w.name, "' binds no checkpoint tensor"));
     }
-    if (t->dtype != want_dtype || t->shape != want_shape) {
+    if (num_parts > 1 && want_shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("packed weight '%", w.name, "' has type ",
+                                                     w.type.ToString(), ", which has no dim 0"));
+    }
+    // A part's expected type; for a packed weight dim 0 is free ("N").
+    const std::string expected =
+        num_parts == 1
+            ? TypeString(want_dtype, want_shape)
+            : absl::StrCat(StDTypeName(want_dtype), "[N", want_shape.size() > 1 ? "," : "",
+                           absl::StrJoin(want_shape.begin() + 1, want_shape.end(), ","), "]");
+    const std::string role =
+        num_parts == 1 ? std::string() : absl::StrCat(" (a part of packed weight '%", w.name, "')");
+    std::vector<const TensorView*> parts;
+    int64_t rows = 0;
+    for (const std::string& name : w.checkpoint_tensors) {
+      const TensorView* t = checkpoint.Find(name);
+      if (t == nullptr) {
+        return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
+                                                " has no tensor '", name, "'", role, " (expected ",
+                                                expected, ")"));
+      }
+      const bool trailing_match =
+          t->shape.size() == want_shape.size() &&
+          (want_shape.empty() || std::equal(t->shape.begin() + 1, t->shape.end(),
+                                            want_shape.begin() + 1, want_shape.end()));
+      const bool shape_ok = num_parts == 1 ? t->shape == want_shape : trailing_match;
+      if (t->dtype != want_dtype || !shape_ok) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", name, "'", role,
+                                                       " is ", TypeString(t->dtype, t->shape),
+                                                       ", expected ", expected));
+      }
+      auto it = bound_by.find(name);
+      if (it->second != ir::kNoValue) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint tensor '", name, "' is bound twice (by weight '%",
+                         graph.value(it->second).name, "' and by weight '%", w.name, "')"));
+      }
+      it->second = id;
+      if (!want_shape.empty()) rows += t->shape[0];
+      parts.push_back(t);
+    }
+    if (num_parts > 1 && rows != want_shape[0]) {
+      std::vector<std::string> extents;
+      for (size_t k = 0; k < num_parts; ++k) {
+        extents.push_back(absl::StrCat("'", w.checkpoint_tensors[k], "' ", parts[k]->shape[0]));
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint tensor '", w.checkpoint_tensor, "' is ", TypeString(t->dtype, t->shape),
-          ", expected ", TypeString(want_dtype, want_shape)));
+          "packed weight '%", w.name, "' is ", w.type.ToString(), " but its parts have dim-0 ",
+          "extents ", absl::StrJoin(extents, " + "), " = ", rows, ", expected ", want_shape[0]));
     }
-    used[w.checkpoint_tensor] = true;
-    bound.push_back(t);
+    bound.push_back(std::move(parts));
   }
   std::vector<std::string> unused;
-  for (const auto& [name, is_used] : used) {
-    if (!is_used) unused.push_back(absl::StrCat("'", name, "'"));
+  for (const auto& [name, weight] : bound_by) {
+    if (weight == ir::kNoValue) unused.push_back(absl::StrCat("'", name, "'"));
   }
   if (!unused.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

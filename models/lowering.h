@@ -30,13 +30,16 @@ namespace tileplan::models {
 // num_kv_heads, an odd head_dim, a sliding_window list whose size is not num_layers.
 absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config);
 
-// Checks that `checkpoint` holds exactly the weights of `graph`: every weight's checkpoint
-// tensor exists with the weight's dtype and (static) shape, and every checkpoint tensor is
-// bound by at least one weight. Errors name the tensor, the expected and the found type.
-// On success returns, parallel to graph.weights(), the tensor each weight binds to (views
-// into `checkpoint`, valid while it lives).
-absl::StatusOr<std::vector<const TensorView*>> BindCheckpoint(const ir::Graph& graph,
-                                                              const Checkpoint& checkpoint);
+// Checks that `checkpoint` holds exactly the weights of `graph`: every checkpoint tensor a
+// weight binds exists with the weight's dtype and (static) shape, and every checkpoint
+// tensor is bound exactly once. A packed weight (several checkpoint tensors, docs/ir.md
+// "Packed weights") needs each part to have the weight's dtype, rank and trailing dims, and
+// the parts' dim-0 extents to sum to the weight's. Errors name the tensor, the expected and
+// the found type. On success returns, parallel to graph.weights(), the tensors each weight
+// binds to, in order (views into `checkpoint`, valid while it lives); a runtime packs them
+// by concatenating their row-major data.
+absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
+    const ir::Graph& graph, const Checkpoint& checkpoint);
 
 }  // namespace tileplan::models
 

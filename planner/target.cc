@@ -48,7 +48,8 @@ absl::Status Validate(const TargetDescription& t, absl::string_view label) {
   }
   if (t.registers_per_sm() <= 0) return bad("registers_per_sm", "must be positive");
   if (t.memory_bytes() <= 0) return bad("memory_bytes", "must be positive");
-  if (!(t.peak_memory_bandwidth_gbps() > 0)) return bad("peak_memory_bandwidth_gbps", "must be positive");
+  if (!(t.peak_memory_bandwidth_gbps() > 0))
+    return bad("peak_memory_bandwidth_gbps", "must be positive");
   if (!(t.achievable_memory_bandwidth_gbps() > 0) ||
       t.achievable_memory_bandwidth_gbps() > t.peak_memory_bandwidth_gbps()) {
     return bad("achievable_memory_bandwidth_gbps", "must be in (0, peak]");
@@ -111,8 +112,7 @@ absl::StatusOr<TargetDescription> FindTarget(absl::string_view name_alias_or_pat
   }
   std::sort(known.begin(), known.end());
   return absl::NotFoundError(absl::StrCat("unknown target '", name_alias_or_path,
-                                          "': not a bundled target (",
-                                          absl::StrJoin(known, ", "),
+                                          "': not a bundled target (", absl::StrJoin(known, ", "),
                                           ") nor a readable .textproto file"));
 }
 

@@ -17,8 +17,7 @@ namespace tileplan::planner {
 
 // Parses and validates one description; `label` names it in error messages. Errors carry
 // line:column for syntax errors and the field name for invalid values.
-absl::StatusOr<TargetDescription> ParseTarget(absl::string_view textproto,
-                                              absl::string_view label);
+absl::StatusOr<TargetDescription> ParseTarget(absl::string_view textproto, absl::string_view label);
 
 // Bundled target names, sorted.
 std::vector<std::string> BundledTargetNames();

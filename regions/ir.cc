@@ -142,14 +142,26 @@ absl::StatusOr<ValueId> Graph::AddInput(std::string name, TensorType type) {
 }
 
 absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
-                                         std::string checkpoint_tensor) {
-  if (checkpoint_tensor.empty()) {
+                                         absl::string_view checkpoint_tensor) {
+  return AddWeight(std::move(name), std::move(type),
+                   std::vector<std::string>{std::string(checkpoint_tensor)});
+}
+
+absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
+                                         std::vector<std::string> checkpoint_tensors) {
+  if (checkpoint_tensors.empty() || checkpoint_tensors[0].empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight '%", name, "' names no checkpoint tensor"));
   }
+  for (size_t k = 1; k < checkpoint_tensors.size(); ++k) {
+    if (checkpoint_tensors[k].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight '%", name, "' names an empty checkpoint tensor (part ", k, ")"));
+    }
+  }
   auto id = NewValue(std::move(name), std::move(type), ValueKind::kWeight);
   if (id.ok()) {
-    values_[*id].checkpoint_tensor = std::move(checkpoint_tensor);
+    values_[*id].checkpoint_tensors = std::move(checkpoint_tensors);
     weights_.push_back(*id);
   }
   return id;
@@ -164,7 +176,8 @@ absl::StatusOr<ValueId> Graph::AddState(std::string name, TensorType type) {
 absl::StatusOr<std::vector<ValueId>> Graph::AddRegion(std::string kind,
                                                       std::vector<ValueId> operands,
                                                       std::vector<ResultSpec> results,
-                                                      Attributes attrs, Phase phase) {
+                                                      Attributes attrs, Phase phase,
+                                                      std::vector<std::string> fused_from) {
   if (kind.empty()) return absl::InvalidArgumentError("region kind is empty");
   for (ValueId op : operands) {
     if (op < 0 || op >= num_values()) {
@@ -188,6 +201,7 @@ absl::StatusOr<std::vector<ValueId>> Graph::AddRegion(std::string kind,
   region.operands = std::move(operands);
   region.attrs = std::move(attrs);
   region.phase = phase;
+  region.fused_from = std::move(fused_from);
   const int32_t index = static_cast<int32_t>(regions_.size());
   for (size_t i = 0; i < results.size(); ++i) {
     auto id = NewValue(std::move(results[i].name), std::move(results[i].type),

@@ -83,9 +83,12 @@ struct Value {
   std::string name;  // without the leading '%'; unique in the graph
   TensorType type;
   ValueKind kind = ValueKind::kResult;
-  std::string checkpoint_tensor;  // kWeight only: the checkpoint tensor it binds to
-  int32_t producer = -1;          // kResult only: index of the producing region
-  int32_t result_index = -1;      // kResult only: which result of the producer
+  // kWeight only: the checkpoint tensors it binds to, in order. One entry for a plain
+  // weight; several for a packed weight, which is their concatenation along dim 0
+  // (docs/ir.md, "Packed weights").
+  std::vector<std::string> checkpoint_tensors;
+  int32_t producer = -1;      // kResult only: index of the producing region
+  int32_t result_index = -1;  // kResult only: which result of the producer
 };
 
 enum class Phase : uint8_t { kGeneral, kPrefill, kDecode };
@@ -143,6 +146,9 @@ struct Region {
   std::vector<ResultAlias> result_aliases;  // parallel to results
   Attributes attrs;
   Phase phase = Phase::kGeneral;
+  // For a region a planner pass formed by fusion: the primitive kinds it replaced, in their
+  // original order (text: a trailing "fused(linear, add)"). Empty otherwise.
+  std::vector<std::string> fused_from;
 };
 
 // Spec of one result when appending a region.
@@ -164,14 +170,21 @@ class Graph {
   // Builders. Names must be unique across all values; an empty or duplicate name is an
   // AlreadyExists / InvalidArgument error.
   absl::StatusOr<ValueId> AddInput(std::string name, TensorType type);
+  // A weight bound to one checkpoint tensor, or a packed weight bound to several (their
+  // concatenation along dim 0, in order). An empty list or an empty tensor name is an
+  // InvalidArgument error; that the names are distinct is checked by Verify.
   absl::StatusOr<ValueId> AddWeight(std::string name, TensorType type,
-                                    std::string checkpoint_tensor);
+                                    absl::string_view checkpoint_tensor);
+  absl::StatusOr<ValueId> AddWeight(std::string name, TensorType type,
+                                    std::vector<std::string> checkpoint_tensors);
   absl::StatusOr<ValueId> AddState(std::string name, TensorType type);
   // Appends a region and creates its result values. Operands must already exist.
+  // `fused_from` is Region::fused_from (empty for a region that is not a fusion).
   absl::StatusOr<std::vector<ValueId>> AddRegion(std::string kind, std::vector<ValueId> operands,
                                                  std::vector<ResultSpec> results,
                                                  Attributes attrs = {},
-                                                 Phase phase = Phase::kGeneral);
+                                                 Phase phase = Phase::kGeneral,
+                                                 std::vector<std::string> fused_from = {});
   absl::Status AddOutput(ValueId value);
 
   const Value& value(ValueId id) const { return values_[static_cast<size_t>(id)]; }

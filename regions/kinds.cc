@@ -159,8 +159,17 @@ std::vector<std::string> KindRegistry::Names() const {
   return names;
 }
 
+std::vector<std::string> KindRegistry::PrimitiveNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : kinds_) {
+    if (!spec.fused) names.push_back(name);
+  }
+  return names;
+}
+
 absl::Status RegisterAllKinds(KindRegistry& registry) {
   TP_RETURN_IF_ERROR(RegisterPrimitiveKinds(registry));
+  TP_RETURN_IF_ERROR(RegisterFusedKinds(registry));
   return absl::OkStatus();
 }
 
@@ -183,5 +192,7 @@ const KindRegistry& GlobalKindRegistry() {
 const KindSpec* FindKind(absl::string_view name) { return GlobalKindRegistry().Find(name); }
 
 std::vector<std::string> KindNames() { return GlobalKindRegistry().Names(); }
+
+std::vector<std::string> PrimitiveKindNames() { return GlobalKindRegistry().PrimitiveNames(); }
 
 }  // namespace tileplan::ir

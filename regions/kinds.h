@@ -74,6 +74,9 @@ struct KindSpec {
   int optional_operands = 0;               // how many trailing roles may be omitted
   std::vector<AttrSpec> attrs = {};
   InferFn infer;
+  // A fused kind (docs/ir.md, "Fused kinds"): formed by planner passes, never emitted by
+  // lowering, and not allowed in a region's fused_from list.
+  bool fused = false;
 
   int max_operands() const { return static_cast<int>(operands.size()); }
   int min_operands() const { return max_operands() - optional_operands; }
@@ -98,6 +101,8 @@ class KindRegistry {
   absl::Status Register(KindSpec spec);
   const KindSpec* Find(absl::string_view name) const;  // nullptr when unknown
   std::vector<std::string> Names() const;              // sorted
+  // Sorted names of the primitive (not fused) kinds.
+  std::vector<std::string> PrimitiveNames() const;
 
  private:
   std::map<std::string, KindSpec, std::less<>> kinds_;
@@ -105,13 +110,16 @@ class KindRegistry {
 
 // The primitive kinds of docs/ir.md (emitted by model lowering).
 absl::Status RegisterPrimitiveKinds(KindRegistry& registry);
+// The fused kinds of docs/ir.md (formed by planner passes); each has `fused` set.
+absl::Status RegisterFusedKinds(KindRegistry& registry);
 // Every kind tileplan knows.
 absl::Status RegisterAllKinds(KindRegistry& registry);
 
 // The process-wide registry, filled by RegisterAllKinds on first use (thread-safe).
 const KindRegistry& GlobalKindRegistry();
 const KindSpec* FindKind(absl::string_view name);
-std::vector<std::string> KindNames();  // sorted
+std::vector<std::string> KindNames();           // sorted
+std::vector<std::string> PrimitiveKindNames();  // sorted
 
 }  // namespace tileplan::ir
 

@@ -48,6 +48,10 @@ class Parser {
 
   absl::StatusOr<TensorType> ParseType();
   absl::Status ParseDeclaration();
+  // A weight's binding after '=': "name" or concat("a", "b", ...).
+  absl::StatusOr<std::vector<std::string>> ParseCheckpointTensors();
+  // The kinds of "fused(linear, add)", from the 'fused' keyword on.
+  absl::StatusOr<std::vector<std::string>> ParseFusedFrom();
   absl::Status ParseOutput();
   absl::Status ParseRegion();
   absl::StatusOr<PendingResult> ParseResult();
@@ -176,14 +180,9 @@ absl::Status Parser::ParseDeclaration() {
   absl::StatusOr<ValueId> added;
   if (keyword == "weight") {
     TP_RETURN_IF_ERROR(ExpectPunct('=', "'=' and the checkpoint tensor name"));
-    if (tok_.kind != TokenKind::kString) {
-      return Unexpected("the checkpoint tensor name (a string)");
-    }
-    if (tok_.text.empty()) return ErrorAt(tok_, "the checkpoint tensor name is empty");
-    const std::string tensor = tok_.text;
-    TP_RETURN_IF_ERROR(Advance());
+    TP_ASSIGN_OR_RETURN(std::vector<std::string> tensors, ParseCheckpointTensors());
     TP_RETURN_IF_ERROR(ExpectEndOfLine());
-    added = graph_.AddWeight(name.text, std::move(type), tensor);
+    added = graph_.AddWeight(name.text, std::move(type), std::move(tensors));
   } else {
     TP_RETURN_IF_ERROR(ExpectEndOfLine());
     added = keyword == "input" ? graph_.AddInput(name.text, std::move(type))
@@ -192,6 +191,28 @@ absl::Status Parser::ParseDeclaration() {
   if (!added.ok()) return ErrorAt(name, added.status().message());
   Define(name);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Parser::ParseCheckpointTensors() {
+  std::vector<std::string> tensors;
+  const bool packed = tok_.IsIdent("concat");
+  if (packed) {
+    TP_RETURN_IF_ERROR(Advance());
+    TP_RETURN_IF_ERROR(ExpectPunct('(', "'(' and the checkpoint tensor names"));
+  }
+  while (true) {
+    if (tok_.kind != TokenKind::kString) {
+      return Unexpected(packed ? "a checkpoint tensor name (a string)"
+                               : "the checkpoint tensor name (a string or concat(...))");
+    }
+    if (tok_.text.empty()) return ErrorAt(tok_, "the checkpoint tensor name is empty");
+    tensors.push_back(tok_.text);
+    TP_RETURN_IF_ERROR(Advance());
+    if (!packed || !tok_.Is(',')) break;
+    TP_RETURN_IF_ERROR(Advance());
+  }
+  if (packed) TP_RETURN_IF_ERROR(ExpectPunct(')', "',' or ')'"));
+  return tensors;
 }
 
 absl::Status Parser::ParseOutput() {
@@ -275,10 +296,21 @@ absl::Status Parser::ParseRegion() {
     TP_RETURN_IF_ERROR(Advance());
     TP_RETURN_IF_ERROR(ExpectPunct(')', "')'"));
   }
+  std::vector<std::string> fused_from;
+  if (tok_.IsIdent("fused")) {
+    TP_ASSIGN_OR_RETURN(fused_from, ParseFusedFrom());
+  }
   if (tok_.kind != TokenKind::kNewline) {
-    return Unexpected(attrs.empty() && phase == Phase::kGeneral
-                          ? "'{' (attributes), 'phase(...)' or end of line"
-                          : "end of line");
+    // What may still follow, in grammar order.
+    std::string expected = "end of line";
+    if (fused_from.empty()) {
+      expected = absl::StrCat("'fused(...)' or ", expected);
+      if (phase == Phase::kGeneral) expected = absl::StrCat("'phase(...)', ", expected);
+      if (phase == Phase::kGeneral && attrs.empty()) {
+        expected = absl::StrCat("'{' (attributes), ", expected);
+      }
+    }
+    return Unexpected(expected);
   }
   TP_RETURN_IF_ERROR(Advance());
 
@@ -297,11 +329,27 @@ absl::Status Parser::ParseRegion() {
     }
     specs.push_back(std::move(spec));
   }
-  absl::StatusOr<std::vector<ValueId>> added = graph_.AddRegion(
-      std::move(kind), std::move(operands), std::move(specs), std::move(attrs), phase);
+  absl::StatusOr<std::vector<ValueId>> added =
+      graph_.AddRegion(std::move(kind), std::move(operands), std::move(specs), std::move(attrs),
+                       phase, std::move(fused_from));
   if (!added.ok()) return ErrorAt(pending.front().name, added.status().message());
   for (const PendingResult& r : pending) Define(r.name);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Parser::ParseFusedFrom() {
+  TP_RETURN_IF_ERROR(Advance());  // 'fused'
+  TP_RETURN_IF_ERROR(ExpectPunct('(', "'(' and the fused kinds"));
+  std::vector<std::string> kinds;
+  while (true) {
+    if (tok_.kind != TokenKind::kIdent) return Unexpected("a region kind");
+    kinds.push_back(tok_.text);
+    TP_RETURN_IF_ERROR(Advance());
+    if (!tok_.Is(',')) break;
+    TP_RETURN_IF_ERROR(Advance());
+  }
+  TP_RETURN_IF_ERROR(ExpectPunct(')', "',' or ')'"));
+  return kinds;
 }
 
 absl::StatusOr<Attributes> Parser::ParseAttributes() {

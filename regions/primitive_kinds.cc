@@ -17,52 +17,19 @@ namespace tileplan::ir {
 namespace {
 
 using shape::AttrError;
+using shape::CheckRopeAttrs;
 using shape::DimsMatch;
 using shape::Element;
 using shape::ExpectDim;
 using shape::ExpectMinRank;
+using shape::ExpectPositions;
 using shape::ExpectRank;
 using shape::ExpectSameDType;
+using shape::ExpectSameType;
+using shape::FloatAttr;
+using shape::One;
+using shape::WithLast;
 using Results = absl::StatusOr<std::vector<InferredResult>>;
-
-constexpr absl::string_view kRopeLlama3Keys[] = {"factor", "high_freq_factor", "low_freq_factor",
-                                                 "original_max_position_embeddings"};
-
-std::vector<InferredResult> One(TensorType type, ResultAlias alias = {}) {
-  return {InferredResult{std::move(type), alias}};
-}
-
-std::vector<Dim> WithLast(std::vector<Dim> dims, const Dim& last) {
-  dims.back() = last;
-  return dims;
-}
-
-// A float attribute that must be finite and satisfy `ok`, described by `expected`.
-template <typename Pred>
-absl::StatusOr<double> FloatAttr(const Attributes& attrs, absl::string_view key, Pred ok,
-                                 absl::string_view expected) {
-  TP_ASSIGN_OR_RETURN(double v, attrs.GetFloat(key));
-  if (!std::isfinite(v) || !ok(v)) return AttrError(key, PrintAttrValue(v), expected);
-  return v;
-}
-
-// An operand whose type must equal operand `other`'s.
-absl::Status ExpectSameType(const KindArgs& a, int index, int other) {
-  if (!(a.operands[index] == a.operands[other])) {
-    return a.OperandError(index, absl::StrCat(a.operands[other].ToString(), " (the type of ",
-                                              a.OperandLabel(other), ")"));
-  }
-  return absl::OkStatus();
-}
-
-// positions: i32[B,T] with B and T of another operand.
-absl::Status ExpectPositions(const KindArgs& a, int index, const Dim& b, const Dim& t) {
-  TP_RETURN_IF_ERROR(ExpectRank(a, index, Element::kI32, 2, "[B,T]"));
-  if (!DimsMatch(a.operands[index].dims[0], b) || !DimsMatch(a.operands[index].dims[1], t)) {
-    return a.OperandError(index, shape::Pattern("i32[B,T]", {{"B", b}, {"T", t}}));
-  }
-  return absl::OkStatus();
-}
 
 Results InferEmbedding(const KindArgs& a) {
   TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kI32, 2, "[B,T]"));
@@ -154,44 +121,6 @@ Results InferSplit(const KindArgs& a) {
     return AttrError("sizes", printed, absl::StrCat("positive sizes summing to N = ", n.extent()));
   }
   return results;
-}
-
-absl::Status CheckRopeAttrs(const Attributes& attrs) {
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         attrs, "theta", [](double v) { return v > 0; }, "a finite float > 0")
-                         .status());
-  TP_ASSIGN_OR_RETURN(std::string type, attrs.GetString("rope_type"));
-  if (type == "default") {
-    for (absl::string_view key : kRopeLlama3Keys) {
-      if (attrs.Has(key)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "attribute '", key, "' applies only to rope_type \"llama3\", not \"default\""));
-      }
-    }
-    return absl::OkStatus();
-  }
-  if (type != "llama3") {
-    return AttrError("rope_type", PrintAttrValue(type), "\"default\" or \"llama3\"");
-  }
-  for (absl::string_view key : kRopeLlama3Keys) {
-    if (!attrs.Has(key)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("missing attribute '", key, "', required by rope_type \"llama3\""));
-    }
-  }
-  auto positive = [](double v) { return v > 0; };
-  TP_RETURN_IF_ERROR(FloatAttr(attrs, "factor", positive, "a finite float > 0").status());
-  TP_ASSIGN_OR_RETURN(double low,
-                      FloatAttr(attrs, "low_freq_factor", positive, "a finite float > 0"));
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         attrs, "high_freq_factor", [low](double v) { return v > low; },
-                         absl::StrCat("a finite float > low_freq_factor = ", PrintAttrValue(low)))
-                         .status());
-  TP_ASSIGN_OR_RETURN(int64_t original, attrs.GetInt("original_max_position_embeddings"));
-  if (original <= 0) {
-    return AttrError("original_max_position_embeddings", PrintAttrValue(original), "> 0");
-  }
-  return absl::OkStatus();
 }
 
 Results InferRope(const KindArgs& a) {
@@ -299,12 +228,7 @@ absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
        .infer = InferSplit},
       {.name = "rope",
        .operands = {"x", "positions"},
-       .attrs = {{"theta", AttrType::kFloat},
-                 {"rope_type", AttrType::kString},
-                 {"factor", AttrType::kFloat, false},
-                 {"low_freq_factor", AttrType::kFloat, false},
-                 {"high_freq_factor", AttrType::kFloat, false},
-                 {"original_max_position_embeddings", AttrType::kInt, false}},
+       .attrs = shape::RopeAttrSpecs(),
        .infer = InferRope},
       {.name = "kv_write", .operands = {"cache", "x", "positions"}, .infer = InferKvWrite},
       {.name = "attention",

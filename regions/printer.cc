@@ -42,6 +42,18 @@ struct AttrPrinter {
   }
 };
 
+// "name" for a plain weight, concat("a", "b") for a packed one (and for the malformed empty
+// list, which the parser rejects).
+std::string PrintCheckpointTensors(const Value& v) {
+  if (v.checkpoint_tensors.size() == 1) return QuoteString(v.checkpoint_tensors[0]);
+  return absl::StrCat("concat(",
+                      absl::StrJoin(v.checkpoint_tensors, ", ",
+                                    [](std::string* out, const std::string& name) {
+                                      out->append(QuoteString(name));
+                                    }),
+                      ")");
+}
+
 }  // namespace
 
 std::string PrintFloat(double value) {
@@ -105,6 +117,9 @@ std::string PrintRegion(const Graph& graph, const Region& region) {
   }
   if (region.phase != Phase::kGeneral)
     absl::StrAppend(&out, " phase(", PhaseName(region.phase), ")");
+  if (!region.fused_from.empty()) {
+    absl::StrAppend(&out, " fused(", absl::StrJoin(region.fused_from, ", "), ")");
+  }
   return out;
 }
 
@@ -117,7 +132,7 @@ std::string PrintGraph(const Graph& graph) {
         absl::StrAppend(&out, "  input", decl, "\n");
         break;
       case ValueKind::kWeight:
-        absl::StrAppend(&out, "  weight", decl, " = ", QuoteString(v.checkpoint_tensor), "\n");
+        absl::StrAppend(&out, "  weight", decl, " = ", PrintCheckpointTensors(v), "\n");
         break;
       case ValueKind::kState:
         absl::StrAppend(&out, "  state", decl, "\n");

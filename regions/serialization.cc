@@ -142,8 +142,8 @@ absl::Status DeclarationFromProto(const proto::Declaration& in, absl::string_vie
                                   Graph& graph) {
   TP_RETURN_IF_ERROR(CheckName(in.name(), absl::StrCat(path, ".name")));
   TP_ASSIGN_OR_RETURN(TensorType type, TypeFromProto(in.type(), absl::StrCat(path, ".type")));
-  if (in.kind() != proto::Declaration::KIND_WEIGHT && !in.checkpoint_tensor().empty()) {
-    return FieldError(path, "checkpoint_tensor is set on a declaration that is not a weight");
+  if (in.kind() != proto::Declaration::KIND_WEIGHT && in.checkpoint_tensors_size() > 0) {
+    return FieldError(path, "checkpoint_tensors is set on a declaration that is not a weight");
   }
   absl::StatusOr<ValueId> added;
   switch (in.kind()) {
@@ -151,7 +151,9 @@ absl::Status DeclarationFromProto(const proto::Declaration& in, absl::string_vie
       added = graph.AddInput(in.name(), std::move(type));
       break;
     case proto::Declaration::KIND_WEIGHT:
-      added = graph.AddWeight(in.name(), std::move(type), in.checkpoint_tensor());
+      added = graph.AddWeight(
+          in.name(), std::move(type),
+          std::vector<std::string>(in.checkpoint_tensors().begin(), in.checkpoint_tensors().end()));
       break;
     case proto::Declaration::KIND_STATE:
       added = graph.AddState(in.name(), std::move(type));
@@ -241,8 +243,17 @@ absl::Status RegionFromProto(const proto::Region& in, absl::string_view path, Gr
       return FieldError(absl::StrCat(path, ".phase"),
                         absl::StrCat(static_cast<int>(in.phase()), " is not a phase"));
   }
+  std::vector<std::string> fused_from;
+  for (int k = 0; k < in.fused_from_size(); ++k) {
+    if (!IsIdentifier(in.fused_from(k))) {
+      return FieldError(absl::StrCat(path, ".fused_from[", k, "]"),
+                        absl::StrCat("'", in.fused_from(k), "' is not an identifier"));
+    }
+    fused_from.push_back(in.fused_from(k));
+  }
   absl::StatusOr<std::vector<ValueId>> added =
-      graph.AddRegion(in.kind(), std::move(operands), std::move(results), std::move(attrs), phase);
+      graph.AddRegion(in.kind(), std::move(operands), std::move(results), std::move(attrs), phase,
+                      std::move(fused_from));
   if (!added.ok()) return FieldError(path, added.status().message());
   return absl::OkStatus();
 }
@@ -274,7 +285,7 @@ absl::StatusOr<proto::Graph> GraphToProto(const Graph& graph) {
     proto::Declaration* d = out.add_declarations();
     d->set_kind(kind);
     d->set_name(v.name);
-    d->set_checkpoint_tensor(v.checkpoint_tensor);
+    for (const std::string& tensor : v.checkpoint_tensors) d->add_checkpoint_tensors(tensor);
     TP_ASSIGN_OR_RETURN(*d->mutable_type(), TypeToProto(v.type));
     proto_id[id] = next++;
   }
@@ -337,6 +348,7 @@ absl::StatusOr<proto::Graph> GraphToProto(const Graph& graph) {
         pr->set_phase(proto::PHASE_DECODE);
         break;
     }
+    for (const std::string& kind : r.fused_from) pr->add_fused_from(kind);
   }
   for (ValueId id : graph.outputs()) {
     TP_ASSIGN_OR_RETURN(int32_t pid, map_id(id, "an output"));

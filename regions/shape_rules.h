@@ -4,9 +4,11 @@
 #ifndef TILEPLAN_REGIONS_SHAPE_RULES_H_
 #define TILEPLAN_REGIONS_SHAPE_RULES_H_
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -14,6 +16,11 @@
 #include "regions/kinds.h"
 
 namespace tileplan::ir::shape {
+
+// A single result of `type` with `alias`.
+std::vector<InferredResult> One(TensorType type, ResultAlias alias = {});
+// `dims` with its last entry replaced by `last`. REQUIRES: !dims.empty().
+std::vector<Dim> WithLast(std::vector<Dim> dims, const Dim& last);
 
 // Two dims match when both are static and equal, or both are the same symbol.
 bool DimsMatch(const Dim& a, const Dim& b);
@@ -40,8 +47,24 @@ absl::Status ExpectSameDType(const KindArgs& args, int index, int other, absl::s
 absl::Status ExpectDim(const KindArgs& args, int index, int axis, const Dim& want,
                        absl::string_view pattern, absl::string_view name);
 
+// Operand `index` has exactly operand `other`'s type.
+absl::Status ExpectSameType(const KindArgs& args, int index, int other);
+// Operand `index` is positions: i32[B,T] with the given B and T.
+absl::Status ExpectPositions(const KindArgs& args, int index, const Dim& b, const Dim& t);
+
 // InvalidArgument "attribute '<key>' is <value>, expected <expected>".
 absl::Status AttrError(absl::string_view key, absl::string_view value, absl::string_view expected);
+// Float attribute `key` (required by the schema): finite and accepted by `ok`, else an
+// AttrError quoting `expected`.
+absl::StatusOr<double> FloatAttr(const Attributes& attrs, absl::string_view key,
+                                 const std::function<bool(double)>& ok, absl::string_view expected);
+
+// rope's attributes (docs/ir.md): theta, rope_type and the four llama3 keys, which are
+// optional in the schema; kinds that embed a RoPE (rope_kv_write, ...) append them to theirs.
+std::vector<AttrSpec> RopeAttrSpecs();
+// theta finite and > 0; rope_type "default" (no llama3 keys) or "llama3" (all four keys,
+// factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0).
+absl::Status CheckRopeAttrs(const Attributes& attrs);
 
 }  // namespace tileplan::ir::shape
 

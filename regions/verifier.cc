@@ -81,10 +81,10 @@ class Verifier {
         return absl::InvalidArgumentError(
             absl::StrCat("value ", Ref(id), " has a malformed type: ", type.message()));
       }
-      if (v.kind != ValueKind::kWeight && !v.checkpoint_tensor.empty()) {
+      if (v.kind != ValueKind::kWeight && !v.checkpoint_tensors.empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat("value ", Ref(id), " is not a weight but binds checkpoint tensor \"",
-                         v.checkpoint_tensor, "\""));
+                         v.checkpoint_tensors[0], "\""));
       }
       if (v.kind != ValueKind::kResult && (v.producer != -1 || v.result_index != -1)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -133,19 +133,31 @@ class Verifier {
     return absl::OkStatus();
   }
 
+  // Every weight binds at least one non-empty checkpoint tensor, and no tensor is bound
+  // twice, within a packed weight or across weights.
   absl::Status CheckWeights() {
     std::map<std::string, ValueId> bound;
     for (ValueId id : g_.weights()) {
       const Value& w = g_.value(id);
-      if (w.checkpoint_tensor.empty()) {
+      if (w.checkpoint_tensors.empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat("weight ", Ref(id), " binds no checkpoint tensor"));
       }
-      auto [it, inserted] = bound.emplace(w.checkpoint_tensor, id);
-      if (!inserted) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("weight ", Ref(id), " binds checkpoint tensor \"", w.checkpoint_tensor,
-                         "\", already bound by weight ", Ref(it->second)));
+      for (size_t k = 0; k < w.checkpoint_tensors.size(); ++k) {
+        const std::string& tensor = w.checkpoint_tensors[k];
+        if (tensor.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "weight ", Ref(id), " binds an empty checkpoint tensor name (part ", k, ")"));
+        }
+        auto [it, inserted] = bound.emplace(tensor, id);
+        if (!inserted) {
+          return absl::InvalidArgumentError(
+              it->second == id
+                  ? absl::StrCat("weight ", Ref(id), " binds checkpoint tensor \"", tensor,
+                                 "\" twice")
+                  : absl::StrCat("weight ", Ref(id), " binds checkpoint tensor \"", tensor,
+                                 "\", already bound by weight ", Ref(it->second)));
+        }
       }
       for (const Dim& d : w.type.dims) {
         if (!d.is_static()) {
@@ -153,6 +165,11 @@ class Verifier {
               absl::StrCat("weight ", Ref(id), " has type ", w.type.ToString(), " with symbol ",
                            d.symbol(), "; weight dims must be static"));
         }
+      }
+      if (w.checkpoint_tensors.size() > 1 && w.type.rank() == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight ", Ref(id), " has type ", w.type.ToString(),
+                         " but packs several checkpoint tensors; a packed weight needs a dim 0"));
       }
     }
     return absl::OkStatus();
@@ -168,6 +185,14 @@ class Verifier {
     const KindSpec* spec = kinds_.Find(r.kind);
     if (spec == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown region kind '", r.kind, "'"));
+    }
+    for (size_t k = 0; k < r.fused_from.size(); ++k) {
+      const KindSpec* part = kinds_.Find(r.fused_from[k]);
+      if (part == nullptr || part->fused) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fused_from entry ", k, " '", r.fused_from[k], "' is not a ",
+                         part == nullptr ? "registered region kind" : "primitive kind"));
+      }
     }
     std::vector<TensorType> operand_types, declared;
     std::vector<std::string> names;

@@ -151,13 +151,21 @@ int CpuBackend::num_threads() const { return pool_->num_threads(); }
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ir::Graph& graph,
                                                                const models::Checkpoint& checkpoint,
                                                                const Options& options) {
-  TP_ASSIGN_OR_RETURN(std::vector<const models::TensorView*> bound,
+  TP_ASSIGN_OR_RETURN(std::vector<std::vector<const models::TensorView*>> bound,
                       models::BindCheckpoint(graph, checkpoint));
   std::map<std::string, HostTensor> weights;
   for (size_t k = 0; k < bound.size(); ++k) {
     const ir::Value& w = graph.value(graph.weights()[k]);
-    TP_ASSIGN_OR_RETURN(std::vector<float> data, models::ToFloat32(*bound[k]));
-    weights[w.name] = HostTensor::Float(bound[k]->shape, std::move(data));
+    // A packed weight is its parts concatenated along dim 0: with row-major data, their
+    // element sequences one after the other (BindCheckpoint checked the trailing dims).
+    std::vector<int64_t> shape = bound[k][0]->shape;
+    std::vector<float> data;
+    for (size_t part = 0; part < bound[k].size(); ++part) {
+      TP_ASSIGN_OR_RETURN(std::vector<float> values, models::ToFloat32(*bound[k][part]));
+      data.insert(data.end(), values.begin(), values.end());
+      if (part > 0) shape[0] += bound[k][part]->shape[0];
+    }
+    weights[w.name] = HostTensor::Float(std::move(shape), std::move(data));
   }
   return CreateWithWeights(graph, std::move(weights), options);
 }
@@ -318,13 +326,13 @@ absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
       TP_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
                           ResolveShape(v.type, symbols, absl::StrCat("%", v.name)));
       const ir::ResultAlias& alias = r.result_aliases[j];
-      // In-place results and reshape views share the operand's storage; split views are
-      // read-only copies of their slices.
+      // In-place results and reshape views share the aliased operand's storage; split views
+      // are read-only copies of their slices.
       const bool shares = alias.kind == AliasKind::kInPlace ||
                           (alias.kind == AliasKind::kView && r.kind == "reshape");
       Slot& slot = env[r.results[j]];
       if (shares) {
-        slot = Slot{std::move(shape), env[r.operands[0]].storage};
+        slot = Slot{std::move(shape), env[r.operands[alias.operand]].storage};
       } else {
         slot = Slot{shape, Allocate(v.type.dtype, shape)};
       }

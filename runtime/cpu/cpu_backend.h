@@ -1,4 +1,6 @@
-// The float32 CPU reference backend: an interpreter for graphs of primitive region kinds.
+// The float32 CPU reference backend: an interpreter for graphs of primitive and fused region
+// kinds (a fused region runs the primitive kernels it replaces, so planned and primitive
+// graphs compute the same float32 values).
 //
 // It is the numerical oracle every other backend is checked against, so it favours being
 // obviously right over being fast: regions run one after the other in graph order, every
@@ -18,8 +20,8 @@
 // Graphs are checked with ir::Verify at creation. Aliasing: a `view` result (reshape,
 // split) is read-only; reshape shares its operand's storage and split copies its slices,
 // which is indistinguishable because the verifier rejects in-place updates of views and
-// reads of a value after its storage was updated in place. An `inplace` result (kv_write)
-// is its operand's storage.
+// reads of a value after its storage was updated in place. An `inplace` result (kv_write,
+// the cache results of the RoPE + KV-write kinds) is its aliased operand's storage.
 //
 // Not thread-safe: one Run/Execute at a time per backend.
 #ifndef TILEPLAN_RUNTIME_CPU_CPU_BACKEND_H_
@@ -66,8 +68,9 @@ class CpuBackend {
   };
 
   // Binds the graph's weights to `checkpoint` (models::BindCheckpoint: exact names, shapes
-  // and dtypes, no unused tensors), upcasts them to float32, verifies the graph, checks
-  // that every kind is implemented (Unimplemented otherwise) and allocates the state.
+  // and dtypes, no unused tensors), upcasts them to float32 and packs every packed weight
+  // (concatenating its parts along dim 0), verifies the graph, checks that every kind is
+  // implemented (Unimplemented otherwise) and allocates the state.
   // The checkpoint is not referenced after Create returns.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ir::Graph& graph,
                                                             const models::Checkpoint& checkpoint,

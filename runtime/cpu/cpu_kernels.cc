@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <numbers>
 #include <utility>
@@ -444,21 +445,176 @@ absl::Status Argmax(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// Fused kinds (docs/ir.md, "Fused kinds") run the primitive kernels of the regions they
+// replace, in the primitive graph's order, on scratch tensors: their float32 arithmetic is
+// that of the primitive graph, element for element.
+class Composite {
+ public:
+  explicit Composite(const KernelContext& fused) : fused_(fused) {}
+
+  // A zeroed float32 scratch tensor, alive as long as this object.
+  TensorArg Temp(std::vector<int64_t> shape) {
+    TensorArg t;
+    t.dtype = ir::DType::kF32;
+    t.shape = std::move(shape);
+    scratch_.emplace_back(static_cast<size_t>(t.num_elements()), 0.0f);
+    t.f = scratch_.back().data();
+    return t;
+  }
+
+  // Runs `kernel` as the step `what` of the fused region; it reads its attributes from
+  // `region` (the fused region itself, or a stand-in such as a split's sizes).
+  absl::Status Run(Kernel kernel, absl::string_view what, const ir::Region& region,
+                   std::vector<TensorArg> operands, std::vector<TensorArg> results) const {
+    KernelContext step;
+    step.region = &region;
+    step.label = absl::StrCat(fused_.label, " [", what, "]");
+    step.operands = std::move(operands);
+    step.results = std::move(results);
+    step.pool = fused_.pool;
+    return kernel(step);
+  }
+  absl::Status Run(Kernel kernel, absl::string_view what, std::vector<TensorArg> operands,
+                   std::vector<TensorArg> results) const {
+    return Run(kernel, what, *fused_.region, std::move(operands), std::move(results));
+  }
+
+ private:
+  const KernelContext& fused_;
+  std::deque<std::vector<float>> scratch_;  // a deque keeps the buffers' addresses
+};
+
+// A view of `t`'s elements with another shape (what a reshape region computes).
+TensorArg Reshaped(TensorArg t, std::vector<int64_t> shape) {
+  t.shape = std::move(shape);
+  return t;
+}
+
+// A split region with these sizes, for the split step of a fused kind.
+ir::Region SplitRegion(std::vector<int64_t> sizes) {
+  ir::Region split;
+  split.kind = "split";
+  split.attrs.Set("sizes", std::move(sizes));
+  return split;
+}
+
+// split (two equal halves) + silu + mul of `x` into `out`.
+absl::Status SwigluSteps(Composite& c, const KernelContext& ctx, const TensorArg& x,
+                         const TensorArg& out) {
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  const int64_t two_f = x.shape.back();
+  if (two_f % 2 != 0) return Error(ctx, "x has an odd last dim: ", ShapeString(x.shape));
+  const std::vector<int64_t> half = WithLastDim(x.shape, two_f / 2);
+  const TensorArg gate = c.Temp(half), up = c.Temp(half), act = c.Temp(half);
+  TP_RETURN_IF_ERROR(c.Run(&Split, "split", SplitRegion({two_f / 2, two_f / 2}), {x}, {gate, up}));
+  TP_RETURN_IF_ERROR(c.Run(&Silu, "silu", {gate}, {act}));
+  return c.Run(&Mul, "mul", {act, up}, {out});
+}
+
+absl::Status Swiglu(KernelContext& ctx) {
+  Composite c(ctx);
+  return SwigluSteps(c, ctx, ctx.operands[0], ctx.results[0]);
+}
+
+// The result of a fused region's linear step, x [...,K] · w [N,K]ᵀ: a scratch [...,N].
+absl::StatusOr<TensorArg> LinearTemp(Composite& c, const KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& w = ctx.operands[1];
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, w, 2, "weight"));
+  return c.Temp(WithLastDim(x.shape, w.shape[0]));
+}
+
+absl::Status LinearSwiglu(KernelContext& ctx) {
+  Composite c(ctx);
+  TP_ASSIGN_OR_RETURN(const TensorArg gate_up, LinearTemp(c, ctx));
+  TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", ctx.operands, {gate_up}));
+  return SwigluSteps(c, ctx, gate_up, ctx.results[0]);
+}
+
+// Operands x, w, residual[, bias].
+absl::Status LinearResidual(KernelContext& ctx) {
+  Composite c(ctx);
+  TP_ASSIGN_OR_RETURN(const TensorArg y, LinearTemp(c, ctx));
+  std::vector<TensorArg> linear_operands = {ctx.operands[0], ctx.operands[1]};
+  if (ctx.operands.size() == 4) linear_operands.push_back(ctx.operands[3]);
+  TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", std::move(linear_operands), {y}));
+  return c.Run(&Add, "add", {ctx.operands[2], y}, {ctx.results[0]});
+}
+
+// Operands a, b, w; results sum, out.
+absl::Status AddRmsNorm(KernelContext& ctx) {
+  Composite c(ctx);
+  TP_RETURN_IF_ERROR(c.Run(&Add, "add", {ctx.operands[0], ctx.operands[1]}, {ctx.results[0]}));
+  return c.Run(&RmsNorm, "rms_norm", {ctx.results[0], ctx.operands[2]}, {ctx.results[1]});
+}
+
+// qk_norm_rope_kv_write (`norms`) and rope_kv_write. Operands qkv [B,T,(Hq+2·Hkv)·D],
+// [q_norm, k_norm,] k_cache, v_cache, positions; results q, k_cache', v_cache' (in place).
+absl::Status RopeKvWriteSteps(KernelContext& ctx, bool norms) {
+  const size_t k_index = norms ? 3 : 1;
+  const TensorArg& qkv = ctx.operands[0];
+  const TensorArg& k_cache = ctx.operands[k_index];
+  const TensorArg& v_cache = ctx.operands[k_index + 1];
+  const TensorArg& pos = ctx.operands[k_index + 2];
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, qkv, 3, "qkv"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, k_cache, 4, "k_cache"));
+  TP_ASSIGN_OR_RETURN(const int64_t hq, ctx.region->attrs.GetInt("num_heads"));
+  TP_ASSIGN_OR_RETURN(const int64_t hkv, ctx.region->attrs.GetInt("num_kv_heads"));
+  const int64_t batch = qkv.shape[0], tokens = qkv.shape[1], dim = k_cache.shape[3];
+  if (hq <= 0 || hkv <= 0 || qkv.shape[2] != (hq + 2 * hkv) * dim) {
+    return Error(ctx, "qkv has shape ", ShapeString(qkv.shape), ", expected last dim (", hq,
+                 " + 2·", hkv, ")·", dim, " for num_heads ", hq, ", num_kv_heads ", hkv,
+                 " and head dim ", dim);
+  }
+  Composite c(ctx);
+  const TensorArg q = c.Temp({batch, tokens, hq * dim});
+  const TensorArg k = c.Temp({batch, tokens, hkv * dim});
+  const TensorArg v = c.Temp({batch, tokens, hkv * dim});
+  TP_RETURN_IF_ERROR(
+      c.Run(&Split, "split", SplitRegion({hq * dim, hkv * dim, hkv * dim}), {qkv}, {q, k, v}));
+  TensorArg q_heads = Reshaped(q, {batch, tokens, hq, dim});
+  TensorArg k_heads = Reshaped(k, {batch, tokens, hkv, dim});
+  const TensorArg v_heads = Reshaped(v, {batch, tokens, hkv, dim});
+  if (norms) {
+    const TensorArg q_normed = c.Temp(q_heads.shape), k_normed = c.Temp(k_heads.shape);
+    TP_RETURN_IF_ERROR(c.Run(&RmsNorm, "rms_norm of q", {q_heads, ctx.operands[1]}, {q_normed}));
+    TP_RETURN_IF_ERROR(c.Run(&RmsNorm, "rms_norm of k", {k_heads, ctx.operands[2]}, {k_normed}));
+    q_heads = q_normed;
+    k_heads = k_normed;
+  }
+  const TensorArg k_rope = c.Temp(k_heads.shape);
+  TP_RETURN_IF_ERROR(c.Run(&Rope, "rope of q", {q_heads, pos}, {ctx.results[0]}));
+  TP_RETURN_IF_ERROR(c.Run(&Rope, "rope of k", {k_heads, pos}, {k_rope}));
+  TP_RETURN_IF_ERROR(c.Run(&KvWrite, "kv_write of k", {k_cache, k_rope, pos}, {ctx.results[1]}));
+  return c.Run(&KvWrite, "kv_write of v", {v_cache, v_heads, pos}, {ctx.results[2]});
+}
+
+absl::Status QkNormRopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, true); }
+absl::Status RopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, false); }
+
 // Sorted by kind.
 constexpr KindInfo kKinds[] = {
     {"add", 2, 2, 1, &Add},
+    {"add_rms_norm", 3, 3, 2, &AddRmsNorm},
     {"argmax", 1, 1, 1, &Argmax},
     {"attention", 4, 4, 1, &Attention},
     {"embedding", 2, 2, 1, &Embedding},
     {"kv_write", 3, 3, 1, &KvWrite},
     {"linear", 2, 3, 1, &Linear},
+    {"linear_residual", 3, 4, 1, &LinearResidual},
+    {"linear_swiglu", 2, 3, 1, &LinearSwiglu},
     {"lm_head", 2, 2, 1, &LmHead},
     {"mul", 2, 2, 1, &Mul},
+    {"qk_norm_rope_kv_write", 6, 6, 3, &QkNormRopeKvWrite},
     {"reshape", 1, 1, 1, &Reshape},
     {"rms_norm", 2, 2, 1, &RmsNorm},
     {"rope", 2, 2, 1, &Rope},
+    {"rope_kv_write", 4, 4, 3, &RopeKvWrite},
     {"silu", 1, 1, 1, &Silu},
     {"split", 1, 1, -1, &Split},
+    {"swiglu", 1, 1, 1, &Swiglu},
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
-// Float32 reference implementations of the primitive region kinds (docs/ir.md), used by
-// CpuBackend. Each kernel checks its operand and result shapes and attributes and returns
-// InvalidArgument naming the region on any mismatch; it never reads or writes out of bounds.
+// Float32 reference implementations of the region kinds of docs/ir.md, used by CpuBackend.
+// A fused kind runs the kernels of the primitive kinds it replaces, in order, so a planned
+// graph computes what its primitive graph computes. Each kernel checks its operand and result
+// shapes and attributes and returns InvalidArgument naming the region on any mismatch; it never
+// reads or writes out of bounds.
 #ifndef TILEPLAN_RUNTIME_CPU_CPU_KERNELS_H_
 #define TILEPLAN_RUNTIME_CPU_CPU_KERNELS_H_
 

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "regions/parser.h"
 #include "regions/verifier.h"
 #include "tests/models/safetensors_builder.h"
 #include "tests/testing/random_weights.h"
@@ -60,7 +61,7 @@ TEST(Lowering, ModelGraphConventions) {
   EXPECT_EQ(g.value(g.outputs()[0]).name, "logits");
   EXPECT_EQ(TypeOf(g, "logits"), "f32[B,T,61]");
   for (ir::ValueId id : g.weights()) {
-    EXPECT_EQ(g.value(id).name, g.value(id).checkpoint_tensor);
+    EXPECT_EQ(g.value(id).checkpoint_tensors, std::vector<std::string>{g.value(id).name});
     EXPECT_EQ(g.value(id).type.dtype, ir::DType::kBF16);
   }
   EXPECT_EQ(g.name(), "qwen2");
@@ -256,17 +257,23 @@ TEST(Lowering, InconsistentGeometryIsRefused) {
   EXPECT_THAT(std::string(g.status().message()), HasSubstr("vocab_size"));
 }
 
-// Writes `tensors` as DIR/model.safetensors and binds `graph` to it.
-absl::StatusOr<std::vector<std::vector<int64_t>>> BindShapes(const ir::Graph& graph,
-                                                             const testing::WeightMap& tensors) {
+using Shape = std::vector<int64_t>;
+
+// Writes `tensors` as DIR/model.safetensors and binds `graph` to it; returns the shapes of
+// the tensors bound to each weight.
+absl::StatusOr<std::vector<std::vector<Shape>>> BindShapes(const ir::Graph& graph,
+                                                           const testing::WeightMap& tensors) {
   const std::filesystem::path dir = testing::MakeTempDir("checkpoint");
   testing::WriteWeights(dir / "model.safetensors", tensors);
   auto checkpoint = Checkpoint::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   auto bound = BindCheckpoint(graph, **checkpoint);
   if (!bound.ok()) return bound.status();
-  std::vector<std::vector<int64_t>> shapes;
-  for (const TensorView* t : *bound) shapes.push_back(t->shape);
+  std::vector<std::vector<Shape>> shapes;
+  for (const std::vector<const TensorView*>& parts : *bound) {
+    shapes.emplace_back();
+    for (const TensorView* t : parts) shapes.back().push_back(t->shape);
+  }
   return shapes;
 }
 
@@ -278,9 +285,9 @@ TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
     ASSERT_EQ(shapes->size(), g.weights().size());
     for (size_t k = 0; k < shapes->size(); ++k) {
       const ir::Value& w = g.value(g.weights()[k]);
-      std::vector<int64_t> want;
+      Shape want;
       for (const ir::Dim& d : w.type.dims) want.push_back(d.extent());
-      EXPECT_EQ((*shapes)[k], want) << w.name;
+      EXPECT_EQ((*shapes)[k], std::vector<Shape>{want}) << w.name;
     }
   }
 }
@@ -332,6 +339,87 @@ TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
   EXPECT_THAT(std::string(shapes.status().message()),
               HasSubstr("'model.layers.0.self_attn.v_proj.weight' is F32[16,32], expected "
                         "BF16[16,32]"));
+}
+
+// A graph with a packed weight %qkv = concat(q [4,4], k [2,4], v [2,4]) and a plain %n.
+ir::Graph PackedGraph() {
+  auto g = ir::ParseGraph(R"(graph @packed {
+  weight %qkv: bf16[8,4] = concat("q", "k", "v")
+  weight %n: bf16[4] = "n"
+}
+)");
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::move(*g) : ir::Graph();
+}
+
+testing::WeightMap PackedTensors() {
+  auto bf16 = [](Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return testing::WeightData{StDType::kBF16, shape, std::vector<float>(n, 0.25f), {}};
+  };
+  return {{"q", bf16({4, 4})}, {"k", bf16({2, 4})}, {"v", bf16({2, 4})}, {"n", bf16({4})}};
+}
+
+TEST(BindCheckpoint, PackedWeightBindsItsPartsInOrder) {
+  auto shapes = BindShapes(PackedGraph(), PackedTensors());
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(*shapes, (std::vector<std::vector<Shape>>{{{4, 4}, {2, 4}, {2, 4}}, {{4}}}));
+}
+
+TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
+  testing::WeightMap tensors = PackedTensors();
+  tensors["k"].dtype = StDType::kF32;
+  auto shapes = BindShapes(PackedGraph(), tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().message(),
+            "checkpoint tensor 'k' (a part of packed weight '%qkv') is F32[2,4], expected "
+            "BF16[N,4]");
+
+  tensors = PackedTensors();
+  tensors["v"] = testing::WeightData{StDType::kBF16, {1, 8}, std::vector<float>(8, 1.0f), {}};
+  shapes = BindShapes(PackedGraph(), tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().message(),
+            "checkpoint tensor 'v' (a part of packed weight '%qkv') is BF16[1,8], expected "
+            "BF16[N,4]");
+
+  tensors = PackedTensors();
+  tensors["v"] = testing::WeightData{StDType::kBF16, {3, 4}, std::vector<float>(12, 1.0f), {}};
+  shapes = BindShapes(PackedGraph(), tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().message(),
+            "packed weight '%qkv' is bf16[8,4] but its parts have dim-0 extents 'q' 4 + 'k' 2 + "
+            "'v' 3 = 9, expected 8");
+
+  tensors = PackedTensors();
+  tensors.erase("v");
+  shapes = BindShapes(PackedGraph(), tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("has no tensor 'v' (a part of packed weight '%qkv') (expected BF16[N,4])"));
+}
+
+TEST(BindCheckpoint, EveryTensorIsBoundExactlyOnce) {
+  auto g = ir::ParseGraph(R"(graph @twice {
+  weight %k: bf16[2,4] = "k"
+  weight %qkv: bf16[8,4] = concat("q", "k", "v")
+  weight %n: bf16[4] = "n"
+}
+)");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto shapes = BindShapes(*g, PackedTensors());
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().message(),
+            "checkpoint tensor 'k' is bound twice (by weight '%k' and by weight '%qkv')");
+
+  testing::WeightMap tensors = PackedTensors();
+  tensors["extra"] = tensors["n"];
+  shapes = BindShapes(PackedGraph(), tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("checkpoint tensor 'extra' is not used by the packed graph"));
 }
 
 }  // namespace

@@ -59,8 +59,7 @@ TEST(TargetTest, InvalidValueNamesField) {
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
   auto parsed = ParseTarget(text, "edited");
   ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("achievable_memory_bandwidth_gbps"),
-            std::string::npos)
+  EXPECT_NE(parsed.status().message().find("achievable_memory_bandwidth_gbps"), std::string::npos)
       << parsed.status();
 }
 

@@ -64,7 +64,7 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
     const Value& vb = b.value(id);
     EXPECT_EQ(va.type, vb.type) << "%" << va.name;
     EXPECT_EQ(va.kind, vb.kind) << "%" << va.name;
-    EXPECT_EQ(va.checkpoint_tensor, vb.checkpoint_tensor) << "%" << va.name;
+    EXPECT_EQ(va.checkpoint_tensors, vb.checkpoint_tensors) << "%" << va.name;
     EXPECT_EQ(va.producer, vb.producer) << "%" << va.name;
     EXPECT_EQ(va.result_index, vb.result_index) << "%" << va.name;
   }
@@ -78,6 +78,7 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
     EXPECT_EQ(ra.result_aliases, rb.result_aliases) << "region #" << i;
     EXPECT_TRUE(SameAttributes(ra.attrs, rb.attrs)) << "region #" << i;
     EXPECT_EQ(ra.phase, rb.phase) << "region #" << i;
+    EXPECT_EQ(ra.fused_from, rb.fused_from) << "region #" << i;
   }
   EXPECT_EQ(Names(a, a.inputs()), Names(b, b.inputs()));
   EXPECT_EQ(Names(a, a.weights()), Names(b, b.weights()));

@@ -63,10 +63,22 @@ Attributes Attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
   return attrs;
 }
 
-TEST(KindsTest, RegistryHoldsExactlyThePrimitiveKindsSorted) {
-  EXPECT_EQ(KindNames(), (std::vector<std::string>{
-                             "add", "argmax", "attention", "embedding", "kv_write", "linear",
-                             "lm_head", "mul", "reshape", "rms_norm", "rope", "silu", "split"}));
+TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
+  EXPECT_EQ(
+      PrimitiveKindNames(),
+      (std::vector<std::string>{"add", "argmax", "attention", "embedding", "kv_write", "linear",
+                                "lm_head", "mul", "reshape", "rms_norm", "rope", "silu", "split"}));
+  EXPECT_EQ(KindNames(),
+            (std::vector<std::string>{
+                "add", "add_rms_norm", "argmax", "attention", "embedding", "kv_write", "linear",
+                "linear_residual", "linear_swiglu", "lm_head", "mul", "qk_norm_rope_kv_write",
+                "reshape", "rms_norm", "rope", "rope_kv_write", "silu", "split", "swiglu"}));
+  const std::vector<std::string> primitive = PrimitiveKindNames();
+  for (const std::string& name : KindNames()) {
+    const bool is_primitive =
+        std::find(primitive.begin(), primitive.end(), name) != primitive.end();
+    EXPECT_EQ(FindKind(name)->fused, !is_primitive) << name;
+  }
   EXPECT_EQ(FindKind("fused_everything"), nullptr);
   ASSERT_NE(FindKind("linear"), nullptr);
   EXPECT_EQ(FindKind("linear")->OperandSignature(), "x, w[, bias]");
@@ -285,6 +297,154 @@ TEST(KindsTest, OperandCountIsCheckedBeforeInference) {
             "expects 4 operands (q, k_cache, v_cache, positions), got 1");
   EXPECT_EQ(InferOne("linear", {"bf16[4]", "bf16[4,4]", "bf16[4]", "bf16[4]"}),
             "expects 2 to 3 operands (x, w[, bias]), got 4");
+}
+
+// ---- Fused kinds: each accepts what its primitive regions accept and infers the same.
+
+TEST(KindsTest, Swiglu) {
+  EXPECT_EQ(InferOne("swiglu", {"bf16[B,T,256]"}), "bf16[B,T,128]");
+  EXPECT_EQ(InferOne("swiglu", {"f32[2]"}), "f32[1]");
+  EXPECT_EQ(InferOne("swiglu", {"bf16[B,T,7]"}),
+            "operand 0 has type bf16[B,T,7], expected a floating-point tensor [...,2F] with 2F "
+            "static, even and > 0");
+  EXPECT_EQ(InferOne("swiglu", {"bf16[B,T,F]"}).substr(0, 40),
+            "operand 0 has type bf16[B,T,F], expected");
+  EXPECT_EQ(InferOne("swiglu", {"i32[4]"}),
+            "operand 0 has type i32[4], expected a floating-point tensor [...,2F]");
+}
+
+TEST(KindsTest, LinearSwiglu) {
+  EXPECT_EQ(InferOne("linear_swiglu", {"bf16[B,T,64]", "bf16[256,64]"}), "bf16[B,T,128]");
+  EXPECT_EQ(InferOne("linear_swiglu", {"f32[B,T,64]", "bf16[256,64]", "bf16[256]"}),
+            "f32[B,T,128]");
+  EXPECT_EQ(InferOne("linear_swiglu", {"bf16[B,T,64]", "bf16[255,64]"}),
+            "operand 1 has type bf16[255,64], expected [2F,K] with 2F static, even and > 0");
+  EXPECT_EQ(InferOne("linear_swiglu", {"bf16[B,T,64]", "bf16[256,32]"}),
+            "operand 1 has type bf16[256,32], expected [2F,K] with K = 64");
+  EXPECT_EQ(InferOne("linear_swiglu", {"bf16[B,T,64]", "bf16[256,64]", "bf16[128]"}),
+            "operand 2 has type bf16[128], expected [2F] with 2F = 256");
+  EXPECT_EQ(InferOne("linear_swiglu", {"bf16[B,T,64]", "bf16[256,64]", "f32[256]"}),
+            "operand 2 has type f32[256], expected bf16[2F] (the dtype of operand 1)");
+}
+
+TEST(KindsTest, LinearResidual) {
+  EXPECT_EQ(InferOne("linear_residual", {"bf16[B,T,128]", "bf16[64,128]", "bf16[B,T,64]"}),
+            "bf16[B,T,64]");
+  EXPECT_EQ(
+      InferOne("linear_residual", {"bf16[B,T,128]", "f32[64,128]", "bf16[B,T,64]", "f32[64]"}),
+      "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("linear_residual", {"bf16[B,T,128]", "bf16[64,128]", "f32[B,T,64]"}),
+            "operand 2 has type f32[B,T,64], expected bf16[B,T,64] (the type of the linear's "
+            "result)");
+  EXPECT_EQ(InferOne("linear_residual", {"bf16[B,T,128]", "bf16[64,128]", "bf16[B,1,64]"}),
+            "operand 2 has type bf16[B,1,64], expected bf16[B,T,64] (the type of the linear's "
+            "result)");
+  EXPECT_EQ(
+      InferOne("linear_residual", {"bf16[B,T,128]", "bf16[64,128]", "bf16[B,T,64]", "bf16[32]"}),
+      "operand 3 has type bf16[32], expected [N] with N = 64");
+  EXPECT_EQ(InferOne("linear_residual", {"bf16[B,T,128]", "bf16[64,128]"}),
+            "expects 3 to 4 operands (x, w, residual[, bias]), got 2");
+}
+
+TEST(KindsTest, AddRmsNorm) {
+  const Attributes eps = Attrs({{"eps", 1e-6}});
+  auto r = Infer("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,64]", "f32[64]"}, eps);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  for (const InferredResult& x : *r) {
+    EXPECT_EQ(x.type.ToString(), "bf16[B,T,64]");
+    EXPECT_EQ(x.alias, ResultAlias{});
+  }
+  EXPECT_EQ(InferOne("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,32]", "f32[64]"}, eps),
+            "operand 1 has type bf16[B,T,32], expected bf16[B,T,64] (the type of operand 0)");
+  EXPECT_EQ(InferOne("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,64]", "f32[32]"}, eps),
+            "operand 2 has type f32[32], expected [N] with N = 64");
+  EXPECT_EQ(
+      InferOne("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,64]", "f32[64]"}, Attrs({{"eps", -1.0}})),
+      "attribute 'eps' is -1.0, expected a finite float >= 0");
+  EXPECT_EQ(InferOne("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,64]", "f32[64]"}),
+            "missing required attribute 'eps' (float)");
+}
+
+Attributes RopeKvAttrs(bool eps, int64_t hq = 4, int64_t hkv = 2) {
+  Attributes attrs = Attrs({{"num_heads", hq},
+                            {"num_kv_heads", hkv},
+                            {"rope_type", std::string("default")},
+                            {"theta", 1e6}});
+  if (eps) attrs.Set("eps", 1e-6);
+  return attrs;
+}
+
+TEST(KindsTest, QkNormRopeKvWrite) {
+  const std::vector<std::string> ok = {"bf16[B,T,128]",     "bf16[16]",          "f32[16]",
+                                       "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"};
+  auto r = Infer("qk_norm_rope_kv_write", ok, RopeKvAttrs(true));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,T,4,16]");
+  EXPECT_EQ((*r)[0].alias, ResultAlias{});
+  EXPECT_EQ((*r)[1].type.ToString(), "bf16[B,2,Smax,16]");
+  EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 3}));
+  EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 4}));
+
+  auto with = [&ok](int index, std::string type) {
+    std::vector<std::string> operands = ok;
+    operands[static_cast<size_t>(index)] = std::move(type);
+    return operands;
+  };
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", with(0, "bf16[B,T,96]"), RopeKvAttrs(true)),
+            "operand 0 has type bf16[B,T,96], expected [B,T,(Hq+2*Hkv)*D] with Hq = 4, Hkv = 2, "
+            "D = 16");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", with(1, "bf16[8]"), RopeKvAttrs(true)),
+            "operand 1 has type bf16[8], expected [D] with D = 16");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", with(3, "f32[B,2,Smax,16]"), RopeKvAttrs(true)),
+            "operand 3 has type f32[B,2,Smax,16], expected bf16[B,Hkv,Smax,D] (the dtype of "
+            "operand 0)");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", ok, RopeKvAttrs(true, 2, 3)),
+            "operand 3 has type bf16[B,2,Smax,16], expected [B,Hkv,Smax,D] with B = B, Hkv = 3, "
+            "D static, even and > 0");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", with(4, "bf16[B,2,S,16]"), RopeKvAttrs(true)),
+            "operand 4 has type bf16[B,2,S,16], expected bf16[B,2,Smax,16] (the type of "
+            "operand 3)");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", with(5, "i32[B,1]"), RopeKvAttrs(true)),
+            "operand 5 has type i32[B,1], expected i32[B,T] with B = B, T = T");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", ok, RopeKvAttrs(true, 0)),
+            "attribute 'num_heads' is 0, expected > 0");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", ok, RopeKvAttrs(false)),
+            "missing required attribute 'eps' (float)");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", ok, RopeKvAttrs(true, int64_t{1} << 62, 2)),
+            "(num_heads + 2 * num_kv_heads) * D with num_heads = 4611686018427387904, "
+            "num_kv_heads = 2, D = 16 overflows int64");
+  Attributes llama3 = RopeKvAttrs(true);
+  llama3.Set("rope_type", std::string("llama3"));
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write", ok, llama3),
+            "missing attribute 'factor', required by rope_type \"llama3\"");
+}
+
+TEST(KindsTest, RopeKvWrite) {
+  const std::vector<std::string> ok = {"f16[2,T,64]", "f16[2,1,Smax,16]", "f16[2,1,Smax,16]",
+                                       "i32[2,T]"};
+  auto r = Infer("rope_kv_write", ok, RopeKvAttrs(false, 2, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].type.ToString(), "f16[2,T,2,16]");
+  EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 1}));
+  EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 2}));
+  EXPECT_EQ(InferOne("rope_kv_write", ok, RopeKvAttrs(true, 2, 1)),
+            "unknown attribute 'eps' (rope_kv_write takes num_heads, num_kv_heads, theta, "
+            "rope_type, factor, low_freq_factor, high_freq_factor, "
+            "original_max_position_embeddings)");
+  EXPECT_EQ(InferOne("rope_kv_write", ok, RopeKvAttrs(false, 4, 1)),
+            "operand 0 has type f16[2,T,64], expected [B,T,(Hq+2*Hkv)*D] with Hq = 4, Hkv = 1, "
+            "D = 16");
+  EXPECT_EQ(
+      InferOne("rope_kv_write", {"f16[2,T,60]", "f16[2,1,Smax,15]", "f16[2,1,Smax,15]", "i32[2,T]"},
+               RopeKvAttrs(false, 2, 1)),
+      "operand 1 has type f16[2,1,Smax,15], expected [B,Hkv,Smax,D] with B = 2, Hkv = 1, "
+      "D static, even and > 0");
+  EXPECT_EQ(
+      InferOne("rope_kv_write", {"f16[2,T,64]", "f16[2,1,Smax,16]"}, RopeKvAttrs(false, 2, 1)),
+      "expects 4 operands (qkv, k_cache, v_cache, positions), got 2");
 }
 
 }  // namespace

@@ -78,8 +78,25 @@ TEST(ParserErrorsTest, RegionSyntax) {
   EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) phase(fast)\n")),
             "3:31: expected a phase (general, prefill or decode), found identifier 'fast'");
   EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) extra\n")),
-            "3:25: expected '{' (attributes), 'phase(...)' or end of line, found identifier "
-            "'extra'");
+            "3:25: expected '{' (attributes), 'phase(...)', 'fused(...)' or end of line, found "
+            "identifier 'extra'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) {a = 1} extra\n")),
+            "3:33: expected 'phase(...)', 'fused(...)' or end of line, found identifier 'extra'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) phase(decode) {}\n")),
+            "3:39: expected 'fused(...)' or end of line, found '{'");
+}
+
+TEST(ParserErrorsTest, FusedFrom) {
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) fused(silu) phase(decode)\n")),
+            "3:37: expected end of line, found identifier 'phase'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) fused()\n")),
+            "3:31: expected a region kind, found ')'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) fused(silu mul)\n")),
+            "3:36: expected ',' or ')', found identifier 'mul'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) fused silu\n")),
+            "3:31: expected '(' and the fused kinds, found identifier 'silu'");
+  EXPECT_EQ(ParseError(Body("  %y: f32[4] = silu(%x) fused(\"silu\")\n")),
+            "3:31: expected a region kind, found string \"silu\"");
 }
 
 TEST(ParserErrorsTest, Attributes) {
@@ -117,6 +134,22 @@ TEST(ParserErrorsTest, Strings) {
             "3:23: the checkpoint tensor name is empty");
   EXPECT_EQ(ParseError(Body("  weight %w: f32[4]\n")),
             "3:20: expected '=' and the checkpoint tensor name, found end of line");
+}
+
+TEST(ParserErrorsTest, PackedWeights) {
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = pack(\"a\")\n")),
+            "3:23: expected the checkpoint tensor name (a string or concat(...)), found "
+            "identifier 'pack'");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat()\n")),
+            "3:30: expected a checkpoint tensor name (a string), found ')'");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat(\"a\", \"\")\n")),
+            "3:35: the checkpoint tensor name is empty");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat(\"a\" \"b\")\n")),
+            "3:34: expected ',' or ')', found string \"b\"");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat(\"a\"\n")),
+            "3:33: expected ',' or ')', found end of line");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = \"a\", \"b\"\n")),
+            "3:26: expected end of line, found ','");
 }
 
 }  // namespace

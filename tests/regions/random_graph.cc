@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "regions/kinds.h"
 #include "regions/shape_rules.h"
 
 namespace tileplan::ir::testing {
@@ -151,8 +152,10 @@ class ValidGraphBuilder {
     for (ValueId id : g_.weights()) {
       if (g_.value(id).type == type && rnd_.Chance(0.3)) return id;
     }
-    ValueId id = Check(
-        g_.AddWeight(Name("w"), std::move(type), absl::StrCat(rnd_.Bytes(12), "#", counter_++)));
+    // Sometimes a packed weight: the concatenation of 2 or 3 checkpoint tensors.
+    std::vector<std::string> tensors(type.rank() > 0 && rnd_.Chance(0.3) ? rnd_.Int(2, 3) : 1);
+    for (std::string& t : tensors) t = absl::StrCat(rnd_.Bytes(12), "#", counter_++);
+    ValueId id = Check(g_.AddWeight(Name("w"), std::move(type), std::move(tensors)));
     Track();
     return id;
   }
@@ -187,6 +190,16 @@ class ValidGraphBuilder {
     return Pick(OfType(type), [type] { return type; });
   }
 
+  // Usually empty; otherwise 1 to 4 primitive kinds.
+  std::vector<std::string> FusedFrom() {
+    static const std::vector<std::string> kPrimitive = PrimitiveKindNames();
+    std::vector<std::string> kinds;
+    if (rnd_.Chance(0.75)) return kinds;
+    const int n = rnd_.Int(1, 4);
+    for (int i = 0; i < n; ++i) kinds.push_back(rnd_.Pick(kPrimitive));
+    return kinds;
+  }
+
   Phase RandomPhase() {
     if (rnd_.Chance(0.7)) return Phase::kGeneral;
     return rnd_.Chance(0.5) ? Phase::kPrefill : Phase::kDecode;
@@ -199,8 +212,8 @@ class ValidGraphBuilder {
     for (size_t i = 0; i < types.size(); ++i) {
       specs.push_back({Name(kind), std::move(types[i]), aliases[i]});
     }
-    std::vector<ValueId> ids =
-        Check(g_.AddRegion(kind, operands, std::move(specs), std::move(attrs), RandomPhase()));
+    std::vector<ValueId> ids = Check(g_.AddRegion(kind, operands, std::move(specs),
+                                                  std::move(attrs), RandomPhase(), FusedFrom()));
     Track();
     for (size_t i = 0; i < ids.size(); ++i) {
       if (aliases[i].kind == AliasKind::kView) {
@@ -222,7 +235,7 @@ class ValidGraphBuilder {
   }
 
   void AddRandomRegion() {
-    switch (rnd_.Int(0, 12)) {
+    switch (rnd_.Int(0, 18)) {
       case 0:
         return Embedding();
       case 1:
@@ -247,8 +260,20 @@ class ValidGraphBuilder {
         return Silu();
       case 11:
         return LmHead();
-      default:
+      case 12:
         return Argmax();
+      case 13:
+        return Swiglu();
+      case 14:
+        return LinearSwiglu();
+      case 15:
+        return LinearResidual();
+      case 16:
+        return AddRmsNorm();
+      case 17:
+        return RopeKvWrite(/*norms=*/true);
+      default:
+        return RopeKvWrite(/*norms=*/false);
     }
   }
 
@@ -370,6 +395,11 @@ class ValidGraphBuilder {
     const TensorType xt = g_.value(x).type;
     const ValueId pos = Positions(xt.dims[0], xt.dims[1]);
     Attributes attrs;
+    SetRopeAttrs(attrs);
+    Emit1("rope", {x, pos}, xt, std::move(attrs));
+  }
+
+  void SetRopeAttrs(Attributes& attrs) {
     attrs.Set("theta", rnd_.PositiveFloat());
     if (rnd_.Chance(0.5)) {
       attrs.Set("rope_type", std::string("default"));
@@ -381,7 +411,6 @@ class ValidGraphBuilder {
       attrs.Set("high_freq_factor", rnd_.Chance(0.3) ? std::nextafter(low, kInf) : low * 4);
       attrs.Set("original_max_position_embeddings", int64_t{rnd_.Int(1, 1 << 20)});
     }
-    Emit1("rope", {x, pos}, xt, std::move(attrs));
   }
 
   void KvWrite() {
@@ -486,6 +515,120 @@ class ValidGraphBuilder {
     Emit1("argmax", {logits}, MakeType(DType::kI32, {lt.dims[0], lt.dims[1]}));
   }
 
+  // ---- Fused kinds.
+
+  static Pred FloatLastEven() {
+    return [](const Value& v) {
+      return shape::IsFloat(v.type.dtype) && v.type.rank() >= 1 && v.type.dims.back().is_static() &&
+             v.type.dims.back().extent() > 0 && v.type.dims.back().extent() % 2 == 0;
+    };
+  }
+
+  void Swiglu() {
+    const ValueId x = Pick(FloatLastEven(), [this] {
+      std::vector<Dim> dims = Leading(3);
+      dims.push_back(S(2 * rnd_.Int(1, 8)));
+      return MakeType(Float(), dims);
+    });
+    const TensorType xt = g_.value(x).type;
+    Emit1("swiglu", {x},
+          MakeType(xt.dtype, shape::WithLast(xt.dims, S(xt.dims.back().extent() / 2))));
+  }
+
+  // x and a weight [n,K] (and a bias [n] half the time) of a linear step.
+  std::vector<ValueId> LinearOperands(const Dim& n) {
+    const ValueId x = Pick(FloatLastStatic(), [this] {
+      std::vector<Dim> dims = Leading(3);
+      dims.push_back(Extent(1, 16));
+      return MakeType(Float(), dims);
+    });
+    const DType wd = Float();
+    return {x, Weight(MakeType(wd, {n, g_.value(x).type.dims.back()}))};
+  }
+  ValueId Bias(ValueId w) {
+    const TensorType& wt = g_.value(w).type;
+    return Weight(MakeType(wt.dtype, {wt.dims[0]}));
+  }
+  void LinearSwiglu() {
+    const int64_t f = rnd_.Int(1, 8);
+    std::vector<ValueId> operands = LinearOperands(S(2 * f));
+    if (rnd_.Chance(0.5)) operands.push_back(Bias(operands[1]));
+    const TensorType xt = g_.value(operands[0]).type;
+    Emit1("linear_swiglu", operands, MakeType(xt.dtype, shape::WithLast(xt.dims, S(f))));
+  }
+
+  void LinearResidual() {
+    const Dim n = Extent(1, 16);
+    std::vector<ValueId> operands = LinearOperands(n);
+    const TensorType xt = g_.value(operands[0]).type;
+    const TensorType out = MakeType(xt.dtype, shape::WithLast(xt.dims, n));
+    operands.push_back(Pick(OfType(out), [out] { return out; }));
+    if (rnd_.Chance(0.5)) operands.push_back(Bias(operands[1]));
+    Emit1("linear_residual", operands, out);
+  }
+
+  void AddRmsNorm() {
+    const ValueId a = Pick(FloatLastStatic(), [this] {
+      std::vector<Dim> dims = Leading(3);
+      dims.push_back(Extent(1, 16));
+      return MakeType(Float(), dims);
+    });
+    const TensorType at = g_.value(a).type;
+    const ValueId b = Pick(OfType(at), [at] { return at; });
+    const ValueId w = Weight(MakeType(Float(), {at.dims.back()}));
+    Attributes attrs;
+    attrs.Set("eps", rnd_.NonNegativeFloat());
+    Emit("add_rms_norm", {a, b, w}, {at, at}, {ResultAlias{}, ResultAlias{}}, std::move(attrs));
+  }
+
+  // A live cache [b, hkv, *, d] that no region updated yet, or a new state.
+  ValueId Cache(DType dtype, const Dim& b, int64_t hkv, int64_t d, ValueId exclude) {
+    std::vector<ValueId> caches;
+    for (ValueId id = 0; id < g_.num_values(); ++id) {
+      const Value& v = g_.value(id);
+      if (!stale_[id] && id != exclude && v.kind != ValueKind::kWeight && view_root_[id] == id &&
+          v.type.dtype == dtype && v.type.rank() == 4 && v.type.dims[0] == b &&
+          v.type.dims[1] == S(hkv) && v.type.dims[3] == S(d)) {
+        caches.push_back(id);
+      }
+    }
+    if (!caches.empty() && rnd_.Chance(0.6)) return rnd_.Pick(caches);
+    return NewState(MakeType(dtype, {b, S(hkv), AnyDim(), S(d)}));
+  }
+
+  void RopeKvWrite(bool norms) {
+    const int64_t hkv = rnd_.Int(1, 3);
+    const int64_t hq = hkv * rnd_.Int(1, 3);
+    const int64_t d = 2 * rnd_.Int(1, 4);
+    const TensorType qkv_type = MakeType(Float(), {b_, t_, S((hq + 2 * hkv) * d)});
+    const ValueId qkv = Pick(OfType(qkv_type), [qkv_type] { return qkv_type; });
+    const ValueId k_cache = Cache(qkv_type.dtype, b_, hkv, d, kNoValue);
+    const TensorType ct = g_.value(k_cache).type;
+    const ValueId v_cache = Pick(
+        [this, ct](const Value& v) {
+          const ValueId id = g_.FindValue(v.name);
+          return v.type == ct && view_root_[id] == id;
+        },
+        [ct] { return ct; }, k_cache);
+    std::vector<ValueId> operands = {qkv};
+    Attributes attrs;
+    attrs.Set("num_heads", hq);
+    attrs.Set("num_kv_heads", hkv);
+    if (norms) {
+      operands.push_back(Weight(MakeType(Float(), {S(d)})));
+      operands.push_back(Weight(MakeType(Float(), {S(d)})));
+      attrs.Set("eps", rnd_.NonNegativeFloat());
+    }
+    SetRopeAttrs(attrs);
+    const int32_t k_index = static_cast<int32_t>(operands.size());
+    operands.insert(operands.end(), {k_cache, v_cache, Positions(b_, t_)});
+    Emit(norms ? "qk_norm_rope_kv_write" : "rope_kv_write", operands,
+         {MakeType(qkv_type.dtype, {b_, t_, S(hq), S(d)}), ct, ct},
+         {ResultAlias{}, ResultAlias{AliasKind::kInPlace, k_index},
+          ResultAlias{AliasKind::kInPlace, k_index + 1}},
+         std::move(attrs));
+  }
+
   Random rnd_;
   Graph g_;
   Dim b_, t_;
@@ -539,7 +682,14 @@ Graph RandomAttributeGraph(uint64_t seed) {
   for (int i = 0; i < inputs; ++i) {
     EXPECT_TRUE(g.AddInput(absl::StrCat("in", counter++), type()).ok());
   }
+  const int weights = rnd.Int(0, 2);
+  for (int i = 0; i < weights; ++i) {
+    std::vector<std::string> tensors(static_cast<size_t>(rnd.Int(1, 3)));
+    for (std::string& t : tensors) t = absl::StrCat(rnd.Bytes(10), "#", counter++);
+    EXPECT_TRUE(g.AddWeight(absl::StrCat("w", counter++), type(), std::move(tensors)).ok());
+  }
   static const std::vector<std::string> kKinds = {"custom", "graph", "input", "phase", "_x9"};
+  static const std::vector<std::string> kFused = {"linear", "fused", "phase", "concat", "x_1"};
   static const std::vector<std::string> kKeys = {"a", "inf", "nan", "true", "ints", "k_2", "Z"};
   const int regions = rnd.Int(0, 12);
   for (int r = 0; r < regions; ++r) {
@@ -561,8 +711,11 @@ Graph RandomAttributeGraph(uint64_t seed) {
     const int n_attrs = rnd.Int(0, 5);
     for (int a = 0; a < n_attrs; ++a) attrs.Set(rnd.Pick(kKeys), RandomAttr(rnd));
     const Phase phase = static_cast<Phase>(rnd.Int(0, 2));
-    EXPECT_TRUE(
-        g.AddRegion(rnd.Pick(kKinds), operands, std::move(results), std::move(attrs), phase).ok());
+    std::vector<std::string> fused_from(static_cast<size_t>(rnd.Chance(0.5) ? 0 : rnd.Int(1, 3)));
+    for (std::string& kind : fused_from) kind = rnd.Pick(kFused);
+    EXPECT_TRUE(g.AddRegion(rnd.Pick(kKinds), operands, std::move(results), std::move(attrs), phase,
+                            std::move(fused_from))
+                    .ok());
   }
   const int outputs = rnd.Int(0, 2);
   for (int i = 0; i < outputs; ++i) EXPECT_TRUE(g.AddOutput(rnd.Int(0, g.num_values() - 1)).ok());

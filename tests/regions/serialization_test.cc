@@ -102,11 +102,14 @@ TEST(SerializationTest, FromProtoRejectsMalformedMessages) {
       {"bad value name", [](proto::Graph& m) { m.mutable_declarations(1)->set_name("%p"); },
        "declarations[1].name: name '%p' is not of the form [A-Za-z0-9_.]+"},
       {"checkpoint on input",
-       [](proto::Graph& m) { m.mutable_declarations(0)->set_checkpoint_tensor("t"); },
-       "declarations[0]: checkpoint_tensor is set on a declaration that is not a weight"},
+       [](proto::Graph& m) { m.mutable_declarations(0)->add_checkpoint_tensors("t"); },
+       "declarations[0]: checkpoint_tensors is set on a declaration that is not a weight"},
       {"weight without tensor",
-       [](proto::Graph& m) { m.mutable_declarations(2)->clear_checkpoint_tensor(); },
+       [](proto::Graph& m) { m.mutable_declarations(2)->clear_checkpoint_tensors(); },
        "declarations[2]: weight '%embed' names no checkpoint tensor"},
+      {"empty packed part",
+       [](proto::Graph& m) { m.mutable_declarations(2)->add_checkpoint_tensors(""); },
+       "declarations[2]: weight '%embed' names an empty checkpoint tensor (part 1)"},
       {"bad kind", [](proto::Graph& m) { m.mutable_regions(0)->set_kind(""); },
        "regions[0].kind: '' is not an identifier"},
       {"operand out of range", [](proto::Graph& m) { m.mutable_regions(0)->set_operands(1, 9999); },
@@ -156,6 +159,12 @@ TEST(SerializationTest, FromProtoRejectsMalformedMessages) {
       {"phase",
        [](proto::Graph& m) { m.mutable_regions(0)->set_phase(static_cast<proto::Phase>(7)); },
        "regions[0].phase: 7 is not a phase"},
+      {"fused_from entry",
+       [](proto::Graph& m) {
+         m.mutable_regions(2)->add_fused_from("linear");
+         m.mutable_regions(2)->add_fused_from("not a kind");
+       },
+       "regions[2].fused_from[1]: 'not a kind' is not an identifier"},
       {"output", [](proto::Graph& m) { m.set_outputs(1, 1000); },
        "outputs[1]: value id 1000 does not exist"},
   };

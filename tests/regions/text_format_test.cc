@@ -42,16 +42,66 @@ void ExpectRoundTrips(const Graph& g) {
   EXPECT_EQ(again->SerializeAsString(), message->SerializeAsString());
 }
 
-TEST(TextFormatTest, GoldenGraphCoversEveryKindAndRoundTrips) {
+TEST(TextFormatTest, GoldenGraphCoversEveryPrimitiveKindAndRoundTrips) {
   const std::string text = testing::ReadTestData("tiny_llama.tpir");
   Graph g = MustParse(text);
   EXPECT_TRUE(Verify(g).ok()) << Verify(g);
   EXPECT_EQ(PrintGraph(g), text);
   std::set<std::string> kinds;
   for (const Region& r : g.regions()) kinds.insert(r.kind);
-  const std::vector<std::string> all = KindNames();
-  EXPECT_EQ(kinds, std::set<std::string>(all.begin(), all.end()));
+  const std::vector<std::string> primitive = PrimitiveKindNames();
+  EXPECT_EQ(kinds, std::set<std::string>(primitive.begin(), primitive.end()));
   ExpectRoundTrips(g);
+}
+
+// A planned graph: every fused kind (with and without optional bias), packed weights and
+// fused_from lists.
+TEST(TextFormatTest, PlannedGoldenGraphCoversEveryFusedKindAndRoundTrips) {
+  const std::string text = testing::ReadTestData("tiny_planned.tpir");
+  Graph g = MustParse(text);
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  EXPECT_EQ(PrintGraph(g), text);
+  std::set<std::string> kinds;
+  for (const Region& r : g.regions()) kinds.insert(r.kind);
+  for (const std::string& kind : KindNames()) {
+    if (FindKind(kind)->fused) EXPECT_TRUE(kinds.count(kind)) << kind;
+  }
+  ExpectRoundTrips(g);
+
+  const Value& qkv = g.value(g.FindValue("l0.w_qkv"));
+  EXPECT_EQ(qkv.checkpoint_tensors,
+            (std::vector<std::string>{"model.layers.0.self_attn.q_proj.weight",
+                                      "model.layers.0.self_attn.k_proj.weight",
+                                      "model.layers.0.self_attn.v_proj.weight"}));
+  const Region& swiglu = g.regions()[g.value(g.FindValue("l1.act")).producer];
+  EXPECT_EQ(swiglu.kind, "swiglu");
+  EXPECT_EQ(swiglu.phase, Phase::kDecode);
+  EXPECT_EQ(swiglu.fused_from, (std::vector<std::string>{"split", "silu", "mul"}));
+  const Region& rope = g.regions()[g.value(g.FindValue("l1.q")).producer];
+  EXPECT_EQ(rope.result_aliases,
+            (std::vector<ResultAlias>{{}, {AliasKind::kInPlace, 1}, {AliasKind::kInPlace, 2}}));
+  EXPECT_TRUE(g.regions()[g.value(g.FindValue("l0.h")).producer].fused_from.empty());
+}
+
+TEST(TextFormatTest, PackedWeightsAndFusedFromSyntax) {
+  // concat with one part is the plain form; fused(...) follows the phase.
+  Graph g = MustParse(R"(graph @g {
+  weight %a: f32[2] = concat("x")
+  weight %b: f32[3,2] = concat( "y" , "z\n" )
+  input %i: f32[2]
+  %s: f32[2] = add(%i, %a) {} phase(general) fused(add)
+  %t: f32[2] = add(%s, %a) fused(add, add)
+}
+)");
+  EXPECT_EQ(PrintGraph(g), R"(graph @g {
+  weight %a: f32[2] = "x"
+  weight %b: f32[3,2] = concat("y", "z\n")
+  input %i: f32[2]
+  %s: f32[2] = add(%i, %a) fused(add)
+  %t: f32[2] = add(%s, %a) fused(add, add)
+}
+)");
+  EXPECT_EQ(g.value(g.FindValue("b")).checkpoint_tensors, (std::vector<std::string>{"y", "z\n"}));
 }
 
 TEST(TextFormatTest, GoldenGraphMatchesBuilderGraph) {
@@ -66,7 +116,8 @@ TEST(TextFormatTest, GoldenGraphMatchesBuilderGraph) {
   EXPECT_EQ(split.attrs.GetInts("sizes").value(), (std::vector<int64_t>{128, 128}));
   const Region& argmax = g.regions().back();
   EXPECT_EQ(argmax.phase, Phase::kDecode);
-  EXPECT_EQ(g.value(g.weights()[0]).checkpoint_tensor, "model.embed_tokens.weight");
+  EXPECT_EQ(g.value(g.weights()[0]).checkpoint_tensors,
+            std::vector<std::string>{"model.embed_tokens.weight"});
   EXPECT_EQ(g.value(g.states()[0]).type.ToString(), "bf16[B,2,Smax,16]");
 }
 

@@ -83,6 +83,25 @@ TEST(TileplanOptTest, EmitsTextproto) {
   EXPECT_EQ(PrintGraph(*g), testing::ReadTestData("tiny_llama.tpir"));
 }
 
+// Fused kinds, packed weights and fused_from lists go through both output forms.
+TEST(TileplanOptTest, PlannedGraphRoundTripsThroughBothForms) {
+  const std::string path =
+      absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/regions/testdata/tiny_planned.tpir");
+  const RunResult text = RunOpt(absl::StrCat("'", path, "'"));
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, testing::ReadTestData("tiny_planned.tpir"));
+  const RunResult proto = RunOpt(absl::StrCat("--emit=proto '", path, "'"));
+  ASSERT_EQ(proto.exit_code, 0) << proto.err;
+  EXPECT_THAT(proto.out, HasSubstr("fused_from: \"rms_norm\""));
+  EXPECT_THAT(proto.out, HasSubstr("checkpoint_tensors: \"model.layers.0.mlp.gate_proj.weight\"\n"
+                                   "  checkpoint_tensors: \"model.layers.0.mlp.up_proj.weight\""));
+  proto::Graph message;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(proto.out, &message));
+  absl::StatusOr<Graph> g = GraphFromProto(message);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(PrintGraph(*g), text.out);
+}
+
 TEST(TileplanOptTest, ParseErrorExitsTwoWithLocation) {
   const std::string path =
       WriteTemp("bad_parse.tpir", "graph @g {\n  input %x: f32[4]\n  %y: f32[4] = silu(%z)\n}\n");

@@ -324,5 +324,113 @@ TEST(VerifierTest, ExtraKindIsOneMoreRegistryEntry) {
   EXPECT_EQ(VerifyError(g), "region #0 'double_silu' (%y): unknown region kind 'double_silu'");
 }
 
+TEST(VerifierTest, PackedWeightsBindDistinctNonEmptyTensors) {
+  EXPECT_TRUE(Verify(MustParse(R"(graph @g {
+  weight %qkv: bf16[8,4] = concat("q", "k", "v")
+  weight %n: bf16[4] = "n"
+}
+)"))
+                  .ok());
+  Graph across = MustParse(R"(graph @g {
+  weight %k: bf16[2,4] = "k"
+  weight %qkv: bf16[8,4] = concat("q", "k", "v")
+}
+)");
+  EXPECT_EQ(VerifyError(across),
+            "weight %qkv binds checkpoint tensor \"k\", already bound by weight %k");
+  Graph within = MustParse(R"(graph @g {
+  weight %qkv: bf16[8,4] = concat("q", "k", "q")
+}
+)");
+  EXPECT_EQ(VerifyError(within), "weight %qkv binds checkpoint tensor \"q\" twice");
+  Graph empty = MustParse("graph @g {\n  weight %w: bf16[8,4] = concat(\"q\", \"k\")\n}\n");
+  empty.mutable_value(empty.FindValue("w")).checkpoint_tensors[1].clear();
+  EXPECT_EQ(VerifyError(empty), "weight %w binds an empty checkpoint tensor name (part 1)");
+  empty.mutable_value(empty.FindValue("w")).checkpoint_tensors.clear();
+  EXPECT_EQ(VerifyError(empty), "weight %w binds no checkpoint tensor");
+  Graph scalar = MustParse("graph @g {\n  weight %s: f32[] = concat(\"a\", \"b\")\n}\n");
+  EXPECT_EQ(VerifyError(scalar),
+            "weight %s has type f32[] but packs several checkpoint tensors; a packed weight "
+            "needs a dim 0");
+  Graph input = MustParse(WithDecls(""));
+  input.mutable_value(input.FindValue("x")).checkpoint_tensors = {"t"};
+  EXPECT_EQ(VerifyError(input), "value %x is not a weight but binds checkpoint tensor \"t\"");
+}
+
+TEST(VerifierTest, FusedFromNamesPrimitiveKinds) {
+  EXPECT_TRUE(
+      Verify(MustParse(WithDecls("  %y: bf16[B,T,32] = linear(%x, %w) fused(linear, add)\n")))
+          .ok());
+  EXPECT_EQ(VerifyError("  %y: bf16[B,T,32] = linear(%x, %w) fused(linear, gelu)\n"),
+            "region #0 'linear' (%y): fused_from entry 1 'gelu' is not a registered region "
+            "kind");
+  Graph g =
+      MustParse(WithDecls("  %l: bf16[B,T,32] = linear(%x, %w)\n"
+                          "  %y: bf16[B,T,16] = swiglu(%l) fused(linear_swiglu)\n"));
+  EXPECT_EQ(VerifyError(g),
+            "region #1 'swiglu' (%y): fused_from entry 0 'linear_swiglu' is not a primitive "
+            "kind");
+}
+
+// The declarations of a decode layer with QK-norm: x, packed qkv, norms, caches.
+std::string FusedDecls(absl::string_view body) {
+  return absl::StrCat(R"(graph @g {
+  input %positions: i32[B,T]
+  input %x: bf16[B,T,64]
+  input %qkv: bf16[B,T,128]
+  weight %w: bf16[64,64] = "w"
+  weight %w_gate_up: bf16[96,64] = concat("gate", "up")
+  weight %norm: bf16[64] = "norm"
+  weight %q_norm: bf16[16] = "q_norm"
+  weight %k_norm: bf16[16] = "k_norm"
+  state %k_cache: bf16[B,2,Smax,16]
+  state %v_cache: bf16[B,2,Smax,16]
+)",
+                      body, "}\n");
+}
+
+TEST(VerifierTest, FusedKindsVerifyLikeAnyKind) {
+  EXPECT_TRUE(
+      Verify(
+          MustParse(FusedDecls(
+              R"(  %a: bf16[B,T,48] = linear_swiglu(%x, %w_gate_up) fused(linear, split, silu, mul)
+  %r: bf16[B,T,64] = linear_residual(%x, %w, %x) fused(linear, add)
+  %s: bf16[B,T,64], %n: bf16[B,T,64] = add_rms_norm(%r, %x, %norm) {eps = 1e-06} fused(add, rms_norm)
+  %g: bf16[B,T,32] = swiglu(%n)
+  %q: bf16[B,T,4,16], %kc: bf16[B,2,Smax,16] inplace(%k_cache), %vc: bf16[B,2,Smax,16] inplace(%v_cache) = qk_norm_rope_kv_write(%qkv, %q_norm, %k_norm, %k_cache, %v_cache, %positions) {eps = 1e-06, num_heads = 4, num_kv_heads = 2, rope_type = "default", theta = 10000.0}
+  %o: bf16[B,T,4,16] = attention(%q, %kc, %vc, %positions) {scale = 0.25, sliding_window = 0}
+  output %kc
+)")))
+          .ok());
+  EXPECT_EQ(
+      VerifyError(MustParse(FusedDecls("  %a: bf16[B,T,64] = linear_swiglu(%x, %w_gate_up)\n"))),
+      "region #0 'linear_swiglu' (%a): result 0 (%a) has type bf16[B,T,64], expected "
+      "bf16[B,T,48]");
+  EXPECT_EQ(
+      VerifyError(MustParse(FusedDecls("  %r: bf16[B,T,64] = linear_residual(%x, %w, %qkv)\n"))),
+      "region #0 'linear_residual' (%r): operand 2 (%qkv) has type bf16[B,T,128], "
+      "expected bf16[B,T,64] (the type of the linear's result)");
+  EXPECT_EQ(VerifyError(MustParse(
+                FusedDecls("  %s: bf16[B,T,64] = add_rms_norm(%x, %x, %norm) {eps = 1e-06}\n"))),
+            "region #0 'add_rms_norm' (%s): declares 1 results, expected 2");
+  // The caches must be declared in place.
+  EXPECT_EQ(VerifyError(MustParse(FusedDecls(
+                "  %q: bf16[B,T,4,16], %kc: bf16[B,2,Smax,16] inplace(%k_cache), %vc: "
+                "bf16[B,2,Smax,16] = rope_kv_write(%qkv, %k_cache, %v_cache, %positions) "
+                "{num_heads = 4, num_kv_heads = 2, rope_type = \"default\", theta = 1.0}\n"))),
+            "region #0 'rope_kv_write' (%q): result 2 (%vc) must declare inplace(%v_cache), "
+            "declares none");
+  // The updated caches are stale afterwards, like after kv_write.
+  EXPECT_THAT(
+      VerifyError(MustParse(FusedDecls(
+          "  %q: bf16[B,T,4,16], %kc: bf16[B,2,Smax,16] inplace(%k_cache), %vc: "
+          "bf16[B,2,Smax,16] inplace(%v_cache) = rope_kv_write(%qkv, %k_cache, %v_cache, "
+          "%positions) {num_heads = 4, num_kv_heads = 2, rope_type = \"default\", theta = 1.0}\n"
+          "  %o: bf16[B,T,4,16] = attention(%q, %kc, %v_cache, %positions) {scale = 0.25, "
+          "sliding_window = 0}\n"))),
+      HasSubstr("region #1 'attention' (%o): operand 2 (%v_cache) is read after region #0 "
+                "'rope_kv_write' updated its storage in place (new version %vc)"));
+}
+
 }  // namespace
 }  // namespace tileplan::ir

@@ -80,7 +80,12 @@ WeightMap RandomWeights(const ir::Graph& graph, uint32_t seed) {
       t.shape.push_back(d.extent());
       n *= d.extent();
     }
-    const std::string& name = w.checkpoint_tensor;
+    if (w.checkpoint_tensors.size() != 1) {
+      ADD_FAILURE() << "weight %" << w.name << " is packed; draw random weights for the "
+                    << "primitive graph, whose weights are not";
+      continue;
+    }
+    const std::string& name = w.checkpoint_tensors[0];
     double scale = 1.0, offset = 0.0;
     if (absl::EndsWith(name, "norm.weight")) {
       scale = 0.15;

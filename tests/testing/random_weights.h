@@ -30,7 +30,8 @@ void WriteWeights(const std::filesystem::path& path, const WeightMap& weights);
 // Random data for every weight of `graph` under its checkpoint tensor name, in the weight's
 // dtype and shape, drawn so that a lowered model mixes its layers: norm weights
 // 1 + 0.15·N(0,1), biases 0.2·N(0,1), embeddings N(0,1), other matrices
-// 1.5·N(0,1)/sqrt(fan_in). Deterministic for a seed.
+// 1.5·N(0,1)/sqrt(fan_in). Deterministic for a seed. The graph must have no packed weights
+// (a test failure otherwise): draw them for the primitive graph.
 WeightMap RandomWeights(const ir::Graph& graph, uint32_t seed);
 
 }  // namespace tileplan::testing

@@ -1,0 +1,83 @@
+// argmax: the index of the largest logit per row (ties to the lowest index). `splits` CTAs
+// share a row; each writes its (value, index) to the workspace and the last CTA of the row
+// to finish (a per-row counter, reset by that CTA) reduces them, so a step is one launch.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/families.h"
+#include "kernels/family_base.h"
+
+namespace tileplan::kernels::internal {
+namespace {
+
+struct Row {
+  absl::string_view arch;
+  int64_t threads;
+};
+constexpr Row kRows[] = {
+    {"sm_80", 512}, {"sm_90", 1024}, {"sm_100", 1024}, {"sm_120", 512}, {"default", 256}};
+
+class ArgmaxFamily final : public FamilyBase {
+ public:
+  ArgmaxFamily() : FamilyBase("argmax", 1, {"argmax"}, {"splits", "threads"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    LaunchGeometry g;
+    g.grid = {t.params.at("splits"), std::max<int64_t>(1, RowCount(r)), 1};
+    g.block = {t.params.at("threads"), 1, 1};
+    return g;
+  }
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    WorkEstimate w;
+    w.bytes = r.operand_bytes(0) + r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    return w;
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t splits = t.params.at("splits");
+    return splits == 1 ? 0 : RowCount(r) * (splits * 8 + 4);  // (value, index) pairs, counter
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    return RequireInnerContiguous(r, {0});
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    int64_t threads = 256;
+    for (const Row& row : kRows) {
+      if (row.arch == arch) threads = row.threads;
+    }
+    // Split rows until the grid fills the machine, keeping >= 4 elements per thread.
+    int64_t splits = 1;
+    const int64_t v = Vocab(r);
+    while (splits < 64 && RowCount(r) * splits < target.sm_count() &&
+           v / (2 * splits) >= 4 * threads) {
+      splits *= 2;
+    }
+    return MakeTactic({{"splits", splits}, {"threads", threads}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"splits", {1, 2, 4, 8, 16, 32, 64}}, {"threads", {256, 512, 1024}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription&) const override {
+    const int64_t threads = t.params.at("threads");
+    const int64_t splits = t.params.at("splits");
+    if (!IsBlockSize(threads))
+      return BadParam("threads", threads, "a multiple of 32 in [32, 1024]");
+    if (!IsPowerOfTwo(splits) || splits > 64 || (splits > 1 && splits > Vocab(r))) {
+      return BadParam("splits", splits, "a power of two <= 64 and <= the row length");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static int64_t RowCount(const BoundRegion& r) { return Rows(r.operand(0).shape); }
+  static int64_t Vocab(const BoundRegion& r) { return r.operand(0).shape.back(); }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeArgmaxFamily() { return std::make_unique<ArgmaxFamily>(); }
+
+}  // namespace tileplan::kernels::internal

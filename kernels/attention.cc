@@ -1,0 +1,290 @@
+// attention_prefill and attention_decode: causal attention of new tokens over the KV cache
+// (docs/ir.md `attention`; sliding windows and GQA included).
+//
+// attention_prefill is flash style on tensor cores: a CTA owns `tile_q` query rows of one
+// head, streams the cache in `tile_kv`-row tiles through a `stages`-deep shared-memory
+// pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). It is
+// instantiated for head_dim 64, 96 and 128, in bf16 and f16.
+//
+// attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
+// every `splits`-th chunk of `kv_chunk` cache rows of kv head h for all the queries that share
+// it (T · Hq/Hkv), reading the live context length from device memory so that one grid serves
+// every context under CUDA Graph replay (chunks past the context exit at once). Each CTA
+// writes (max, sum, accumulator) partials to the workspace; the last CTA of (b, h) merges
+// them (log-sum-exp weights) and writes the output, so a step is one launch.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/families.h"
+#include "kernels/family_base.h"
+
+namespace tileplan::kernels::internal {
+namespace {
+
+struct AttentionShape {
+  int64_t batch = 0, tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0, capacity = 0;
+  int64_t window = 0;   // 0: none
+  int64_t context = 0;  // attention span of the last new token
+  int64_t es = 2;
+
+  int64_t group() const { return kv_heads == 0 ? 0 : q_heads / kv_heads; }
+  // New tokens sit at positions [context - tokens, context - 1].
+  int64_t first_position() const { return std::max<int64_t>(0, context - tokens); }
+  int64_t last_position() const { return std::max(context, tokens) - 1; }
+  // Cache rows read per (batch, kv head): the union of the new tokens' windows.
+  int64_t keys() const {
+    const int64_t span = last_position() + 1;
+    return window > 0 ? std::min(span, tokens + window - 1) : span;
+  }
+};
+
+AttentionShape ShapeOf(const BoundRegion& r) {
+  AttentionShape s;
+  const auto& q = r.operand(0).shape;
+  const auto& cache = r.operand(1).shape;
+  s.batch = q[0];
+  s.tokens = q[1];
+  s.q_heads = q[2];
+  s.head_dim = q[3];
+  s.kv_heads = cache[1];
+  s.capacity = cache[2];
+  s.window = r.region().attrs.GetIntOr("sliding_window", 0).value_or(0);
+  s.context = std::min(std::max(r.bound_graph().context(), s.tokens), s.capacity);
+  s.es = ir::DTypeSize(r.operand_dtype(0));
+  return s;
+}
+
+// Bytes and flops shared by both families: q read, output written, K and V rows read once.
+WorkEstimate AttentionWork(const BoundRegion& r, bool tensor_core) {
+  const AttentionShape s = ShapeOf(r);
+  WorkEstimate w;
+  w.bytes = r.operand_bytes(0) + r.result_bytes(0) + r.operand_bytes(3) +
+            2 * s.batch * s.kv_heads * s.keys() * s.head_dim * s.es;
+  w.flops = 4 * s.batch * s.q_heads * s.head_dim *
+            CausalPairs(s.first_position(), s.last_position(), s.window);
+  w.tensor_core = tensor_core;
+  return w;
+}
+
+absl::Status CheckLayouts(const BoundRegion& r) {
+  for (int i : {1, 2}) {
+    if (!r.operand(i).IsContiguous()) {
+      return Refuse(absl::StrCat(OperandLabel(r, i), " is not a contiguous cache"));
+    }
+  }
+  return RequireInnerContiguous(r, {0});
+}
+
+struct PrefillRow {
+  absl::string_view arch;
+  int64_t tile_q, tile_kv, stages, warps;
+};
+constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
+                                       {"sm_90", 128, 128, 2, 8},
+                                       {"sm_100", 128, 128, 2, 8},
+                                       {"sm_120", 64, 64, 2, 4},
+                                       {"default", 64, 64, 1, 4}};
+
+class AttentionPrefillFamily final : public FamilyBase {
+ public:
+  AttentionPrefillFamily()
+      : FamilyBase("attention_prefill", 1, {"attention"},
+                   {"stages", "tile_kv", "tile_q", "warps"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {CeilDiv(s.tokens, t.params.at("tile_q")), s.q_heads, s.batch};
+    g.block = {32 * t.params.at("warps"), 1, 1};
+    g.dynamic_shared_memory_bytes =
+        SharedMemory(t.params.at("tile_q"), t.params.at("tile_kv"), t.params.at("stages"), s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    return AttentionWork(r, true);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128) {
+      return Refuse(absl::StrCat("head_dim ", s.head_dim,
+                                 " is not one of the instantiated head dims 64, 96, 128"));
+    }
+    if (r.operand_dtype(0) == ir::DType::kF32) {
+      return Refuse("dtype f32 has no tensor-core path (bf16 or f16 only)");
+    }
+    return CheckLayouts(r);
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
+                   int64_t shared_memory) const override {
+    PrefillRow row = kPrefillRows[4];
+    for (const PrefillRow& candidate : kPrefillRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const AttentionShape s = ShapeOf(r);
+    int64_t tile_q = std::min(row.tile_q, std::max<int64_t>(16, NextPowerOfTwo(s.tokens)));
+    int64_t tile_kv = row.tile_kv, stages = row.stages;
+    // Shrink to the row's shared memory: the K/V tile first, then the pipeline, then q.
+    while (SharedMemory(tile_q, tile_kv, stages, s) > shared_memory) {
+      if (tile_kv > 32) {
+        tile_kv /= 2;
+      } else if (stages > 1) {
+        --stages;
+      } else if (tile_q > 16) {
+        tile_q /= 2;
+      } else {
+        break;  // ValidateTactic reports the overflow
+      }
+    }
+    const int64_t warps = std::min(row.warps, tile_q / 16);
+    return MakeTactic(
+        {{"stages", stages}, {"tile_kv", tile_kv}, {"tile_q", tile_q}, {"warps", warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"stages", {1, 2, 3}},
+            {"tile_kv", {32, 64, 128}},
+            {"tile_q", {64, 128}},
+            {"warps", {4, 8}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const int64_t tile_q = t.params.at("tile_q");
+    const int64_t tile_kv = t.params.at("tile_kv");
+    const int64_t stages = t.params.at("stages");
+    const int64_t warps = t.params.at("warps");
+    if (!IsPowerOfTwo(tile_q) || tile_q < 16 || tile_q > 256) {
+      return BadParam("tile_q", tile_q, "a power of two in [16, 256]");
+    }
+    if (!IsPowerOfTwo(tile_kv) || tile_kv < 32 || tile_kv > 256) {
+      return BadParam("tile_kv", tile_kv, "a power of two in [32, 256]");
+    }
+    if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
+    if (!IsPowerOfTwo(warps) || warps > 8 || tile_q % (16 * warps) != 0) {
+      return BadParam("warps", warps, "a power of two <= 8 with 16 * warps dividing tile_q");
+    }
+    const int64_t smem = SharedMemory(tile_q, tile_kv, stages, ShapeOf(r));
+    if (smem > target.shared_memory_per_block_bytes()) {
+      return BadParam("stages", stages,
+                      absl::StrCat("tiles whose shared memory (", smem, " bytes) fits ",
+                                   target.shared_memory_per_block_bytes(), " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The q tile plus `stages` K and V tiles.
+  static int64_t SharedMemory(int64_t tile_q, int64_t tile_kv, int64_t stages,
+                              const AttentionShape& s) {
+    return (tile_q + 2 * stages * tile_kv) * s.head_dim * s.es;
+  }
+};
+
+constexpr int64_t kMaxDecodeTokens = 16;
+constexpr int64_t kMaxDecodeHeadDim = 256;
+
+struct DecodeRow {
+  absl::string_view arch;
+  int64_t kv_chunk, warps;
+};
+constexpr DecodeRow kDecodeRows[] = {{"sm_80", 128, 4},
+                                     {"sm_90", 256, 4},
+                                     {"sm_100", 256, 8},
+                                     {"sm_120", 128, 4},
+                                     {"default", 64, 4}};
+
+class AttentionDecodeFamily final : public FamilyBase {
+ public:
+  AttentionDecodeFamily()
+      : FamilyBase("attention_decode", 1, {"attention"}, {"kv_chunk", "splits", "warps"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {t.params.at("splits"), s.kv_heads, s.batch};
+    g.block = {32 * t.params.at("warps"), 1, 1};
+    g.dynamic_shared_memory_bytes = SharedMemory(t.params.at("warps"), s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    WorkEstimate w = AttentionWork(r, false);
+    w.bytes += 2 * WorkspaceBytes(t, r);
+    return w;
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t pairs = s.batch * s.kv_heads;
+    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4 + pairs * 4;
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    if (s.tokens > kMaxDecodeTokens) {
+      return Refuse(absl::StrCat("T = ", s.tokens, " new tokens exceed ", kMaxDecodeTokens,
+                                 " (split-KV decode serves decode steps)"));
+    }
+    const int64_t vec = 16 / s.es;
+    if (s.head_dim > kMaxDecodeHeadDim || s.head_dim % vec != 0) {
+      return Refuse(absl::StrCat("head_dim ", s.head_dim, " is not a multiple of ", vec, " up to ",
+                                 kMaxDecodeHeadDim, " (16-byte loads per lane)"));
+    }
+    return CheckLayouts(r);
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    DecodeRow row = kDecodeRows[4];
+    for (const DecodeRow& candidate : kDecodeRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const AttentionShape s = ShapeOf(r);
+    // Enough splits to give every SM a CTA, but no more than the cache has chunks.
+    const int64_t splits =
+        std::clamp<int64_t>(CeilDiv(target.sm_count(), std::max<int64_t>(1, s.batch * s.kv_heads)),
+                            1, std::max<int64_t>(1, CeilDiv(s.capacity, row.kv_chunk)));
+    return MakeTactic({{"kv_chunk", row.kv_chunk}, {"splits", splits}, {"warps", row.warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"kv_chunk", {64, 128, 256, 512}},
+            {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
+            {"warps", {2, 4, 8}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t chunk = t.params.at("kv_chunk");
+    const int64_t splits = t.params.at("splits");
+    const int64_t warps = t.params.at("warps");
+    if (!IsPowerOfTwo(chunk) || chunk < 32 || chunk > 1024) {
+      return BadParam("kv_chunk", chunk, "a power of two in [32, 1024]");
+    }
+    if (splits < 1 || splits > std::max<int64_t>(1, CeilDiv(s.capacity, chunk))) {
+      return BadParam("splits", splits,
+                      absl::StrCat("in [1, ", CeilDiv(s.capacity, chunk),
+                                   "] (chunks of the cache capacity ", s.capacity, ")"));
+    }
+    if (!IsPowerOfTwo(warps) || warps > 16) return BadParam("warps", warps, "a power of two <= 16");
+    if (SharedMemory(warps, s) > target.shared_memory_per_block_bytes()) {
+      return BadParam("warps", warps, "a block whose partials fit in shared memory");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The group's queries in float, plus each warp's (max, sum, accumulator) per query.
+  static int64_t SharedMemory(int64_t warps, const AttentionShape& s) {
+    const int64_t queries = s.tokens * s.group();
+    return queries * s.head_dim * 4 + warps * queries * (s.head_dim + 2) * 4;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeAttentionPrefillFamily() {
+  return std::make_unique<AttentionPrefillFamily>();
+}
+std::unique_ptr<KernelFamily> MakeAttentionDecodeFamily() {
+  return std::make_unique<AttentionDecodeFamily>();
+}
+
+}  // namespace tileplan::kernels::internal

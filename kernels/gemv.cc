@@ -1,0 +1,159 @@
+// gemv: linear, linear_residual, linear_swiglu and lm_head for decode-sized inputs
+// (M = rows of x <= 16). A CTA computes `rows_per_cta` output features for all M rows over
+// one of `split_k` slices of K, its warps splitting the slice and reducing through shared
+// memory; the weight streams once, `vec` elements per 16-byte load. With split_k > 1 each CTA
+// writes float partials to the workspace and the last CTA of a row tile to finish (a counter,
+// reset by that CTA) sums them and runs the epilogue (bias, residual, SwiGLU, float logits),
+// so every step is one launch. linear_swiglu computes gate row j and up row F + j together.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/families.h"
+#include "kernels/family_base.h"
+
+namespace tileplan::kernels::internal {
+namespace {
+
+constexpr int64_t kMaxRows = 16;
+
+struct Row {
+  absl::string_view arch;
+  int64_t threads;
+  int64_t rows_per_cta;
+};
+constexpr Row kRows[] = {{"sm_80", 128, 4},
+                         {"sm_90", 256, 4},
+                         {"sm_100", 256, 8},
+                         {"sm_120", 128, 4},
+                         {"default", 128, 2}};
+
+struct GemvShape {
+  int64_t m = 0;      // rows of x
+  int64_t k = 0;      // reduction length
+  int64_t n_w = 0;    // weight rows
+  int64_t n_out = 0;  // output features (n_w / 2 for linear_swiglu)
+  bool swiglu = false;
+};
+
+GemvShape ShapeOf(const BoundRegion& r) {
+  GemvShape s;
+  s.m = Rows(r.operand(0).shape);
+  s.k = r.operand(0).shape.back();
+  s.n_w = r.operand(1).shape[0];
+  s.n_out = r.result(0).shape.back();
+  s.swiglu = r.kind() == "linear_swiglu";
+  return s;
+}
+
+class GemvFamily final : public FamilyBase {
+ public:
+  GemvFamily()
+      : FamilyBase("gemv", 1, {"linear", "linear_residual", "linear_swiglu", "lm_head"},
+                   {"rows_per_cta", "split_k", "threads", "vec"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {CeilDiv(s.n_out, t.params.at("rows_per_cta")), t.params.at("split_k"), 1};
+    g.block = {t.params.at("threads"), 1, 1};
+    g.dynamic_shared_memory_bytes = SharedMemory(t, s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    WorkEstimate w;
+    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
+    w.bytes += r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    const GemvShape s = ShapeOf(r);
+    w.flops = 2 * s.m * s.n_w * s.k;
+    return w;
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t split = t.params.at("split_k");
+    if (split == 1) return 0;
+    const GemvShape s = ShapeOf(r);
+    return split * s.m * s.n_w * 4 + CeilDiv(s.n_out, t.params.at("rows_per_cta")) * 4;
+  }
+  bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
+    // The epilogue reads the residual element it then overwrites.
+    return r.kind() == "linear_residual" && operand == 2;
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const GemvShape s = ShapeOf(r);
+    if (s.m > kMaxRows) {
+      return Refuse(absl::StrCat("M = ", s.m, " rows of ", OperandLabel(r, 0), " exceed ", kMaxRows,
+                                 " (gemv serves decode-sized inputs)"));
+    }
+    return RequireInnerContiguous(r, {0, 1, 2, 3});
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    Row row = kRows[4];
+    for (const Row& candidate : kRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const GemvShape s = ShapeOf(r);
+    const int64_t vec = Vec(r);
+    // Split K until the grid fills the machine, while every thread keeps a vector per slice.
+    int64_t split = 1;
+    while (split < 16 && CeilDiv(s.n_out, row.rows_per_cta) * split < target.sm_count() &&
+           s.k / (2 * split) >= row.threads * vec) {
+      split *= 2;
+    }
+    return MakeTactic({{"rows_per_cta", row.rows_per_cta},
+                       {"split_k", split},
+                       {"threads", row.threads},
+                       {"vec", vec}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    return {{"rows_per_cta", {1, 2, 4, 8, 16}},
+            {"split_k", {1, 2, 4, 8, 16}},
+            {"threads", {64, 128, 256, 512}},
+            {"vec", {Vec(r)}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const GemvShape s = ShapeOf(r);
+    const int64_t threads = t.params.at("threads");
+    const int64_t rows = t.params.at("rows_per_cta");
+    const int64_t split = t.params.at("split_k");
+    const int64_t vec = t.params.at("vec");
+    if (!IsBlockSize(threads))
+      return BadParam("threads", threads, "a multiple of 32 in [32, 1024]");
+    if (!IsPowerOfTwo(rows) || rows > 16)
+      return BadParam("rows_per_cta", rows, "a power of two <= 16");
+    if (!IsPowerOfTwo(vec) || vec > Vec(r)) {
+      return BadParam("vec", vec, absl::StrCat("a power of two <= ", Vec(r)));
+    }
+    if (!IsPowerOfTwo(split) || split > 16 || s.k / split < vec) {
+      return BadParam("split_k", split,
+                      absl::StrCat("a power of two <= 16 leaving a vector per slice of K = ", s.k));
+    }
+    if (SharedMemory(t, s) > target.shared_memory_per_block_bytes()) {
+      return BadParam(
+          "threads", threads,
+          absl::StrCat("a block whose reduction buffer (", SharedMemory(t, s), " bytes) fits ",
+                       target.shared_memory_per_block_bytes(), " bytes of shared memory"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Float partial sums of every warp for every (row, output) pair of the CTA.
+  static int64_t SharedMemory(const Tactic& t, const GemvShape& s) {
+    return t.params.at("threads") / 32 * t.params.at("rows_per_cta") * s.m * (s.swiglu ? 2 : 1) * 4;
+  }
+  static int64_t Vec(const BoundRegion& r) {
+    std::vector<int64_t> extents = AlignmentExtents(r, {0});
+    extents.push_back(r.operand(0).shape.back());
+    return VectorWidthOf(r.operand_dtype(1), extents);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeGemvFamily() { return std::make_unique<GemvFamily>(); }
+
+}  // namespace tileplan::kernels::internal

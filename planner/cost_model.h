@@ -1,0 +1,52 @@
+// The planner's cost model: estimated microseconds of one step, from the target description
+// only (docs/plan.md, "Cost model").
+//
+//   us = launches × per-launch cost
+//      + max(bytes / (bandwidth × u), flops / (rate × u))
+//
+// The per-launch cost is the target's graph-node cost for phases replayed as CUDA Graphs
+// (prefill and decode both are) and its host launch cost otherwise. bandwidth is the
+// achievable DRAM bandwidth; rate is the achievable bf16 matrix rate for tensor-core work
+// and the fp32 peak scaled by the same achievable/peak ratio for CUDA-core work. u =
+// min(1, CTAs / SMs) charges a grid too small to occupy every SM: such a kernel reaches only
+// that share of the machine. Memory and compute overlap inside a kernel (the roofline), so
+// the larger term counts, not their sum; launches do not overlap the work they start.
+#ifndef TILEPLAN_PLANNER_COST_MODEL_H_
+#define TILEPLAN_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "kernels/bound_graph.h"
+#include "kernels/kernel_family.h"
+#include "planner/target.pb.h"
+
+namespace tileplan::planner {
+
+// How a phase issues its kernels.
+enum class LaunchMode { kHost, kGraph };
+
+struct CostEstimate {
+  double us = 0;           // the total
+  double launch_us = 0;    // launches × per-launch cost
+  double memory_us = 0;    // bytes / (bandwidth × utilization)
+  double compute_us = 0;   // flops / (rate × utilization)
+  double utilization = 1;  // min(1, CTAs / SMs); 1 for a step that launches nothing
+  int64_t bytes = 0;
+  int64_t flops = 0;
+  int launches = 0;
+};
+
+// The formula above for `work` done by `launches` kernels whose main grid has `ctas` CTAs.
+CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
+                          const TargetDescription& target, LaunchMode mode);
+
+// `family` running `region` with `tactic`; the tactic's error when it does not validate.
+absl::StatusOr<CostEstimate> EstimateStep(const kernels::KernelFamily& family,
+                                          const kernels::Tactic& tactic,
+                                          const kernels::BoundRegion& region,
+                                          const TargetDescription& target, LaunchMode mode);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_COST_MODEL_H_

@@ -1,0 +1,66 @@
+#include "planner/tactic_cache.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "regions/printer.h"
+
+namespace tileplan::planner {
+namespace {
+
+std::string TypeText(const kernels::BoundGraph& g, ir::ValueId id) {
+  const kernels::Layout& l = g.layout(id);
+  std::string out = absl::StrCat(ir::DTypeName(g.dtype(id)), "[", absl::StrJoin(l.shape, ","), "]");
+  if (!l.IsContiguous() || l.offset != 0) {
+    absl::StrAppend(&out, "@strides[", absl::StrJoin(l.strides, ","), "]+", l.offset);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string EnvironmentFingerprint(const TargetDescription& target) {
+  return absl::StrCat(target.name(), "/sm_", target.sm(), "/", target.sm_count(), "sm");
+}
+
+std::string RegionSignature(const kernels::BoundRegion& region) {
+  const kernels::BoundGraph& g = region.bound_graph();
+  const ir::Region& r = region.region();
+  std::string out = absl::StrCat(r.kind, "(");
+  for (size_t i = 0; i < r.operands.size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", TypeText(g, r.operands[i]));
+  }
+  out += ") -> (";
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", TypeText(g, r.results[i]));
+    const ir::ResultAlias& a = r.result_aliases[i];
+    if (a.kind == ir::AliasKind::kInPlace) absl::StrAppend(&out, " inplace(", a.operand, ")");
+    if (a.kind == ir::AliasKind::kView) absl::StrAppend(&out, " view(", a.operand, ")");
+  }
+  out += ") {";
+  bool first = true;
+  for (const auto& [key, value] : r.attrs.map()) {
+    absl::StrAppend(&out, first ? "" : ", ", key, " = ", ir::PrintAttrValue(value));
+    first = false;
+  }
+  out += "}";
+  return out;
+}
+
+std::string TacticKey::ToString() const {
+  return absl::StrCat(environment, " | ", region_signature, " | ", shape_bucket, " | ",
+                      ir::PhaseName(phase), " | ", family, " v", family_version);
+}
+
+void InMemoryTacticCache::Insert(TacticKey key, MeasuredTactic tactic) {
+  entries_[std::move(key)] = std::move(tactic);
+}
+
+std::optional<MeasuredTactic> InMemoryTacticCache::Lookup(const TacticKey& key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tileplan::planner

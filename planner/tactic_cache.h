@@ -1,0 +1,82 @@
+// The tactic-cache interface the planner consults before its cost model (docs/plan.md,
+// "Tactic selection"), and an in-memory implementation for tests and tools.
+//
+// A key names exactly what a measurement is valid for: the environment (for now the target's
+// name, sm and SM count; the tuner's persistent store adds driver, CUDA runtime, NVRTC and
+// cuBLASLt versions and a schema version), the canonical region signature, the shape bucket,
+// the phase, and the kernel family with its version. A lookup with any field different is a
+// miss, never an error.
+#ifndef TILEPLAN_PLANNER_TACTIC_CACHE_H_
+#define TILEPLAN_PLANNER_TACTIC_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "kernels/bound_graph.h"
+#include "kernels/kernel_family.h"
+#include "planner/target.pb.h"
+#include "regions/ir.h"
+
+namespace tileplan::planner {
+
+// "h200/sm_90/132sm"
+std::string EnvironmentFingerprint(const TargetDescription& target);
+
+// Canonical text of what a kernel computes for a region, independent of value names:
+//   kind(operand, ...) -> (result, ...) {key = value, ...}
+// with each operand and result as its dtype and bound shape ("bf16[1,1,2048]"), followed by
+// "@strides[...]+offset" when it is not contiguous from its storage's start, and each result
+// by " inplace(i)" / " view(i)" when it aliases operand i. Attributes are sorted by key and
+// printed as in the IR text.
+std::string RegionSignature(const kernels::BoundRegion& region);
+
+struct TacticKey {
+  std::string environment;       // EnvironmentFingerprint
+  std::string region_signature;  // RegionSignature
+  std::string shape_bucket;      // the phase's bindings, kernels::BindingsString
+  ir::Phase phase = ir::Phase::kGeneral;
+  std::string family;
+  int32_t family_version = 0;
+
+  // One line: "env | signature | bucket | phase | family vN".
+  std::string ToString() const;
+
+  friend bool operator<(const TacticKey& a, const TacticKey& b) {
+    return std::tie(a.environment, a.region_signature, a.shape_bucket, a.phase, a.family,
+                    a.family_version) < std::tie(b.environment, b.region_signature, b.shape_bucket,
+                                                 b.phase, b.family, b.family_version);
+  }
+  friend bool operator==(const TacticKey& a, const TacticKey& b) { return !(a < b) && !(b < a); }
+};
+
+struct MeasuredTactic {
+  kernels::Tactic tactic;
+  double measured_us = 0;  // median time of the step as measured by the tuner
+};
+
+class TacticCache {
+ public:
+  virtual ~TacticCache() = default;
+  // The measured tactic stored for exactly `key`, or nullopt. A store that cannot answer
+  // reports a miss, never an error.
+  virtual std::optional<MeasuredTactic> Lookup(const TacticKey& key) const = 0;
+};
+
+// Entries in a sorted map. Not synchronized: fill it before sharing it between threads.
+class InMemoryTacticCache final : public TacticCache {
+ public:
+  // Adds or replaces the entry of `key`.
+  void Insert(TacticKey key, MeasuredTactic tactic);
+  std::optional<MeasuredTactic> Lookup(const TacticKey& key) const override;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::map<TacticKey, MeasuredTactic> entries_;
+};
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_TACTIC_CACHE_H_

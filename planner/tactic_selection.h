@@ -1,0 +1,59 @@
+// Backend and tactic selection for one region (docs/plan.md, "Tactic selection").
+//
+// Every family registered for the region's kind is asked CanImplement. For each that can, the
+// tactic cache is consulted with the family's key; a hit whose tactic still validates is a
+// measured candidate. When any family has a measured candidate, the fastest measured one
+// wins (source TUNED). Otherwise each family's default tactic for the target (its ByTarget
+// row) is estimated by the cost model and the cheapest wins (source COST_MODEL); ties go to
+// the family whose name sorts first. The choice records what was considered and why.
+#ifndef TILEPLAN_PLANNER_TACTIC_SELECTION_H_
+#define TILEPLAN_PLANNER_TACTIC_SELECTION_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/bound_graph.h"
+#include "kernels/kernel_family.h"
+#include "planner/cost_model.h"
+#include "planner/tactic_cache.h"
+#include "planner/target.pb.h"
+
+namespace tileplan::planner {
+
+enum class TacticSource { kTuned, kCostModel };
+// "tuned", "cost model"
+absl::string_view TacticSourceName(TacticSource source);
+
+struct TacticChoice {
+  const kernels::KernelFamily* family = nullptr;
+  kernels::Tactic tactic;
+  TacticSource source = TacticSource::kCostModel;
+  CostEstimate estimate;              // the cost model's estimate of the chosen tactic
+  std::optional<double> measured_us;  // set when source is kTuned
+  TacticKey key;                      // the cache key of the chosen family
+  // One line per family registered for the kind, sorted by family name:
+  // "gemv: 3.21 us (cost model)", "gemv: 2.90 us (tuned)",
+  // "attention_prefill: cannot implement: head_dim 32 is not one of ...",
+  // "cublaslt_gemm: cached tactic rejected: ...".
+  std::vector<std::string> considered;
+};
+
+struct SelectionContext {
+  const kernels::KernelRegistry* registry = nullptr;
+  const TargetDescription* target = nullptr;
+  ir::Phase phase = ir::Phase::kGeneral;
+  LaunchMode mode = LaunchMode::kGraph;
+  const TacticCache* cache = nullptr;  // may be null: every lookup misses
+  std::string environment;             // EnvironmentFingerprint(*target)
+};
+
+// FailedPrecondition naming the region and every family's reason when no family can
+// implement it.
+absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
+                                          const SelectionContext& context);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_TACTIC_SELECTION_H_

@@ -1,0 +1,199 @@
+// The fused region kinds of docs/ir.md ("Fused kinds"): one KindSpec entry and one inference
+// function per kind. Each rule accepts exactly the operands for which the primitive regions
+// the kind replaces would type-check, and infers the same results. The table in the doc is
+// the contract; keep them in step.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "regions/kinds.h"
+#include "regions/printer.h"
+#include "regions/shape_rules.h"
+
+namespace tileplan::ir {
+namespace {
+
+using shape::AttrError;
+using shape::CheckRopeAttrs;
+using shape::DimsMatch;
+using shape::Element;
+using shape::ExpectDim;
+using shape::ExpectMinRank;
+using shape::ExpectPositions;
+using shape::ExpectRank;
+using shape::ExpectSameDType;
+using shape::ExpectSameType;
+using shape::FloatAttr;
+using shape::One;
+using shape::WithLast;
+using Results = absl::StatusOr<std::vector<InferredResult>>;
+
+bool IsPositiveEven(const Dim& d) { return d.is_static() && d.extent() > 0 && d.extent() % 2 == 0; }
+
+absl::Status CheckEps(const Attributes& attrs) {
+  return FloatAttr(
+             attrs, "eps", [](double v) { return v >= 0; }, "a finite float >= 0")
+      .status();
+}
+
+// The operands of a linear: x: X[...,K] at 0, w: W[<n>,K] at 1, and, when present, bias:
+// W[<n>] at `bias_index`. Returns the output features (w's dim 0). `n` names dim 0 of w in
+// messages ("N", "2F").
+absl::StatusOr<Dim> CheckLinear(const KindArgs& a, int bias_index, absl::string_view n) {
+  const std::string w_pattern = absl::StrCat("[", n, ",K]");
+  const std::string bias_pattern = absl::StrCat("[", n, "]");
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,K]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, w_pattern));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, a.operands[0].dims.back(), w_pattern, "K"));
+  const Dim& out = a.operands[1].dims[0];
+  if (static_cast<int>(a.operands.size()) > bias_index) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, bias_index, Element::kFloat, 1, bias_pattern));
+    TP_RETURN_IF_ERROR(ExpectSameDType(a, bias_index, 1, bias_pattern));
+    TP_RETURN_IF_ERROR(ExpectDim(a, bias_index, 0, out, bias_pattern, n));
+  }
+  return out;
+}
+
+// swiglu: split + silu + mul.
+Results InferSwiglu(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,2F]"));
+  const TensorType& x = a.operands[0];
+  if (!IsPositiveEven(x.dims.back())) {
+    return a.OperandError(0, "a floating-point tensor [...,2F] with 2F static, even and > 0");
+  }
+  return One(MakeType(x.dtype, WithLast(x.dims, Dim::Static(x.dims.back().extent() / 2))));
+}
+
+// linear_swiglu: linear + split + silu + mul.
+Results InferLinearSwiglu(const KindArgs& a) {
+  TP_ASSIGN_OR_RETURN(const Dim two_f, CheckLinear(a, 2, "2F"));
+  if (!IsPositiveEven(two_f)) return a.OperandError(1, "[2F,K] with 2F static, even and > 0");
+  const TensorType& x = a.operands[0];
+  return One(MakeType(x.dtype, WithLast(x.dims, Dim::Static(two_f.extent() / 2))));
+}
+
+// linear_residual: linear + add; the residual has the linear result's type.
+Results InferLinearResidual(const KindArgs& a) {
+  TP_ASSIGN_OR_RETURN(const Dim n, CheckLinear(a, 3, "N"));
+  const TensorType& x = a.operands[0];
+  TensorType out = MakeType(x.dtype, WithLast(x.dims, n));
+  if (!(a.operands[2] == out)) {
+    return a.OperandError(2, absl::StrCat(out.ToString(), " (the type of the linear's result)"));
+  }
+  return One(std::move(out));
+}
+
+// add_rms_norm: add + rms_norm; results sum and out.
+Results InferAddRmsNorm(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,N]"));
+  TP_RETURN_IF_ERROR(ExpectSameType(a, 1, 0));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 1, "[N]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 2, 0, a.operands[0].dims.back(), "[N]", "N"));
+  TP_RETURN_IF_ERROR(CheckEps(a.attrs));
+  return std::vector<InferredResult>{{a.operands[0], {}}, {a.operands[0], {}}};
+}
+
+absl::StatusOr<int64_t> PositiveInt(const Attributes& attrs, absl::string_view key) {
+  TP_ASSIGN_OR_RETURN(const int64_t v, attrs.GetInt(key));
+  if (v <= 0) return AttrError(key, PrintAttrValue(v), "> 0");
+  return v;
+}
+
+// qk_norm_rope_kv_write (`norms`) and rope_kv_write: split + reshape ×3 [+ rms_norm ×2] +
+// rope ×2 + kv_write ×2. Operands: qkv, [q_norm, k_norm,] k_cache, v_cache, positions.
+Results InferRopeKvWrite(const KindArgs& a, bool norms) {
+  const int k_cache = norms ? 3 : 1;
+  const int v_cache = k_cache + 1;
+  const int positions = k_cache + 2;
+  TP_ASSIGN_OR_RETURN(const int64_t hq, PositiveInt(a.attrs, "num_heads"));
+  TP_ASSIGN_OR_RETURN(const int64_t hkv, PositiveInt(a.attrs, "num_kv_heads"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,(Hq+2*Hkv)*D]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, k_cache, Element::kFloat, 4, "[B,Hkv,Smax,D]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, k_cache, 0, "[B,Hkv,Smax,D]"));
+  const TensorType& qkv = a.operands[0];
+  const TensorType& cache = a.operands[k_cache];
+  const Dim& d = cache.dims[3];
+  if (!DimsMatch(cache.dims[0], qkv.dims[0]) || !DimsMatch(cache.dims[1], Dim::Static(hkv)) ||
+      !IsPositiveEven(d)) {
+    return a.OperandError(
+        k_cache, absl::StrCat(shape::Pattern("[B,Hkv,Smax,D]",
+                                             {{"B", qkv.dims[0]}, {"Hkv", Dim::Static(hkv)}}),
+                              ", D static, even and > 0"));
+  }
+  TP_RETURN_IF_ERROR(ExpectSameType(a, v_cache, k_cache));
+  int64_t heads = 0, width = 0;
+  if (__builtin_mul_overflow(hkv, 2, &heads) || __builtin_add_overflow(heads, hq, &heads) ||
+      __builtin_mul_overflow(heads, d.extent(), &width)) {
+    return absl::InvalidArgumentError(absl::StrCat("(num_heads + 2 * num_kv_heads) * D with ",
+                                                   "num_heads = ", hq, ", num_kv_heads = ", hkv,
+                                                   ", D = ", d.extent(), " overflows int64"));
+  }
+  if (!DimsMatch(qkv.dims[2], Dim::Static(width))) {
+    return a.OperandError(
+        0, shape::Pattern("[B,T,(Hq+2*Hkv)*D]",
+                          {{"Hq", Dim::Static(hq)}, {"Hkv", Dim::Static(hkv)}, {"D", d}}));
+  }
+  if (norms) {
+    for (int k : {1, 2}) {
+      TP_RETURN_IF_ERROR(ExpectRank(a, k, Element::kFloat, 1, "[D]"));
+      TP_RETURN_IF_ERROR(ExpectDim(a, k, 0, d, "[D]", "D"));
+    }
+    TP_RETURN_IF_ERROR(CheckEps(a.attrs));
+  }
+  TP_RETURN_IF_ERROR(ExpectPositions(a, positions, qkv.dims[0], qkv.dims[1]));
+  TP_RETURN_IF_ERROR(CheckRopeAttrs(a.attrs));
+  return std::vector<InferredResult>{
+      {MakeType(qkv.dtype, {qkv.dims[0], qkv.dims[1], Dim::Static(hq), d}), {}},
+      {cache, ResultAlias{AliasKind::kInPlace, k_cache}},
+      {cache, ResultAlias{AliasKind::kInPlace, v_cache}},
+  };
+}
+
+// The attribute schema of the RoPE + KV-write kinds: the head counts, eps when the kind
+// normalizes q and k, and rope's attributes.
+std::vector<AttrSpec> RopeKvWriteAttrs(bool norms) {
+  std::vector<AttrSpec> attrs = {{"num_heads", AttrType::kInt}, {"num_kv_heads", AttrType::kInt}};
+  if (norms) attrs.push_back({"eps", AttrType::kFloat});
+  for (AttrSpec& spec : shape::RopeAttrSpecs()) attrs.push_back(std::move(spec));
+  return attrs;
+}
+
+}  // namespace
+
+absl::Status RegisterFusedKinds(KindRegistry& registry) {
+  std::vector<KindSpec> specs = {
+      {.name = "swiglu", .operands = {"x"}, .infer = InferSwiglu, .fused = true},
+      {.name = "linear_swiglu",
+       .operands = {"x", "w", "bias"},
+       .optional_operands = 1,
+       .infer = InferLinearSwiglu,
+       .fused = true},
+      {.name = "linear_residual",
+       .operands = {"x", "w", "residual", "bias"},
+       .optional_operands = 1,
+       .infer = InferLinearResidual,
+       .fused = true},
+      {.name = "add_rms_norm",
+       .operands = {"a", "b", "w"},
+       .attrs = {{"eps", AttrType::kFloat}},
+       .infer = InferAddRmsNorm,
+       .fused = true},
+      {.name = "qk_norm_rope_kv_write",
+       .operands = {"qkv", "q_norm", "k_norm", "k_cache", "v_cache", "positions"},
+       .attrs = RopeKvWriteAttrs(true),
+       .infer = [](const KindArgs& a) { return InferRopeKvWrite(a, true); },
+       .fused = true},
+      {.name = "rope_kv_write",
+       .operands = {"qkv", "k_cache", "v_cache", "positions"},
+       .attrs = RopeKvWriteAttrs(false),
+       .infer = [](const KindArgs& a) { return InferRopeKvWrite(a, false); },
+       .fused = true},
+  };
+  for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));
+  return absl::OkStatus();
+}
+
+}  // namespace tileplan::ir

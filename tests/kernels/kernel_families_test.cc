@@ -1,0 +1,398 @@
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/families.h"
+#include "kernels/kernel_family.h"
+#include "planner/target.h"
+#include "regions/kinds.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::kernels {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::MustBind;
+using testing::MustParseVerified;
+using testing::MustTarget;
+using testing::RegionNamed;
+using testing::TestGraph;
+
+const ShapeBindings kDecode = {{"B", 1}, {"Smax", 4096}, {"T", 1}};
+const ShapeBindings kPrefill = {{"B", 1}, {"Smax", 4096}, {"T", 128}};
+
+std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& families) {
+  std::vector<std::string> names;
+  for (const KernelFamily* f : families) names.emplace_back(f->name());
+  return names;
+}
+
+TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  for (const ShapeBindings& bindings : {kDecode, kPrefill}) {
+    const BoundGraph g = MustBind(graph, bindings, bindings.at("T"));
+    for (const std::string& kind : ir::KindNames()) {
+      SCOPED_TRACE(kind + " with " + BindingsString(bindings));
+      int instances = 0;
+      for (int i = 0; i < static_cast<int>(graph.regions().size()); ++i) {
+        if (graph.regions()[static_cast<size_t>(i)].kind != kind) continue;
+        ++instances;
+        const BoundRegion region(g, i);
+        for (const std::string& target_name : planner::BundledTargetNames()) {
+          const TargetDescription target = MustTarget(target_name);
+          std::vector<std::string> reasons;
+          bool implemented = false;
+          for (const KernelFamily* family : registry.FamiliesFor(kind)) {
+            absl::Status can = family->CanImplement(region, target);
+            if (!can.ok()) {
+              reasons.push_back(std::string(family->name()) + ": " + std::string(can.message()));
+              continue;
+            }
+            implemented = true;
+            absl::StatusOr<CandidateTable> table = family->Candidates(region, target);
+            ASSERT_TRUE(table.ok()) << table.status();
+            EXPECT_TRUE(family->ValidateTactic(table->default_tactic, region, target).ok());
+            const LaunchGeometry geometry = family->Geometry(table->default_tactic, region);
+            const int launches = family->Launches(table->default_tactic, region);
+            EXPECT_EQ(launches == 0, geometry.ctas() == 0) << family->name();
+            EXPECT_LE(geometry.dynamic_shared_memory_bytes, target.shared_memory_per_block_bytes());
+            EXPECT_LE(geometry.block[0] * geometry.block[1] * geometry.block[2], 1024);
+          }
+          EXPECT_TRUE(implemented)
+              << region.Label() << " on " << target_name << ": " << absl::StrJoin(reasons, "; ");
+        }
+      }
+      EXPECT_GT(instances, 0) << "typical_regions.tpir has no region of kind " << kind;
+    }
+  }
+}
+
+TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  EXPECT_THAT(
+      FamilyNames(registry.families()),
+      ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm", "elementwise",
+                  "embedding_gather", "gemv", "rms_norm", "rope_kv_write", "view"));
+  for (const KernelFamily* f : registry.families()) {
+    EXPECT_GE(f->version(), 1) << f->name();
+    std::vector<std::string> kinds = f->kinds();
+    EXPECT_FALSE(kinds.empty()) << f->name();
+    EXPECT_TRUE(std::is_sorted(kinds.begin(), kinds.end())) << f->name();
+  }
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")), ElementsAre("cublaslt_gemm", "gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
+              ElementsAre("attention_decode", "attention_prefill"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write")), ElementsAre("rope_kv_write"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("swiglu")), ElementsAre("elementwise"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("add_rms_norm")), ElementsAre("rms_norm"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear_swiglu")),
+              ElementsAre("cublaslt_gemm", "gemv"));
+  EXPECT_TRUE(registry.FamiliesFor("no_such_kind").empty());
+}
+
+TEST(KernelFamiliesTest, RegisteringAFamilyTwiceFails) {
+  KernelRegistry registry;
+  ASSERT_TRUE(registry.Register(internal::MakeGemvFamily()).ok());
+  absl::Status again = registry.Register(internal::MakeGemvFamily());
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(again.message(), HasSubstr("'gemv'"));
+}
+
+TEST(KernelFamiliesTest, RefusalsStateTheReason) {
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+
+  const BoundRegion attn_prefill(prefill, RegionNamed(graph, "attn"));
+  absl::Status s = registry.Find("attention_decode")->CanImplement(attn_prefill, h200);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("T = 128 new tokens exceed 16"));
+  EXPECT_TRUE(registry.Find("attention_prefill")->CanImplement(attn_prefill, h200).ok());
+
+  const BoundRegion qkv_prefill(prefill, RegionNamed(graph, "qkv"));
+  s = registry.Find("gemv")->CanImplement(qkv_prefill, h200);
+  EXPECT_THAT(s.message(), HasSubstr("M = 128 rows of operand 0 (%n) exceed 16"));
+  EXPECT_TRUE(registry.Find("gemv")
+                  ->CanImplement(BoundRegion(decode, RegionNamed(graph, "qkv")), h200)
+                  .ok());
+
+  s = registry.Find("gemv")->CanImplement(BoundRegion(decode, RegionNamed(graph, "attn")), h200);
+  EXPECT_THAT(s.message(), HasSubstr("kind 'attention' is not one of linear, linear_residual"));
+
+  // head_dim 32 is not instantiated by the flash kernel; split-KV decode takes it.
+  const ir::Graph small = MustParseVerified(R"(graph @g {
+  input %q: bf16[B,T,4,32]
+  input %positions: i32[B,T]
+  state %k: bf16[B,2,Smax,32]
+  state %v: bf16[B,2,Smax,32]
+  %a: bf16[B,T,4,32] = attention(%q, %k, %v, %positions) {scale = 0.17, sliding_window = 0}
+  output %a
+})");
+  const BoundGraph small_prefill = MustBind(small, kPrefill, 128);
+  s = registry.Find("attention_prefill")->CanImplement(BoundRegion(small_prefill, 0), h200);
+  EXPECT_THAT(s.message(),
+              HasSubstr("head_dim 32 is not one of the instantiated head dims 64, 96, 128"));
+  const BoundGraph small_decode = MustBind(small, kDecode, 10);
+  EXPECT_TRUE(
+      registry.Find("attention_decode")->CanImplement(BoundRegion(small_decode, 0), h200).ok());
+
+  const ir::Graph f32 = MustParseVerified(R"(graph @g {
+  input %q: f32[B,T,2,64]
+  input %positions: i32[B,T]
+  state %k: f32[B,1,Smax,64]
+  state %v: f32[B,1,Smax,64]
+  %a: f32[B,T,2,64] = attention(%q, %k, %v, %positions) {scale = 0.125, sliding_window = 0}
+  output %a
+})");
+  const BoundGraph f32_prefill = MustBind(f32, kPrefill, 128);
+  s = registry.Find("attention_prefill")->CanImplement(BoundRegion(f32_prefill, 0), h200);
+  EXPECT_THAT(s.message(), HasSubstr("dtype f32 has no tensor-core path"));
+}
+
+TEST(KernelFamiliesTest, ArchitectureRows) {
+  EXPECT_EQ(ArchRowFor(80), "sm_80");
+  EXPECT_EQ(ArchRowFor(86), "sm_80");
+  EXPECT_EQ(ArchRowFor(89), "sm_80");
+  EXPECT_EQ(ArchRowFor(90), "sm_90");
+  EXPECT_EQ(ArchRowFor(100), "sm_100");
+  EXPECT_EQ(ArchRowFor(103), "sm_100");
+  EXPECT_EQ(ArchRowFor(120), "sm_120");
+  EXPECT_EQ(ArchRowFor(121), "sm_120");
+  EXPECT_EQ(ArchRowFor(75), "default");
+  EXPECT_EQ(ArchRowFor(110), "default");
+}
+
+TEST(KernelFamiliesTest, CandidateTablesHaveEveryRowAndSelectTheTargets) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+  const BoundRegion qkv(decode, RegionNamed(graph, "qkv"));
+  const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"a100", "sm_80"}, {"l40s", "sm_80"},  {"h100", "sm_90"},
+      {"h200", "sm_90"}, {"b200", "sm_100"}, {"rtx-pro-6000", "sm_120"}};
+  for (const auto& [target_name, row] : expected) {
+    const TargetDescription target = MustTarget(target_name);
+    absl::StatusOr<CandidateTable> table = gemv.Candidates(qkv, target);
+    ASSERT_TRUE(table.ok()) << table.status();
+    std::vector<std::string> arches;
+    for (const ByTargetRow& r : table->rows) arches.push_back(r.arch);
+    EXPECT_THAT(arches, ElementsAre("sm_80", "sm_90", "sm_100", "sm_120", "default"));
+    EXPECT_EQ(table->selected_row, row) << target_name;
+    for (const ByTargetRow& r : table->rows) {
+      if (r.arch == row) {
+        EXPECT_EQ(r.tactic, table->default_tactic);
+      }
+    }
+    std::vector<std::string> tunables;
+    for (const TunableParam& p : table->tunables) tunables.push_back(p.name);
+    EXPECT_THAT(tunables, ElementsAre("rows_per_cta", "split_k", "threads", "vec"));
+  }
+  // The sm_90 row of gemv for this region (M = 1, K = 128, N = 256) on an H200.
+  absl::StatusOr<CandidateTable> table = gemv.Candidates(qkv, MustTarget("h200"));
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->default_tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=256,vec=8");
+  EXPECT_EQ(table->rows[0].tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=128,vec=8");
+  const LaunchGeometry geometry = gemv.Geometry(table->default_tactic, qkv);
+  EXPECT_THAT(geometry.grid, ElementsAre(64, 1, 1));
+  EXPECT_THAT(geometry.block, ElementsAre(256, 1, 1));
+  EXPECT_EQ(geometry.dynamic_shared_memory_bytes, 8 * 4 * 1 * 4);
+  const WorkEstimate work = gemv.Work(table->default_tactic, qkv);
+  EXPECT_EQ(work.bytes, 128 * 2 + 256 * 128 * 2 + 256 * 2);
+  EXPECT_EQ(work.flops, 2 * 1 * 256 * 128);
+  EXPECT_FALSE(work.tensor_core);
+}
+
+TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,16384]
+  weight %w: bf16[512,16384] = "w"
+  %y: bf16[B,T,512] = linear(%x, %w)
+  output %y
+})");
+  const BoundGraph decode = MustBind(graph, kDecode, 1);
+  const BoundRegion y(decode, 0);
+  const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
+  absl::StatusOr<CandidateTable> table = gemv.Candidates(y, MustTarget("h200"));
+  ASSERT_TRUE(table.ok());
+  // 128 row tiles on 132 SMs: split K in two (each slice keeps >= 256 threads × 8 of K).
+  EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
+  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4 + 128 * 4);
+  EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
+}
+
+TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %q: bf16[B,T,8,128]
+  input %positions: i32[B,T]
+  state %k: bf16[B,2,Smax,128]
+  state %v: bf16[B,2,Smax,128]
+  %a: bf16[B,T,8,128] = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}
+  output %a
+})");
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const BoundRegion a(prefill, 0);
+  const KernelFamily& flash = *GlobalKernelRegistry().Find("attention_prefill");
+  for (const char* name : {"h200", "a100", "rtx-pro-6000"}) {
+    const TargetDescription target = MustTarget(name);
+    absl::StatusOr<CandidateTable> table = flash.Candidates(a, target);
+    ASSERT_TRUE(table.ok()) << table.status();
+    const LaunchGeometry g = flash.Geometry(table->default_tactic, a);
+    EXPECT_LE(g.dynamic_shared_memory_bytes, target.shared_memory_per_block_bytes()) << name;
+    EXPECT_EQ(g.grid[1], 8);
+  }
+  absl::StatusOr<CandidateTable> h200 = flash.Candidates(a, MustTarget("h200"));
+  ASSERT_TRUE(h200.ok());
+  EXPECT_EQ(h200->default_tactic.ParamsString(), "stages=2,tile_kv=128,tile_q=128,warps=8");
+  EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
+            (128 + 2 * 2 * 128) * 128 * 2);
+  absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
+  ASSERT_TRUE(rtx.ok());
+  EXPECT_EQ(rtx->selected_row, "sm_120");
+  EXPECT_EQ(rtx->default_tactic.ParamsString(), "stages=2,tile_kv=64,tile_q=64,warps=4");
+  // A tactic that needs more shared memory than the target has is rejected.
+  Tactic big = h200->default_tactic;
+  big.params["stages"] = 4;
+  absl::Status s = flash.ValidateTactic(big, a, MustTarget("rtx-pro-6000"));
+  EXPECT_THAT(s.message(), HasSubstr("shared memory"));
+}
+
+TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %q: bf16[B,T,2,64]
+  input %positions: i32[B,T]
+  state %k: bf16[B,1,Smax,64]
+  state %v: bf16[B,1,Smax,64]
+  %a: bf16[B,T,2,64] = attention(%q, %k, %v, %positions) {scale = 0.125, sliding_window = 0}
+  %w: bf16[B,T,2,64] = attention(%q, %k, %v, %positions) {scale = 0.125, sliding_window = 4}
+  output %a
+  output %w
+})");
+  const KernelFamily& decode_family = *GlobalKernelRegistry().Find("attention_decode");
+  const KernelFamily& prefill_family = *GlobalKernelRegistry().Find("attention_prefill");
+  // Prefill of 10 tokens: 55 causal pairs; with window 4: 1+2+3+4·7 = 34.
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 10}}, 10);
+  for (int i : {0, 1}) {
+    const BoundRegion r(prefill, i);
+    absl::StatusOr<CandidateTable> t = prefill_family.Candidates(r, MustTarget("h200"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    const WorkEstimate w = prefill_family.Work(t->default_tactic, r);
+    const int64_t pairs = i == 0 ? 55 : 34;
+    const int64_t keys = i == 0 ? 10 : 10;
+    EXPECT_EQ(w.flops, 4 * 2 * 64 * pairs);
+    EXPECT_EQ(w.bytes, 2 * (10 * 2 * 64 * 2) + 10 * 4 + 2 * keys * 64 * 2);
+    EXPECT_TRUE(w.tensor_core);
+  }
+  // One decode token at context 100: 100 pairs and keys; with window 4: 4 of each.
+  const BoundGraph decode = MustBind(graph, {{"B", 1}, {"Smax", 128}, {"T", 1}}, 100);
+  for (int i : {0, 1}) {
+    const BoundRegion r(decode, i);
+    absl::StatusOr<CandidateTable> t = decode_family.Candidates(r, MustTarget("h200"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    const WorkEstimate w = decode_family.Work(t->default_tactic, r);
+    const int64_t keys = i == 0 ? 100 : 4;
+    EXPECT_EQ(w.flops, 4 * 2 * 64 * keys);
+    EXPECT_EQ(w.bytes, 2 * (2 * 64 * 2) + 4 + 2 * keys * 64 * 2 +
+                           2 * decode_family.WorkspaceBytes(t->default_tactic, r));
+    // Splits fill the machine but never exceed the cache's chunks: 128 / 256 -> 1.
+    EXPECT_EQ(*t->default_tactic.Param("splits"), 1);
+  }
+}
+
+TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,128]
+  weight %w: bf16[512,128] = "w"
+  %y: bf16[B,T,512] = linear(%x, %w)
+  output %y
+})");
+  // linear_swiglu is a fused kind; its gemm shape is that of the linear above, and its
+  // typing is exercised by the fused-kind tests. Here: the plain linear on cuBLASLt.
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const BoundRegion y(prefill, 0);
+  const KernelFamily& lt = *GlobalKernelRegistry().Find("cublaslt_gemm");
+  absl::StatusOr<CandidateTable> t = lt.Candidates(y, MustTarget("h200"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->default_tactic.ParamsString(),
+            "reduction_scheme=0,split_k=1,stages=4,swizzle=0,tile_m=128,tile_n=256");
+  EXPECT_EQ(lt.Launches(t->default_tactic, y), 1);
+  const LaunchGeometry g = lt.Geometry(t->default_tactic, y);
+  EXPECT_TRUE(g.library_managed);
+  EXPECT_THAT(g.grid, ElementsAre(2, 1, 1));
+  EXPECT_TRUE(lt.Work(t->default_tactic, y).tensor_core);
+  // A measured tactic may carry the algo id; a negative one is rejected.
+  Tactic tuned = t->default_tactic;
+  tuned.params["algo_id"] = 66;
+  EXPECT_TRUE(lt.ValidateTactic(tuned, y, MustTarget("h200")).ok());
+  tuned.params["algo_id"] = -1;
+  EXPECT_FALSE(lt.ValidateTactic(tuned, y, MustTarget("h200")).ok());
+  // Split-K needs a reduction scheme and no split needs none.
+  Tactic split = t->default_tactic;
+  split.params["split_k"] = 2;
+  EXPECT_THAT(lt.ValidateTactic(split, y, MustTarget("h200")).message(),
+              HasSubstr("reduction_scheme"));
+}
+
+TEST(KernelFamiliesTest, ValidateTacticNamesTheProblem) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+  const BoundRegion qkv(decode, RegionNamed(graph, "qkv"));
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
+  absl::StatusOr<CandidateTable> table = gemv.Candidates(qkv, h200);
+  ASSERT_TRUE(table.ok());
+  Tactic t = table->default_tactic;
+  t.family_version = 99;
+  EXPECT_THAT(gemv.ValidateTactic(t, qkv, h200).message(), HasSubstr("gemv v99"));
+  t = table->default_tactic;
+  t.params.erase("threads");
+  EXPECT_THAT(gemv.ValidateTactic(t, qkv, h200).message(),
+              HasSubstr("missing parameter 'threads'"));
+  t = table->default_tactic;
+  t.params["tile_q"] = 64;
+  EXPECT_THAT(gemv.ValidateTactic(t, qkv, h200).message(), HasSubstr("unknown parameter 'tile_q'"));
+  t = table->default_tactic;
+  t.params["threads"] = 100;
+  EXPECT_THAT(gemv.ValidateTactic(t, qkv, h200).message(),
+              HasSubstr("parameter 'threads' is 100, expected a multiple of 32"));
+}
+
+TEST(KernelFamiliesTest, TacticProtoRoundTrip) {
+  Tactic t{"gemv", 1, {{"split_k", 2}, {"threads", 256}}};
+  proto::Tactic m = TacticToProto(t);
+  ASSERT_EQ(m.params_size(), 2);
+  EXPECT_EQ(m.params(0).name(), "split_k");
+  absl::StatusOr<Tactic> back = TacticFromProto(m);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(t.ParamsString(), "split_k=2,threads=256");
+  const Tactic none{"view", 1, {}};
+  EXPECT_EQ(none.ParamsString(), "-");
+  m.add_params()->set_name("threads");
+  EXPECT_THAT(TacticFromProto(m).status().message(), HasSubstr("params[2]"));
+  EXPECT_FALSE(TacticFromProto(proto::Tactic()).ok());
+  EXPECT_THAT(t.Param("tile").status().message(), HasSubstr("gemv tactic has no parameter 'tile'"));
+}
+
+TEST(KernelFamiliesTest, OverwritePermissionsFollowTheKernels) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  const BoundRegion add(decode, RegionNamed(graph, "h"));
+  EXPECT_TRUE(registry.Find("elementwise")->MayOverwriteOperand(add, 0, 1));
+  const BoundRegion norm(decode, RegionNamed(graph, "n"));
+  EXPECT_TRUE(registry.Find("rms_norm")->MayOverwriteOperand(norm, 0, 0));
+  EXPECT_FALSE(registry.Find("rms_norm")->MayOverwriteOperand(norm, 0, 1));  // the weight
+  const BoundRegion qkv(decode, RegionNamed(graph, "qkv"));
+  EXPECT_FALSE(registry.Find("gemv")->MayOverwriteOperand(qkv, 0, 0));
+  EXPECT_FALSE(registry.Find("cublaslt_gemm")->MayOverwriteOperand(qkv, 0, 0));
+}
+
+}  // namespace
+}  // namespace tileplan::kernels

@@ -1,0 +1,61 @@
+#include "tests/kernels/kernels_testing.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "planner/target.h"
+#include "regions/parser.h"
+#include "regions/verifier.h"
+
+namespace tileplan::kernels::testing {
+
+ir::Graph MustParseVerified(absl::string_view text) {
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(text);
+  if (!graph.ok()) {
+    ADD_FAILURE() << graph.status();
+    return ir::Graph();
+  }
+  if (absl::Status s = ir::Verify(*graph); !s.ok()) {
+    ADD_FAILURE() << s;
+    return ir::Graph();
+  }
+  return *std::move(graph);
+}
+
+ir::Graph TestGraph(absl::string_view name) {
+  const std::string path = absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/kernels/testdata/", name);
+  std::ifstream file(path);
+  if (!file) {
+    ADD_FAILURE() << "cannot read " << path;
+    return ir::Graph();
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return MustParseVerified(text.str());
+}
+
+BoundGraph MustBind(const ir::Graph& graph, ShapeBindings bindings, int64_t context) {
+  absl::StatusOr<BoundGraph> bound = BoundGraph::Create(graph, std::move(bindings), context);
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  if (!bound.ok()) return *BoundGraph::Create(ir::Graph(), {}, 0);
+  return *std::move(bound);
+}
+
+int RegionNamed(const ir::Graph& graph, absl::string_view name) {
+  for (size_t i = 0; i < graph.regions().size(); ++i) {
+    const ir::Region& r = graph.regions()[i];
+    if (!r.results.empty() && graph.value(r.results[0]).name == name) return static_cast<int>(i);
+  }
+  ADD_FAILURE() << "no region defines %" << name;
+  return -1;
+}
+
+TargetDescription MustTarget(absl::string_view name) {
+  absl::StatusOr<TargetDescription> target = planner::FindTarget(name);
+  EXPECT_TRUE(target.ok()) << target.status();
+  return target.ok() ? *target : TargetDescription();
+}
+
+}  // namespace tileplan::kernels::testing

@@ -1,0 +1,168 @@
+#include "planner/tactic_selection.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::planner {
+namespace {
+
+using kernels::BoundGraph;
+using kernels::BoundRegion;
+using kernels::testing::MustBind;
+using kernels::testing::MustTarget;
+using kernels::testing::RegionNamed;
+using kernels::testing::TestGraph;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class TacticSelectionTest : public ::testing::Test {
+ protected:
+  TacticSelectionTest()
+      : graph_(TestGraph("typical_regions.tpir")),
+        decode_(MustBind(graph_, {{"B", 1}, {"Smax", 4096}, {"T", 1}}, 512)),
+        target_(MustTarget("h200")) {
+    context_.registry = &kernels::GlobalKernelRegistry();
+    context_.target = &target_;
+    context_.phase = ir::Phase::kDecode;
+    context_.environment = EnvironmentFingerprint(target_);
+  }
+
+  ir::Graph graph_;
+  BoundGraph decode_;
+  TargetDescription target_;
+  SelectionContext context_;
+};
+
+TEST_F(TacticSelectionTest, MissUsesTheCostModelOverEveryFamily) {
+  InMemoryTacticCache cache;
+  context_.cache = &cache;
+  const BoundRegion qkv(decode_, RegionNamed(graph_, "qkv"));
+  absl::StatusOr<TacticChoice> choice = SelectTactic(qkv, context_);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->source, TacticSource::kCostModel);
+  EXPECT_EQ(choice->family->name(), "gemv");
+  EXPECT_FALSE(choice->measured_us.has_value());
+  EXPECT_GT(choice->estimate.us, 0);
+  ASSERT_EQ(choice->considered.size(), 2u);
+  EXPECT_THAT(choice->considered[0], HasSubstr("cublaslt_gemm: "));
+  EXPECT_THAT(choice->considered[0], HasSubstr("(cost model)"));
+  EXPECT_THAT(choice->considered[1], HasSubstr("gemv: "));
+  EXPECT_EQ(choice->key.family, "gemv");
+  EXPECT_EQ(choice->key.environment, "h200/sm_90/132sm");
+  EXPECT_EQ(choice->key.shape_bucket, "B=1,Smax=4096,T=1");
+  EXPECT_EQ(choice->key.region_signature,
+            "linear(bf16[1,1,128], bf16[256,128]) -> (bf16[1,1,256]) {}");
+}
+
+TEST_F(TacticSelectionTest, HitReturnsTheMeasuredTacticAsTuned) {
+  const BoundRegion qkv(decode_, RegionNamed(graph_, "qkv"));
+  absl::StatusOr<TacticChoice> modeled = SelectTactic(qkv, context_);
+  ASSERT_TRUE(modeled.ok());
+  // A measurement of cuBLASLt for exactly this key wins over gemv's estimate.
+  TacticKey key = modeled->key;
+  key.family = "cublaslt_gemm";
+  key.family_version = kernels::GlobalKernelRegistry().Find("cublaslt_gemm")->version();
+  kernels::Tactic measured{"cublaslt_gemm",
+                           key.family_version,
+                           {{"algo_id", 21},
+                            {"reduction_scheme", 0},
+                            {"split_k", 1},
+                            {"stages", 3},
+                            {"swizzle", 1},
+                            {"tile_m", 64},
+                            {"tile_n", 64}}};
+  InMemoryTacticCache cache;
+  cache.Insert(key, MeasuredTactic{measured, 9.5});
+  context_.cache = &cache;
+  absl::StatusOr<TacticChoice> tuned = SelectTactic(qkv, context_);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->source, TacticSource::kTuned);
+  EXPECT_EQ(tuned->family->name(), "cublaslt_gemm");
+  EXPECT_EQ(tuned->tactic, measured);
+  EXPECT_EQ(tuned->measured_us, 9.5);
+  EXPECT_EQ(tuned->key, key);
+  EXPECT_THAT(tuned->considered,
+              ElementsAre("cublaslt_gemm: 9.50 us (tuned)", ::testing::StartsWith("gemv: ")));
+  EXPECT_EQ(TacticSourceName(tuned->source), "tuned");
+}
+
+TEST_F(TacticSelectionTest, AnyKeyDifferenceIsAMiss) {
+  const BoundRegion qkv(decode_, RegionNamed(graph_, "qkv"));
+  absl::StatusOr<TacticChoice> modeled = SelectTactic(qkv, context_);
+  ASSERT_TRUE(modeled.ok());
+  for (int field = 0; field < 5; ++field) {
+    TacticKey key = modeled->key;
+    switch (field) {
+      case 0:
+        key.environment = "h100/sm_90/132sm";
+        break;
+      case 1:
+        key.region_signature += " ";
+        break;
+      case 2:
+        key.shape_bucket = "B=2,Smax=4096,T=1";
+        break;
+      case 3:
+        key.phase = ir::Phase::kPrefill;
+        break;
+      case 4:
+        key.family_version += 1;
+        break;
+    }
+    InMemoryTacticCache cache;
+    cache.Insert(key, MeasuredTactic{modeled->tactic, 1.0});
+    context_.cache = &cache;
+    absl::StatusOr<TacticChoice> choice = SelectTactic(qkv, context_);
+    ASSERT_TRUE(choice.ok());
+    EXPECT_EQ(choice->source, TacticSource::kCostModel) << "field " << field;
+  }
+}
+
+TEST_F(TacticSelectionTest, InvalidCachedTacticIsRejectedNotFatal) {
+  const BoundRegion qkv(decode_, RegionNamed(graph_, "qkv"));
+  absl::StatusOr<TacticChoice> modeled = SelectTactic(qkv, context_);
+  ASSERT_TRUE(modeled.ok());
+  kernels::Tactic bad = modeled->tactic;
+  bad.params["threads"] = 3;
+  InMemoryTacticCache cache;
+  cache.Insert(modeled->key, MeasuredTactic{bad, 0.1});
+  context_.cache = &cache;
+  absl::StatusOr<TacticChoice> choice = SelectTactic(qkv, context_);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->source, TacticSource::kCostModel);
+  EXPECT_THAT(choice->considered,
+              ::testing::Contains(HasSubstr("gemv: cached tactic rejected: gemv tactic: "
+                                            "parameter 'threads' is 3")));
+}
+
+TEST_F(TacticSelectionTest, NoFamilyIsAnErrorWithEveryReason) {
+  const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
+  input %q: f32[B,T,2,32]
+  input %positions: i32[B,T]
+  state %k: f32[B,1,Smax,32]
+  state %v: f32[B,1,Smax,32]
+  %a: f32[B,T,2,32] = attention(%q, %k, %v, %positions) {scale = 0.17, sliding_window = 0}
+  output %a
+})");
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"Smax", 256}, {"T", 64}}, 64);
+  absl::StatusOr<TacticChoice> choice = SelectTactic(BoundRegion(prefill, 0), context_);
+  ASSERT_FALSE(choice.ok());
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(choice.status().message(),
+              HasSubstr("region #0 'attention' (%a): no kernel family can implement it: "
+                        "attention_decode: T = 64 new tokens exceed 16"));
+  EXPECT_THAT(choice.status().message(), HasSubstr("attention_prefill: head_dim 32"));
+}
+
+TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
+  const BoundRegion attn(decode_, RegionNamed(graph_, "attn"));
+  absl::StatusOr<TacticChoice> choice = SelectTactic(attn, context_);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->family->name(), "attention_decode");
+}
+
+}  // namespace
+}  // namespace tileplan::planner
