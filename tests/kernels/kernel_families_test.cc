@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -83,6 +84,13 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
     std::vector<std::string> kinds = f->kinds();
     EXPECT_FALSE(kinds.empty()) << f->name();
     EXPECT_TRUE(std::is_sorted(kinds.begin(), kinds.end())) << f->name();
+  }
+  const std::vector<std::string> kinds = ir::KindNames();
+  for (const KernelFamily* f : registry.families()) {
+    for (const std::string& kind : f->kinds()) {
+      EXPECT_TRUE(std::binary_search(kinds.begin(), kinds.end(), kind))
+          << f->name() << " implements unknown kind " << kind;
+    }
   }
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")), ElementsAre("cublaslt_gemm", "gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
@@ -312,8 +320,6 @@ TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
   %y: bf16[B,T,512] = linear(%x, %w)
   output %y
 })");
-  // linear_swiglu is a fused kind; its gemm shape is that of the linear above, and its
-  // typing is exercised by the fused-kind tests. Here: the plain linear on cuBLASLt.
   const BoundGraph prefill = MustBind(graph, kPrefill, 128);
   const BoundRegion y(prefill, 0);
   const KernelFamily& lt = *GlobalKernelRegistry().Find("cublaslt_gemm");
@@ -332,6 +338,15 @@ TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
   EXPECT_TRUE(lt.ValidateTactic(tuned, y, MustTarget("h200")).ok());
   tuned.params["algo_id"] = -1;
   EXPECT_FALSE(lt.ValidateTactic(tuned, y, MustTarget("h200")).ok());
+  // cuBLASLt has no SwiGLU epilogue: the GEMM writes [M, 2F] to the workspace and the
+  // swiglu kernel reads it, two launches.
+  const ir::Graph typical = TestGraph("typical_regions.tpir");
+  const BoundGraph typical_prefill = MustBind(typical, kPrefill, 128);
+  const BoundRegion act(typical_prefill, RegionNamed(typical, "fact"));
+  absl::StatusOr<CandidateTable> act_table = lt.Candidates(act, MustTarget("h200"));
+  ASSERT_TRUE(act_table.ok()) << act_table.status();
+  EXPECT_EQ(lt.Launches(act_table->default_tactic, act), 2);
+  EXPECT_EQ(lt.WorkspaceBytes(act_table->default_tactic, act), 128 * 512 * 2);
   // Split-K needs a reduction scheme and no split needs none.
   Tactic split = t->default_tactic;
   split.params["split_k"] = 2;
