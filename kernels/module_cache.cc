@@ -64,8 +64,8 @@ absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("writing module cache file ", path, ": ",
-                                              ErrnoText()));
+      return absl::InternalError(
+          absl::StrCat("writing module cache file ", path, ": ", ErrnoText()));
     }
     done += static_cast<size_t>(n);
   }
@@ -89,8 +89,8 @@ absl::StatusOr<std::unique_ptr<ModuleCache>> ModuleCache::Open(std::string direc
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot create module cache directory ",
-                                                      directory, ": ", ec.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create module cache directory ", directory, ": ", ec.message()));
   }
   if (!std::filesystem::is_directory(directory, ec) ||
       ::access(directory.c_str(), W_OK | X_OK) != 0) {
@@ -151,8 +151,8 @@ absl::Status ModuleCache::Store(absl::string_view key, absl::string_view payload
   if (status.ok()) status = WriteAll(fd, key, temp);
   if (status.ok()) status = WriteAll(fd, payload, temp);
   if (::close(fd) != 0 && status.ok()) {
-    status = absl::InternalError(absl::StrCat("closing module cache file ", temp, ": ",
-                                              ErrnoText()));
+    status =
+        absl::InternalError(absl::StrCat("closing module cache file ", temp, ": ", ErrnoText()));
   }
   if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
     status = absl::InternalError(

@@ -104,8 +104,7 @@ absl::StatusOr<std::unique_ptr<NvrtcCompiler>> NvrtcCompiler::Create(Options opt
             [](const SourceFile& a, const SourceFile& b) { return a.name < b.name; });
   uint64_t hash = Fnv1a64("");
   for (const SourceFile& file : compiler->sources_) {
-    hash = Fnv1a64(absl::StrCat(file.name.size(), ":", file.name, file.contents.size(), ":"),
-                   hash);
+    hash = Fnv1a64(absl::StrCat(file.name.size(), ":", file.name, file.contents.size(), ":"), hash);
     hash = Fnv1a64(file.contents, hash);
   }
   compiler->sources_hash_ = absl::StrFormat("%016x", hash);
@@ -140,9 +139,9 @@ std::string NvrtcCompiler::CacheKey(const CompileRequest& request) const {
 
 absl::StatusOr<CompiledModule> NvrtcCompiler::Compile(const CompileRequest& request) const {
   const std::string arch = ArchName(request.sm, request.arch_specific);
-  const bool known_source =
-      std::any_of(sources_.begin(), sources_.end(),
-                  [&](const SourceFile& f) { return f.name == request.source; });
+  const bool known_source = std::any_of(sources_.begin(), sources_.end(), [&](const SourceFile& f) {
+    return f.name == request.source;
+  });
   if (!known_source) {
     std::vector<std::string> names;
     for (const SourceFile& f : sources_) names.push_back(f.name);
@@ -155,9 +154,9 @@ absl::StatusOr<CompiledModule> NvrtcCompiler::Compile(const CompileRequest& requ
   }
   if (!std::binary_search(supported_archs_.begin(), supported_archs_.end(), request.sm) ||
       (request.arch_specific && request.sm < 90)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NVRTC ", nvrtc_version_, " cannot compile for ", arch, "; it supports sm_",
-        absl::StrJoin(supported_archs_, ", sm_"), " (and sm_XXa from sm_90)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NVRTC ", nvrtc_version_, " cannot compile for ", arch, "; it supports sm_",
+                     absl::StrJoin(supported_archs_, ", sm_"), " (and sm_XXa from sm_90)"));
   }
   const std::string key = CacheKey(request);
   if (cache_ != nullptr) {
@@ -186,9 +185,9 @@ absl::StatusOr<CompiledModule> NvrtcCompiler::CompileUncached(const CompileReque
   const std::string program_name = absl::StrCat("tileplan_", request.source, ".cu");
   nvrtcProgram program = nullptr;
   ProgramGuard guard(&program);
-  TP_NVRTC_RETURN_IF_ERROR(nvrtcCreateProgram(
-      &program, program_text.c_str(), program_name.c_str(), static_cast<int>(header_names.size()),
-      header_contents.data(), header_names.data()));
+  TP_NVRTC_RETURN_IF_ERROR(nvrtcCreateProgram(&program, program_text.c_str(), program_name.c_str(),
+                                              static_cast<int>(header_names.size()),
+                                              header_contents.data(), header_names.data()));
   for (const std::string& expression : request.name_expressions) {
     TP_NVRTC_RETURN_IF_ERROR(nvrtcAddNameExpression(program, expression.c_str()));
   }
@@ -203,11 +202,11 @@ absl::StatusOr<CompiledModule> NvrtcCompiler::CompileUncached(const CompileReque
   module.arch = arch;
   module.log = ProgramLog(program);
   if (result != NVRTC_SUCCESS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NVRTC compilation of ", request.source, " for ", arch, " failed (",
-        nvrtcGetErrorString(result), ")\ninstantiations:\n  ",
-        absl::StrJoin(request.name_expressions, "\n  "), "\noptions: ",
-        absl::StrJoin(options, " "), "\nlog:\n", module.log));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NVRTC compilation of ", request.source, " for ", arch, " failed (",
+                     nvrtcGetErrorString(result), ")\ninstantiations:\n  ",
+                     absl::StrJoin(request.name_expressions, "\n  "),
+                     "\noptions: ", absl::StrJoin(options, " "), "\nlog:\n", module.log));
   }
   for (const std::string& expression : request.name_expressions) {
     const char* lowered = nullptr;

@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     if (threadIdx.x != 0) return;
     unsigned long long* keys = workspace + static_cast<long long>(r) * kSplits;
-    unsigned int* counters = reinterpret_cast<unsigned int*>(
-        workspace + static_cast<long long>(gridDim.y) * kSplits);
+    unsigned int* counters =
+        reinterpret_cast<unsigned int*>(workspace + static_cast<long long>(gridDim.y) * kSplits);
     keys[split] = best;
     __threadfence();
     if (atomicAdd(&counters[r], 1u) != kSplits - 1) return;

@@ -40,11 +40,12 @@ constexpr int kDecodeMaxTokens = 16;
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
 // == 0; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
-__global__ void __launch_bounds__(kWarps * 32) attention_decode_split_kv(
-    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
-    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
-    float* __restrict__ workspace, int tokens, int q_heads, int kv_heads, int capacity,
-    float scale, int window) {
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_split_kv(const T* __restrict__ q, long long q_stride,
+                              const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                              const int* __restrict__ positions, T* __restrict__ out,
+                              float* __restrict__ workspace, int tokens, int q_heads, int kv_heads,
+                              int capacity, float scale, int window) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
   constexpr int kKeysPerWarp = 32 / kLanes;
@@ -60,8 +61,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_split_kv(
   const int b = blockIdx.z;
   const int group = q_heads / kv_heads;
   const int num_q = tokens * group;
-  float* q_s = smem;                                // [num_q][kHeadDim], scaled
-  float* part_s = smem + num_q * kHeadDim;          // [kWarps][num_q][kPart]
+  float* q_s = smem;                        // [num_q][kHeadDim], scaled
+  float* part_s = smem + num_q * kHeadDim;  // [kWarps][num_q][kPart]
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int slot = lane / kLanes;
@@ -133,8 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_decode_split_kv(
             }
             dot = group_sum<kLanes>(dot);
             const int t = qi / group;
-            const bool visible =
-                valid[u] && qi < num_q && j >= s_first[t] && j <= s_last[t];
+            const bool visible = valid[u] && qi < num_q && j >= s_first[t] && j <= s_last[t];
             score[u][qq] = visible ? dot : neg_inf();
           }
         }

@@ -27,9 +27,8 @@ __host__ __device__ constexpr int flash_swizzle_mask(int chunks) {
 }
 
 // Dynamic shared memory of attention_prefill_flash, in bytes.
-__host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int tile_q,
-                                                           int tile_kv, int stages,
-                                                           int element_bytes) {
+__host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int tile_q, int tile_kv,
+                                                           int stages, int element_bytes) {
   return (tile_q + 2 * stages * tile_kv) * head_dim * element_bytes;
 }
 
@@ -44,10 +43,11 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
 // to 16 bytes.
 template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
-    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
-    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
-    int tokens, int q_heads, int kv_heads, int capacity, float scale, int window) {
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_prefill_flash(const T* __restrict__ q, long long q_stride,
+                            const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                            const int* __restrict__ positions, T* __restrict__ out, int tokens,
+                            int q_heads, int kv_heads, int capacity, float scale, int window) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp
   constexpr int kKSteps = kHeadDim / 16;           // k-steps of Q K^T
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
 
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* q_s = reinterpret_cast<T*>(smem_bytes);  // [kTileQ][kHeadDim]
-  T* kv_s = q_s + kTileQ * kHeadDim;           // [kStages][2][kTileKv][kHeadDim]
+  T* kv_s = q_s + kTileQ * kHeadDim;          // [kStages][2][kTileKv][kHeadDim]
   __shared__ int s_range[2];
   // Element (row, col) of a swizzled [rows][kHeadDim] tile.
   auto at = [](T* tile, int row, int col) {
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const int t = cta_row0 + r;
     const bool ok = t < tokens;
-    const T* src = q + (static_cast<long long>(b) * tokens + (ok ? t : 0)) * q_stride +
-                   h * kHeadDim + col;
+    const T* src =
+        q + (static_cast<long long>(b) * tokens + (ok ? t : 0)) * q_stride + h * kHeadDim + col;
     cp_async_16(at(q_s, r, col), src, ok);
   }
   // Stages keys [j0, j0 + kTileKv) of K and V; rows at or past kv_end are zero-filled.

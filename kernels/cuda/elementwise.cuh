@@ -26,8 +26,7 @@ struct ItemVectors {
 
   __device__ __forceinline__ ItemVectors(long long rows, int cols) {
     const long long vectors = rows * (cols / kVec);
-    const long long first =
-        static_cast<long long>(blockIdx.x) * kItems * kThreads + threadIdx.x;
+    const long long first = static_cast<long long>(blockIdx.x) * kItems * kThreads + threadIdx.x;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const long long v = first + static_cast<long long>(k) * kThreads;
@@ -98,9 +97,8 @@ __global__ void __launch_bounds__(kThreads)
 // x: rows of 2 * cols at x + r * x_stride, gate in [0, cols), up in [cols, 2 cols);
 // out[r, j] = silu(gate[j]) * up[j], contiguous [rows, cols].
 template <typename T, int kThreads, int kItems, int kVec>
-__global__ void __launch_bounds__(kThreads)
-    swiglu(const T* __restrict__ x, long long x_stride, T* __restrict__ out, long long rows,
-           int cols) {
+__global__ void __launch_bounds__(kThreads) swiglu(const T* __restrict__ x, long long x_stride,
+                                                   T* __restrict__ out, long long rows, int cols) {
   const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
   float g[kItems][kVec], u[kItems][kVec];
 #pragma unroll

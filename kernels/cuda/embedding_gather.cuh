@@ -18,8 +18,8 @@ namespace tileplan {
 // REQUIRES: hidden % kVec == 0; table and out aligned to kVec * sizeof(T) bytes.
 template <typename T, int kThreads, int kTokensPerCta, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    embedding_gather(const int* __restrict__ ids, const T* __restrict__ table,
-                     T* __restrict__ out, int num_tokens, int vocab, int hidden, int* error) {
+    embedding_gather(const int* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out,
+                     int num_tokens, int vocab, int hidden, int* error) {
   const int t0 = blockIdx.x * kTokensPerCta;
   int id[kTokensPerCta];
 #pragma unroll

@@ -10,8 +10,7 @@
 // CTA (x, s) computes the kRowsPerCta output features [x * kRowsPerCta, ...) for every row
 // of x over slice s of kSplitK equal slices of K. Its threads stride over the slice in kVec
 // vectors, each holding the weight vectors of several features and reusing each against
-// every x row; features are taken kPass at a time so that the accumulators and weight
-// vectors of a thread fit its registers. Warps reduce with shuffles, then across warps through shared memory.
+// X
 //
 // Split-K (kSplitK > 1): every CTA writes its float32 partials to the workspace; the last
 // CTA of a feature tile to finish (counted with an atomic) adds the slices in slice order,
@@ -30,8 +29,8 @@ enum GemvEpilogue : int { kGemvPlain = 0, kGemvResidual = 1, kGemvSwiglu = 2 };
 // accumulators and weight vectors, kPass * wrows * (max_rows + vec) floats, fit the
 // registers a thread has at this block size (65536 / threads, at most 255) less about 40
 // for addressing and the x vector.
-__host__ __device__ constexpr int gemv_features_per_pass(int threads, int rows_per_cta,
-                                                         int wrows, int max_rows, int vec) {
+__host__ __device__ constexpr int gemv_features_per_pass(int threads, int rows_per_cta, int wrows,
+                                                         int max_rows, int vec) {
   const int regs = (65536 / threads < 255 ? 65536 / threads : 255) - 40;
   int pass = 1;
   while (pass * 2 <= rows_per_cta && pass * 2 * wrows * (max_rows + vec) <= regs) pass *= 2;
@@ -126,15 +125,24 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    // Warp sums; lane (a * kMaxRows + r) % 32 publishes accumulator (a, r).
+    // Warp sums, scattered over the lanes; each lane publishes the sums it holds.
+    constexpr int kN = kAcc * kMaxRows;
+    constexpr int kOut = kN >= 32 ? kN / 32 : 1;
+    float flat[kN];
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
-      for (int r = 0; r < kMaxRows; ++r) {
-        const float s = group_sum<32>(acc[a][r]);
-        if (lane == (a * kMaxRows + r) % 32 && r < rows) {
-          const int c = p0 + a / kWRows;
-          reduce_smem[((warp * kRowsPerCta + c) * rows + r) * kWRows + a % kWRows] = s;
+      for (int r = 0; r < kMaxRows; ++r) flat[a * kMaxRows + r] = acc[a][r];
+    }
+    warp_reduce_scatter<kN>(flat);
+    if (kN >= 32 || lane % (32 / kN) == 0) {
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) {
+        const int index = lane * kN / 32 + j;
+        const int a = index / kMaxRows, r = index % kMaxRows;
+        const int c = p0 + a / kWRows;
+        if (r < rows && col0 + c < cols) {
+          reduce_smem[((warp * kRowsPerCta + c) * rows + r) * kWRows + a % kWRows] = flat[j];
         }
       }
     }
@@ -145,7 +153,8 @@ __global__ void __launch_bounds__(kThreads)
   auto warp_total = [&](int c, int r, int wr) {
     float s = 0.f;
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) s += reduce_smem[((wi * kRowsPerCta + c) * rows + r) * kWRows + wr];
+    for (int wi = 0; wi < kWarps; ++wi)
+      s += reduce_smem[((wi * kRowsPerCta + c) * rows + r) * kWRows + wr];
     return s;
   };
   const int items = kRowsPerCta * rows;
@@ -154,8 +163,8 @@ __global__ void __launch_bounds__(kThreads)
       const int c = i / rows, r = i % rows;
       if (col0 + c >= cols) continue;
       const float u = kWRows == 2 ? warp_total(c, r, kWRows - 1) : 0.f;
-      gemv_store<T, W, OutT, kEpilogue>(warp_total(c, r, 0), u, r, col0 + c, cols, bias,
-                                        residual, residual_stride, out);
+      gemv_store<T, W, OutT, kEpilogue>(warp_total(c, r, 0), u, r, col0 + c, cols, bias, residual,
+                                        residual_stride, out);
     }
   } else {
     __shared__ bool is_last;
@@ -187,8 +196,7 @@ __global__ void __launch_bounds__(kThreads)
         g += load_cg(slice + col);
         if constexpr (kWRows == 2) u += load_cg(slice + cols + col);
       }
-      gemv_store<T, W, OutT, kEpilogue>(g, u, r, col, cols, bias, residual, residual_stride,
-                                        out);
+      gemv_store<T, W, OutT, kEpilogue>(g, u, r, col, cols, bias, residual, residual_stride, out);
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
   }

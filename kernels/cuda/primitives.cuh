@@ -197,6 +197,36 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// Sums kN values (a power of two) over the 32 lanes of a warp and scatters the sums:
+// afterwards lane L holds in v[j] the sum of original index L * kN / 32 + j for
+// j < max(1, kN / 32) (with kN < 32, the 32 / kN lanes sharing L * kN / 32 hold the same
+// sum). Every lane must call it. Each halving step exchanges half the remaining values,
+// so the warp needs about kN shuffles instead of 5 kN for kN separate reductions.
+template <int kN, int kLive, int kOffset>
+__device__ __forceinline__ void warp_reduce_scatter_step(float (&v)[kN], int lane) {
+  if constexpr (kLive > 1) {
+    constexpr int kHalf = kLive / 2;
+    const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const float send = upper ? v[i] : v[i + kHalf];
+      const float keep = upper ? v[i + kHalf] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+    }
+  } else {
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], kOffset);
+  }
+  if constexpr (kOffset > 1) {
+    warp_reduce_scatter_step<kN, (kLive > 1 ? kLive / 2 : 1), kOffset / 2>(v, lane);
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void warp_reduce_scatter(float (&v)[kN]) {
+  static_assert(kN >= 1 && (kN & (kN - 1)) == 0, "a power of two");
+  warp_reduce_scatter_step<kN, kN, 16>(v, threadIdx.x % 32);
+}
+
 __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {

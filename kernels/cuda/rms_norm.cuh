@@ -39,31 +39,35 @@ struct RowGroups {
 // the scaling; further vectors (long rows on few threads) are read again.
 constexpr int kRmsNormCachedVectors = 4;
 
-// Row r of x starts at x + r * x_stride; out and sum are contiguous [rows, n]; w is [n].
+// Row r of `a` starts at a + (r / a_group) * a_group_stride + (r % a_group) * a_stride
+// (two levels, so per-head rows of a view into a packed tensor work), row r of `b` at
+// b + r * b_stride; out and sum are contiguous [rows, n]; w is [n].
 // Each element is read and written by one thread, reads first, so out may alias x (and
 // for add_rms_norm, sum and out may alias a or b).
 //
 // Launch: grid ceil(rows / kRowsPerCta), block kRowThreads * kRowsPerCta.
-// REQUIRES: n % kVec == 0, strides % kVec == 0, pointers aligned to kVec elements.
+// REQUIRES: n % kVec == 0, strides % kVec == 0, pointers aligned to kVec elements,
+// groups >= 1.
 template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec, bool kAdd>
-__device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, const T* b,
-                                              long long b_stride, const W* __restrict__ w,
-                                              T* sum, T* out, int rows, int n, float eps) {
+__device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, int a_group,
+                                              long long a_group_stride, const T* b,
+                                              long long b_stride, const W* __restrict__ w, T* sum,
+                                              T* out, int rows, int n, float eps) {
   using Groups = RowGroups<kRowThreads, kRowsPerCta>;
   constexpr int kStride = kRowThreads * kVec;
   constexpr int kCached = kRmsNormCachedVectors;
   __shared__ float scratch[Groups::kThreads / 32];
   const int lane = threadIdx.x % kRowThreads;
-  const long long row = static_cast<long long>(blockIdx.x) * kRowsPerCta +
-                        threadIdx.x / kRowThreads;
+  const long long row =
+      static_cast<long long>(blockIdx.x) * kRowsPerCta + threadIdx.x / kRowThreads;
   const bool active = row < rows;
-  const T* ar = a + row * a_stride;
+  const T* ar = a + (row / a_group) * a_group_stride + (row % a_group) * a_stride;
   const T* br = kAdd ? b + row * b_stride : nullptr;
   T* sumr = kAdd ? sum + row * n : nullptr;
   T* outr = out + row * n;
 
   // The row's value at c: x, or the sum a + b rounded to T as it is stored.
-  auto load_row = [&](int c, float (&v)[kVec]) {
+  auto load_row = [&](int c, float(&v)[kVec]) {
     load_floats<T, kVec>(ar + c, v);
     if constexpr (kAdd) {
       float vb[kVec];
@@ -96,7 +100,7 @@ __device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, co
   ss = Groups::sum(ss, scratch);
   if (!active) return;
   const float inv_rms = rsqrtf(ss / static_cast<float>(n) + eps);
-  auto finish = [&](int c, float (&v)[kVec]) {
+  auto finish = [&](int c, float(&v)[kVec]) {
     float g[kVec];
     load_floats<W, kVec>(w + c, g);
 #pragma unroll
@@ -119,24 +123,25 @@ __device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, co
   }
 }
 
-// x: rows of n at x + r * x_stride; out: [rows, n].
+// x: row r of n at x + (r / x_group) * x_group_stride + (r % x_group) * x_stride;
+// out: [rows, n].
 template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kRowThreads * kRowsPerCta)
-    rms_norm(const T* x, long long x_stride, const W* __restrict__ w, T* out, int rows, int n,
-             float eps) {
-  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, false>(x, x_stride, nullptr, 0, w,
-                                                             nullptr, out, rows, n, eps);
+__global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
+    rms_norm(const T* x, long long x_stride, int x_group, long long x_group_stride,
+             const W* __restrict__ w, T* out, int rows, int n, float eps) {
+  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, false>(
+      x, x_stride, x_group, x_group_stride, nullptr, 0, w, nullptr, out, rows, n, eps);
 }
 
 // a, b: rows of n at a + r * a_stride, b + r * b_stride; sum, out: [rows, n]. `sum` is
 // rounded to T when stored, and the normalization uses the rounded values, exactly as an
 // add followed by an rms_norm.
 template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kRowThreads * kRowsPerCta)
+__global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
     add_rms_norm(const T* a, long long a_stride, const T* b, long long b_stride,
                  const W* __restrict__ w, T* sum, T* out, int rows, int n, float eps) {
-  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, b, b_stride, w, sum,
-                                                            out, rows, n, eps);
+  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, rows, 0, b, b_stride, w,
+                                                            sum, out, rows, n, eps);
 }
 
 }  // namespace tileplan

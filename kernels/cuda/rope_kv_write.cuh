@@ -36,8 +36,7 @@ namespace tileplan {
 // scaled by `norm` (float32 throughout).
 template <typename T, typename W, int kHeadDim, int kVec, bool kNorm>
 __device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __restrict__ inv_freq,
-                                          int p, const W* __restrict__ norm, float eps,
-                                          int lane) {
+                                          int p, const W* __restrict__ norm, float eps, int lane) {
   constexpr int kHalf = kHeadDim / 2;
   constexpr int kSteps = (kHalf + 32 * kVec - 1) / (32 * kVec);
   static_assert(kHeadDim % 2 == 0 && kHeadDim <= 256 && kHalf % kVec == 0, "head dim");
@@ -111,8 +110,8 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
   if (h >= heads) return;
   const long long bt = blockIdx.y;
   rope_head<T, T, kHeadDim, kVec, false>(x + bt * x_stride + h * kHeadDim,
-                                         out + (bt * heads + h) * kHeadDim, inv_freq,
-                                         positions[bt], nullptr, 0.f, threadIdx.x % 32);
+                                         out + (bt * heads + h) * kHeadDim, inv_freq, positions[bt],
+                                         nullptr, 0.f, threadIdx.x % 32);
 }
 
 // cache[b, h, positions[bt], :] = x[bt, h, :] for bt = b * tokens + t.
@@ -146,8 +145,8 @@ __device__ __forceinline__ void rope_kv_write_head(
   if (h < q_heads) {
     // q is defined for any position; with an invalid one it is still rotated.
     rope_head<T, W, kHeadDim, kVec, kNorm>(
-        src, q_out + (static_cast<long long>(bt) * q_heads + h) * kHeadDim, inv_freq,
-        positions[bt], q_norm, eps, lane);
+        src, q_out + (static_cast<long long>(bt) * q_heads + h) * kHeadDim, inv_freq, positions[bt],
+        q_norm, eps, lane);
     return;
   }
   if (p < 0) return;
@@ -155,8 +154,8 @@ __device__ __forceinline__ void rope_kv_write_head(
   if (h < q_heads + kv_heads) {
     const int kh = h - q_heads;
     rope_head<T, W, kHeadDim, kVec, kNorm>(
-        src, k_cache + ((b * kv_heads + kh) * capacity + p) * kHeadDim, inv_freq, p, k_norm,
-        eps, lane);
+        src, k_cache + ((b * kv_heads + kh) * capacity + p) * kHeadDim, inv_freq, p, k_norm, eps,
+        lane);
   } else {
     const int vh = h - q_heads - kv_heads;
     copy_head<T, kHeadDim, kVec>(src, v_cache + ((b * kv_heads + vh) * capacity + p) * kHeadDim,
@@ -175,8 +174,8 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
                   T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens, int q_heads,
                   int kv_heads, int capacity, int* error) {
   rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false>(
-      qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache,
-      tokens, q_heads, kv_heads, capacity, error);
+      qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache, tokens,
+      q_heads, kv_heads, capacity, error);
 }
 
 // As rope_kv_write, with q and k heads RMS normalized over kHeadDim (weights q_norm,
@@ -186,11 +185,11 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
     qk_norm_rope_kv_write(const T* __restrict__ qkv, long long qkv_stride,
                           const W* __restrict__ q_norm, const W* __restrict__ k_norm, float eps,
                           const int* __restrict__ positions, const float* __restrict__ inv_freq,
-                          T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens,
-                          int q_heads, int kv_heads, int capacity, int* error) {
+                          T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens, int q_heads,
+                          int kv_heads, int capacity, int* error) {
   rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true>(
-      qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache,
-      tokens, q_heads, kv_heads, capacity, error);
+      qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, tokens,
+      q_heads, kv_heads, capacity, error);
 }
 
 }  // namespace tileplan

@@ -6,8 +6,7 @@ absl::Status CudaErrorToStatus(cudaError_t error, absl::string_view expression,
                                absl::string_view file, int line) {
   if (error == cudaSuccess) return absl::OkStatus();
   std::string message = absl::StrCat(expression, " failed at ", file, ":", line, ": ",
-                                     cudaGetErrorName(error), " (", cudaGetErrorString(error),
-                                     ")");
+                                     cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);

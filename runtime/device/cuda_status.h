@@ -27,8 +27,8 @@ absl::Status CudaErrorToStatus(cudaError_t error, absl::string_view expression,
 inline absl::Status NvrtcResultToStatus(nvrtcResult result, absl::string_view expression,
                                         absl::string_view file, int line) {
   if (result == NVRTC_SUCCESS) return absl::OkStatus();
-  std::string message = absl::StrCat(expression, " failed at ", file, ":", line, ": ",
-                                     nvrtcGetErrorString(result));
+  std::string message =
+      absl::StrCat(expression, " failed at ", file, ":", line, ": ", nvrtcGetErrorString(result));
   if (result == NVRTC_ERROR_COMPILATION || result == NVRTC_ERROR_INVALID_OPTION ||
       result == NVRTC_ERROR_INVALID_INPUT || result == NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID) {
     return absl::InvalidArgumentError(message);
@@ -38,22 +38,23 @@ inline absl::Status NvrtcResultToStatus(nvrtcResult result, absl::string_view ex
 
 }  // namespace tileplan::device
 
-#define TP_CUDA_STATUS(expr) ::tileplan::device::CudaErrorToStatus((expr), #expr, __FILE__, __LINE__)
+#define TP_CUDA_STATUS(expr) \
+  ::tileplan::device::CudaErrorToStatus((expr), #expr, __FILE__, __LINE__)
 #define TP_NVRTC_STATUS(expr) \
   ::tileplan::device::NvrtcResultToStatus((expr), #expr, __FILE__, __LINE__)
 
 // Evaluates a CUDA runtime call; returns its Status from the enclosing function on error.
-#define TP_CUDA_RETURN_IF_ERROR(expr)                         \
-  do {                                                        \
-    ::absl::Status tp_cuda_status_ = TP_CUDA_STATUS(expr);    \
-    if (!tp_cuda_status_.ok()) return tp_cuda_status_;        \
+#define TP_CUDA_RETURN_IF_ERROR(expr)                      \
+  do {                                                     \
+    ::absl::Status tp_cuda_status_ = TP_CUDA_STATUS(expr); \
+    if (!tp_cuda_status_.ok()) return tp_cuda_status_;     \
   } while (false)
 
 // Evaluates an NVRTC call; returns its Status from the enclosing function on error.
-#define TP_NVRTC_RETURN_IF_ERROR(expr)                        \
-  do {                                                        \
-    ::absl::Status tp_nvrtc_status_ = TP_NVRTC_STATUS(expr);  \
-    if (!tp_nvrtc_status_.ok()) return tp_nvrtc_status_;      \
+#define TP_NVRTC_RETURN_IF_ERROR(expr)                       \
+  do {                                                       \
+    ::absl::Status tp_nvrtc_status_ = TP_NVRTC_STATUS(expr); \
+    if (!tp_nvrtc_status_.ok()) return tp_nvrtc_status_;     \
   } while (false)
 
 #endif  // TILEPLAN_RUNTIME_DEVICE_CUDA_STATUS_H_

@@ -43,9 +43,9 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(int ordinal) {
   TP_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&p.driver_version));
   TP_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&p.runtime_version));
   if (p.sm < kMinSm) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", ordinal, " (", p.name, ") has compute capability sm_", p.sm,
-        "; tileplan needs sm_", kMinSm, " or newer"));
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", ordinal, " (", p.name,
+                                                      ") has compute capability sm_", p.sm,
+                                                      "; tileplan needs sm_", kMinSm, " or newer"));
   }
   return std::unique_ptr<Device>(new Device(std::move(p)));
 }

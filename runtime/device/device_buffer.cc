@@ -66,8 +66,7 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(const Device& device, int64_
 absl::Status DeviceBuffer::CheckRange(int64_t bytes, int64_t offset) const {
   if (bytes < 0 || offset < 0 || offset > size_ || bytes > size_ - offset) {
     return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset + bytes,
-                                              ") do not fit a device buffer of ", size_,
-                                              " bytes"));
+                                              ") do not fit a device buffer of ", size_, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -14,8 +14,8 @@ absl::Status CheckDims(const LaunchConfig& c, absl::string_view kernel) {
   const int64_t threads = c.block[0] * c.block[1] * c.block[2];
   const bool grid_ok = c.grid[0] >= 1 && c.grid[0] <= 0x7fffffff && c.grid[1] >= 1 &&
                        c.grid[1] <= 65535 && c.grid[2] >= 1 && c.grid[2] <= 65535;
-  const bool block_ok = c.block[0] >= 1 && c.block[1] >= 1 && c.block[2] >= 1 &&
-                        c.block[2] <= 64 && threads <= 1024;
+  const bool block_ok =
+      c.block[0] >= 1 && c.block[1] >= 1 && c.block[2] >= 1 && c.block[2] <= 64 && threads <= 1024;
   if (!grid_ok || !block_ok || c.dynamic_shared_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "launch of ", kernel, ": grid ", DimsString(c.grid), ", block ", DimsString(c.block),
@@ -28,14 +28,14 @@ absl::Status CheckDims(const LaunchConfig& c, absl::string_view kernel) {
 }  // namespace
 
 absl::Status Kernel::SetMaxDynamicSharedMemory(int64_t bytes) const {
-  absl::Status status =
-      TP_CUDA_STATUS(cudaFuncSetAttribute(reinterpret_cast<const void*>(handle_),
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
+  absl::Status status = TP_CUDA_STATUS(
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(handle_),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("kernel ", name_, ": raising dynamic shared "
-                                                    "memory to ", bytes, " bytes: ",
-                                                    status.message()));
+    return absl::Status(status.code(), absl::StrCat("kernel ", name_,
+                                                    ": raising dynamic shared "
+                                                    "memory to ",
+                                                    bytes, " bytes: ", status.message()));
   }
   return absl::OkStatus();
 }
@@ -50,26 +50,25 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
       cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args,
                        static_cast<size_t>(config.dynamic_shared_memory_bytes), config.stream));
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("launch of ", name_, " (grid ", DimsString(config.grid),
-                                     ", block ", DimsString(config.block), ", ",
-                                     config.dynamic_shared_memory_bytes,
-                                     " bytes dynamic shared memory): ", status.message()));
+    return absl::Status(
+        status.code(),
+        absl::StrCat("launch of ", name_, " (grid ", DimsString(config.grid), ", block ",
+                     DimsString(config.block), ", ", config.dynamic_shared_memory_bytes,
+                     " bytes dynamic shared memory): ", status.message()));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Module>> Module::Load(const Device& device,
-                                                     absl::string_view image,
+absl::StatusOr<std::unique_ptr<Module>> Module::Load(const Device& device, absl::string_view image,
                                                      absl::string_view label) {
   TP_RETURN_IF_ERROR(device.MakeCurrent());
   cudaLibrary_t library = nullptr;
-  absl::Status status = TP_CUDA_STATUS(cudaLibraryLoadData(&library, image.data(), nullptr,
-                                                           nullptr, 0, nullptr, nullptr, 0));
+  absl::Status status = TP_CUDA_STATUS(
+      cudaLibraryLoadData(&library, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
   if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("loading module ", label, " (",
-                                                    image.size(), " bytes) on ", device.Label(),
-                                                    ": ", status.message()));
+    return absl::Status(status.code(),
+                        absl::StrCat("loading module ", label, " (", image.size(), " bytes) on ",
+                                     device.Label(), ": ", status.message()));
   }
   return std::unique_ptr<Module>(new Module(device, library, std::string(label)));
 }

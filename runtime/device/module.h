@@ -60,8 +60,7 @@ class Module {
  public:
   // Loads a cubin or PTX image on `device` (made current), which must outlive the Module.
   // `label` names the image in errors (e.g. the template and architecture).
-  static absl::StatusOr<std::unique_ptr<Module>> Load(const Device& device,
-                                                      absl::string_view image,
+  static absl::StatusOr<std::unique_ptr<Module>> Load(const Device& device, absl::string_view image,
                                                       absl::string_view label);
   ~Module();
   Module(const Module&) = delete;

@@ -23,8 +23,8 @@ using ::testing::Optional;
 
 // A fresh directory per test, under the test's temporary directory.
 std::string FreshDirectory(absl::string_view name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/module_cache_test.", ::getpid(),
-                                       ".", name);
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/module_cache_test.", ::getpid(), ".", name);
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -80,10 +80,10 @@ TEST(ModuleCacheTest, CorruptEntriesAreMissesAndGetRebuilt) {
   const std::string good = ReadFile(path);
 
   std::vector<std::string> bad = {
-      "",                                   // empty
-      good.substr(0, good.size() - 1),      // torn write
-      good + "x",                           // trailing garbage
-      "XXXXXXXX" + good.substr(8),          // foreign magic
+      "",                               // empty
+      good.substr(0, good.size() - 1),  // torn write
+      good + "x",                       // trailing garbage
+      "XXXXXXXX" + good.substr(8),      // foreign magic
   };
   std::string flipped = good;
   flipped.back() ^= 0x20;  // payload bit flip: checksum mismatch
@@ -158,8 +158,7 @@ TEST(ModuleCacheTest, DefaultDirectoryFollowsTheEnvironment) {
   EXPECT_EQ(ModuleCache::DefaultDirectory().value_or(""), "/x/home/.cache/tileplan");
   ::unsetenv("HOME");
   ::unsetenv("XDG_CACHE_HOME");
-  EXPECT_EQ(ModuleCache::DefaultDirectory().status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ModuleCache::DefaultDirectory().status().code(), absl::StatusCode::kFailedPrecondition);
   for (int i = 0; i < 3; ++i) {
     if (saved[i].has_value()) ::setenv(names[i], saved[i]->c_str(), 1);
   }

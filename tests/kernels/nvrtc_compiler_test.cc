@@ -40,17 +40,16 @@ __global__ void broken(int* p) { p[0] = undeclared_name; }
 )";
 
 std::string FreshDirectory(absl::string_view name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/nvrtc_compiler_test.", ::getpid(),
-                                       ".", name);
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/nvrtc_compiler_test.", ::getpid(), ".", name);
   std::filesystem::remove_all(dir);
   return dir;
 }
 
 std::unique_ptr<NvrtcCompiler> MakeCompiler(std::optional<std::string> cache_dir) {
   NvrtcCompiler::Options options;
-  options.sources = {{"scale.cuh", kScaleSource},
-                     {"helper.cuh", kHelperSource},
-                     {"broken.cuh", kBrokenSource}};
+  options.sources = {
+      {"scale.cuh", kScaleSource}, {"helper.cuh", kHelperSource}, {"broken.cuh", kBrokenSource}};
   options.use_disk_cache = cache_dir.has_value();
   options.cache_directory = cache_dir;
   absl::StatusOr<std::unique_ptr<NvrtcCompiler>> compiler = NvrtcCompiler::Create(options);
@@ -68,7 +67,8 @@ TEST(NvrtcCompilerTest, CompilesInstantiationsToACubin) {
   absl::StatusOr<CompiledModule> module = compiler->Compile(ScaleRequest(80));
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_EQ(module->arch, "sm_80");
-  EXPECT_THAT(module->cubin, StartsWith("\x7f" "ELF"));
+  EXPECT_THAT(module->cubin, StartsWith("\x7f"
+                                        "ELF"));
   ASSERT_THAT(module->lowered_names, SizeIs(2));
   EXPECT_EQ(module->lowered_names[0], "_ZN4demo5scaleIfLi2EEEvPKT_PS1_i");
   EXPECT_EQ(module->lowered_names[1], "_ZN4demo5scaleIiLi3EEEvPKT_PS1_i");
@@ -96,8 +96,10 @@ TEST(NvrtcCompilerTest, RefusesUnknownTemplatesArchitecturesAndEmptyRequests) {
   std::unique_ptr<NvrtcCompiler> compiler = MakeCompiler(std::nullopt);
   ASSERT_NE(compiler, nullptr);
   absl::StatusOr<CompiledModule> module = compiler->Compile({"nope.cuh", {"f"}, 90, false});
-  EXPECT_THAT(std::string(module.status().message()), HasSubstr("no kernel template named 'nope.cuh'"));
-  EXPECT_THAT(std::string(module.status().message()), HasSubstr("broken.cuh, helper.cuh, scale.cuh"));
+  EXPECT_THAT(std::string(module.status().message()),
+              HasSubstr("no kernel template named 'nope.cuh'"));
+  EXPECT_THAT(std::string(module.status().message()),
+              HasSubstr("broken.cuh, helper.cuh, scale.cuh"));
   module = compiler->Compile({"scale.cuh", {"demo::scale<float, 2>"}, 10, false});
   EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("cannot compile for sm_10"));
@@ -111,8 +113,8 @@ TEST(NvrtcCompilerTest, ReportsVersionAndArchitectures) {
   EXPECT_THAT(compiler->nvrtc_version(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
   EXPECT_THAT(compiler->supported_archs(), ::testing::Contains(80));
   EXPECT_THAT(compiler->supported_archs(), ::testing::Contains(90));
-  EXPECT_TRUE(std::is_sorted(compiler->supported_archs().begin(),
-                             compiler->supported_archs().end()));
+  EXPECT_TRUE(
+      std::is_sorted(compiler->supported_archs().begin(), compiler->supported_archs().end()));
 }
 
 TEST(NvrtcCompilerTest, SecondCompileComesFromTheDiskCache) {
@@ -179,11 +181,11 @@ TEST(NvrtcCompilerTest, EmbedsEveryKernelTemplate) {
     names.push_back(file.name);
     EXPECT_FALSE(file.contents.empty()) << file.name;
   }
-  EXPECT_THAT(names, ::testing::IsSupersetOf({"argmax.cuh", "attention_decode_split_kv.cuh",
-                                              "attention_prefill_flash.cuh", "elementwise.cuh",
-                                              "embedding_gather.cuh", "gemv_split_k.cuh",
-                                              "primitives.cuh", "rms_norm.cuh",
-                                              "rope_kv_write.cuh"}));
+  EXPECT_THAT(names,
+              ::testing::IsSupersetOf({"argmax.cuh", "attention_decode_split_kv.cuh",
+                                       "attention_prefill_flash.cuh", "elementwise.cuh",
+                                       "embedding_gather.cuh", "gemv_split_k.cuh", "primitives.cuh",
+                                       "rms_norm.cuh", "rope_kv_write.cuh"}));
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
 }
 
