@@ -27,14 +27,17 @@ class ArgmaxFamily final : public FamilyBase {
     g.block = {t.params.at("threads"), 1, 1};
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
-    w.bytes = r.operand_bytes(0) + r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    w.bytes = r.operand_bytes(0) + r.result_bytes(0);
     return w;
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const int64_t splits = t.params.at("splits");
-    return splits == 1 ? 0 : RowCount(r) * (splits * 8 + 4);  // (value, index) pairs, counter
+    return splits == 1 ? 0 : RowCount(r) * splits * 8;  // (value, index) per split and row
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    return t.params.at("splits") == 1 ? 0 : RowCount(r) * 4;
   }
 
  protected:

@@ -206,15 +206,17 @@ class AttentionDecodeFamily final : public FamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t.params.at("warps"), s);
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
-    WorkEstimate w = AttentionWork(r, false);
-    w.bytes += 2 * WorkspaceBytes(t, r);
-    return w;
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    return AttentionWork(r, false);
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
     const int64_t pairs = s.batch * s.kv_heads;
-    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4 + pairs * 4;
+    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4;
+  }
+  int64_t CounterBytes(const Tactic&, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    return s.batch * s.kv_heads * 4;  // one per (b, kv head)
   }
 
  protected:

@@ -81,8 +81,10 @@ class CublasLtGemmFamily final : public FamilyBase {
     const GemmShape s = ShapeOf(r);
     WorkEstimate w;
     for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
-    w.flops = 2 * s.m * s.n_w * s.k;
+    w.bytes += r.result_bytes(0);
+    // Whole tiles execute: M and N round up to the tile.
+    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
+    w.flops = 2 * CeilDiv(s.m, tile_m) * tile_m * CeilDiv(s.n_w, tile_n) * tile_n * s.k;
     w.tensor_core = r.operand_dtype(0) != ir::DType::kF32;
     return w;
   }
@@ -117,12 +119,17 @@ class CublasLtGemmFamily final : public FamilyBase {
                    int64_t) const override {
     const Row& row = RowOf(arch);
     const GemmShape s = ShapeOf(r);
-    const int64_t tile_m = s.m <= 64 ? 64 : row.tile_m;
-    const int64_t tile_n = s.n_w <= 64 ? 64 : row.tile_n;
-    // Split K while the tile grid leaves SMs idle and each slice keeps >= 512 of K.
-    const int64_t tiles = CeilDiv(s.m, tile_m) * CeilDiv(s.n_w, tile_n);
+    int64_t tile_m = s.m <= 64 ? 64 : row.tile_m;
+    int64_t tile_n = s.n_w <= 64 ? 64 : row.tile_n;
+    // While the tile grid leaves SMs idle: narrower tiles (down to 64), then split K as long
+    // as each slice keeps >= 512 of K.
+    auto tiles = [&] { return CeilDiv(s.m, tile_m) * CeilDiv(s.n_w, tile_n); };
+    while (tiles() < target.sm_count() && tile_n > 64) tile_n /= 2;
+    while (tiles() < target.sm_count() && tile_m > 64) tile_m /= 2;
     int64_t split = 1;
-    while (split < 8 && tiles * split < target.sm_count() && s.k / (2 * split) >= 512) split *= 2;
+    while (split < 8 && tiles() * split < target.sm_count() && s.k / (2 * split) >= 512) {
+      split *= 2;
+    }
     return MakeTactic({{"reduction_scheme", split > 1 ? 2 : 0},
                        {"split_k", split},
                        {"stages", row.stages},

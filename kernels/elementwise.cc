@@ -90,7 +90,7 @@ class ElementwiseFamily final : public FamilyBase {
     std::vector<int64_t> extents = AlignmentExtents(r, {0, 1});
     extents.push_back(r.result(0).shape.empty() ? 1 : r.result(0).shape.back());
     extents.push_back(r.operand(0).shape.empty() ? 1 : r.operand(0).shape.back());
-    return VectorWidthOf(r.result_dtype(0), extents);
+    return VectorWidth(r.result_dtype(0), extents);
   }
 };
 

@@ -74,7 +74,7 @@ class EmbeddingGatherFamily final : public FamilyBase {
   static int64_t Hidden(const BoundRegion& r) { return r.operand(1).shape.back(); }
   static int64_t Vec(const BoundRegion& r) {
     std::vector<int64_t> extents = {Hidden(r)};
-    return VectorWidthOf(r.operand_dtype(1), extents);
+    return VectorWidth(r.operand_dtype(1), extents);
   }
 };
 

@@ -25,14 +25,6 @@ int64_t Rows(const std::vector<int64_t>& shape) {
   return rows;
 }
 
-int64_t VectorWidth(ir::DType dtype, std::initializer_list<int64_t> extents) {
-  int64_t width = 16 / ir::DTypeSize(dtype);
-  for (int64_t e : extents) {
-    while (width > 1 && e % width != 0) width /= 2;
-  }
-  return width;
-}
-
 absl::Status Refuse(std::string reason) { return absl::FailedPreconditionError(std::move(reason)); }
 
 int64_t RowSharedMemory(absl::string_view arch, const TargetDescription& target) {
@@ -91,8 +83,8 @@ std::vector<int64_t> AlignmentExtents(const BoundRegion& region,
   return out;
 }
 
-int64_t VectorWidthOf(ir::DType dtype, const std::vector<int64_t>& extents) {
-  int64_t width = VectorWidth(dtype, {});
+int64_t VectorWidth(ir::DType dtype, const std::vector<int64_t>& extents) {
+  int64_t width = 16 / ir::DTypeSize(dtype);
   for (int64_t e : extents) {
     while (width > 1 && e % width != 0) width /= 2;
   }
@@ -151,6 +143,13 @@ absl::StatusOr<CandidateTable> FamilyBase::Candidates(const BoundRegion& region,
   std::sort(table.tunables.begin(), table.tunables.end(),
             [](const TunableParam& a, const TunableParam& b) { return a.name < b.name; });
   return table;
+}
+
+absl::StatusOr<Tactic> FamilyBase::DefaultTactic(const BoundRegion& region,
+                                                 const TargetDescription& target) const {
+  TP_RETURN_IF_ERROR(CanImplement(region, target));
+  const absl::string_view arch = ArchRowFor(target.sm());
+  return RowTactic(arch, region, target, RowSharedMemory(arch, target));
 }
 
 absl::Status FamilyBase::ValidateTactic(const Tactic& tactic, const BoundRegion& region,

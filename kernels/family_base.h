@@ -1,4 +1,4 @@
-// Shared plumbing of the built-in kernel families (kernels/families.cc and friends): the
+// Shared plumbing of the built-in kernel families (kernels/<family>.cc): the
 // kind check of CanImplement, the table assembly of Candidates, the parameter-set check of
 // ValidateTactic, and small integer helpers. Not part of the public kernels API.
 #ifndef TILEPLAN_KERNELS_FAMILY_BASE_H_
@@ -22,9 +22,6 @@ bool IsPowerOfTwo(int64_t x);
 int64_t NextPowerOfTwo(int64_t x);
 // Product of all extents but the last (the rows of a [..., N] tensor).
 int64_t Rows(const std::vector<int64_t>& shape);
-// The widest vector access, in elements, of at most 16 bytes of `dtype` that divides every
-// extent in `extents` (1 at worst).
-int64_t VectorWidth(ir::DType dtype, std::initializer_list<int64_t> extents);
 // FailedPrecondition(reason): how families refuse a region.
 absl::Status Refuse(std::string reason);
 // The opt-in shared memory per block an architecture row assumes: the target's own figure
@@ -45,8 +42,9 @@ bool IsMatrix(const Layout& layout);
 // divide all of them to stay aligned.
 std::vector<int64_t> AlignmentExtents(const BoundRegion& region,
                                       std::initializer_list<int> operands);
-// VectorWidth over `extents` and then over `more`.
-int64_t VectorWidthOf(ir::DType dtype, const std::vector<int64_t>& extents);
+// The widest vector access, in elements, of at most 16 bytes of `dtype` that divides every
+// number in `extents` (1 at worst).
+int64_t VectorWidth(ir::DType dtype, const std::vector<int64_t>& extents);
 // Sum over positions p in [first, last] of min(p + 1, window) (window 0: no limit): the
 // (query, key) pairs of causal attention for new tokens at those positions.
 int64_t CausalPairs(int64_t first, int64_t last, int64_t window);
@@ -67,6 +65,8 @@ class FamilyBase : public KernelFamily {
   // Rows from RowTactic, tunables from Tunables; the selected row must validate.
   absl::StatusOr<CandidateTable> Candidates(const BoundRegion& region,
                                             const TargetDescription& target) const override;
+  absl::StatusOr<Tactic> DefaultTactic(const BoundRegion& region,
+                                       const TargetDescription& target) const override;
   // Family, version and parameter names, then CheckTactic.
   absl::Status ValidateTactic(const Tactic& tactic, const BoundRegion& region,
                               const TargetDescription& target) const override;

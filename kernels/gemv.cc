@@ -59,10 +59,10 @@ class GemvFamily final : public FamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t, s);
     return g;
   }
-  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
     for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0) + 2 * WorkspaceBytes(t, r);
+    w.bytes += r.result_bytes(0);
     const GemvShape s = ShapeOf(r);
     w.flops = 2 * s.m * s.n_w * s.k;
     return w;
@@ -71,7 +71,11 @@ class GemvFamily final : public FamilyBase {
     const int64_t split = t.params.at("split_k");
     if (split == 1) return 0;
     const GemvShape s = ShapeOf(r);
-    return split * s.m * s.n_w * 4 + CeilDiv(s.n_out, t.params.at("rows_per_cta")) * 4;
+    return split * s.m * s.n_w * 4;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    if (t.params.at("split_k") == 1) return 0;
+    return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
   }
   bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
     // The epilogue reads the residual element it then overwrites.
@@ -148,7 +152,7 @@ class GemvFamily final : public FamilyBase {
   static int64_t Vec(const BoundRegion& r) {
     std::vector<int64_t> extents = AlignmentExtents(r, {0});
     extents.push_back(r.operand(0).shape.back());
-    return VectorWidthOf(r.operand_dtype(1), extents);
+    return VectorWidth(r.operand_dtype(1), extents);
   }
 };
 

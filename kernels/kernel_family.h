@@ -8,7 +8,8 @@
 //                 target selects, and the tunable parameter lists the tuner may explore;
 //   Geometry      the launch geometry of a tactic (grid, block, dynamic shared memory);
 //   Work          the DRAM bytes and flops of a region under a tactic, for the cost model;
-//   Launches, WorkspaceBytes, MayOverwriteOperand: what the plan and the memory planner need.
+//   Launches, WorkspaceBytes, CounterBytes, MayOverwriteOperand: what the plan and the memory
+//                 planner need.
 // Compiling and launching (NVRTC, cuBLASLt) is the other half and comes with the runtime.
 //
 // Families are registered explicitly (RegisterAllKernelFamilies); no static initializers.
@@ -98,8 +99,12 @@ struct LaunchGeometry {
 
 // What a region costs under a tactic, before any hardware rate is applied.
 struct WorkEstimate {
-  int64_t bytes = 0;         // DRAM bytes read plus written, each operand and result once
-  int64_t flops = 0;         // useful floating-point operations
+  // DRAM bytes read plus written: each operand and result once (the compulsory traffic);
+  // workspace partials are assumed to stay in L2 and are not counted.
+  int64_t bytes = 0;
+  // Floating-point operations the kernel executes, including whole-tile padding (a GEMM
+  // tile of 64 rows on a 1-row input executes 64 rows).
+  int64_t flops = 0;
   bool tensor_core = false;  // flops run at the matrix rate (else at the CUDA-core rate)
 };
 
@@ -119,6 +124,9 @@ class KernelFamily {
   // REQUIRES: CanImplement(region, target) is OK; otherwise its error is returned.
   virtual absl::StatusOr<CandidateTable> Candidates(const BoundRegion& region,
                                                     const TargetDescription& target) const = 0;
+  // Candidates(region, target)->default_tactic, without building the other rows.
+  virtual absl::StatusOr<Tactic> DefaultTactic(const BoundRegion& region,
+                                               const TargetDescription& target) const = 0;
   // OK when `tactic` belongs to this family and version, carries exactly the family's
   // parameters with admissible values for `region`, and fits `target` (shared memory);
   // InvalidArgument naming the parameter otherwise.
@@ -129,10 +137,15 @@ class KernelFamily {
   virtual WorkEstimate Work(const Tactic& tactic, const BoundRegion& region) const = 0;
   // Kernels launched for the region (0 for views).
   virtual int Launches(const Tactic& tactic, const BoundRegion& region) const { return 1; }
-  // Scratch device memory the step needs for its duration (split-K partials, counters).
+  // Scratch device memory the step needs for its duration (split-K partials); its contents
+  // do not outlive the step.
   virtual int64_t WorkspaceBytes(const Tactic& tactic, const BoundRegion& region) const {
     return 0;
   }
+  // Completion counters (4 bytes each): zero when the step starts, and returned to zero by
+  // the kernel (the last CTA to finish resets them), so they are zeroed once when the arena
+  // is allocated and then never share bytes with anything else.
+  virtual int64_t CounterBytes(const Tactic& tactic, const BoundRegion& region) const { return 0; }
   // Whether result `result` may be written into the storage of operand `operand` when that
   // operand is dead after this region: true only when the kernel reads each element of the
   // operand before writing the result element at the same position, and no other CTA reads

@@ -92,7 +92,7 @@ class RmsNormFamily final : public FamilyBase {
   static int64_t Vec(const BoundRegion& r) {
     std::vector<int64_t> extents = AlignmentExtents(r, {0, 1});
     extents.push_back(N(r));
-    return VectorWidthOf(r.operand_dtype(0), extents);
+    return VectorWidth(r.operand_dtype(0), extents);
   }
 };
 

@@ -1,7 +1,6 @@
 #include "planner/memory_planner.h"
 
 #include <algorithm>
-#include <climits>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -59,14 +58,17 @@ absl::Status CheckOptions(const BoundGraph& g, const MemoryPlanOptions& options)
         absl::StrCat("memory plan: alignment must be a power of two, got ", a));
   }
   const size_t n = g.graph().regions().size();
-  if (!options.workspace_bytes.empty() && options.workspace_bytes.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("memory plan: ", options.workspace_bytes.size(),
-                                                   " workspace sizes given for ", n, " regions"));
-  }
-  for (size_t i = 0; i < options.workspace_bytes.size(); ++i) {
-    if (options.workspace_bytes[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("memory plan: region #", i, " has a negative workspace size"));
+  for (const auto& [sizes, what] : {std::pair(&options.workspace_bytes, "workspace"),
+                                    std::pair(&options.counter_bytes, "counter")}) {
+    if (!sizes->empty() && sizes->size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("memory plan: ", sizes->size(), " ", what,
+                                                     " sizes given for ", n, " regions"));
+    }
+    for (size_t i = 0; i < sizes->size(); ++i) {
+      if ((*sizes)[i] < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("memory plan: region #", i, " has a negative ", what, " size"));
+      }
     }
   }
   return absl::OkStatus();
@@ -181,17 +183,30 @@ absl::StatusOr<MemoryPlan> PlanMemory(const BoundGraph& g, const MemoryPlanOptio
     buffer_of_group[static_cast<size_t>(v)] = static_cast<int32_t>(buffers.size());
     buffers.push_back(std::move(b));
   }
+  // Workspaces live for their step; counters for the whole run.
   plan.workspace.assign(static_cast<size_t>(n), -1);
-  for (int i = 0; i < static_cast<int>(options.workspace_bytes.size()); ++i) {
-    const int64_t bytes = options.workspace_bytes[static_cast<size_t>(i)];
-    if (bytes == 0) continue;
-    ArenaBuffer b;
-    b.bytes = AlignUp(bytes, options.alignment);
-    b.first_step = b.last_step = i;
-    b.workspace_of = i;
-    plan.intermediate_bytes += b.bytes;
-    plan.workspace[static_cast<size_t>(i)] = static_cast<int32_t>(buffers.size());
-    buffers.push_back(std::move(b));
+  plan.counters.assign(static_cast<size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    if (k < options.workspace_bytes.size() && options.workspace_bytes[k] > 0) {
+      ArenaBuffer b;
+      b.bytes = AlignUp(options.workspace_bytes[k], options.alignment);
+      b.first_step = b.last_step = i;
+      b.workspace_of = i;
+      plan.intermediate_bytes += b.bytes;
+      plan.workspace[k] = static_cast<int32_t>(buffers.size());
+      buffers.push_back(std::move(b));
+    }
+    if (k < options.counter_bytes.size() && options.counter_bytes[k] > 0) {
+      ArenaBuffer b;
+      b.bytes = AlignUp(options.counter_bytes[k], options.alignment);
+      b.first_step = 0;
+      b.last_step = n;
+      b.counters_of = i;
+      plan.intermediate_bytes += b.bytes;
+      plan.counters[k] = static_cast<int32_t>(buffers.size());
+      buffers.push_back(std::move(b));
+    }
   }
 
   // Greedy placement, largest first, each at the tightest gap among time-overlapping buffers.
@@ -251,8 +266,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const BoundGraph& g, const MemoryPlanOptio
     renumber[by_offset[k]] = static_cast<int32_t>(k);
     plan.buffers.push_back(std::move(buffers[by_offset[k]]));
   }
-  for (int32_t& w : plan.workspace) {
-    if (w >= 0) w = renumber[static_cast<size_t>(w)];
+  for (std::vector<int32_t>* per_region : {&plan.workspace, &plan.counters}) {
+    for (int32_t& w : *per_region) {
+      if (w >= 0) w = renumber[static_cast<size_t>(w)];
+    }
   }
 
   // States, then every value's placement.
@@ -298,9 +315,10 @@ absl::Status CheckMemoryPlan(const BoundGraph& g, const MemoryPlan& plan,
     return absl::InternalError(absl::StrCat("memory plan: ", parts...));
   };
   if (static_cast<int>(plan.values.size()) != num_values ||
-      static_cast<int>(plan.workspace.size()) != n) {
-    return fail("has ", plan.values.size(), " placements and ", plan.workspace.size(),
-                " workspace entries for ", num_values, " values and ", n, " regions");
+      static_cast<int>(plan.workspace.size()) != n || static_cast<int>(plan.counters.size()) != n) {
+    return fail("has ", plan.values.size(), " placements, ", plan.workspace.size(),
+                " workspace and ", plan.counters.size(), " counter entries for ", num_values,
+                " values and ", n, " regions");
   }
   auto name = [&](ir::ValueId v) { return absl::StrCat("%", graph.value(v).name); };
 
@@ -373,7 +391,7 @@ absl::Status CheckMemoryPlan(const BoundGraph& g, const MemoryPlan& plan,
   struct Item {
     int64_t begin, end;
     int first, last;
-    int cls;  // storage class, or -1 - region for a workspace
+    int cls;  // storage class; negative and unique for a workspace or counters
     std::string label;
   };
   std::vector<Item> items;
@@ -401,19 +419,28 @@ absl::Status CheckMemoryPlan(const BoundGraph& g, const MemoryPlan& plan,
     items.push_back(Item{p.offset, p.offset + span, def[static_cast<size_t>(v)],
                          last[static_cast<size_t>(v)], storage.Find(v), label});
   }
-  for (int i = 0; i < n; ++i) {
-    const int32_t w = plan.workspace[static_cast<size_t>(i)];
-    const int64_t want =
-        options.workspace_bytes.empty() ? 0 : options.workspace_bytes[static_cast<size_t>(i)];
-    if (w < 0) {
-      if (want > 0) return fail("region #", i, " has no workspace but needs ", want, " bytes");
-      continue;
+  // Scratch of the steps: workspaces live for their step, counters for the whole run.
+  int scratch_class = -1;
+  for (const bool counters : {false, true}) {
+    const std::vector<int32_t>& index = counters ? plan.counters : plan.workspace;
+    const std::vector<int64_t>& sizes = counters ? options.counter_bytes : options.workspace_bytes;
+    for (int i = 0; i < n; ++i) {
+      const int32_t w = index[static_cast<size_t>(i)];
+      const int64_t want = sizes.empty() ? 0 : sizes[static_cast<size_t>(i)];
+      const std::string label =
+          absl::StrCat("the ", counters ? "counters" : "workspace", " of region #", i);
+      if (w < 0) {
+        if (want > 0) return fail(label, " are missing; the step needs ", want, " bytes");
+        continue;
+      }
+      if (w >= static_cast<int32_t>(plan.buffers.size())) return fail(label, " name buffer ", w);
+      const ArenaBuffer& b = plan.buffers[static_cast<size_t>(w)];
+      TP_RETURN_IF_ERROR(check_buffer(w, b.offset, b.offset + want, label));
+      if (want > 0) {
+        items.push_back(Item{b.offset, b.offset + want, counters ? 0 : i, counters ? n : i,
+                             scratch_class--, label});
+      }
     }
-    const std::string label = absl::StrCat("the workspace of region #", i);
-    if (w >= static_cast<int32_t>(plan.buffers.size())) return fail(label, " names buffer ", w);
-    const ArenaBuffer& b = plan.buffers[static_cast<size_t>(w)];
-    TP_RETURN_IF_ERROR(check_buffer(w, b.offset, b.offset + want, label));
-    if (want > 0) items.push_back(Item{b.offset, b.offset + want, i, i, -1 - i, label});
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;

@@ -9,11 +9,12 @@
 // step 0 (the host writes them before the graph runs), graph outputs to the end.
 //
 // Three address spaces:
-//   arena   one device allocation for graph inputs, intermediates, outputs and step
-//           workspaces; offsets aligned to `alignment`; buffers whose lifetimes do not
-//           overlap share bytes. Placement is greedy by size (largest first; ties by first
-//           step, then creation order), each buffer at the best-fitting gap among the
-//           buffers live at the same time, else above them: deterministic.
+//   arena   one device allocation for graph inputs, intermediates, outputs, step workspaces
+//           and step counters; offsets aligned to `alignment`; buffers whose lifetimes do
+//           not overlap share bytes (counters live for the whole run, so they never do). Placement
+//           is greedy by size (largest first; ties by first step, then creation order), each buffer
+//           at the best-fitting gap among the buffers live at the same time, else above them:
+//           deterministic.
 //   state   the KV cache: every state in declaration order at aligned offsets, live always.
 //   weight  weights stay in their own (packed) tensors; a view of a weight is an offset
 //           into it.
@@ -39,6 +40,9 @@ struct MemoryPlanOptions {
   std::function<bool(int region, int result, int operand)> may_overwrite;
   // Workspace bytes per region (empty: no workspaces; else one entry per region).
   std::vector<int64_t> workspace_bytes;
+  // Counter bytes per region (KernelFamily::CounterBytes; empty or one entry per region):
+  // zeroed once at allocation, so they live for the whole run and share no bytes.
+  std::vector<int64_t> counter_bytes;
 };
 
 enum class StorageKind { kArena, kInput, kWeight, kState };
@@ -63,6 +67,7 @@ struct ArenaBuffer {
   int last_step = 0;                // inclusive; the number of steps for graph outputs
   std::vector<ir::ValueId> values;  // values stored here, by id (empty for a workspace)
   int workspace_of = -1;            // the region whose workspace this is, or -1
+  int counters_of = -1;             // the region whose counters these are, or -1
   bool input = false;               // holds a graph input
 };
 
@@ -83,6 +88,7 @@ struct MemoryPlan {
   std::vector<ValuePlacement> values;  // indexed by value id
   std::vector<ArenaBuffer> buffers;    // sorted by offset, then first step
   std::vector<int32_t> workspace;      // per region: index into buffers, or -1
+  std::vector<int32_t> counters;       // per region: index into buffers, or -1
   std::vector<StateBuffer> states;     // declaration order
   std::vector<Reuse> reuses;           // in region order
   int64_t alignment = 256;
@@ -100,7 +106,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const kernels::BoundGraph& graph,
 // aligned buffer and the arena; every reuse is allowed (by options.may_overwrite, layout,
 // and liveness); no two values of unrelated storage (not connected by the graph's aliasing
 // or the plan's reuses) that are live at the same step share a byte, nor any value and a
-// workspace of a step where it is live; states are disjoint. The error names both values,
+// workspace of a step where it is live, nor anything and a step's counters; states are
+// disjoint. The error names both values,
 // their byte ranges and steps.
 absl::Status CheckMemoryPlan(const kernels::BoundGraph& graph, const MemoryPlan& plan,
                              const MemoryPlanOptions& options);

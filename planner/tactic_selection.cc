@@ -47,18 +47,14 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
             absl::StrCat(name, ": cached tactic rejected: ", estimate.status().message()));
       }
     }
-    TP_ASSIGN_OR_RETURN(kernels::CandidateTable table, family->Candidates(region, target));
+    TP_ASSIGN_OR_RETURN(kernels::Tactic tactic, family->DefaultTactic(region, target));
     TP_ASSIGN_OR_RETURN(CostEstimate estimate,
-                        EstimateStep(*family, table.default_tactic, region, target, context.mode));
+                        EstimateStep(*family, tactic, region, target, context.mode));
     considered.push_back(absl::StrFormat("%s: %.2f us (cost model)", name, estimate.us));
-    if (!modeled || estimate.us < modeled->estimate.us) {
-      modeled = TacticChoice{family,
-                             std::move(table.default_tactic),
-                             TacticSource::kCostModel,
-                             estimate,
-                             std::nullopt,
-                             key,
-                             {}};
+    if (!modeled || estimate.us < modeled->estimate.us ||
+        (estimate.us == modeled->estimate.us && estimate.flops < modeled->estimate.flops)) {
+      modeled = TacticChoice{
+          family, std::move(tactic), TacticSource::kCostModel, estimate, std::nullopt, key, {}};
     }
   }
   std::optional<TacticChoice>& chosen = tuned ? tuned : modeled;

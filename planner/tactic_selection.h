@@ -4,8 +4,9 @@
 // tactic cache is consulted with the family's key; a hit whose tactic still validates is a
 // measured candidate. When any family has a measured candidate, the fastest measured one
 // wins (source TUNED). Otherwise each family's default tactic for the target (its ByTarget
-// row) is estimated by the cost model and the cheapest wins (source COST_MODEL); ties go to
-// the family whose name sorts first. The choice records what was considered and why.
+// row) is estimated by the cost model and the cheapest wins (source COST_MODEL); on equal
+// estimates the family executing fewer flops wins (a memory-bound GEMV over a padded GEMM
+// tile), then the family whose name sorts first. The choice records what was considered.
 #ifndef TILEPLAN_PLANNER_TACTIC_SELECTION_H_
 #define TILEPLAN_PLANNER_TACTIC_SELECTION_H_
 
@@ -40,6 +41,7 @@ struct TacticChoice {
   std::vector<std::string> considered;
 };
 
+// REQUIRES: registry and target are set and outlive the call.
 struct SelectionContext {
   const kernels::KernelRegistry* registry = nullptr;
   const TargetDescription* target = nullptr;

@@ -1,12 +1,18 @@
 // verify_model: checks a backend against a reference fixture (docs/fixtures.md).
 //
-//   verify_model --model DIR --reference FILE --backend cpu [--threads N]
+//   verify_model --model DIR --reference FILE --backend cpu [--threads N] [--no-plan]
+//                [--print-after-all] [--print-after=PASS[,PASS...]]
 //
-// Loads DIR's config.json and checkpoint, lowers the model, runs the reference prompt as one
-// prefill (B = 1, positions 0..T-1) and compares the logits with the reference: the largest
-// absolute difference relative to the largest reference magnitude, and the share of
-// positions whose argmax agrees. Then continues greedily with the KV cache, one token per
-// step, for as many tokens as the reference holds, and compares them token for token.
+// Loads DIR's config.json and checkpoint and lowers the model. By default it then plans the
+// primitive graph for both phases (planner/phase_graphs.h: the prefill pipeline with the
+// token bucket T = prompt length, the decode pipeline with T = 1; B = 1 and Smax = prompt +
+// greedy length) and runs the planned graphs, sharing one KV cache; with --no-plan it runs
+// the primitive graph. It runs the reference prompt as one prefill (positions 0..T-1) and
+// compares the logits with the reference: the largest absolute difference relative to the
+// largest reference magnitude, and the share of positions whose argmax agrees. Then it
+// continues greedily with the KV cache, one token per step, for as many tokens as the
+// reference holds, and compares them token for token. --print-after-all / --print-after
+// write the IR after the planner's passes to stderr (format in planner/pass.h).
 //
 // Exit status: 0 all checks pass; 1 a numerical check fails; 2 bad arguments, unreadable or
 // malformed input, or an unsupported model (the message names the field or tensor).
@@ -25,10 +31,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "models/config.h"
 #include "models/lowering.h"
 #include "models/safetensors.h"
+#include "planner/phase_graphs.h"
 #include "runtime/cpu/cpu_backend.h"
 
 namespace tileplan {
@@ -42,13 +50,17 @@ constexpr int kExitBadInput = 2;
 constexpr double kMaxRelativeError = 1e-4;
 
 constexpr const char* kUsage =
-    "usage: verify_model --model DIR --reference FILE --backend cpu [--threads N]";
+    "usage: verify_model --model DIR --reference FILE --backend cpu [--threads N] [--no-plan]\n"
+    "                    [--print-after-all] [--print-after=PASS[,PASS...]]";
 
 struct Args {
   std::string model;
   std::string reference;
   std::string backend;
-  int threads = 0;  // 0: the backend's default
+  int threads = 0;   // 0: the backend's default
+  bool plan = true;  // false: run the primitive graph
+  bool print_after_all = false;
+  std::vector<std::string> print_after;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -56,6 +68,14 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   for (int k = 1; k < argc; ++k) {
     std::string flag = argv[k];
     std::string value;
+    if (flag == "--no-plan") {
+      args.plan = false;
+      continue;
+    }
+    if (flag == "--print-after-all") {
+      args.print_after_all = true;
+      continue;
+    }
     if (const size_t eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
@@ -75,12 +95,23 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         return absl::InvalidArgumentError(
             absl::StrCat("--threads needs a positive integer, got '", value, "'"));
       }
+    } else if (flag == "--print-after") {
+      for (absl::string_view pass : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        args.print_after.emplace_back(pass);
+      }
+      if (args.print_after.empty()) {
+        return absl::InvalidArgumentError("--print-after needs a pass name");
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
     }
   }
   if (args.model.empty() || args.reference.empty() || args.backend.empty()) {
     return absl::InvalidArgumentError("--model, --reference and --backend are required");
+  }
+  if (!args.plan && (args.print_after_all || !args.print_after.empty())) {
+    return absl::InvalidArgumentError(
+        "--print-after-all and --print-after show the planner's passes; --no-plan runs none");
   }
   return args;
 }
@@ -171,8 +202,28 @@ absl::StatusOr<int> Verify(const Args& args) {
   options.batch = 1;
   options.max_seq = prompt_len + num_greedy;
   options.threads = args.threads;
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::cpu::CpuBackend> backend,
-                      runtime::cpu::CpuBackend::Create(graph, *checkpoint, options));
+  std::unique_ptr<runtime::cpu::CpuBackend> backend;
+  std::string graph_line;
+  if (args.plan) {
+    planner::PipelineOptions plan_options;
+    plan_options.tokens = prompt_len;
+    plan_options.batch = options.batch;
+    plan_options.cache_capacity = options.max_seq;
+    planner::PrintOptions print;
+    print.after_all = args.print_after_all;
+    print.after = args.print_after;
+    print.out = &std::cerr;
+    TP_ASSIGN_OR_RETURN(planner::PhaseGraphs planned,
+                        planner::PlanPhases(graph, plan_options, print));
+    TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
+                                     planned.prefill, planned.decode, *checkpoint, options));
+    graph_line = absl::StrCat("planned (prefill ", planned.prefill.regions().size(),
+                              " regions for T = ", prompt_len, ", decode ",
+                              planned.decode.regions().size(), " regions for T = 1)");
+  } else {
+    TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::Create(graph, *checkpoint, options));
+    graph_line = absl::StrCat("primitive (", graph.regions().size(), " regions)");
+  }
 
   std::cout << "model: " << args.model << " (" << models::ArchitectureName(config.arch) << ", "
             << config.num_layers << " layers, hidden " << config.hidden_size << ", heads "
@@ -180,6 +231,7 @@ absl::StatusOr<int> Verify(const Args& args) {
             << ", vocab " << vocab << ", " << ir::DTypeName(config.dtype) << ")\n"
             << "backend: " << args.backend << " (" << backend->num_threads()
             << (backend->num_threads() == 1 ? " thread)\n" : " threads)\n")
+            << "graph: " << graph_line << "\n"
             << "reference: " << args.reference << " (prompt " << prompt_len << " tokens, greedy "
             << num_greedy << " tokens)\n";
 

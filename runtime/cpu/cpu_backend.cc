@@ -137,55 +137,127 @@ HostTensor HostTensor::Int(std::vector<int64_t> shape, std::vector<int32_t> data
 
 std::vector<std::string> CpuSupportedKinds() { return KindNames(); }
 
-CpuBackend::CpuBackend(ir::Graph graph, const Options& options)
-    : graph_(std::move(graph)), options_(options) {
+// One graph the backend runs: its weights and states (shared with the backend's other graph
+// by name) and, per value, the last region reading it (-1 if none), by ValueId.
+struct CpuBackend::Program {
+  ir::Graph graph;
+  std::vector<std::shared_ptr<HostTensor>> weights;  // null for non-weights
+  std::vector<std::shared_ptr<HostTensor>> states;   // null for non-states
+  std::vector<int32_t> last_use;
+};
+
+CpuBackend::CpuBackend(const Options& options) : options_(options) {
   int threads = options.threads;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool_ = std::make_unique<ThreadPool>(threads);
+  static_symbols_ = {{"B", options_.batch}, {"Smax", options_.max_seq}};
 }
 
 CpuBackend::~CpuBackend() = default;
 
 int CpuBackend::num_threads() const { return pool_->num_threads(); }
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ir::Graph& graph,
-                                                               const models::Checkpoint& checkpoint,
-                                                               const Options& options) {
-  TP_ASSIGN_OR_RETURN(std::vector<std::vector<const models::TensorView*>> bound,
-                      models::BindCheckpoint(graph, checkpoint));
-  std::map<std::string, HostTensor> weights;
-  for (size_t k = 0; k < bound.size(); ++k) {
-    const ir::Value& w = graph.value(graph.weights()[k]);
-    // A packed weight is its parts concatenated along dim 0: with row-major data, their
-    // element sequences one after the other (BindCheckpoint checked the trailing dims).
-    std::vector<int64_t> shape = bound[k][0]->shape;
-    std::vector<float> data;
-    for (size_t part = 0; part < bound[k].size(); ++part) {
-      TP_ASSIGN_OR_RETURN(std::vector<float> values, models::ToFloat32(*bound[k][part]));
-      data.insert(data.end(), values.begin(), values.end());
-      if (part > 0) shape[0] += bound[k][part]->shape[0];
-    }
-    weights[w.name] = HostTensor::Float(std::move(shape), std::move(data));
-  }
-  return CreateWithWeights(graph, std::move(weights), options);
-}
+namespace {
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateWithWeights(
-    const ir::Graph& graph, std::map<std::string, HostTensor> weights, const Options& options) {
+absl::Status CheckOptions(const CpuBackend::Options& options) {
   if (options.batch < 1 || options.max_seq < 1 || options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cpu backend options: batch and max_seq must be >= 1 and threads >= 0; got batch ",
         options.batch, ", max_seq ", options.max_seq, ", threads ", options.threads));
   }
-  std::unique_ptr<CpuBackend> backend(new CpuBackend(graph, options));
-  TP_RETURN_IF_ERROR(backend->Prepare(std::move(weights)));
+  return absl::OkStatus();
+}
+
+// Weights loaded as float32, keyed by the checkpoint tensors they bind (so two graphs of one
+// model share each weight).
+using LoadedWeights = std::map<std::vector<std::string>, std::shared_ptr<HostTensor>>;
+
+// The weights of `graph` by value name, read from `checkpoint` (models::BindCheckpoint) or
+// found in `loaded`, which this extends.
+absl::StatusOr<std::map<std::string, std::shared_ptr<HostTensor>>> LoadWeights(
+    const ir::Graph& graph, const models::Checkpoint& checkpoint, LoadedWeights& loaded) {
+  TP_ASSIGN_OR_RETURN(std::vector<std::vector<const models::TensorView*>> bound,
+                      models::BindCheckpoint(graph, checkpoint));
+  std::map<std::string, std::shared_ptr<HostTensor>> weights;
+  for (size_t k = 0; k < bound.size(); ++k) {
+    const ir::Value& w = graph.value(graph.weights()[k]);
+    std::shared_ptr<HostTensor>& tensor = loaded[w.checkpoint_tensors];
+    if (tensor == nullptr) {
+      // A packed weight is its parts concatenated along dim 0: with row-major data, their
+      // element sequences one after the other (BindCheckpoint checked the trailing dims).
+      std::vector<int64_t> shape = bound[k][0]->shape;
+      std::vector<float> data;
+      for (size_t part = 0; part < bound[k].size(); ++part) {
+        TP_ASSIGN_OR_RETURN(std::vector<float> values, models::ToFloat32(*bound[k][part]));
+        data.insert(data.end(), values.begin(), values.end());
+        if (part > 0) shape[0] += bound[k][part]->shape[0];
+      }
+      tensor = std::make_shared<HostTensor>(HostTensor::Float(std::move(shape), std::move(data)));
+    }
+    weights[w.name] = tensor;
+  }
+  return weights;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ir::Graph& graph,
+                                                               const models::Checkpoint& checkpoint,
+                                                               const Options& options) {
+  TP_RETURN_IF_ERROR(CheckOptions(options));
+  LoadedWeights loaded;
+  TP_ASSIGN_OR_RETURN(auto weights, LoadWeights(graph, checkpoint, loaded));
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(options));
+  TP_RETURN_IF_ERROR(backend->AddGraph(graph, std::move(weights)));
   return backend;
 }
 
-absl::Status CpuBackend::Prepare(std::map<std::string, HostTensor> weights) {
-  const ir::Graph& g = graph_;
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreatePhased(
+    const ir::Graph& prefill, const ir::Graph& decode, const models::Checkpoint& checkpoint,
+    const Options& options) {
+  TP_RETURN_IF_ERROR(CheckOptions(options));
+  LoadedWeights loaded;
+  TP_ASSIGN_OR_RETURN(auto prefill_weights, LoadWeights(prefill, checkpoint, loaded));
+  TP_ASSIGN_OR_RETURN(auto decode_weights, LoadWeights(decode, checkpoint, loaded));
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(options));
+  absl::Status added = backend->AddGraph(prefill, std::move(prefill_weights));
+  if (!added.ok()) {
+    return absl::Status(added.code(), absl::StrCat("prefill graph: ", added.message()));
+  }
+  added = backend->AddGraph(decode, std::move(decode_weights));
+  if (!added.ok()) {
+    return absl::Status(added.code(), absl::StrCat("decode graph: ", added.message()));
+  }
+  // AddGraph refused states of the decode graph that the prefill graph lacks; the converse:
+  for (const auto& [name, state] : backend->states_) {
+    const ir::ValueId id = decode.FindValue(name);
+    if (id == ir::kNoValue || decode.value(id).kind != ir::ValueKind::kState) {
+      return absl::InvalidArgumentError(absl::StrCat("decode graph: has no state %", name,
+                                                     ", which the prefill graph declares; the two "
+                                                     "graphs must share their state"));
+    }
+  }
+  return backend;
+}
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::CreateWithWeights(
+    const ir::Graph& graph, std::map<std::string, HostTensor> weights, const Options& options) {
+  TP_RETURN_IF_ERROR(CheckOptions(options));
+  std::map<std::string, std::shared_ptr<HostTensor>> shared;
+  for (auto& [name, tensor] : weights) {
+    shared[name] = std::make_shared<HostTensor>(std::move(tensor));
+  }
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(options));
+  TP_RETURN_IF_ERROR(backend->AddGraph(graph, std::move(shared)));
+  return backend;
+}
+
+absl::Status CpuBackend::AddGraph(const ir::Graph& graph,
+                                  std::map<std::string, std::shared_ptr<HostTensor>> weights) {
+  auto program = std::make_unique<Program>();
+  program->graph = graph;
+  const ir::Graph& g = program->graph;
   const int num_values = g.num_values();
-  static_symbols_ = {{"B", options_.batch}, {"Smax", options_.max_seq}};
 
   // The verifier guarantees SSA order, operand counts, types and aliasing against the kind
   // registry, and that no value is read after an in-place update of its storage, nor a view
@@ -212,7 +284,7 @@ absl::Status CpuBackend::Prepare(std::map<std::string, HostTensor> weights) {
   }
 
   // Weights: exactly the graph's, with their declared static shapes.
-  weights_.assign(static_cast<size_t>(num_values), nullptr);
+  program->weights.assign(static_cast<size_t>(num_values), nullptr);
   for (ValueId id : g.weights()) {
     const ir::Value& v = g.value(id);
     const std::string what = absl::StrCat("weight %", v.name);
@@ -220,14 +292,15 @@ absl::Status CpuBackend::Prepare(std::map<std::string, HostTensor> weights) {
     if (it == weights.end()) {
       return absl::NotFoundError(absl::StrCat("no data for ", what, " (", v.type.ToString(), ")"));
     }
+    const HostTensor& t = *it->second;
     TP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ResolveShape(v.type, {}, what));
-    TP_RETURN_IF_ERROR(CheckHostTensor(it->second, what));
-    if (it->second.shape != shape || IsInt(it->second.dtype) != IsInt(v.type.dtype)) {
+    TP_RETURN_IF_ERROR(CheckHostTensor(t, what));
+    if (t.shape != shape || IsInt(t.dtype) != IsInt(v.type.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is declared ", v.type.ToString(),
-                                                     ", got ", ir::DTypeName(it->second.dtype),
-                                                     ShapeString(it->second.shape)));
+                                                     ", got ", ir::DTypeName(t.dtype),
+                                                     ShapeString(t.shape)));
     }
-    weights_[id] = std::make_shared<HostTensor>(std::move(it->second));
+    program->weights[id] = std::move(it->second);
     weights.erase(it);
   }
   if (!weights.empty()) {
@@ -235,42 +308,64 @@ absl::Status CpuBackend::Prepare(std::map<std::string, HostTensor> weights) {
                                                    "', which is not a weight of the graph"));
   }
 
-  // States: allocated once, zeroed, with B and Smax bound.
-  states_.assign(static_cast<size_t>(num_values), nullptr);
+  // States: allocated once, zeroed, with B and Smax bound; a state of an earlier graph is
+  // shared when this one declares it too, which needs the same shape and dtype.
+  program->states.assign(static_cast<size_t>(num_values), nullptr);
   for (ValueId id : g.states()) {
     const ir::Value& v = g.value(id);
     TP_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
                         ResolveShape(v.type, static_symbols_, absl::StrCat("state %", v.name)));
-    states_[id] = Allocate(v.type.dtype, std::move(shape));
+    std::shared_ptr<HostTensor>& state = states_[v.name];
+    if (state == nullptr) {
+      if (!programs_.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("declares state %", v.name,
+                         ", which the prefill graph does not declare; the two "
+                         "graphs must share their state"));
+      }
+      state = Allocate(v.type.dtype, std::move(shape));
+    } else if (state->shape != shape || state->dtype != v.type.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state %", v.name, " is ", ir::DTypeName(v.type.dtype), ShapeString(shape), ", but ",
+          ir::DTypeName(state->dtype), ShapeString(state->shape), " in the prefill graph"));
+    }
+    program->states[id] = state;
   }
 
-  last_use_.assign(static_cast<size_t>(num_values), -1);
+  program->last_use.assign(static_cast<size_t>(num_values), -1);
   for (size_t ri = 0; ri < g.regions().size(); ++ri) {
-    for (ValueId u : g.regions()[ri].operands) last_use_[u] = static_cast<int32_t>(ri);
+    for (ValueId u : g.regions()[ri].operands) program->last_use[u] = static_cast<int32_t>(ri);
   }
-  for (ValueId out : g.outputs()) last_use_[out] = std::numeric_limits<int32_t>::max();
+  for (ValueId out : g.outputs()) program->last_use[out] = std::numeric_limits<int32_t>::max();
+  programs_.push_back(std::move(program));
   return absl::OkStatus();
 }
 
+const CpuBackend::Program& CpuBackend::ProgramFor(ir::Phase phase) const {
+  return phase == ir::Phase::kDecode ? *programs_.back() : *programs_.front();
+}
+
+const ir::Graph& CpuBackend::graph(ir::Phase phase) const { return ProgramFor(phase).graph; }
+
+bool CpuBackend::phased() const { return programs_.size() > 1; }
+
 void CpuBackend::Reset() {
-  for (const std::shared_ptr<HostTensor>& s : states_) {
-    if (s == nullptr) continue;
+  for (const auto& [name, s] : states_) {
     std::fill(s->f.begin(), s->f.end(), 0.0f);
     std::fill(s->i.begin(), s->i.end(), 0);
   }
 }
 
 absl::StatusOr<HostTensor> CpuBackend::ReadState(absl::string_view name) const {
-  const ValueId id = graph_.FindValue(name);
-  if (id == ir::kNoValue || states_[id] == nullptr) {
-    return absl::NotFoundError(absl::StrCat("graph has no state %", name));
-  }
-  return *states_[id];
+  auto it = states_.find(std::string(name));
+  if (it == states_.end()) return absl::NotFoundError(absl::StrCat("graph has no state %", name));
+  return *it->second;
 }
 
 absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
-    const std::map<std::string, HostTensor>& inputs) {
-  const ir::Graph& g = graph_;
+    const std::map<std::string, HostTensor>& inputs, ir::Phase phase) {
+  const Program& program = ProgramFor(phase);
+  const ir::Graph& g = program.graph;
   std::map<std::string, int64_t> symbols = static_symbols_;
   std::vector<Slot> env(static_cast<size_t>(g.num_values()));
 
@@ -311,8 +406,8 @@ absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
     }
     env[id] = Slot{t.shape, std::make_shared<HostTensor>(t)};
   }
-  for (ValueId id : g.weights()) env[id] = Slot{weights_[id]->shape, weights_[id]};
-  for (ValueId id : g.states()) env[id] = Slot{states_[id]->shape, states_[id]};
+  for (ValueId id : g.weights()) env[id] = Slot{program.weights[id]->shape, program.weights[id]};
+  for (ValueId id : g.states()) env[id] = Slot{program.states[id]->shape, program.states[id]};
 
   for (size_t ri = 0; ri < g.regions().size(); ++ri) {
     const ir::Region& r = g.regions()[ri];
@@ -340,7 +435,7 @@ absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
     }
     TP_RETURN_IF_ERROR(FindKind(r.kind)->kernel(ctx));
     for (ValueId u : r.operands) {
-      if (last_use_[u] == static_cast<int32_t>(ri)) env[u].storage.reset();
+      if (program.last_use[u] == static_cast<int32_t>(ri)) env[u].storage.reset();
     }
   }
 
@@ -378,10 +473,12 @@ absl::StatusOr<std::vector<float>> CpuBackend::Run(const std::vector<int32_t>& t
   std::map<std::string, HostTensor> inputs;
   inputs["tokens"] = HostTensor::Int({options_.batch, t}, tokens);
   inputs["positions"] = HostTensor::Int({options_.batch, t}, positions);
-  TP_ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, Execute(inputs));
+  const ir::Phase phase = t == 1 ? ir::Phase::kDecode : ir::Phase::kPrefill;
+  TP_ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, Execute(inputs, phase));
   if (outputs.size() != 1 || IsInt(outputs[0].dtype)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run: graph '", graph_.name(), "' must have exactly one floating-point output (logits)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run: graph '", graph(phase).name(),
+                     "' must have exactly one floating-point output (logits)"));
   }
   return std::move(outputs[0].f);
 }

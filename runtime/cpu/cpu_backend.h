@@ -14,7 +14,9 @@
 // symbol (T for model graphs) is bound per run from the input shapes.
 //
 // State values (the KV caches) are allocated zeroed at creation and persist across runs, so
-// a prompt can be run as one prefill and continued token by token. Reset() zeroes them.
+// a prompt can be run as one prefill and continued token by token, with the same graph or,
+// for a backend of a planned model (CreatePhased), with its decode graph. Reset() zeroes
+// them.
 // After a run that returned an error the state contents are unspecified; call Reset().
 //
 // Graphs are checked with ir::Verify at creation. Aliasing: a `view` result (reshape,
@@ -68,15 +70,24 @@ class CpuBackend {
   };
 
   // Binds the graph's weights to `checkpoint` (models::BindCheckpoint: exact names, shapes
-  // and dtypes, no unused tensors), upcasts them to float32 and packs every packed weight
-  // (concatenating its parts along dim 0), verifies the graph, checks that every kind is
-  // implemented (Unimplemented otherwise) and allocates the state.
-  // The checkpoint is not referenced after Create returns.
+  // and dtypes, every tensor bound once), upcasts them to float32 and packs every packed
+  // weight (concatenating its parts along dim 0), verifies the graph, checks that every
+  // kind is implemented (Unimplemented otherwise) and allocates the state. The checkpoint
+  // is not referenced after Create returns.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ir::Graph& graph,
                                                             const models::Checkpoint& checkpoint,
                                                             const Options& options);
-  // Same, with weights given directly by weight value name (without '%'); every weight of
-  // the graph must be present with its declared shape and nothing else.
+  // A backend for two graphs of one model, such as the planner's prefill and decode graphs:
+  // Run uses `decode` for steps of one token per sequence and `prefill` for all others.
+  // Each graph is bound to `checkpoint` as by Create (weights bound to the same checkpoint
+  // tensors are loaded once), and the two share their state: they must declare the same
+  // state values (by name) with the same types, so a prompt run by one is continued by the
+  // other. Errors name the graph ("decode graph: ...").
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> CreatePhased(
+      const ir::Graph& prefill, const ir::Graph& decode, const models::Checkpoint& checkpoint,
+      const Options& options);
+  // As Create, with weights given directly by weight value name (without '%'); every weight
+  // of the graph must be present with its declared shape and nothing else.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> CreateWithWeights(
       const ir::Graph& graph, std::map<std::string, HostTensor> weights, const Options& options);
 
@@ -86,14 +97,16 @@ class CpuBackend {
 
   // Runs a model graph (docs/ir.md conventions: inputs %tokens and %positions i32[B,T], one
   // f32 output [B,T,V]). `tokens` and `positions` are [B,T] row-major with the same size, a
-  // non-zero multiple of B. Returns the logits [B,T,V] row-major.
+  // non-zero multiple of B. A step with T = 1 runs graph(kDecode), any other
+  // graph(kPrefill). Returns the logits [B,T,V] row-major.
   absl::StatusOr<std::vector<float>> Run(const std::vector<int32_t>& tokens,
                                          const std::vector<int32_t>& positions);
 
-  // Runs any graph: `inputs` maps every graph input name (without '%') to a tensor whose
-  // dtype class (float or i32) and shape match the declared type. Returns the graph
-  // outputs in order.
-  absl::StatusOr<std::vector<HostTensor>> Execute(const std::map<std::string, HostTensor>& inputs);
+  // Runs graph(phase) on `inputs`, which maps every graph input name (without '%') to a
+  // tensor whose dtype class (float or i32) and shape match the declared type. Returns the
+  // graph outputs in order.
+  absl::StatusOr<std::vector<HostTensor>> Execute(const std::map<std::string, HostTensor>& inputs,
+                                                  ir::Phase phase = ir::Phase::kGeneral);
 
   // Zeroes every state value (empties the KV cache).
   void Reset();
@@ -102,19 +115,27 @@ class CpuBackend {
   absl::StatusOr<HostTensor> ReadState(absl::string_view name) const;
 
   int num_threads() const;
-  const ir::Graph& graph() const { return graph_; }
+  // Whether the backend was created by CreatePhased.
+  bool phased() const;
+  // The decode graph of a phased backend for kDecode; otherwise its prefill graph, or the
+  // one graph of a backend made by Create or CreateWithWeights.
+  const ir::Graph& graph(ir::Phase phase = ir::Phase::kGeneral) const;
 
  private:
-  CpuBackend(ir::Graph graph, const Options& options);
-  absl::Status Prepare(std::map<std::string, HostTensor> weights);
+  struct Program;
 
-  ir::Graph graph_;
+  explicit CpuBackend(const Options& options);
+  // Adds a graph with its weights (by value name, exactly the graph's); a second graph shares
+  // the first one's state.
+  absl::Status AddGraph(const ir::Graph& graph,
+                        std::map<std::string, std::shared_ptr<HostTensor>> weights);
+  const Program& ProgramFor(ir::Phase phase) const;
+
   Options options_;
   std::unique_ptr<ThreadPool> pool_;
-  std::map<std::string, int64_t> static_symbols_;     // B, Smax
-  std::vector<std::shared_ptr<HostTensor>> weights_;  // by ValueId, null for non-weights
-  std::vector<std::shared_ptr<HostTensor>> states_;   // by ValueId, null for non-states
-  std::vector<int32_t> last_use_;  // by ValueId: last region reading it, -1 if none
+  std::map<std::string, int64_t> static_symbols_;              // B, Smax
+  std::vector<std::unique_ptr<Program>> programs_;             // the (prefill) graph, then decode's
+  std::map<std::string, std::shared_ptr<HostTensor>> states_;  // by name, shared by programs
 };
 
 }  // namespace tileplan::runtime::cpu

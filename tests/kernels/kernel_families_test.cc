@@ -58,6 +58,9 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
             absl::StatusOr<CandidateTable> table = family->Candidates(region, target);
             ASSERT_TRUE(table.ok()) << table.status();
             EXPECT_TRUE(family->ValidateTactic(table->default_tactic, region, target).ok());
+            absl::StatusOr<Tactic> default_tactic = family->DefaultTactic(region, target);
+            ASSERT_TRUE(default_tactic.ok()) << default_tactic.status();
+            EXPECT_EQ(*default_tactic, table->default_tactic);
             const LaunchGeometry geometry = family->Geometry(table->default_tactic, region);
             const int launches = family->Launches(table->default_tactic, region);
             EXPECT_EQ(launches == 0, geometry.ctas() == 0) << family->name();
@@ -231,7 +234,8 @@ TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   ASSERT_TRUE(table.ok());
   // 128 row tiles on 132 SMs: split K in two (each slice keeps >= 256 threads × 8 of K).
   EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
-  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4 + 128 * 4);
+  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4);
+  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 128 * 4);
   EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
 }
 
@@ -306,8 +310,7 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     const WorkEstimate w = decode_family.Work(t->default_tactic, r);
     const int64_t keys = i == 0 ? 100 : 4;
     EXPECT_EQ(w.flops, 4 * 2 * 64 * keys);
-    EXPECT_EQ(w.bytes, 2 * (2 * 64 * 2) + 4 + 2 * keys * 64 * 2 +
-                           2 * decode_family.WorkspaceBytes(t->default_tactic, r));
+    EXPECT_EQ(w.bytes, 2 * (2 * 64 * 2) + 4 + 2 * keys * 64 * 2);
     // Splits fill the machine but never exceed the cache's chunks: 128 / 256 -> 1.
     EXPECT_EQ(*t->default_tactic.Param("splits"), 1);
   }
@@ -326,11 +329,11 @@ TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
   absl::StatusOr<CandidateTable> t = lt.Candidates(y, MustTarget("h200"));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->default_tactic.ParamsString(),
-            "reduction_scheme=0,split_k=1,stages=4,swizzle=0,tile_m=128,tile_n=256");
+            "reduction_scheme=0,split_k=1,stages=4,swizzle=0,tile_m=64,tile_n=64");
   EXPECT_EQ(lt.Launches(t->default_tactic, y), 1);
   const LaunchGeometry g = lt.Geometry(t->default_tactic, y);
   EXPECT_TRUE(g.library_managed);
-  EXPECT_THAT(g.grid, ElementsAre(2, 1, 1));
+  EXPECT_THAT(g.grid, ElementsAre(8, 2, 1));
   EXPECT_TRUE(lt.Work(t->default_tactic, y).tensor_core);
   // A measured tactic may carry the algo id; a negative one is rejected.
   Tactic tuned = t->default_tactic;

@@ -110,20 +110,39 @@ TEST(MemoryPlannerTest, ViewsAndInPlaceResultsShareTheirOperandsStorage) {
   EXPECT_TRUE(plan.reuses.empty());
 }
 
-TEST(MemoryPlannerTest, WorkspacesLiveForTheirStepOnly) {
+TEST(MemoryPlannerTest, WorkspacesLiveForTheirStepAndCountersForTheRun) {
   const ir::Graph graph = MustParseVerified(kChain);
   const BoundGraph g = MustBind(graph, {}, 0);
   MemoryPlanOptions options;
   options.workspace_bytes = {0, 100, 0, 1000};
+  options.counter_bytes = {0, 0, 8, 0};
   const MemoryPlan plan = MustPlan(g, options);
   ASSERT_GE(plan.workspace[1], 0);
   ASSERT_GE(plan.workspace[3], 0);
+  ASSERT_GE(plan.counters[2], 0);
   EXPECT_EQ(plan.workspace[0], -1);
-  EXPECT_EQ(plan.buffers[plan.workspace[1]].bytes, 256);
-  EXPECT_EQ(plan.buffers[plan.workspace[3]].bytes, 1024);
-  EXPECT_EQ(plan.intermediate_bytes, 5 * 256 + 256 + 1024);
+  EXPECT_EQ(plan.counters[1], -1);
+  const ArenaBuffer& w1 = plan.buffers[plan.workspace[1]];
+  const ArenaBuffer& w3 = plan.buffers[plan.workspace[3]];
+  const ArenaBuffer& c2 = plan.buffers[plan.counters[2]];
+  EXPECT_EQ(w1.bytes, 256);
+  EXPECT_EQ(w3.bytes, 1024);
+  EXPECT_EQ(w1.workspace_of, 1);
+  EXPECT_EQ(c2.counters_of, 2);
+  EXPECT_EQ(c2.first_step, 0);
+  EXPECT_EQ(c2.last_step, 4);
+  // Workspaces of different steps may share bytes; counters share with nothing.
+  for (const ArenaBuffer& b : plan.buffers) {
+    if (&b == &c2) continue;
+    EXPECT_TRUE(b.offset + b.bytes <= c2.offset || c2.offset + c2.bytes <= b.offset);
+  }
+  EXPECT_EQ(plan.intermediate_bytes, 5 * 256 + 256 + 1024 + 256);
   options.workspace_bytes = {1};
   EXPECT_THAT(PlanMemory(g, options).status().message(), HasSubstr("1 workspace sizes"));
+  options.workspace_bytes.clear();
+  options.counter_bytes = {0, -4, 0, 0};
+  EXPECT_THAT(PlanMemory(g, options).status().message(),
+              HasSubstr("region #1 has a negative counter size"));
 }
 
 TEST(MemoryPlannerTest, CheckerCatchesOverlapsAndForbiddenReuse) {
@@ -144,6 +163,16 @@ TEST(MemoryPlannerTest, CheckerCatchesOverlapsAndForbiddenReuse) {
   const MemoryPlan reused = MustPlan(g, ReuseAnything());
   EXPECT_THAT(CheckMemoryPlan(g, reused, MemoryPlanOptions()).message(),
               HasSubstr("region #2 writes %c over %b"));
+  // A buffer moved onto a step's counters (which live for the whole run).
+  MemoryPlanOptions with_counters;
+  with_counters.counter_bytes = {0, 0, 0, 64};
+  broken = MustPlan(g, with_counters);
+  const ArenaBuffer& counters = broken.buffers[broken.counters[3]];
+  const int32_t b_buffer = broken.values[graph.FindValue("b")].buffer;
+  broken.values[graph.FindValue("b")].offset = counters.offset;
+  broken.buffers[b_buffer].offset = counters.offset;
+  s = CheckMemoryPlan(g, broken, with_counters);
+  EXPECT_THAT(s.message(), HasSubstr("the counters of region #3"));
   // A value outside its buffer.
   broken = plan;
   broken.values[c].offset += 128;

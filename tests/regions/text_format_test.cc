@@ -64,7 +64,9 @@ TEST(TextFormatTest, PlannedGoldenGraphCoversEveryFusedKindAndRoundTrips) {
   std::set<std::string> kinds;
   for (const Region& r : g.regions()) kinds.insert(r.kind);
   for (const std::string& kind : KindNames()) {
-    if (FindKind(kind)->fused) EXPECT_TRUE(kinds.count(kind)) << kind;
+    if (FindKind(kind)->fused) {
+      EXPECT_TRUE(kinds.count(kind)) << kind;
+    }
   }
   ExpectRoundTrips(g);
 

@@ -1,4 +1,4 @@
-// tileplan-opt end to end: output forms, exit codes and error messages.
+// tileplan-opt end to end: output forms, passes and pipelines, exit codes and error messages.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +131,108 @@ TEST(TileplanOptTest, UsageAndIoErrorsExitOne) {
   const RunResult directory = RunOpt(absl::StrCat("'", TILEPLAN_SOURCE_DIR, "'"));
   EXPECT_EQ(directory.exit_code, 1);
   EXPECT_THAT(directory.err, HasSubstr("is a directory"));
+}
+
+constexpr char kDeadCode[] = R"(graph @g {
+  input %x: f32[B,T,4]
+  %y: f32[B,T,4] = silu(%x)
+  %dead: f32[B,T,4] = mul(%y, %y)
+  output %y
+}
+)";
+
+TEST(TileplanOptTest, RunsNamedPassesInOrder) {
+  const std::string path = WriteTemp("dead.tpir", kDeadCode);
+  const RunResult r = RunOpt(absl::StrCat("--pass=dce,specialize_phase '", path, "'"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "graph @g {\n  input %x: f32[B,1,4]\n  %y: f32[B,1,4] = silu(%x) phase(decode)\n"
+            "  output %y\n}\n");
+  EXPECT_EQ(r.err, "");
+  const RunResult prefill = RunOpt(
+      absl::StrCat("--pass=specialize_phase --phase=prefill --tokens=8 --batch=2 '", path, "'"));
+  EXPECT_EQ(prefill.exit_code, 0) << prefill.err;
+  EXPECT_THAT(prefill.out, HasSubstr("%dead: f32[2,8,4] = mul(%y, %y) phase(prefill)"));
+}
+
+TEST(TileplanOptTest, PrintsAfterPassesOnStderr) {
+  const std::string path = WriteTemp("dead_print.tpir", kDeadCode);
+  const RunResult all = RunOpt(absl::StrCat("--pass=dce,dce --print-after-all '", path, "'"));
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.err, absl::StrCat("// ----- IR after dce (pass 1 of 2)\n", all.out,
+                                  "// ----- IR after dce (pass 2 of 2): unchanged\n"));
+  const RunResult one =
+      RunOpt(absl::StrCat("--pipeline=decode --print-after=specialize_phase '", path, "'"));
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 7 of 7)\n", one.out));
+}
+
+TEST(TileplanOptTest, PlansABundledModel) {
+  const RunResult r = RunOpt("--model qwen3-0.6b --pipeline=decode --batch=4");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("= concat(\"model.layers.0.self_attn.q_proj.weight\", "
+                               "\"model.layers.0.self_attn.k_proj.weight\", "
+                               "\"model.layers.0.self_attn.v_proj.weight\")"));
+  EXPECT_THAT(r.out, HasSubstr("= qk_norm_rope_kv_write(%l0.qkv, "));
+  EXPECT_THAT(r.out, HasSubstr("%l27.out: bf16[4,1,1024] = linear_residual("));
+  EXPECT_EQ(r.err, "");
+  const RunResult primitive = RunOpt("--model=qwen3-0.6b");
+  EXPECT_EQ(primitive.exit_code, 0) << primitive.err;
+  EXPECT_THAT(primitive.out, HasSubstr("%l0.q: bf16[B,T,2048] = linear(%l0.attn_norm, "));
+}
+
+TEST(TileplanOptTest, PlansACheckpointDirectorysConfig) {
+  const RunResult r = RunOpt(absl::StrCat("--model '", TILEPLAN_SOURCE_DIR,
+                                          "/tests/data/phi3-tiny' --pipeline=prefill --tokens=16"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("= rope_kv_write(%l0.qkv, "));
+  EXPECT_THAT(r.out, HasSubstr("phase(prefill)"));
+  const RunResult missing = RunOpt("--model /nonexistent/model --pipeline=decode");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("/nonexistent/model"));
+}
+
+TEST(TileplanOptTest, PassFailureExitsTwoNamingPassAndRegion) {
+  const std::string path = WriteTemp("mixed_phase.tpir", R"(graph @g {
+  input %x: f32[B,T,4]
+  %y: f32[B,T,4] = silu(%x) phase(prefill)
+  output %y
+}
+)");
+  const RunResult r = RunOpt(absl::StrCat("--pipeline=decode '", path, "'"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, absl::StrCat(path,
+                                ": pass 'specialize_phase': region #0 'silu' (%y) is "
+                                "already specialized for prefill, cannot specialize it "
+                                "for decode\n"));
+}
+
+TEST(TileplanOptTest, PassUsageErrorsExitOne) {
+  const std::string g = absl::StrCat(" '", GoldenPath(), "'");
+  EXPECT_THAT(RunOpt("--pass=fuse_everything" + g).err,
+              HasSubstr("unknown pass 'fuse_everything'"));
+  EXPECT_EQ(RunOpt("--pass=fuse_everything" + g).exit_code, 1);
+  EXPECT_THAT(RunOpt("--pipeline=prefill" + g).err, HasSubstr("prefill needs --tokens=N"));
+  EXPECT_EQ(RunOpt("--pipeline=decode --tokens=4" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--pipeline=fast" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--pipeline=decode --pass=dce" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--pipeline=decode --phase=decode" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--pipeline=decode --batch=0" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--print-after-all" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--tokens=3" + g).exit_code, 1);
+  const RunResult not_run = RunOpt("--pass=dce --print-after=pack_qkv" + g);
+  EXPECT_EQ(not_run.exit_code, 1);
+  EXPECT_THAT(not_run.err, HasSubstr("--print-after=pack_qkv names a pass that does not run"));
+  EXPECT_EQ(RunOpt("--model qwen3-0.6b" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--model").exit_code, 1);
+}
+
+TEST(TileplanOptTest, ListsPasses) {
+  const RunResult r = RunOpt("--list-passes");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pack_qkv  packs the q, k and v projections"));
+  EXPECT_THAT(r.out, HasSubstr("specialize_phase  "));
 }
 
 }  // namespace

@@ -44,7 +44,14 @@ class TinyModel {
     return backend.ok() ? std::move(*backend) : nullptr;
   }
 
+  absl::StatusOr<std::unique_ptr<CpuBackend>> Phased(const ir::Graph& prefill,
+                                                     const ir::Graph& decode,
+                                                     int64_t max_seq) const {
+    return CpuBackend::CreatePhased(prefill, decode, *checkpoint_, {1, max_seq, 2});
+  }
+
   const models::ModelConfig& config() const { return config_; }
+  const ir::Graph& graph() const { return graph_; }
 
  private:
   models::ModelConfig config_;
@@ -97,6 +104,43 @@ TEST_P(CpuModelTest, PrefillMatchesTokenByTokenDecode) {
   }
 }
 
+// A phased backend runs the prompt's first tokens with its prefill graph and continues
+// with its decode graph on the same KV cache (here both are the primitive graph, the decode
+// one renamed so the test can tell them apart).
+TEST_P(CpuModelTest, PhasedBackendContinuesWithTheDecodeGraphOnTheSameCache) {
+  TinyModel model(testing::TinyModelConfig(GetParam()));
+  const int64_t vocab = model.config().vocab_size;
+  auto single = model.Backend(1, 16);
+  ASSERT_NE(single, nullptr);
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  auto whole = single->Run(kPrompt, Iota(n));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+
+  ir::Graph decode = model.graph();
+  decode.set_name("decode");
+  auto phased = model.Phased(model.graph(), decode, 16);
+  ASSERT_TRUE(phased.ok()) << phased.status();
+  EXPECT_TRUE((*phased)->phased());
+  EXPECT_EQ((*phased)->graph(ir::Phase::kDecode).name(), "decode");
+  EXPECT_EQ((*phased)->graph(ir::Phase::kPrefill).name(), model.graph().name());
+  const int32_t prefix = 4;
+  auto first =
+      (*phased)->Run(std::vector<int32_t>(kPrompt.begin(), kPrompt.begin() + prefix), Iota(prefix));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, std::vector<float>(whole->begin(), whole->begin() + prefix * vocab));
+  const double scale = MaxAbs(*whole);
+  for (int32_t t = prefix; t < n; ++t) {
+    auto step = (*phased)->Run({kPrompt[t]}, {t});
+    ASSERT_TRUE(step.ok()) << step.status();
+    double max_diff = 0;
+    for (int64_t j = 0; j < vocab; ++j) {
+      max_diff =
+          std::max(max_diff, std::fabs(static_cast<double>((*step)[j]) - (*whole)[t * vocab + j]));
+    }
+    EXPECT_LE(max_diff / scale, 1e-5) << "position " << t;
+  }
+}
+
 TEST_P(CpuModelTest, BatchRowsAreIndependentAndThreadCountDoesNotMatter) {
   TinyModel model(testing::TinyModelConfig(GetParam()));
   const std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {50, 1, 22, 13, 4};
@@ -143,6 +187,35 @@ TEST(CpuModel, SlidingWindowChangesLaterPositionsOnly) {
             std::vector<float>(lb->begin(), lb->begin() + 3 * vocab));
   EXPECT_NE(std::vector<float>(la->end() - vocab, la->end()),
             std::vector<float>(lb->end() - vocab, lb->end()));
+}
+
+TEST(CpuModel, PhasedGraphsMustDeclareTheSameState) {
+  TinyModel model(testing::TinyModelConfig(Architecture::kQwen3));
+  const ir::TensorType two =
+      ir::MakeType(ir::DType::kF32, {ir::Dim::Symbol("B"), ir::Dim::Static(2)});
+  const ir::TensorType three =
+      ir::MakeType(ir::DType::kF32, {ir::Dim::Symbol("B"), ir::Dim::Static(3)});
+  ir::Graph with_two = model.graph();
+  ASSERT_TRUE(with_two.AddState("extra", two).ok());
+  ir::Graph with_three = model.graph();
+  ASSERT_TRUE(with_three.AddState("extra", three).ok());
+
+  auto backend = model.Phased(model.graph(), with_two, 8);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().message(),
+            "decode graph: declares state %extra, which the prefill graph does not declare; the "
+            "two graphs must share their state");
+  backend = model.Phased(with_two, model.graph(), 8);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().message(),
+            "decode graph: has no state %extra, which the prefill graph declares; the two graphs "
+            "must share their state");
+  backend = model.Phased(with_two, with_three, 8);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().message(),
+            "decode graph: state %extra is f32[1,3], but f32[1,2] in the prefill graph");
+  backend = model.Phased(with_two, with_two, 8);
+  EXPECT_TRUE(backend.ok()) << backend.status();
 }
 
 TEST(CpuModel, BadRunsAreErrors) {

@@ -85,9 +85,43 @@ class VerifyModelTest : public ::testing::Test {
 TEST_F(VerifyModelTest, FixturePasses) {
   const Result r = RunWithReference(LoadReference());
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("graph: planned (prefill 21 regions for T = 24, decode 21 regions for "
+                        "T = 1)"));
   EXPECT_THAT(r.output, HasSubstr("argmax: 24/24 positions agree (100.0%): ok"));
   EXPECT_THAT(r.output, HasSubstr("greedy: 16/16 tokens match: ok"));
   EXPECT_THAT(r.output, HasSubstr("PASS"));
+}
+
+TEST_F(VerifyModelTest, NoPlanRunsThePrimitiveGraph) {
+  const std::string reference = (kFixture / "reference.safetensors").string();
+  const Result r = RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                                               reference, "' --backend cpu --no-plan"),
+                                  dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("graph: primitive (47 regions)"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+}
+
+TEST_F(VerifyModelTest, PrintsTheIrAfterPlannerPasses) {
+  const std::string base =
+      absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                   (kFixture / "reference.safetensors").string(), "' --backend cpu");
+  Result r = RunVerifyModel(absl::StrCat(base, " --print-after=fuse_swiglu"), dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("// ===== prefill pipeline\n// ----- IR after fuse_swiglu "
+                                  "(pass 3 of 7)\ngraph @llama {"));
+  EXPECT_THAT(r.output, HasSubstr("// ===== decode pipeline\n// ----- IR after fuse_swiglu"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+
+  r = RunVerifyModel(absl::StrCat(base, " --print-after=no_such_pass"), dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("prefill pipeline: "));
+  EXPECT_THAT(r.output, HasSubstr("no_such_pass"));
+
+  r = RunVerifyModel(absl::StrCat(base, " --no-plan --print-after-all"), dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--no-plan runs none"));
 }
 
 TEST_F(VerifyModelTest, PerturbedLogitsFail) {

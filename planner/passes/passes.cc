@@ -1,0 +1,34 @@
+#include "planner/passes/passes.h"
+
+namespace tileplan::planner {
+namespace {
+
+// Adapts a factory that takes no options to PassFactory.
+template <std::unique_ptr<Pass> (*Create)()>
+absl::StatusOr<std::unique_ptr<Pass>> Plain(const PassOptions&) {
+  return Create();
+}
+
+}  // namespace
+
+std::vector<PassInfo> BuiltinPasses() {
+  return {
+      {"pack_qkv", "packs the q, k and v projections of an attention into one linear + split",
+       Plain<CreatePackQkvPass>},
+      {"pack_gate_up", "packs the gate and up projections of a SwiGLU into one linear + split",
+       Plain<CreatePackGateUpPass>},
+      {"fuse_swiglu", "split + silu + mul -> swiglu, or linear_swiglu over a packed linear",
+       Plain<CreateFuseSwigluPass>},
+      {"fuse_qk_norm_rope_kv_write",
+       "split + reshapes [+ q/k rms_norm] + ropes + kv_writes -> (qk_norm_)rope_kv_write",
+       Plain<CreateFuseQkNormRopeKvWritePass>},
+      {"fuse_residual", "add(linear, r) -> linear_residual; add feeding rms_norm -> add_rms_norm",
+       Plain<CreateFuseResidualPass>},
+      {"dce", "removes regions whose results are unused (state writes are live)",
+       Plain<CreateDcePass>},
+      {"specialize_phase", "binds T (and B, Smax) and sets every region's phase",
+       CreateSpecializePhasePass},
+  };
+}
+
+}  // namespace tileplan::planner

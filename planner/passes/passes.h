@@ -1,0 +1,35 @@
+// The built-in passes (docs/planner.md describes each pattern, its result and when it
+// refuses). Each is created through the pass registry (planner/pass.h); this header is the
+// list RegisterAllPasses registers, in pipeline order.
+#ifndef TILEPLAN_PLANNER_PASSES_PASSES_H_
+#define TILEPLAN_PLANNER_PASSES_PASSES_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/pass.h"
+
+namespace tileplan::planner {
+
+struct PassInfo {
+  const char* name;
+  const char* summary;
+  PassFactory factory;
+};
+
+// Every built-in pass, in the order the pipelines run them.
+std::vector<PassInfo> BuiltinPasses();
+
+std::unique_ptr<Pass> CreatePackQkvPass();
+std::unique_ptr<Pass> CreatePackGateUpPass();
+std::unique_ptr<Pass> CreateFuseSwigluPass();
+std::unique_ptr<Pass> CreateFuseQkNormRopeKvWritePass();
+std::unique_ptr<Pass> CreateFuseResidualPass();
+std::unique_ptr<Pass> CreateDcePass();
+// InvalidArgument when the phase is not prefill or decode or an extent is not positive.
+absl::StatusOr<std::unique_ptr<Pass>> CreateSpecializePhasePass(const PassOptions& options);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_PASSES_PASSES_H_

@@ -1,0 +1,33 @@
+// The planner's pass pipelines, as plain functions over the pass registry.
+//
+// Both pipelines run, in this order: pack_qkv, pack_gate_up, fuse_swiglu,
+// fuse_qk_norm_rope_kv_write, fuse_residual, dce, specialize_phase (docs/planner.md). They
+// differ only in how specialize_phase binds the symbols: prefill binds T to the token bucket,
+// decode binds T to 1. B and Smax are bound when the options give them and stay symbolic
+// otherwise.
+#ifndef TILEPLAN_PLANNER_PIPELINES_H_
+#define TILEPLAN_PLANNER_PIPELINES_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "planner/pass.h"
+
+namespace tileplan::planner {
+
+struct PipelineOptions {
+  // The prefill token bucket (T); must be positive for BuildPrefillPipeline. Decode always
+  // binds T = 1 and does not read it.
+  int64_t tokens = 0;
+  std::optional<int64_t> batch;           // the batch bucket (B)
+  std::optional<int64_t> cache_capacity;  // the KV-cache capacity (Smax)
+};
+
+// InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.
+absl::StatusOr<PassPipeline> BuildPrefillPipeline(const PipelineOptions& options);
+absl::StatusOr<PassPipeline> BuildDecodePipeline(const PipelineOptions& options);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_PIPELINES_H_

@@ -1,0 +1,311 @@
+#include "planner/plan_builder.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "models/lowering.h"
+#include "planner/memory_planner.h"
+#include "planner/pipelines.h"
+#include "planner/tactic_selection.h"
+#include "regions/serialization.h"
+
+namespace tileplan::planner {
+namespace {
+
+using kernels::BoundGraph;
+using kernels::BoundRegion;
+
+constexpr int32_t kFormatVersion = 1;
+
+ir::proto::DType DTypeToProto(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kF32:
+      return ir::proto::DTYPE_F32;
+    case ir::DType::kBF16:
+      return ir::proto::DTYPE_BF16;
+    case ir::DType::kF16:
+      return ir::proto::DTYPE_F16;
+    case ir::DType::kI32:
+      return ir::proto::DTYPE_I32;
+  }
+  return ir::proto::DTYPE_UNSPECIFIED;
+}
+
+proto::Binding::Storage StorageToProto(StorageKind kind) {
+  switch (kind) {
+    case StorageKind::kArena:
+      return proto::Binding::STORAGE_ARENA;
+    case StorageKind::kInput:
+      return proto::Binding::STORAGE_INPUT;
+    case StorageKind::kWeight:
+      return proto::Binding::STORAGE_WEIGHT;
+    case StorageKind::kState:
+      return proto::Binding::STORAGE_STATE;
+  }
+  return proto::Binding::STORAGE_UNSPECIFIED;
+}
+
+void FillBinding(const BoundGraph& g, const MemoryPlan& memory, ir::ValueId v, proto::Binding* b) {
+  const ValuePlacement& p = memory.values[static_cast<size_t>(v)];
+  const kernels::Layout& l = g.layout(v);
+  b->set_value(g.graph().value(v).name);
+  b->set_storage(StorageToProto(p.storage));
+  b->set_offset(p.offset);
+  b->set_root(g.graph().value(p.root).name);
+  b->set_dtype(DTypeToProto(g.dtype(v)));
+  for (int64_t e : l.shape) b->add_shape(e);
+  for (int64_t s : l.strides) b->add_strides(s);
+}
+
+void FillArena(const ir::Graph& graph, const MemoryPlan& memory, proto::Arena* arena) {
+  arena->set_alignment(memory.alignment);
+  arena->set_arena_bytes(memory.arena_bytes);
+  arena->set_peak_live_bytes(memory.peak_live_bytes);
+  arena->set_intermediate_bytes(memory.intermediate_bytes);
+  arena->set_state_bytes(memory.state_bytes);
+  arena->set_weight_bytes(memory.weight_bytes);
+  for (const ArenaBuffer& b : memory.buffers) {
+    proto::ArenaBuffer* m = arena->add_buffers();
+    m->set_offset(b.offset);
+    m->set_bytes(b.bytes);
+    m->set_first_step(b.first_step);
+    m->set_last_step(b.last_step);
+    for (ir::ValueId v : b.values) m->add_values(graph.value(v).name);
+    m->set_workspace_of(b.workspace_of);
+    m->set_counters_of(b.counters_of);
+    m->set_input(b.input);
+  }
+  for (const StateBuffer& s : memory.states) {
+    proto::StateSlot* m = arena->add_states();
+    m->set_state(graph.value(s.state).name);
+    m->set_offset(s.offset);
+    m->set_bytes(s.bytes);
+  }
+}
+
+absl::Status CheckOptions(const PlanOptions& o) {
+  auto bad = [](absl::string_view option, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("plan options: ", option, " ", why));
+  };
+  if (o.max_context <= 0) return bad("max_context", "must be positive");
+  if (o.prefill_batch <= 0) return bad("prefill_batch", "must be positive");
+  for (int64_t t : o.prefill_tokens) {
+    if (t <= 0 || t > o.max_context) {
+      return bad("prefill_tokens",
+                 absl::StrCat("has ", t, ", outside [1, max_context = ", o.max_context, "]"));
+    }
+  }
+  for (int64_t b : o.decode_batches) {
+    if (b <= 0) return bad("decode_batches", absl::StrCat("has ", b, ", not positive"));
+  }
+  if (o.decode_context < 0 || o.decode_context > o.max_context) {
+    return bad("decode_context", absl::StrCat("is ", o.decode_context,
+                                              ", outside [0, max_context = ", o.max_context, "]"));
+  }
+  if (o.prefill_tokens.empty() && o.decode_batches.empty()) {
+    return bad("prefill_tokens and decode_batches", "are both empty: nothing to plan");
+  }
+  return absl::OkStatus();
+}
+
+// Records the graph's packed weights; a name packed differently by two phases is an error.
+absl::Status CollectPackedWeights(const ir::Graph& graph,
+                                  std::map<std::string, proto::PackedWeight>* packed) {
+  TP_ASSIGN_OR_RETURN(ir::proto::Graph as_proto, ir::GraphToProto(graph));
+  for (ir::ValueId id : graph.weights()) {
+    const ir::Value& w = graph.value(id);
+    if (w.checkpoint_tensors.size() < 2) continue;
+    proto::PackedWeight m;
+    m.set_weight(w.name);
+    for (const ir::proto::Declaration& d : as_proto.declarations()) {
+      if (d.name() == w.name) *m.mutable_type() = d.type();
+    }
+    for (const std::string& t : w.checkpoint_tensors) m.add_checkpoint_tensors(t);
+    auto [it, inserted] = packed->emplace(w.name, m);
+    if (!inserted && it->second.SerializeAsString() != m.SerializeAsString()) {
+      return absl::InternalError(
+          absl::StrCat("packed weight %", w.name, " is packed differently by two phases"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& spec,
+                                       const TargetDescription& target,
+                                       const kernels::KernelRegistry& registry,
+                                       const TacticCache* cache) {
+  TP_ASSIGN_OR_RETURN(BoundGraph g, BoundGraph::Create(graph, spec.bindings, spec.context));
+  SelectionContext context;
+  context.registry = &registry;
+  context.target = &target;
+  context.phase =
+      spec.kind == proto::Phase::KIND_PREFILL ? ir::Phase::kPrefill : ir::Phase::kDecode;
+  context.mode = LaunchMode::kGraph;
+  context.cache = cache;
+  context.environment = EnvironmentFingerprint(target);
+
+  const int n = static_cast<int>(graph.regions().size());
+  std::vector<TacticChoice> choices;
+  choices.reserve(static_cast<size_t>(n));
+  MemoryPlanOptions memory_options;
+  memory_options.workspace_bytes.resize(static_cast<size_t>(n));
+  memory_options.counter_bytes.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const BoundRegion region(g, i);
+    TP_ASSIGN_OR_RETURN(TacticChoice choice, SelectTactic(region, context));
+    memory_options.workspace_bytes[static_cast<size_t>(i)] =
+        choice.family->WorkspaceBytes(choice.tactic, region);
+    memory_options.counter_bytes[static_cast<size_t>(i)] =
+        choice.family->CounterBytes(choice.tactic, region);
+    choices.push_back(std::move(choice));
+  }
+  memory_options.may_overwrite = [&](int region, int result, int operand) {
+    return choices[static_cast<size_t>(region)].family->MayOverwriteOperand(BoundRegion(g, region),
+                                                                            result, operand);
+  };
+  TP_ASSIGN_OR_RETURN(MemoryPlan memory, PlanMemory(g, memory_options));
+  TP_RETURN_IF_ERROR(CheckMemoryPlan(g, memory, memory_options));
+
+  proto::Phase phase;
+  phase.set_kind(spec.kind);
+  phase.set_name(spec.name);
+  for (const auto& [symbol, extent] : spec.bindings) {
+    proto::SymbolBinding* b = phase.add_bindings();
+    b->set_symbol(symbol);
+    b->set_extent(extent);
+  }
+  phase.set_context(spec.context);
+  phase.set_cuda_graph(context.mode == LaunchMode::kGraph);
+  for (const std::string& pass : spec.pipeline) phase.add_pipeline(pass);
+  TP_ASSIGN_OR_RETURN(*phase.mutable_graph(), ir::GraphToProto(graph));
+
+  std::vector<std::vector<std::string>> reuses(static_cast<size_t>(n));
+  for (const Reuse& u : memory.reuses) {
+    const ir::Region& r = graph.regions()[static_cast<size_t>(u.region)];
+    reuses[static_cast<size_t>(u.region)].push_back(
+        absl::StrCat("%", graph.value(r.results[static_cast<size_t>(u.result)]).name, " over %",
+                     graph.value(r.operands[static_cast<size_t>(u.operand)]).name));
+  }
+  int64_t launches = 0, bytes = 0;
+  double estimated_us = 0;
+  for (int i = 0; i < n; ++i) {
+    const ir::Region& r = graph.regions()[static_cast<size_t>(i)];
+    const TacticChoice& c = choices[static_cast<size_t>(i)];
+    const BoundRegion region(g, i);
+    proto::Step* s = phase.add_steps();
+    s->set_region(i);
+    s->set_kind(r.kind);
+    s->set_name(r.results.empty() ? std::string() : graph.value(r.results[0]).name);
+    for (const std::string& k : r.fused_from) s->add_fused_from(k);
+    *s->mutable_tactic() = kernels::TacticToProto(c.tactic);
+    s->set_source(c.source == TacticSource::kTuned ? proto::Step::SOURCE_TUNED
+                                                   : proto::Step::SOURCE_COST_MODEL);
+    s->set_estimated_us(c.estimate.us);
+    if (c.measured_us) s->set_measured_us(*c.measured_us);
+    s->set_bytes(c.estimate.bytes);
+    s->set_flops(c.estimate.flops);
+    s->set_launches(c.estimate.launches);
+    const kernels::LaunchGeometry geometry = c.family->Geometry(c.tactic, region);
+    proto::Launch* launch = s->mutable_launch();
+    for (int64_t x : geometry.grid) launch->add_grid(x);
+    for (int64_t x : geometry.block) launch->add_block(x);
+    launch->set_dynamic_shared_memory_bytes(geometry.dynamic_shared_memory_bytes);
+    launch->set_library_managed(geometry.library_managed);
+    for (ir::ValueId v : r.operands) FillBinding(g, memory, v, s->add_operands());
+    for (ir::ValueId v : r.results) FillBinding(g, memory, v, s->add_results());
+    if (const int32_t w = memory.workspace[static_cast<size_t>(i)]; w >= 0) {
+      s->set_workspace_offset(memory.buffers[static_cast<size_t>(w)].offset);
+      s->set_workspace_bytes(memory_options.workspace_bytes[static_cast<size_t>(i)]);
+    }
+    if (const int32_t c = memory.counters[static_cast<size_t>(i)]; c >= 0) {
+      s->set_counters_offset(memory.buffers[static_cast<size_t>(c)].offset);
+      s->set_counters_bytes(memory_options.counter_bytes[static_cast<size_t>(i)]);
+    }
+    proto::Provenance* p = s->mutable_provenance();
+    p->set_cache_key(c.key.ToString());
+    for (const std::string& line : c.considered) p->add_considered(line);
+    for (const std::string& line : reuses[static_cast<size_t>(i)]) p->add_reuses(line);
+    launches += c.estimate.launches;
+    bytes += c.estimate.bytes;
+    estimated_us += c.estimate.us;
+  }
+  phase.set_launches(static_cast<int32_t>(launches));
+  phase.set_bytes(bytes);
+  phase.set_estimated_us(estimated_us);
+  FillArena(graph, memory, phase.mutable_arena());
+  return phase;
+}
+
+absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfig& config,
+                                                        const TargetDescription& target,
+                                                        const PlanOptions& options,
+                                                        const TacticCache* cache) {
+  TP_RETURN_IF_ERROR(CheckOptions(options));
+  TP_ASSIGN_OR_RETURN(ir::Graph primitive, models::LowerModel(config));
+  const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+
+  proto::ExecutionPlan plan;
+  plan.set_format_version(kFormatVersion);
+  plan.set_model(options.model_name.empty() ? std::string(models::ArchitectureName(config.arch))
+                                            : options.model_name);
+  *plan.mutable_target() = target;
+  proto::PlanOptions* o = plan.mutable_options();
+  for (int64_t t : options.prefill_tokens) o->add_prefill_tokens(t);
+  o->set_prefill_batch(options.prefill_batch);
+  for (int64_t b : options.decode_batches) o->add_decode_batches(b);
+  o->set_max_context(options.max_context);
+  const int64_t decode_context =
+      options.decode_context > 0 ? options.decode_context : options.max_context;
+  o->set_decode_context(decode_context);
+
+  std::map<std::string, proto::PackedWeight> packed;
+  // Runs the phase's pipeline on a copy of the primitive graph, then plans the result.
+  auto plan_phase = [&](PhaseSpec spec, absl::StatusOr<PassPipeline> pipeline) -> absl::Status {
+    if (!pipeline.ok()) return pipeline.status();
+    ir::Graph graph = primitive;
+    absl::StatusOr<bool> ran = pipeline->Run(graph);
+    if (!ran.ok()) {
+      return absl::Status(ran.status().code(),
+                          absl::StrCat(spec.name, ": ", ran.status().message()));
+    }
+    spec.pipeline = pipeline->PassNames();
+    TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
+    absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);
+    if (!phase.ok()) {
+      return absl::Status(phase.status().code(),
+                          absl::StrCat(spec.name, ": ", phase.status().message()));
+    }
+    *plan.add_phases() = *std::move(phase);
+    return absl::OkStatus();
+  };
+  for (int64_t tokens : options.prefill_tokens) {
+    PhaseSpec spec;
+    spec.kind = proto::Phase::KIND_PREFILL;
+    spec.name = absl::StrCat("prefill T=", tokens);
+    spec.bindings = {{"B", options.prefill_batch}, {"Smax", options.max_context}, {"T", tokens}};
+    spec.context = tokens;
+    PipelineOptions pipeline;
+    pipeline.tokens = tokens;
+    pipeline.batch = options.prefill_batch;
+    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildPrefillPipeline(pipeline)));
+  }
+  for (int64_t batch : options.decode_batches) {
+    PhaseSpec spec;
+    spec.kind = proto::Phase::KIND_DECODE;
+    spec.name = absl::StrCat("decode B=", batch);
+    spec.bindings = {{"B", batch}, {"Smax", options.max_context}, {"T", 1}};
+    spec.context = decode_context;
+    PipelineOptions pipeline;
+    pipeline.batch = batch;
+    TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
+  }
+  for (auto& [name, weight] : packed) *plan.add_weight_packing() = std::move(weight);
+  return plan;
+}
+
+}  // namespace tileplan::planner

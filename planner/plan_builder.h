@@ -1,0 +1,59 @@
+// Builds an ExecutionPlan (planner/plan.proto, docs/plan.md) for a model on a described
+// target: lowers the model, runs the prefill pipeline per token bucket and the decode
+// pipeline per batch bucket (planner/pipelines.h; B and T become static, Smax stays a symbol
+// bound to max_context), picks a kernel family and tactic for every region (tactic cache,
+// then cost model), and plans memory. Needs no GPU.
+#ifndef TILEPLAN_PLANNER_PLAN_BUILDER_H_
+#define TILEPLAN_PLANNER_PLAN_BUILDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/bound_graph.h"
+#include "kernels/kernel_family.h"
+#include "models/config.h"
+#include "planner/plan.pb.h"
+#include "planner/tactic_cache.h"
+#include "planner/target.pb.h"
+#include "regions/ir.h"
+
+namespace tileplan::planner {
+
+struct PlanOptions {
+  std::string model_name;  // ExecutionPlan.model; empty: the model_type
+  std::vector<int64_t> prefill_tokens = {128, 512, 2048};  // one prefill phase per T
+  int64_t prefill_batch = 1;                               // B of every prefill phase
+  std::vector<int64_t> decode_batches = {1};               // one decode phase per B
+  int64_t max_context = 4096;                              // Smax
+  int64_t decode_context = 0;  // decode estimates' context; 0: max_context
+};
+
+// InvalidArgument naming the option when a bucket is not positive, a prefill bucket or the
+// decode context exceeds max_context, or there is no phase at all; lowering, pipeline and
+// selection errors otherwise (they name the region).
+absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfig& config,
+                                                        const TargetDescription& target,
+                                                        const PlanOptions& options,
+                                                        const TacticCache* cache);
+
+// One phase to plan: a specialized graph with its bindings.
+struct PhaseSpec {
+  proto::Phase::Kind kind = proto::Phase::KIND_DECODE;
+  std::string name;
+  kernels::ShapeBindings bindings;
+  int64_t context = 0;
+  std::vector<std::string> pipeline;  // recorded in the plan
+};
+
+// Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked
+// with CheckMemoryPlan), steps and bindings.
+absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& spec,
+                                       const TargetDescription& target,
+                                       const kernels::KernelRegistry& registry,
+                                       const TacticCache* cache);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_PLAN_BUILDER_H_

@@ -1,0 +1,165 @@
+// The prefill and decode pipelines on the lowered graph of every bundled config: they
+// verify, apply every fusion, and leave the expected regions per decoder layer.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/config.h"
+#include "models/lowering.h"
+#include "planner/pipelines.h"
+#include "regions/printer.h"
+#include "regions/verifier.h"
+
+namespace tileplan::planner {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+
+absl::StatusOr<ir::Graph> Lower(const std::string& name) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(name);
+  if (!config.ok()) return config.status();
+  return models::LowerModel(*config);
+}
+
+bool IsView(const ir::Region& r) { return r.kind == "reshape" || r.kind == "split"; }
+
+// The layer a region belongs to, from its first result's name ("l3.attn" -> 3); -1 for
+// regions outside the layers.
+int LayerOf(const ir::Graph& g, const ir::Region& r) {
+  const std::string& name = g.value(r.results[0]).name;
+  if (!absl::StartsWith(name, "l")) return -1;
+  const size_t dot = name.find('.');
+  int layer = 0;
+  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(1, dot - 1), &layer)) return -1;
+  return layer;
+}
+
+// Non-view region kinds per layer, in order.
+std::map<int, std::vector<std::string>> LayerKinds(const ir::Graph& g) {
+  std::map<int, std::vector<std::string>> kinds;
+  for (const ir::Region& r : g.regions()) {
+    if (!IsView(r)) kinds[LayerOf(g, r)].push_back(r.kind);
+  }
+  return kinds;
+}
+
+class BundledPipelineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BundledPipelineTest, DecodeAppliesEveryFusion) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<ir::Graph> g = models::LowerModel(*config);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(PipelineOptions());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  absl::StatusOr<bool> changed = pipeline->Run(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(ir::Verify(*g).ok());
+
+  const std::vector<std::string> expected = {
+      "rms_norm",
+      "linear",
+      config->qk_norm ? "qk_norm_rope_kv_write" : "rope_kv_write",
+      "attention",
+      "linear_residual",
+      "rms_norm",
+      "linear_swiglu",
+      "linear_residual"};
+  const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
+  for (int layer = 0; layer < config->num_layers; ++layer) {
+    ASSERT_TRUE(kinds.count(layer)) << "layer " << layer;
+    EXPECT_THAT(kinds.at(layer), ElementsAreArray(expected)) << "layer " << layer;
+  }
+  EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
+  for (const ir::Region& r : g->regions()) {
+    EXPECT_EQ(r.phase, ir::Phase::kDecode) << ir::PrintRegion(*g, r);
+  }
+  EXPECT_EQ(g->value(g->FindValue("tokens")).type.ToString(), "i32[B,1]");
+}
+
+TEST_P(BundledPipelineTest, PrefillVerifiesWithBoundBucket) {
+  absl::StatusOr<ir::Graph> g = Lower(GetParam());
+  ASSERT_TRUE(g.ok()) << g.status();
+  PipelineOptions options;
+  options.tokens = 64;
+  options.batch = 2;
+  absl::StatusOr<PassPipeline> pipeline = BuildPrefillPipeline(options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE(pipeline->Run(*g).ok());
+  EXPECT_EQ(g->value(g->FindValue("positions")).type.ToString(), "i32[2,64]");
+  EXPECT_EQ(g->value(g->FindValue("logits")).type.dims[1].extent(), 64);
+  // A second run finds nothing left to do.
+  absl::StatusOr<bool> again = pipeline->Run(*g);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, BundledPipelineTest,
+                         ::testing::ValuesIn(models::BundledConfigNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (c == '-' || c == '.') c = '_';
+                           }
+                           return name;
+                         });
+
+// Qwen3-0.6B decode: the layer of docs/planner.md, region by region.
+TEST(Qwen3DecodeTest, LayerHasTheEightExpectedKernels) {
+  absl::StatusOr<ir::Graph> g = Lower("qwen3-0.6b");
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(PipelineOptions());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE(pipeline->Run(*g).ok());
+
+  std::vector<std::string> layer0;
+  for (const ir::Region& r : g->regions()) {
+    if (LayerOf(*g, r) == 0) {
+      layer0.push_back(absl::StrCat(r.kind, IsView(r) ? " (view)" : "", " <- [",
+                                    absl::StrJoin(r.fused_from, ", "), "]"));
+    }
+  }
+  EXPECT_THAT(
+      layer0,
+      ElementsAre("rms_norm <- []", "linear <- []",
+                  "qk_norm_rope_kv_write <- [split, reshape, reshape, reshape, rms_norm, "
+                  "rms_norm, rope, rope, kv_write, kv_write]",
+                  "attention <- []", "reshape (view) <- []", "linear_residual <- [linear, add]",
+                  "rms_norm <- []", "linear_swiglu <- [linear, split, silu, mul]",
+                  "linear_residual <- [linear, add]"));
+
+  const ir::Value& qkv = g->value(g->FindValue("model.layers.0.self_attn.qkv_proj.weight"));
+  EXPECT_THAT(qkv.checkpoint_tensors, ElementsAre("model.layers.0.self_attn.q_proj.weight",
+                                                  "model.layers.0.self_attn.k_proj.weight",
+                                                  "model.layers.0.self_attn.v_proj.weight"));
+  EXPECT_EQ(qkv.type.ToString(), "bf16[4096,1024]");
+  const ir::Value& gate_up = g->value(g->FindValue("model.layers.0.mlp.gate_up_proj.weight"));
+  EXPECT_THAT(gate_up.checkpoint_tensors, ElementsAre("model.layers.0.mlp.gate_proj.weight",
+                                                      "model.layers.0.mlp.up_proj.weight"));
+  // Every checkpoint tensor is still bound exactly once.
+  absl::StatusOr<ir::Graph> primitive = Lower("qwen3-0.6b");
+  ASSERT_TRUE(primitive.ok());
+  std::vector<std::string> before, after;
+  for (ir::ValueId w : primitive->weights()) {
+    for (const std::string& t : primitive->value(w).checkpoint_tensors) before.push_back(t);
+  }
+  for (ir::ValueId w : g->weights()) {
+    for (const std::string& t : g->value(w).checkpoint_tensors) after.push_back(t);
+  }
+  std::sort(before.begin(), before.end());
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
+}  // namespace tileplan::planner

@@ -1,0 +1,268 @@
+#include "planner/plan_builder.h"
+
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "models/config.h"
+#include "planner/plan_text.h"
+#include "planner/target.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::planner {
+namespace {
+
+using kernels::testing::MustTarget;
+using ::testing::HasSubstr;
+
+models::ModelConfig MustConfig(const std::string& name) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(name);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : models::ModelConfig();
+}
+
+proto::ExecutionPlan MustPlan(const std::string& model, const std::string& target,
+                              const PlanOptions& options, const TacticCache* cache = nullptr) {
+  absl::StatusOr<proto::ExecutionPlan> plan =
+      BuildExecutionPlan(MustConfig(model), MustTarget(target), options, cache);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *std::move(plan) : proto::ExecutionPlan();
+}
+
+PlanOptions SmallOptions() {
+  PlanOptions options;
+  options.prefill_tokens = {64};
+  options.decode_batches = {1, 4};
+  options.max_context = 512;
+  return options;
+}
+
+const proto::Phase* FindPhase(const proto::ExecutionPlan& plan, absl::string_view name) {
+  for (const proto::Phase& p : plan.phases()) {
+    if (p.name() == name) return &p;
+  }
+  ADD_FAILURE() << "no phase " << name;
+  return nullptr;
+}
+
+TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinEightLaunchesPerLayer) {
+  PlanOptions options;
+  options.model_name = "qwen3-0.6b";
+  options.prefill_tokens = {128};
+  options.max_context = 2048;
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "sm_90", options);
+  ASSERT_EQ(plan.phases_size(), 2);
+  EXPECT_EQ(plan.model(), "qwen3-0.6b");
+  EXPECT_EQ(plan.target().name(), "h200");
+  const proto::Phase* decode = FindPhase(plan, "decode B=1");
+  ASSERT_NE(decode, nullptr);
+  EXPECT_EQ(decode->kind(), proto::Phase::KIND_DECODE);
+  EXPECT_THAT(decode->pipeline(), ::testing::Contains("fuse_residual"));
+  std::map<std::string, int> kinds;
+  int launches = 0;
+  for (const proto::Step& s : decode->steps()) {
+    ++kinds[s.kind()];
+    launches += s.launches();
+    EXPECT_EQ(s.source(), proto::Step::SOURCE_COST_MODEL) << s.name();
+    EXPECT_FALSE(s.tactic().family().empty()) << s.name();
+    EXPECT_GE(s.estimated_us(), 0) << s.name();
+    EXPECT_FALSE(s.provenance().cache_key().empty()) << s.name();
+  }
+  // 28 layers of rms_norm | linear(packed qkv) | qk_norm_rope_kv_write | attention |
+  // linear_residual | rms_norm | linear_swiglu | linear_residual, plus embedding, the final
+  // norm and the LM head.
+  EXPECT_EQ(kinds["qk_norm_rope_kv_write"], 28);
+  EXPECT_EQ(kinds["linear_swiglu"], 28);
+  EXPECT_EQ(kinds["linear_residual"], 56);
+  EXPECT_EQ(kinds["linear"], 28);
+  EXPECT_EQ(kinds["attention"], 28);
+  EXPECT_EQ(kinds["rms_norm"], 57);
+  EXPECT_EQ(kinds.count("add"), 0u);
+  EXPECT_EQ(kinds.count("silu"), 0u);
+  EXPECT_EQ(kinds.count("kv_write"), 0u);
+  EXPECT_EQ(decode->launches(), launches);
+  EXPECT_LE(launches, 8 * 28 + 3);
+  // Packed q/k/v and gate/up weights of every layer, each with its checkpoint tensors in order.
+  EXPECT_EQ(plan.weight_packing_size(), 56);
+  for (const proto::PackedWeight& w : plan.weight_packing()) {
+    EXPECT_GE(w.checkpoint_tensors_size(), 2) << w.weight();
+  }
+  EXPECT_THAT(plan.weight_packing(0).checkpoint_tensors(0), HasSubstr("model.layers.0."));
+  // The decode graph moves the weights once (tied embeddings: the LM head reads the table).
+  const proto::Arena& arena = decode->arena();
+  EXPECT_EQ(arena.state_bytes(), 28LL * 2 * 8 * 2048 * 128 * 2);
+  EXPECT_LT(arena.arena_bytes(), arena.intermediate_bytes());
+  EXPECT_LE(arena.peak_live_bytes(), arena.arena_bytes());
+  // Decode attention is split-KV; the prefill phase uses the flash kernel and cuBLASLt.
+  const proto::Phase* prefill = FindPhase(plan, "prefill T=128");
+  ASSERT_NE(prefill, nullptr);
+  std::set<std::string> decode_families, prefill_families;
+  for (const proto::Step& s : decode->steps()) decode_families.insert(s.tactic().family());
+  for (const proto::Step& s : prefill->steps()) prefill_families.insert(s.tactic().family());
+  EXPECT_TRUE(decode_families.count("attention_decode"));
+  EXPECT_TRUE(decode_families.count("gemv"));
+  EXPECT_TRUE(prefill_families.count("attention_prefill"));
+  EXPECT_TRUE(prefill_families.count("cublaslt_gemm"));
+  EXPECT_FALSE(prefill_families.count("gemv"));
+}
+
+TEST(PlanBuilderTest, StepsBindEveryOperandAndResult) {
+  const proto::ExecutionPlan plan = MustPlan("qwen2.5-0.5b", "h200", SmallOptions());
+  for (const proto::Phase& phase : plan.phases()) {
+    ASSERT_EQ(phase.steps_size(), phase.graph().regions_size());
+    for (int i = 0; i < phase.steps_size(); ++i) {
+      const proto::Step& s = phase.steps(i);
+      EXPECT_EQ(s.region(), i);
+      EXPECT_EQ(s.operands_size(), phase.graph().regions(i).operands_size());
+      EXPECT_EQ(s.results_size(), phase.graph().regions(i).results_size());
+      for (const proto::Binding& b : s.operands()) {
+        EXPECT_NE(b.storage(), proto::Binding::STORAGE_UNSPECIFIED) << b.value();
+        EXPECT_EQ(b.shape_size(), b.strides_size()) << b.value();
+        if (b.storage() == proto::Binding::STORAGE_ARENA ||
+            b.storage() == proto::Binding::STORAGE_INPUT) {
+          EXPECT_LE(b.offset(), phase.arena().arena_bytes()) << b.value();
+        }
+      }
+      if (s.kind() == "qk_norm_rope_kv_write" || s.kind() == "rope_kv_write") {
+        // The updated caches are the caches' own storage.
+        EXPECT_EQ(s.results(1).storage(), proto::Binding::STORAGE_STATE);
+        EXPECT_EQ(s.results(1).offset(), s.operands(s.operands_size() - 3).offset());
+      }
+      if (s.kind() == "reshape" || s.kind() == "split") {
+        EXPECT_EQ(s.launches(), 0);
+        EXPECT_EQ(s.results(0).root(), s.operands(0).root());
+      }
+    }
+  }
+}
+
+// A bundled geometry cut to two layers, for tests that do not need the whole depth.
+models::ModelConfig TwoLayers(const std::string& name) {
+  models::ModelConfig config = MustConfig(name);
+  config.num_layers = 2;
+  config.sliding_window.resize(2);
+  return config;
+}
+
+TEST(PlanBuilderTest, EveryBundledConfigPlansOnEveryTarget) {
+  for (const std::string& model : models::BundledConfigNames()) {
+    for (const std::string& target : BundledTargetNames()) {
+      SCOPED_TRACE(model + " on " + target);
+      absl::StatusOr<proto::ExecutionPlan> plan =
+          BuildExecutionPlan(TwoLayers(model), MustTarget(target), SmallOptions(), nullptr);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->phases_size(), 3);
+    }
+  }
+}
+
+TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
+  absl::StatusOr<proto::ExecutionPlan> a =
+      BuildExecutionPlan(TwoLayers("qwen3-0.6b"), MustTarget("h200"), SmallOptions(), nullptr);
+  absl::StatusOr<proto::ExecutionPlan> b =
+      BuildExecutionPlan(TwoLayers("qwen3-0.6b"), MustTarget("h200"), SmallOptions(), nullptr);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (PlanFormat format : {PlanFormat::kTable, PlanFormat::kTextProto, PlanFormat::kJson}) {
+    absl::StatusOr<std::string> x = FormatPlan(*a, format);
+    absl::StatusOr<std::string> y = FormatPlan(*b, format);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(*x, *y);
+    EXPECT_FALSE(x->empty());
+  }
+  proto::ExecutionPlan from_text;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(*FormatPlan(*a, PlanFormat::kTextProto),
+                                                            &from_text));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_text));
+  proto::ExecutionPlan from_json;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(*FormatPlan(*a, PlanFormat::kJson), &from_json)
+          .ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_json));
+}
+
+TEST(PlanBuilderTest, TableShowsStepsLaunchesAndMemory) {
+  const std::string table = PlanTable(MustPlan("qwen3-0.6b", "h200", SmallOptions()));
+  EXPECT_THAT(table, HasSubstr("plan qwen3 on h200 (NVIDIA H200, sm_90, 132 SMs): 3 phases"));
+  EXPECT_THAT(table, HasSubstr("step  region"));
+  EXPECT_THAT(table, HasSubstr("fused from"));
+  EXPECT_THAT(table, HasSubstr("linear,split,silu,mul"));
+  EXPECT_THAT(table, HasSubstr("split,reshape*3,rms_norm*2,rope*2,kv_write*2"));
+  EXPECT_THAT(table, HasSubstr("launches per prefill step: "));
+  EXPECT_THAT(table, HasSubstr("launches per decode step: 227\n"));
+  EXPECT_THAT(table, HasSubstr("memory: arena "));
+  EXPECT_THAT(table, HasSubstr(", KV cache 56.00 MiB, weights "));
+  EXPECT_THAT(table, HasSubstr("cost model"));
+}
+
+// Answers a hit for every decode linear_swiglu on gemv.
+class SwigluCache : public TacticCache {
+ public:
+  std::optional<MeasuredTactic> Lookup(const TacticKey& key) const override {
+    ++lookups_;
+    if (key.phase != ir::Phase::kDecode || key.family != "gemv" ||
+        key.region_signature.rfind("linear_swiglu(", 0) != 0) {
+      return std::nullopt;
+    }
+    return MeasuredTactic{{"gemv",
+                           key.family_version,
+                           {{"rows_per_cta", 8}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}},
+                          1.25};
+  }
+  mutable int lookups_ = 0;
+};
+
+TEST(PlanBuilderTest, CachedTacticsAreTunedAndTheRestCostModel) {
+  SwigluCache cache;
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions(), &cache);
+  EXPECT_GT(cache.lookups_, 0);
+  int tuned = 0;
+  for (const proto::Phase& phase : plan.phases()) {
+    for (const proto::Step& s : phase.steps()) {
+      if (s.source() != proto::Step::SOURCE_TUNED) continue;
+      ++tuned;
+      EXPECT_EQ(phase.kind(), proto::Phase::KIND_DECODE);
+      EXPECT_EQ(s.kind(), "linear_swiglu");
+      EXPECT_EQ(s.measured_us(), 1.25);
+      EXPECT_EQ(s.tactic().family(), "gemv");
+      EXPECT_EQ(s.launch().grid(0), 3072 / 8);
+      EXPECT_THAT(s.provenance().considered(), ::testing::Contains("gemv: 1.25 us (tuned)"));
+    }
+  }
+  EXPECT_EQ(tuned, 2 * 28);  // both decode phases
+  EXPECT_THAT(PlanTable(plan), HasSubstr("tuned"));
+}
+
+TEST(PlanBuilderTest, BadOptionsNameTheOption) {
+  PlanOptions options = SmallOptions();
+  options.prefill_tokens = {1024};
+  absl::StatusOr<proto::ExecutionPlan> plan =
+      BuildExecutionPlan(MustConfig("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_THAT(plan.status().message(), HasSubstr("prefill_tokens has 1024"));
+  options = SmallOptions();
+  options.decode_batches = {0};
+  plan = BuildExecutionPlan(MustConfig("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_THAT(plan.status().message(), HasSubstr("decode_batches"));
+  options.prefill_tokens.clear();
+  options.decode_batches.clear();
+  plan = BuildExecutionPlan(MustConfig("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_THAT(plan.status().message(), HasSubstr("nothing to plan"));
+}
+
+TEST(PlanBuilderTest, UnplannableRegionNamesThePhaseAndTheReasons) {
+  // head_dim 32: the flash kernel is not instantiated for it, and prefill is not decode.
+  models::ModelConfig config = MustConfig("qwen3-0.6b");
+  config.head_dim = 32;
+  PlanOptions options = SmallOptions();
+  absl::StatusOr<proto::ExecutionPlan> plan =
+      BuildExecutionPlan(config, MustTarget("h200"), options, nullptr);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("prefill T=64: region #"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("attention_prefill: head_dim 32"));
+}
+
+}  // namespace
+}  // namespace tileplan::planner

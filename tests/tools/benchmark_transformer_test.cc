@@ -1,0 +1,149 @@
+// benchmark_transformer end to end: --show-plan for the bundled configs on a machine without
+// a GPU, its machine-readable forms, and the documented refusals (exit status 2).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/config.h"
+
+namespace tileplan {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// A scratch directory private to this process and test.
+fs::path Scratch() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(::testing::TempDir()) /
+                 absl::StrCat("benchmark_transformer_test.", getpid(), ".", info->name());
+  fs::create_directories(dir);
+  return dir;
+}
+
+Result RunTool(const std::string& args) {
+  const fs::path log = Scratch() / "output.txt";
+  const std::string command =
+      absl::StrCat("'", BENCHMARK_TRANSFORMER_PATH, "' ", args, " > '", log.string(), "' 2>&1");
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+TEST(BenchmarkTransformerTest, ShowPlanQwen3OnSm90AppliesEveryFusion) {
+  const Result r = RunTool("--model qwen3-0.6b --target sm_90 --show-plan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("plan qwen3-0.6b on h200 (NVIDIA H200, sm_90, 132 SMs)"));
+  // Packed q/k/v and gate/up weights, and every fused kind with what it replaced.
+  EXPECT_THAT(r.output, HasSubstr("packed weights: 56"));
+  EXPECT_THAT(r.output, HasSubstr("qk_norm_rope_kv_write  split,reshape*3,rms_norm*2,rope*2,"
+                                  "kv_write*2"));
+  EXPECT_THAT(r.output, HasSubstr("linear_swiglu          linear,split,silu,mul"));
+  EXPECT_THAT(r.output, HasSubstr("linear_residual        linear,add"));
+  EXPECT_THAT(r.output, HasSubstr("prefill T=128 ("));
+  EXPECT_THAT(r.output, HasSubstr("prefill T=2048 ("));
+  EXPECT_THAT(r.output, HasSubstr("memory: arena "));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("launches per decode step: (\\d+)\n")))
+      << r.output;
+  EXPECT_LE(std::stoi(m[1]), 8 * 28 + 3);
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr(" kv_write ")));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr(" silu ")));
+}
+
+TEST(BenchmarkTransformerTest, EveryBundledConfigShowsAPlan) {
+  for (const std::string& name : models::BundledConfigNames()) {
+    const Result r =
+        RunTool(absl::StrCat("--model ", name, " --prefill 64 --decode 256 --show-plan"));
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("launches per decode step: ")) << name;
+  }
+}
+
+// A committed two-layer fixture keeps the machine forms small.
+const std::string kTinyModel = absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/data/qwen3-tiny");
+
+TEST(BenchmarkTransformerTest, MachineFormatsAreDeterministic) {
+  for (const char* format : {"textproto", "json"}) {
+    const std::string args =
+        absl::StrCat("--model ", kTinyModel, " --prefill 16 --decode 16 --show-plan=", format);
+    const Result a = RunTool(args);
+    const Result b = RunTool(args);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    EXPECT_TRUE(a.output == b.output) << format;
+    EXPECT_NE(a.output.find("SOURCE_COST_MODEL"), std::string::npos) << format;
+    EXPECT_NE(a.output.find("qk_norm_rope_kv_write"), std::string::npos) << format;
+  }
+  EXPECT_THAT(
+      RunTool(absl::StrCat("--model ", kTinyModel, " --prefill 16 --decode 16 --show-plan=json"))
+          .output,
+      ::testing::StartsWith("{"));
+}
+
+TEST(BenchmarkTransformerTest, ModelDirectoryIsReadAndNamesThePlan) {
+  const fs::path dir = Scratch() / "my-qwen3";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << *models::BundledConfigJson("qwen3-0.6b");
+  const Result r =
+      RunTool(absl::StrCat("--model '", dir.string(), "' --prefill 16 --decode 16 --show-plan"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("plan my-qwen3 on h200"));
+}
+
+TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
+  Result r = RunTool("--model qwen3-0.6b");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("this build has no GPU runtime yet"));
+  r = RunTool("--model qwen3-0.6b --show-plan --tactic-cache cache.db");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("the SQLite tactic store is not available in this build yet"));
+  r = RunTool("--model qwen3-0.6b --show-plan=xml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown plan format 'xml'"));
+  r = RunTool("--model no-such-model --show-plan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--model no-such-model is neither an existing path"));
+  r = RunTool("--model qwen3-0.6b --batch 0 --show-plan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--batch needs a positive integer, got '0'"));
+  r = RunTool("--model qwen3-0.6b --target sm_61 --show-plan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown target 'sm_61'"));
+  r = RunTool("--show-plan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("usage: benchmark_transformer"));
+  // The fixture's head_dim 32 has no flash kernel, and 64 new tokens are too many for the
+  // split-KV decode kernel.
+  r = RunTool(absl::StrCat("--model ", kTinyModel, " --prefill 64 --decode 16 --show-plan"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("attention_prefill: head_dim 32"));
+}
+
+TEST(BenchmarkTransformerTest, TimePlanningReportsTheMedian) {
+  const Result r = RunTool("--model qwen2.5-0.5b --prefill 64 --decode 64 --time-planning=2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("planning qwen2.5-0.5b for h200 (2 phases), 2 runs: median "));
+  EXPECT_THAT(r.output, HasSubstr(" ms CPU\n"));
+}
+
+}  // namespace
+}  // namespace tileplan
