@@ -88,6 +88,10 @@ class Builder {
                ? buffers_->operands[static_cast<size_t>(i)]
                : nullptr;
   }
+  // A workspace or counter buffer, passed only when the reduction is split.
+  void* Split(int64_t splits, void* RegionBuffers::*member) const {
+    return splits > 1 && buffers_ != nullptr ? buffers_->*member : nullptr;
+  }
   void* Result(int i) const {
     return buffers_ != nullptr && i < static_cast<int>(buffers_->results.size())
                ? buffers_->results[static_cast<size_t>(i)]
@@ -332,6 +336,7 @@ absl::Status Builder::Gemv() {
   TP_RETURN_IF_ERROR(CheckResults(ir::DTypeSize(r_.result_dtype(0)), {0}));
   if (buffers_ != nullptr && split_k > 1) {
     TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-K workspace"));
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-K counters"));
   }
   instance.source = "gemv_split_k.cuh";
   const char* epilogue = residual ? "tileplan::kGemvResidual"
@@ -341,7 +346,8 @@ absl::Status Builder::Gemv() {
   args.Add(Operand(0)).Add(static_cast<long long>(x.stride)).Add(Operand(1));
   args.Add(has_bias ? Operand(bias_index) : nullptr);
   args.Add(residual ? Operand(2) : nullptr).Add(static_cast<long long>(residual ? res.stride : 0));
-  args.Add(Result(0)).Add(split_k > 1 && buffers_ != nullptr ? buffers_->workspace : nullptr);
+  args.Add(Result(0)).Add(Split(split_k, &RegionBuffers::workspace));
+  args.Add(Split(split_k, &RegionBuffers::counters));
   args.Add(static_cast<int>(x.rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(x.cols));
   Launch(absl::StrCat("tileplan::gemv_split_k<", x_type, ", ", w_type, ", ", out_type, ", ",
                       Pow2Ceil(x.rows), ", ", threads, ", ", rows_per_cta, ", ", split_k, ", ", vec,
@@ -387,8 +393,10 @@ absl::Status Builder::Attention(bool decode) {
     const int64_t queries = tokens * (q_heads / kv_heads);
     if (buffers_ != nullptr && splits > 1) {
       TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
+      TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
     }
-    args.Add(splits > 1 && buffers_ != nullptr ? buffers_->workspace : nullptr);
+    args.Add(Split(splits, &RegionBuffers::workspace));
+    args.Add(Split(splits, &RegionBuffers::counters));
     args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
     args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
     args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
@@ -508,11 +516,13 @@ absl::Status Builder::Argmax() {
   TP_RETURN_IF_ERROR(CheckResults(4, {0}));
   if (buffers_ != nullptr && splits > 1) {
     TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the argmax workspace"));
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the argmax counters"));
   }
   instance.source = "argmax.cuh";
   KernelArgs args;
   args.Add(Operand(0)).Add(static_cast<long long>(logits.stride)).Add(Result(0));
-  args.Add(splits > 1 && buffers_ != nullptr ? buffers_->workspace : nullptr);
+  args.Add(Split(splits, &RegionBuffers::workspace));
+  args.Add(Split(splits, &RegionBuffers::counters));
   args.Add(static_cast<int>(logits.cols));
   Launch(absl::StrCat("tileplan::argmax<", threads, ", ", splits, ", ", vec, ">"),
          {splits, std::max<int64_t>(1, logits.rows), 1}, {threads, 1, 1}, 0, std::move(args));

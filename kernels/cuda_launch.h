@@ -48,10 +48,13 @@ absl::StatusOr<KernelInstance> InstanceFor(const BoundRegion& region, const Tact
 struct RegionBuffers {
   std::vector<void*> operands;  // element 0 of each operand's layout, in operand order
   std::vector<void*> results;   // element 0 of each result's layout (in-place: the operand's)
-  // KernelFamily::WorkspaceBytes bytes, 16-byte aligned (null when that is 0). The split
-  // counters it ends with must be zero before the first launch that uses this workspace;
-  // every launch leaves them zero, so a workspace no other step writes is zeroed once.
+  // KernelFamily::WorkspaceBytes bytes, 16-byte aligned (null when that is 0): scratch
+  // whose contents do not outlive the launch.
   void* workspace = nullptr;
+  // KernelFamily::CounterBytes bytes (null when that is 0): completion counters of the
+  // single-launch split reductions, zero before the first launch and left zero by every
+  // launch, so storage no other step writes is zeroed once.
+  void* counters = nullptr;
   // Kinds with a rope: head_dim / 2 floats, runtime/cpu RopeInvFreq of the region's rope
   // attributes (the float32 frequencies of docs/ir.md).
   const float* rope_inv_freq = nullptr;

@@ -43,15 +43,16 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
 }
 
 // logits: row r at logits + r * logits_stride; out: [rows] int. workspace (kSplits > 1, else
-// null): rows * kSplits keys (8 bytes each), then rows unsigned counters that must be zero
-// before the first launch (and are left zero).
+// null): rows * kSplits keys (8 bytes each); counters (kSplits > 1, else null): rows unsigned
+// completion counters, zero before the first launch and left zero by every launch.
 // Launch: grid (kSplits, rows), block kThreads.
 // REQUIRES: vocab >= 1, vocab % kVec == 0, logits_stride % kVec == 0, logits aligned to kVec
 // floats.
 template <int kThreads, int kSplits, int kVec>
 __global__ void __launch_bounds__(kThreads)
     argmax(const float* __restrict__ logits, long long logits_stride, int* __restrict__ out,
-           unsigned long long* __restrict__ workspace, int vocab) {
+           unsigned long long* __restrict__ workspace, unsigned int* __restrict__ counters,
+           int vocab) {
   const int r = blockIdx.y;
   const int split = blockIdx.x;
   const int vecs = vocab / kVec;
@@ -75,8 +76,6 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     if (threadIdx.x != 0) return;
     unsigned long long* keys = workspace + static_cast<long long>(r) * kSplits;
-    unsigned int* counters =
-        reinterpret_cast<unsigned int*>(workspace + static_cast<long long>(gridDim.y) * kSplits);
     keys[split] = best;
     __threadfence();
     if (atomicAdd(&counters[r], 1u) != kSplits - 1) return;

@@ -31,9 +31,9 @@ constexpr int kDecodeMaxTokens = 16;
 // q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
 // out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
 // kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
-// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats, then batch * kv_heads unsigned
-// counters that must be zero before the first launch (and are left zero). A position
-// outside [0, capacity) gives a zero output row.
+// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1, else null):
+// batch * kv_heads unsigned completion counters, zero before the first launch and left zero
+// by every launch. A position outside [0, capacity) gives a zero output row.
 //
 // Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
 // (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
@@ -230,8 +230,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if constexpr (kSplits > 1) {
     __shared__ bool is_last;
-    unsigned int* counters = reinterpret_cast<unsigned int*>(
-        workspace + static_cast<long long>(gridDim.z) * kv_heads * kSplits * num_q * kPart);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) is_last = atomicAdd(&counters[pair], 1u) == kSplits - 1;

@@ -54,9 +54,9 @@ __device__ __forceinline__ void gemv_store(float g, float u, int r, int col, int
 // x: rows of `depth` at x + r * x_stride; w: [weight rows, depth] with weight rows = cols
 // (x2 for swiglu); bias: null or [weight rows]; residual: rows of `cols` at
 // residual + r * residual_stride (kGemvResidual; may alias out); out: [rows, cols].
-// workspace (kSplitK > 1, else null): kSplitK * rows * weight rows floats of partials
-// followed by ceil(cols / kRowsPerCta) unsigned counters, which must be zero before the
-// first launch and are zero again after each launch.
+// workspace (kSplitK > 1, else null): kSplitK * rows * weight rows floats of partials;
+// counters (kSplitK > 1, else null): ceil(cols / kRowsPerCta) unsigned completion counters,
+// zero before the first launch and left zero by every launch.
 //
 // Launch: grid (ceil(cols / kRowsPerCta), kSplitK), block kThreads, dynamic shared memory
 // (kThreads / 32) * kRowsPerCta * rows * (swiglu ? 2 : 1) floats.
@@ -67,7 +67,8 @@ template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int
 __global__ void __launch_bounds__(kThreads)
     gemv_split_k(const T* __restrict__ x, long long x_stride, const W* __restrict__ w,
                  const W* __restrict__ bias, const T* residual, long long residual_stride,
-                 OutT* out, float* __restrict__ workspace, int rows, int cols, int depth) {
+                 OutT* out, float* __restrict__ workspace, unsigned int* __restrict__ counters,
+                 int rows, int cols, int depth) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
   constexpr int kPass = gemv_features_per_pass(kThreads, kRowsPerCta, kWRows, kMaxRows, kVec);
@@ -169,7 +170,6 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     __shared__ bool is_last;
     const long long slice_floats = static_cast<long long>(rows) * weight_rows;
-    unsigned int* counters = reinterpret_cast<unsigned int*>(workspace + kSplitK * slice_floats);
     float* part = workspace + blockIdx.y * slice_floats;
     for (int i = threadIdx.x; i < items; i += kThreads) {
       const int c = i / rows, r = i % rows;

@@ -26,6 +26,7 @@ RegionBuffers FakeBuffers(const BoundRegion& region) {
   for (int i = 0; i < region.num_operands(); ++i) buffers.operands.push_back(FakeAddress(i));
   for (int i = 0; i < region.num_results(); ++i) buffers.results.push_back(FakeAddress(16 + i));
   buffers.workspace = FakeAddress(32);
+  buffers.counters = FakeAddress(34);
   buffers.rope_inv_freq = static_cast<const float*>(FakeAddress(33));
   return buffers;
 }

@@ -291,8 +291,13 @@ void RunOnDevice(const PreparedCase& p) {
     absl::StatusOr<DeviceBuffer> workspace =
         DeviceBuffer::Allocate(device, p.family->WorkspaceBytes(tactic, region));
     ASSERT_TRUE(workspace.ok()) << workspace.status();
-    ASSERT_TRUE(workspace->Fill(0).ok());  // split counters start at zero, once
+    ASSERT_TRUE(workspace->Fill(0xff).ok());  // scratch: any contents
     buffers.workspace = workspace->data();
+    absl::StatusOr<DeviceBuffer> counters =
+        DeviceBuffer::Allocate(device, p.family->CounterBytes(tactic, region));
+    ASSERT_TRUE(counters.ok()) << counters.status();
+    ASSERT_TRUE(counters->Fill(0).ok());  // zeroed once, before the first of the two runs
+    buffers.counters = counters->data();
     absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
     ASSERT_TRUE(error.ok()) << error.status();
     ASSERT_TRUE(error->Fill(0).ok());
@@ -814,6 +819,7 @@ void CheckCaseOnCpu(const Case& c, const TargetDescription& target) {
   for (int i = 0; i < region.num_operands(); ++i) buffers.operands.push_back(fake(i));
   for (int i = 0; i < region.num_results(); ++i) buffers.results.push_back(fake(16 + i));
   buffers.workspace = fake(32);
+  buffers.counters = fake(34);
   buffers.rope_inv_freq = static_cast<const float*>(fake(33));
   for (const Tactic& tactic : p.tactics) {
     const absl::StatusOr<std::vector<PreparedLaunch>> launches =
