@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_split_kv(const T* __restrict__ q, long long q_stride,
                               const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                               const int* __restrict__ positions, T* __restrict__ out,
-                              float* __restrict__ workspace, int tokens, int q_heads, int kv_heads,
-                              int capacity, float scale, int window) {
+                              float* __restrict__ workspace, unsigned int* __restrict__ counters,
+                              int tokens, int q_heads, int kv_heads, int capacity, float scale,
+                              int window) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
   constexpr int kKeysPerWarp = 32 / kLanes;
