@@ -140,8 +140,8 @@ template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
 __global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
     add_rms_norm(const T* a, long long a_stride, const T* b, long long b_stride,
                  const W* __restrict__ w, T* sum, T* out, int rows, int n, float eps) {
-  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, rows, 0, b, b_stride, w,
-                                                            sum, out, rows, n, eps);
+  rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, rows > 0 ? rows : 1, 0, b,
+                                                            b_stride, w, sum, out, rows, n, eps);
 }
 
 }  // namespace tileplan
