@@ -1,0 +1,68 @@
+#include "kernels/kernel_loader.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+
+namespace tileplan::kernels {
+
+absl::StatusOr<std::unique_ptr<KernelLoader>> KernelLoader::Create(const device::Device& device,
+                                                                   const NvrtcCompiler& compiler) {
+  const std::vector<int>& archs = compiler.supported_archs();
+  if (!std::binary_search(archs.begin(), archs.end(), device.sm())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        device.Label(), ": NVRTC ", compiler.nvrtc_version(), " cannot compile for sm_",
+        device.sm(), " (it supports sm_", absl::StrJoin(archs, ", sm_"), ")"));
+  }
+  return std::unique_ptr<KernelLoader>(new KernelLoader(device, compiler));
+}
+
+absl::StatusOr<LoadedInstance*> KernelLoader::Load(const KernelInstance& instance) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = loaded_.find(instance);
+  if (it != loaded_.end()) return it->second.get();
+  CompileRequest request;
+  request.source = instance.source;
+  request.name_expressions = instance.name_expressions;
+  request.sm = device_->sm();
+  TP_ASSIGN_OR_RETURN(CompiledModule compiled, compiler_->Compile(request));
+  auto loaded = std::make_unique<LoadedInstance>();
+  TP_ASSIGN_OR_RETURN(loaded->module,
+                      device::Module::Load(*device_, compiled.cubin,
+                                           absl::StrCat(instance.source, " for ", compiled.arch)));
+  for (const std::string& name : compiled.lowered_names) {
+    TP_ASSIGN_OR_RETURN(device::Kernel kernel, loaded->module->GetKernel(name));
+    loaded->kernels.push_back(std::move(kernel));
+  }
+  loaded->shared_limit.assign(loaded->kernels.size(), 48 * 1024);
+  LoadedInstance* result = loaded.get();
+  loaded_.emplace(instance, std::move(loaded));
+  return result;
+}
+
+absl::Status KernelLoader::Launch(LoadedInstance& loaded, PreparedLaunch& launch) {
+  if (launch.kernel < 0 || launch.kernel >= static_cast<int>(loaded.kernels.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("launch of kernel ", launch.kernel, " of an ",
+                                                   "instance with ", loaded.kernels.size(),
+                                                   " kernels"));
+  }
+  const size_t k = static_cast<size_t>(launch.kernel);
+  TP_RETURN_IF_ERROR(device_->MakeCurrent());
+  const int64_t shared = launch.config.dynamic_shared_memory_bytes;
+  if (shared > loaded.shared_limit[k]) {
+    TP_RETURN_IF_ERROR(loaded.kernels[k].SetMaxDynamicSharedMemory(shared));
+    loaded.shared_limit[k] = shared;
+  }
+  return loaded.kernels[k].Launch(launch.config, launch.args.pointers());
+}
+
+absl::Status KernelLoader::Run(const KernelInstance& instance,
+                               std::vector<PreparedLaunch>& launches) {
+  TP_ASSIGN_OR_RETURN(LoadedInstance * loaded, Load(instance));
+  for (PreparedLaunch& launch : launches) TP_RETURN_IF_ERROR(Launch(*loaded, launch));
+  return absl::OkStatus();
+}
+
+}  // namespace tileplan::kernels

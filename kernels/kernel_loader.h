@@ -1,0 +1,62 @@
+// Compiles (kernels/nvrtc_compiler.h), loads (runtime/device/module.h) and launches kernel
+// template instances on one device: each instance is compiled once per machine (the disk
+// cache) and loaded once per process.
+#ifndef TILEPLAN_KERNELS_KERNEL_LOADER_H_
+#define TILEPLAN_KERNELS_KERNEL_LOADER_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/nvrtc_compiler.h"
+#include "runtime/device/device.h"
+#include "runtime/device/module.h"
+
+namespace tileplan::kernels {
+
+// A loaded instance: its kernels in the order of KernelInstance::name_expressions.
+struct LoadedInstance {
+  std::unique_ptr<device::Module> module;
+  std::vector<device::Kernel> kernels;
+  // The dynamic shared memory limit raised so far, per kernel (48 KiB needs no raise).
+  std::vector<int64_t> shared_limit;
+};
+
+class KernelLoader {
+ public:
+  // `device` and `compiler` must outlive the loader. FailedPrecondition when NVRTC cannot
+  // compile for the device's architecture.
+  static absl::StatusOr<std::unique_ptr<KernelLoader>> Create(const device::Device& device,
+                                                              const NvrtcCompiler& compiler);
+
+  // The instance compiled for this device's sm_XX and loaded; errors carry the NVRTC log.
+  // Thread-safe; the result lives as long as the loader.
+  absl::StatusOr<LoadedInstance*> Load(const KernelInstance& instance);
+
+  // Launches one prepared launch of a loaded instance (asynchronously, on its stream),
+  // raising the kernel's dynamic shared memory limit first when the launch needs more than
+  // 48 KiB. Not thread-safe for one LoadedInstance (the raised limit is recorded in it).
+  absl::Status Launch(LoadedInstance& loaded, PreparedLaunch& launch);
+
+  // Load + Launch of every prepared launch, in order.
+  absl::Status Run(const KernelInstance& instance, std::vector<PreparedLaunch>& launches);
+
+  const device::Device& device() const { return *device_; }
+
+ private:
+  KernelLoader(const device::Device& device, const NvrtcCompiler& compiler)
+      : device_(&device), compiler_(&compiler) {}
+
+  const device::Device* device_;
+  const NvrtcCompiler* compiler_;
+  std::mutex mu_;
+  std::map<KernelInstance, std::unique_ptr<LoadedInstance>> loaded_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tileplan::kernels
+
+#endif  // TILEPLAN_KERNELS_KERNEL_LOADER_H_

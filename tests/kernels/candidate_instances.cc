@@ -1,0 +1,90 @@
+#include "tests/kernels/candidate_instances.h"
+
+#include <set>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::kernels::testing {
+namespace {
+
+// Appends every combination of `tunables` (odometer order) to `out`.
+void TunableProduct(const std::string& family, int32_t version,
+                    const std::vector<TunableParam>& tunables, std::vector<Tactic>& out) {
+  std::vector<size_t> index(tunables.size(), 0);
+  while (true) {
+    Tactic t;
+    t.family = family;
+    t.family_version = version;
+    for (size_t i = 0; i < tunables.size(); ++i) {
+      t.params[tunables[i].name] = tunables[i].values[index[i]];
+    }
+    out.push_back(std::move(t));
+    size_t i = 0;
+    for (; i < tunables.size(); ++i) {
+      if (++index[i] < tunables[i].values.size()) break;
+      index[i] = 0;
+    }
+    if (i == tunables.size()) return;
+  }
+}
+
+}  // namespace
+
+// The target whose default tactics Coverage::kEachValue varies: the sm_90 machine.
+constexpr char kVariedTarget[] = "h200";
+
+std::vector<std::string> RowTargets() { return {"a100", "h200", "b200", "rtx-pro-6000"}; }
+
+CandidateSet TypicalCandidates(Coverage coverage) {
+  CandidateSet set;
+  set.graph = std::make_unique<ir::Graph>(TestGraph("typical_regions.tpir"));
+  const std::vector<std::pair<ShapeBindings, int64_t>> buckets = {
+      {{{"B", 1}, {"Smax", 4096}, {"T", 1}}, 512},
+      {{{"B", 16}, {"Smax", 4096}, {"T", 1}}, 512},
+      {{{"B", 1}, {"Smax", 4096}, {"T", 128}}, 128}};
+  for (const auto& [bindings, context] : buckets) {
+    set.bound_graphs.push_back(MustBind(*set.graph, bindings, context));
+  }
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  std::set<std::pair<std::string, int>> varied;  // (family, bound graph) already varied
+  for (int g = 0; g < static_cast<int>(set.bound_graphs.size()); ++g) {
+    const BoundGraph& bound = set.bound_graphs[static_cast<size_t>(g)];
+    for (int i = 0; i < static_cast<int>(set.graph->regions().size()); ++i) {
+      const BoundRegion region(bound, i);
+      for (const KernelFamily* family : registry.FamiliesFor(region.kind())) {
+        if (!IsCudaTemplateFamily(family->name())) continue;
+        for (const std::string& target_name : RowTargets()) {
+          const TargetDescription target = MustTarget(target_name);
+          if (!family->CanImplement(region, target).ok()) continue;
+          absl::StatusOr<CandidateTable> table = family->Candidates(region, target);
+          EXPECT_TRUE(table.ok()) << region.Label() << ": " << table.status();
+          if (!table.ok()) continue;
+          std::vector<Tactic> tactics;
+          for (const ByTargetRow& row : table->rows) tactics.push_back(row.tactic);
+          if (coverage == Coverage::kFullProduct) {
+            TunableProduct(std::string(family->name()), family->version(), table->tunables,
+                           tactics);
+          } else if (target_name == kVariedTarget &&
+                     varied.insert({std::string(family->name()), g}).second) {
+            for (const TunableParam& tunable : table->tunables) {
+              for (int64_t value : tunable.values) {
+                Tactic varied = table->default_tactic;
+                varied.params[tunable.name] = value;
+                tactics.push_back(std::move(varied));
+              }
+            }
+          }
+          for (Tactic& tactic : tactics) {
+            if (!family->ValidateTactic(tactic, region, target).ok()) continue;
+            set.candidates.push_back({g, i, family, std::move(tactic), target_name});
+          }
+        }
+      }
+    }
+  }
+  return set;
+}
+
+}  // namespace tileplan::kernels::testing

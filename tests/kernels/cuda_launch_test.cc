@@ -1,0 +1,144 @@
+// The launch half of the template families without a GPU: every candidate tactic of the
+// typical regions (the full product of the tunables) prepares launches whose geometry
+// agrees with the family's description, and the host element encodings round-trip.
+#include "kernels/cuda_launch.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/kernels/candidate_instances.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Distinct, 1 MiB-aligned fake device addresses (never dereferenced).
+void* FakeAddress(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(i + 1) << 20); }
+
+RegionBuffers FakeBuffers(const BoundRegion& region) {
+  RegionBuffers buffers;
+  for (int i = 0; i < region.num_operands(); ++i) buffers.operands.push_back(FakeAddress(i));
+  for (int i = 0; i < region.num_results(); ++i) buffers.results.push_back(FakeAddress(16 + i));
+  buffers.workspace = FakeAddress(32);
+  buffers.counters = FakeAddress(34);
+  buffers.rope_inv_freq = static_cast<const float*>(FakeAddress(33));
+  return buffers;
+}
+
+TEST(CudaLaunchTest, EveryCandidatePreparesTheDescribedLaunch) {
+  const testing::CandidateSet set = testing::TypicalCandidates(testing::Coverage::kFullProduct);
+  ASSERT_GT(set.candidates.size(), 1000u);
+  std::set<std::string> families;
+  for (const testing::Candidate& c : set.candidates) {
+    const BoundRegion region(set.bound_graphs[static_cast<size_t>(c.bound_graph)], c.region);
+    absl::StatusOr<std::vector<PreparedLaunch>> launches =
+        PrepareLaunches(*c.family, region, c.tactic, FakeBuffers(region));
+    ASSERT_TRUE(launches.ok()) << launches.status() << " (tactic " << c.tactic.ParamsString()
+                               << " on " << c.target << ")";
+    ASSERT_EQ(launches->size(), 1u);
+    EXPECT_GT((*launches)[0].args.size(), 4u);
+    absl::StatusOr<KernelInstance> instance = InstanceFor(region, c.tactic);
+    ASSERT_TRUE(instance.ok()) << instance.status();
+    EXPECT_THAT(instance->name_expressions[0], StartsWith("tileplan::"));
+    families.insert(c.tactic.family);
+  }
+  EXPECT_EQ(std::vector<std::string>(families.begin(), families.end()), CudaTemplateFamilies());
+}
+
+TEST(CudaLaunchTest, InstancesNameTheTemplateArguments) {
+  const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
+  const BoundGraph bound = testing::MustBind(graph, {{"B", 4}, {"Smax", 4096}, {"T", 1}}, 512);
+  const BoundRegion swiglu(bound, testing::RegionNamed(graph, "fact"));
+  Tactic gemv{"gemv", 1, {{"rows_per_cta", 4}, {"split_k", 2}, {"threads", 256}, {"vec", 8}}};
+  absl::StatusOr<KernelInstance> instance = InstanceFor(swiglu, gemv);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_EQ(instance->source, "gemv_split_k.cuh");
+  EXPECT_THAT(instance->name_expressions,
+              ::testing::ElementsAre("tileplan::gemv_split_k<tileplan::bf16, tileplan::bf16, "
+                                     "tileplan::bf16, 4, 256, 4, 2, 8, tileplan::kGemvSwiglu>"));
+}
+
+TEST(CudaLaunchTest, RefusesOtherFamiliesAndMissingParameters) {
+  const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
+  const BoundGraph bound = testing::MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 1}}, 8);
+  const BoundRegion linear(bound, testing::RegionNamed(graph, "qkv"));
+  absl::StatusOr<KernelInstance> instance = InstanceFor(linear, Tactic{"cublaslt_gemm", 1, {}});
+  EXPECT_THAT(std::string(instance.status().message()),
+              HasSubstr("family 'cublaslt_gemm' has no CUDA templates"));
+  instance = InstanceFor(linear, Tactic{"gemv", 1, {{"threads", 128}}});
+  EXPECT_EQ(instance.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(instance.status().message()), HasSubstr("(%qkv)"));
+  EXPECT_THAT(std::string(instance.status().message()), HasSubstr("rows_per_cta"));
+}
+
+TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
+  const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
+  const BoundGraph bound = testing::MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 1}}, 8);
+  const BoundRegion linear(bound, testing::RegionNamed(graph, "qkv"));
+  const KernelFamily* gemv = GlobalKernelRegistry().Find("gemv");
+  ASSERT_NE(gemv, nullptr);
+  Tactic tactic{"gemv", 1, {{"rows_per_cta", 4}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}};
+  RegionBuffers buffers = FakeBuffers(linear);
+  buffers.operands[1] = static_cast<char*>(buffers.operands[1]) + 2;
+  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+      PrepareLaunches(*gemv, linear, tactic, buffers);
+  EXPECT_THAT(std::string(launches.status().message()),
+              HasSubstr("operand 1 at 0x200002 is not aligned to 16 bytes"));
+  buffers = FakeBuffers(linear);
+  buffers.results.clear();
+  launches = PrepareLaunches(*gemv, linear, tactic, buffers);
+  EXPECT_THAT(std::string(launches.status().message()), HasSubstr("no device buffer for result 0"));
+}
+
+TEST(CudaLaunchTest, KernelArgsPointAtTheirValues) {
+  KernelArgs args;
+  int x = 0;
+  args.Add(&x).Add(7).Add(static_cast<long long>(-3)).Add(1.5f);
+  void** p = args.pointers();
+  EXPECT_EQ(*static_cast<int**>(p[0]), &x);
+  EXPECT_EQ(*static_cast<int*>(p[1]), 7);
+  EXPECT_EQ(*static_cast<long long*>(p[2]), -3);
+  EXPECT_EQ(*static_cast<float*>(p[3]), 1.5f);
+}
+
+TEST(HostElementsTest, Bf16RoundsToNearestEven) {
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
+  EXPECT_EQ(RoundToDType(ir::DType::kBF16, 1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(RoundToDType(ir::DType::kBF16, 1.0f + 3 * std::ldexp(1.0f, -8)),
+            1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isnan(RoundToDType(ir::DType::kBF16, std::nanf(""))));
+  EXPECT_EQ(RoundToDType(ir::DType::kBF16, -0.0f), -0.0f);
+}
+
+TEST(HostElementsTest, F16RoundsAndHandlesRangeEdges) {
+  EXPECT_EQ(RoundToDType(ir::DType::kF16, 1.0f + std::ldexp(1.0f, -11)), 1.0f);  // tie to even
+  EXPECT_EQ(RoundToDType(ir::DType::kF16, 65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(RoundToDType(ir::DType::kF16, 70000.0f)));
+  EXPECT_EQ(RoundToDType(ir::DType::kF16, std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));
+  EXPECT_EQ(RoundToDType(ir::DType::kF16, std::ldexp(3.0f, -20)), std::ldexp(3.0f, -20));
+  EXPECT_EQ(RoundToDType(ir::DType::kF16, std::ldexp(1.0f, -26)), 0.0f);
+}
+
+TEST(HostElementsTest, EncodeDecodeRoundTrips) {
+  const std::vector<float> values = {0.0f, -1.5f, 3.140625f, 1e-3f, -65504.0f};
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kBF16, ir::DType::kF16}) {
+    const std::string bytes = EncodeFloats(dtype, values);
+    EXPECT_EQ(bytes.size(), values.size() * ir::DTypeSize(dtype));
+    const std::vector<float> back = DecodeFloats(dtype, bytes);
+    ASSERT_EQ(back.size(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(back[i], RoundToDType(dtype, values[i])) << ir::DTypeName(dtype) << " " << i;
+    }
+  }
+  // bf16 bits are the upper half of the float.
+  EXPECT_EQ(EncodeFloats(ir::DType::kBF16, {1.0f}), std::string("\x80\x3f", 2));
+}
+
+}  // namespace
+}  // namespace tileplan::kernels

@@ -1,0 +1,124 @@
+// Compiles the template instances of the families' candidate lists for the typical
+// regions (tests/kernels/candidate_instances.h, Coverage::kEachValue: every row default and
+// every tunable value) with NVRTC, for every architecture row this NVRTC supports (sm_80,
+// sm_90, sm_100, sm_120). No GPU needed. Distinct instances are compiled once per
+// architecture, several per NVRTC program, on all cores; a failure prints the
+// instantiations and NVRTC's log. (The full product of the tunables is the tuner's search
+// space, compiled on demand there; its launch preparation is checked for every
+// combination by cuda_launch_test.)
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/nvrtc_compiler.h"
+#include "tests/kernels/candidate_instances.h"
+
+namespace tileplan::kernels {
+namespace {
+
+// Instantiations compiled together in one NVRTC program (one front-end pass).
+constexpr size_t kInstancesPerProgram = 4;
+
+const std::set<KernelInstance>& AllInstances() {
+  static const auto* instances = [] {
+    auto* set = new std::set<KernelInstance>;
+    const testing::CandidateSet candidates =
+        testing::TypicalCandidates(testing::Coverage::kEachValue);
+    for (const testing::Candidate& c : candidates.candidates) {
+      const BoundRegion region(candidates.bound_graphs[static_cast<size_t>(c.bound_graph)],
+                               c.region);
+      absl::StatusOr<KernelInstance> instance = InstanceFor(region, c.tactic);
+      EXPECT_TRUE(instance.ok()) << instance.status() << " (tactic " << c.tactic.ParamsString()
+                                 << ")";
+      if (instance.ok()) set->insert(*std::move(instance));
+    }
+    return set;
+  }();
+  return *instances;
+}
+
+class KernelsNvrtcCompileTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(KernelsNvrtcCompileTest, EveryCandidateInstanceCompiles) {
+  const int sm = GetParam();
+  NvrtcCompiler::Options options;
+  options.use_disk_cache = false;  // measure and check the compiler, not the cache
+  absl::StatusOr<std::unique_ptr<NvrtcCompiler>> compiler = NvrtcCompiler::Create(options);
+  ASSERT_TRUE(compiler.ok()) << compiler.status();
+  const std::vector<int>& archs = (*compiler)->supported_archs();
+  if (!std::binary_search(archs.begin(), archs.end(), sm)) {
+    GTEST_SKIP() << "NVRTC " << (*compiler)->nvrtc_version() << " does not support sm_" << sm;
+  }
+
+  // Group the name expressions per template file, then cut them into programs.
+  std::map<std::string, std::vector<std::string>> by_source;
+  size_t kernels = 0;
+  for (const KernelInstance& instance : AllInstances()) {
+    std::vector<std::string>& names = by_source[instance.source];
+    for (const std::string& name : instance.name_expressions) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+        ++kernels;
+      }
+    }
+  }
+  ASSERT_GT(kernels, 0u);
+  std::vector<CompileRequest> requests;
+  for (const auto& [source, names] : by_source) {
+    for (size_t i = 0; i < names.size(); i += kInstancesPerProgram) {
+      CompileRequest request;
+      request.source = source;
+      request.sm = sm;
+      request.name_expressions.assign(names.begin() + static_cast<std::ptrdiff_t>(i),
+                                      names.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                          names.size(), i + kInstancesPerProgram)));
+      requests.push_back(std::move(request));
+    }
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::map<std::string, size_t> compiled_per_source;
+  auto worker = [&] {
+    for (size_t i = next++; i < requests.size(); i = next++) {
+      absl::StatusOr<CompiledModule> module = (*compiler)->Compile(requests[i]);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!module.ok()) {
+        failures.push_back(std::string(module.status().message()));
+      } else {
+        compiled_per_source[requests[i].source] += module->lowered_names.size();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned count = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned t = 0; t < count; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  for (const std::string& failure : failures) ADD_FAILURE() << failure;
+  std::string summary;
+  for (const auto& [source, n] : compiled_per_source)
+    absl::StrAppend(&summary, " ", source, "=", n);
+  std::printf("sm_%d: %zu kernels in %zu programs on %u threads, %.1f s:%s\n", sm, kernels,
+              requests.size(), count, seconds, summary.c_str());
+  EXPECT_TRUE(failures.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, KernelsNvrtcCompileTest, ::testing::Values(80, 90, 100, 120),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("sm_", info.param);
+                         });
+
+}  // namespace
+}  // namespace tileplan::kernels
