@@ -19,14 +19,14 @@ summary=()
 status=0
 for test in "$@"; do
   log="$out/$test.log"
-  start=$(date +%s.%N)
+  start=$SECONDS
   "$staged/$test" --gtest_output="json:$out/$test.json" > "$log" 2>&1
   rc=$?
-  secs=$(echo "$(date +%s.%N) - $start" | bc)
+  secs=$((SECONDS - start))
   passed=$(grep -c '^\[       OK \]' "$log")
   failed=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$log")
   skipped=$(grep -c '^\[  SKIPPED \]' "$log")
-  summary+=("$(printf '%-32s rc=%-3s passed=%-4s failed=%-4s skipped=%-4s %6.1fs' \
+  summary+=("$(printf '%-32s rc=%-3s passed=%-4s failed=%-4s skipped=%-4s %5ss' \
     "$test" "$rc" "$passed" "$failed" "$skipped" "$secs")")
   ((rc == 0)) || status=1
   grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -40
