@@ -268,7 +268,10 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   auto plan_phase = [&](PhaseSpec spec, absl::StatusOr<PassPipeline> pipeline) -> absl::Status {
     if (!pipeline.ok()) return pipeline.status();
     ir::Graph graph = primitive;
-    absl::StatusOr<bool> ran = pipeline->Run(graph);
+    if (options.print.out != nullptr && (options.print.after_all || !options.print.after.empty())) {
+      *options.print.out << "// ===== " << spec.name << "\n";
+    }
+    absl::StatusOr<bool> ran = pipeline->Run(graph, options.print);
     if (!ran.ok()) {
       return absl::Status(ran.status().code(),
                           absl::StrCat(spec.name, ": ", ran.status().message()));

@@ -14,6 +14,7 @@
 #include "kernels/bound_graph.h"
 #include "kernels/kernel_family.h"
 #include "models/config.h"
+#include "planner/pass.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_cache.h"
 #include "planner/target.pb.h"
@@ -28,6 +29,7 @@ struct PlanOptions {
   std::vector<int64_t> decode_batches = {1};               // one decode phase per B
   int64_t max_context = 4096;                              // Smax
   int64_t decode_context = 0;  // decode estimates' context; 0: max_context
+  PrintOptions print;          // IR after passes, for every phase's pipeline run
 };
 
 // InvalidArgument naming the option when a bucket is not positive, a prefill bucket or the

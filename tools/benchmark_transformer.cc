@@ -4,6 +4,7 @@
 //   benchmark_transformer --model DIR|NAME [--target NAME|ALIAS|FILE] [--batch N]
 //       [--prefill T,T,...] [--decode C,C,...] [--max-context N]
 //       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
+//       [--print-after-all] [--print-after=PASS[,PASS...]]
 //
 // --model      a checkpoint directory (its config.json) or a bundled config name
 // --target     a bundled target (h200, sm_90, ...) or a .textproto file; default h200
@@ -16,6 +17,8 @@
 // --time-planning  plans RUNS times (default 20) and prints the median and fastest wall time
 //              and the median CPU time per plan
 // --tactic-cache   the SQLite tactic store, which this build does not have yet
+// --print-after-all, --print-after=PASS  print the IR to stderr after the planner's passes,
+//              for every phase (docs/planner.md)
 //
 // Exit status: 0 the plan was shown or timed; 2 bad arguments, an unplannable model, or a
 // request this build cannot serve (a GPU benchmark, a tactic store).
@@ -51,7 +54,7 @@ constexpr const char* kUsage =
     "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
-    "           [--tactic-cache FILE]";
+    "           [--tactic-cache FILE] [--print-after-all] [--print-after=PASS[,PASS...]]";
 
 struct Args {
   std::string model;
@@ -63,6 +66,8 @@ struct Args {
   std::optional<planner::PlanFormat> show_plan;
   int time_planning_runs = 0;
   std::string tactic_cache;
+  bool print_after_all = false;
+  std::vector<std::string> print_after;
 };
 
 absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view text) {
@@ -97,6 +102,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       TP_ASSIGN_OR_RETURN(args.show_plan, planner::ParsePlanFormat(value.value_or("table")));
       continue;
     }
+    if (flag == "--print-after-all") {
+      if (value) return absl::InvalidArgumentError("--print-after-all takes no value");
+      args.print_after_all = true;
+      continue;
+    }
     if (flag == "--time-planning") {
       int64_t runs = 20;
       if (value) {
@@ -122,6 +132,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       TP_ASSIGN_OR_RETURN(args.decode, PositiveList(flag, *value));
     } else if (flag == "--max-context") {
       TP_ASSIGN_OR_RETURN(args.max_context, PositiveInt(flag, *value));
+    } else if (flag == "--print-after") {
+      args.print_after = absl::StrSplit(*value, ',', absl::SkipEmpty());
+      if (args.print_after.empty()) {
+        return absl::InvalidArgumentError("--print-after needs a pass name");
+      }
     } else if (flag == "--tactic-cache") {
       args.tactic_cache = *value;
     } else {
@@ -175,6 +190,9 @@ absl::StatusOr<int> Run(const Args& args) {
   for (int64_t c : args.decode) longest = std::max(longest, c);
   options.max_context = args.max_context > 0 ? args.max_context : longest;
   options.decode_context = *std::max_element(args.decode.begin(), args.decode.end());
+  options.print.after_all = args.print_after_all;
+  options.print.after = args.print_after;
+  options.print.out = &std::cerr;
 
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, options, nullptr));
@@ -186,6 +204,7 @@ absl::StatusOr<int> Run(const Args& args) {
     // Wall time, and the process's CPU time (planning is single-threaded), which stays
     // meaningful on a machine busy with other work.
     std::vector<double> wall_ms, cpu_ms;
+    options.print = {};  // the IR was printed once, by the plan above
     for (int run = 0; run < args.time_planning_runs; ++run) {
       const auto start = std::chrono::steady_clock::now();
       const std::clock_t cpu_start = std::clock();

@@ -49,6 +49,20 @@ Result RunTool(const std::string& args) {
   return r;
 }
 
+TEST(BenchmarkTransformerTest, PrintAfterShowsThePassOutputOfEveryPhase) {
+  const Result r = RunTool(
+      "--model qwen3-0.6b --show-plan --prefill 128 --print-after=fuse_residual");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("// ===== prefill T=128\n// ----- IR after fuse_residual "
+                                  "(pass 5 of 7)\ngraph @qwen3 {"));
+  EXPECT_THAT(r.output, HasSubstr("// ===== decode B=1\n// ----- IR after fuse_residual"));
+  EXPECT_THAT(r.output, HasSubstr("= linear_residual("));
+
+  const Result bad = RunTool("--model qwen3-0.6b --show-plan --print-after=no_such_pass");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("cannot print after pass 'no_such_pass'"));
+}
+
 TEST(BenchmarkTransformerTest, ShowPlanQwen3OnSm90AppliesEveryFusion) {
   const Result r = RunTool("--model qwen3-0.6b --target sm_90 --show-plan");
   ASSERT_EQ(r.exit_code, 0) << r.output;
