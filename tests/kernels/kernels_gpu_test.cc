@@ -836,6 +836,9 @@ TEST(KernelsGpuCasesTest, EveryCasePreparesOnTheCpu) {
   }
 }
 
+// Names the group in test names and failure messages.
+void PrintTo(const CaseGroup& group, std::ostream* os) { *os << group.name; }
+
 class KernelsGpuTest : public ::testing::TestWithParam<CaseGroup> {};
 
 TEST_P(KernelsGpuTest, MatchesTheCpuReference) {
