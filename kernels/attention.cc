@@ -4,7 +4,7 @@
 // attention_prefill is flash style on tensor cores: a CTA owns `tile_q` query rows of one
 // head, streams the cache in `tile_kv`-row tiles through a `stages`-deep shared-memory
 // pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). It is
-// instantiated for head_dim 64, 96 and 128, in bf16 and f16.
+// instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
 //
 // attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
 // every `splits`-th chunk of `kv_chunk` cache rows of kv head h for all the queries that share
@@ -107,9 +107,10 @@ class AttentionPrefillFamily final : public FamilyBase {
  protected:
   absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
     const AttentionShape s = ShapeOf(r);
-    if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128) {
+    if (s.head_dim != 16 && s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 &&
+        s.head_dim != 128) {
       return Refuse(absl::StrCat("head_dim ", s.head_dim,
-                                 " is not one of the instantiated head dims 64, 96, 128"));
+                                 " is not one of the instantiated head dims 16, 32, 64, 96, 128"));
     }
     if (r.operand_dtype(0) == ir::DType::kF32) {
       return Refuse("dtype f32 has no tensor-core path (bf16 or f16 only)");

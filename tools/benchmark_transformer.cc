@@ -1,13 +1,21 @@
-// benchmark_transformer: plans a decoder model for a described GPU and shows the plan; the
-// GPU benchmark itself needs the runtime, which this build does not have yet.
+// benchmark_transformer: plans a decoder model for a GPU, shows the plan, and on a GPU runs
+// it with the GPU runtime and reports prefill and decode latencies (medians of CUDA-event
+// timings of replayed CUDA Graphs) beside the physical floors.
 //
 //   benchmark_transformer --model DIR|NAME [--target NAME|ALIAS|FILE] [--batch N]
-//       [--prefill T,T,...] [--decode C,C,...] [--max-context N]
+//       [--prefill T,T,...] [--decode C,C,...] [--max-context N] [--random-weights]
+//       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE]
 //       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
 //       [--print-after-all] [--print-after=PASS[,PASS...]]
 //
-// --model      a checkpoint directory (its config.json) or a bundled config name
-// --target     a bundled target (h200, sm_90, ...) or a .textproto file; default h200
+// --model      a checkpoint directory (its config.json and weights) or a bundled config
+//              name (random weights of the real size)
+// --random-weights  random weights even when DIR has a checkpoint
+// --target     a bundled target (h200, sm_90, ...) or a .textproto file; default: the GPU's
+//              own (runtime/gpu/device_target.h), or h200 when there is no GPU
+// --iters, --warmup  timed and untimed replays per measurement (default 100 and 10)
+// --no-cuda-graphs   launch every kernel from the host (to see what graphs save)
+// --json       also write the measurements as JSON
 // --batch      batch size of every phase (default 1)
 // --prefill    prompt lengths, one prefill phase each (default 128,512,2048)
 // --decode     context lengths of the decode benchmark (default 128,512,2048); the plan has
@@ -20,13 +28,19 @@
 // --print-after-all, --print-after=PASS  print the IR to stderr after the planner's passes,
 //              for every phase (docs/planner.md)
 //
-// Exit status: 0 the plan was shown or timed; 2 bad arguments, an unplannable model, or a
-// request this build cannot serve (a GPU benchmark, a tactic store).
+// Without --show-plan or --time-planning the benchmark runs, and needs a GPU. With either of
+// them the benchmark also runs when a GPU is present; without one it is skipped with a note.
+// Decode at context C times one decode step whose caches hold C - 1 tokens of a random
+// prompt (put there by a prefill when a bucket holds C - 1 tokens, else by decode steps).
+//
+// Exit status: 0 done; 2 bad arguments, an unplannable model, no GPU for a benchmark-only
+// run, a runtime error, or a request this build cannot serve (a tactic store).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -43,6 +57,9 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
 #include "planner/target.h"
+#include "runtime/device/device.h"
+#include "runtime/gpu/device_target.h"
+#include "runtime/gpu/gpu_runtime.h"
 
 namespace tileplan {
 namespace {
@@ -52,13 +69,19 @@ constexpr int kExitBad = 2;
 
 constexpr const char* kUsage =
     "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
-    "           [--prefill T,...] [--decode C,...] [--max-context N]\n"
+    "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
+    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
     "           [--tactic-cache FILE] [--print-after-all] [--print-after=PASS[,PASS...]]";
 
 struct Args {
   std::string model;
-  std::string target = "h200";
+  std::string target;  // empty: the GPU's own, else h200
+  bool random_weights = false;
+  int iters = 100;
+  int warmup = 10;
+  bool cuda_graphs = true;
+  std::string json;
   int64_t batch = 1;
   std::vector<int64_t> prefill = {128, 512, 2048};
   std::vector<int64_t> decode = {128, 512, 2048};
@@ -107,6 +130,12 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.print_after_all = true;
       continue;
     }
+    if (flag == "--random-weights" || flag == "--no-cuda-graphs") {
+      if (value) return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
+      (flag == "--random-weights" ? args.random_weights : args.cuda_graphs) =
+          flag == "--random-weights";
+      continue;
+    }
     if (flag == "--time-planning") {
       int64_t runs = 20;
       if (value) {
@@ -137,6 +166,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       if (args.print_after.empty()) {
         return absl::InvalidArgumentError("--print-after needs a pass name");
       }
+    } else if (flag == "--iters" || flag == "--warmup") {
+      TP_ASSIGN_OR_RETURN(const int64_t n, PositiveInt(flag, *value));
+      (flag == "--iters" ? args.iters : args.warmup) = static_cast<int>(std::min<int64_t>(n, 100000));
+    } else if (flag == "--json") {
+      args.json = *value;
     } else if (flag == "--tactic-cache") {
       args.tactic_cache = *value;
     } else {
@@ -166,20 +200,166 @@ absl::StatusOr<models::ModelConfig> LoadConfig(const std::string& model, std::st
   return config;
 }
 
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0;
+};
+
+Stats Summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  Stats s;
+  s.median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  s.p10 = ms[n / 10];
+  s.p90 = ms[std::min(n - 1, n * 9 / 10)];
+  return s;
+}
+
+// Token ids spread over the vocabulary (a fixed LCG: the same prompts every run).
+std::vector<int32_t> Prompt(int64_t count, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (int32_t& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
+  }
+  return ids;
+}
+
+bool HasCheckpoint(const std::string& model) {
+  std::error_code ec;
+  const std::filesystem::path dir(model);
+  return std::filesystem::is_directory(dir, ec) &&
+         (std::filesystem::exists(dir / "model.safetensors", ec) ||
+          std::filesystem::exists(dir / "model.safetensors.index.json", ec));
+}
+
+struct Row {
+  std::string phase;
+  int64_t size = 0;
+  Stats stats;
+  double floor_ms = 0;
+};
+
+absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
+                              const planner::TargetDescription& target,
+                              const planner::proto::ExecutionPlan& plan,
+                              const device::Device& device) {
+  std::unique_ptr<models::Checkpoint> checkpoint;
+  if (!args.random_weights && HasCheckpoint(args.model)) {
+    TP_ASSIGN_OR_RETURN(checkpoint, models::Checkpoint::Open(args.model));
+  }
+  runtime::gpu::GpuOptions options;
+  options.cuda_graphs = args.cuda_graphs;
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
+                      runtime::gpu::GpuRuntime::Create(device, plan, checkpoint.get(), options));
+  const runtime::gpu::GpuRuntimeInfo& info = rt->info();
+  const int64_t batch = args.batch;
+  const int64_t vocab = rt->vocab_size();
+  std::cout << absl::StrFormat(
+      "benchmark %s on %s (target %s), batch %d, %s, %s weights\n"
+      "setup %.2f s: %d kernels compiled or loaded in %.2f s, weights in %.2f s; device memory: "
+      "weights %.1f MiB, KV cache %.1f MiB, arena %.1f MiB\n",
+      name, device.Label(), target.name(), batch,
+      args.cuda_graphs ? "CUDA graphs" : "host launches", checkpoint ? "checkpoint" : "random",
+      info.setup_seconds, info.kernels_compiled, info.compile_seconds, info.weights_seconds,
+      info.weight_bytes / 1048576.0, info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);
+  for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
+
+  // Floors: every weight byte and the KV rows read once at the achievable copy bandwidth
+  // (decode); two flops per weight element per token at the achievable bf16 rate (prefill,
+  // attention's own flops left out).
+  const double bandwidth = target.achievable_memory_bandwidth_gbps() * 1e9;  // bytes/s
+  const double flop_rate = target.achievable_bf16_tflops() * 1e12;
+  const double weight_elements = static_cast<double>(info.weight_bytes) / 2.0;
+  std::vector<Row> rows;
+  for (int64_t t : args.prefill) {
+    const std::vector<int32_t> ids = Prompt(batch * t, vocab, static_cast<uint32_t>(t));
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms,
+                        rt->TimePrefill(ids, batch, args.warmup, args.iters));
+    rows.push_back({"prefill", t, Summarize(ms),
+                    1e3 * 2.0 * weight_elements * static_cast<double>(batch * t) / flop_rate});
+  }
+  for (int64_t c : args.decode) {
+    // Fill the caches with c - 1 tokens of a prompt.
+    if (c > 1) {
+      const std::vector<int32_t> ids = Prompt(batch * (c - 1), vocab, static_cast<uint32_t>(c));
+      absl::StatusOr<std::vector<float>> filled = rt->Prefill(ids, batch);
+      if (!filled.ok()) {  // no bucket holds c - 1 tokens: decode them one by one
+        TP_RETURN_IF_ERROR(rt->Reset());
+        for (int64_t pos = 0; pos < c - 1; ++pos) {
+          std::vector<int32_t> step(static_cast<size_t>(batch)), at(static_cast<size_t>(batch));
+          for (int64_t b = 0; b < batch; ++b) {
+            step[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * (c - 1) + pos)];
+            at[static_cast<size_t>(b)] = static_cast<int32_t>(pos);
+          }
+          TP_RETURN_IF_ERROR(rt->Decode(step, at).status());
+        }
+      }
+    }
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimeDecode(batch, c, args.warmup, args.iters));
+    const double kv_bytes = static_cast<double>(info.state_bytes) * static_cast<double>(c) /
+                            static_cast<double>(rt->max_context());
+    rows.push_back({"decode", c, Summarize(ms),
+                    1e3 * (static_cast<double>(info.weight_bytes) + kv_bytes) / bandwidth});
+  }
+
+  std::cout << absl::StrFormat("%-8s %8s %10s %10s %10s %10s %8s\n", "phase", "T or ctx",
+                               "median ms", "p10 ms", "p90 ms", "floor ms", "% floor");
+  for (const Row& r : rows) {
+    std::cout << absl::StrFormat("%-8s %8d %10.4f %10.4f %10.4f %10.4f %7.1f%%\n", r.phase,
+                                 r.size, r.stats.median, r.stats.p10, r.stats.p90, r.floor_ms,
+                                 100.0 * r.floor_ms / r.stats.median);
+  }
+  std::cout << absl::StrFormat("(%d timed replays after %d warm-up ones each; floors at %.0f GB/s "
+                               "and %.0f TFLOP/s, the target's achievable figures)\n",
+                               args.iters, args.warmup, bandwidth / 1e9, flop_rate / 1e12);
+  if (!args.json.empty()) {
+    std::string json = absl::StrFormat(
+        "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"target\": \"%s\",\n"
+        "  \"batch\": %d,\n  \"cuda_graphs\": %s,\n  \"weights\": \"%s\",\n"
+        "  \"iters\": %d,\n  \"setup_seconds\": %.3f,\n  \"results\": [",
+        name, device.properties().name, target.name(), batch,
+        args.cuda_graphs ? "true" : "false", checkpoint ? "checkpoint" : "random", args.iters,
+        info.setup_seconds);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      json += absl::StrFormat(
+          "%s\n    {\"phase\": \"%s\", \"size\": %d, \"median_ms\": %.6f, \"p10_ms\": %.6f, "
+          "\"p90_ms\": %.6f, \"floor_ms\": %.6f}",
+          i == 0 ? "" : ",", r.phase, r.size, r.stats.median, r.stats.p10, r.stats.p90,
+          r.floor_ms);
+    }
+    json += "\n  ]\n}\n";
+    std::ofstream out(args.json);
+    out << json;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", args.json));
+  }
+  return kExitOk;
+}
+
 absl::StatusOr<int> Run(const Args& args) {
   if (!args.tactic_cache.empty()) {
     return absl::UnimplementedError(
         "--tactic-cache: the SQLite tactic store is not available in this build yet; plans use "
         "the cost model (source 'cost model')");
   }
-  if (!args.show_plan && args.time_planning_runs == 0) {
-    return absl::UnimplementedError(
-        "this build has no GPU runtime yet, so it cannot run the benchmark; --show-plan prints "
-        "the plan and --time-planning times the planner");
+  const bool plan_only = args.show_plan || args.time_planning_runs > 0;
+  absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
+  if (!device.ok() && !plan_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device.status().message(),
+                     "; the benchmark needs a GPU (--show-plan prints the plan without one)"));
   }
   std::string name;
   TP_ASSIGN_OR_RETURN(models::ModelConfig config, LoadConfig(args.model, &name));
-  TP_ASSIGN_OR_RETURN(planner::TargetDescription target, planner::FindTarget(args.target));
+  planner::TargetDescription target;
+  if (!args.target.empty()) {
+    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
+  } else if (device.ok()) {
+    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(**device));
+  } else {
+    TP_ASSIGN_OR_RETURN(target, planner::FindTarget("h200"));
+  }
   planner::PlanOptions options;
   options.model_name = name;
   options.prefill_tokens = args.prefill;
@@ -223,7 +403,11 @@ absl::StatusOr<int> Run(const Args& args) {
         name, target.name(), plan.phases_size(), wall_ms.size(), wall_ms[wall_ms.size() / 2],
         wall_ms.front(), cpu_ms[cpu_ms.size() / 2]);
   }
-  return kExitOk;
+  if (!device.ok()) {
+    std::cerr << "benchmark skipped: " << device.status().message() << "\n";
+    return kExitOk;
+  }
+  return Benchmark(args, name, target, plan, **device);
 }
 
 }  // namespace

@@ -137,19 +137,19 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   s = registry.Find("gemv")->CanImplement(BoundRegion(decode, RegionNamed(graph, "attn")), h200);
   EXPECT_THAT(s.message(), HasSubstr("kind 'attention' is not one of linear, linear_residual"));
 
-  // head_dim 32 is not instantiated by the flash kernel; split-KV decode takes it.
+  // head_dim 80 is not instantiated by the flash kernel; split-KV decode takes it.
   const ir::Graph small = MustParseVerified(R"(graph @g {
-  input %q: bf16[B,T,4,32]
+  input %q: bf16[B,T,4,80]
   input %positions: i32[B,T]
-  state %k: bf16[B,2,Smax,32]
-  state %v: bf16[B,2,Smax,32]
-  %a: bf16[B,T,4,32] = attention(%q, %k, %v, %positions) {scale = 0.17, sliding_window = 0}
+  state %k: bf16[B,2,Smax,80]
+  state %v: bf16[B,2,Smax,80]
+  %a: bf16[B,T,4,80] = attention(%q, %k, %v, %positions) {scale = 0.17, sliding_window = 0}
   output %a
 })");
   const BoundGraph small_prefill = MustBind(small, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(small_prefill, 0), h200);
   EXPECT_THAT(s.message(),
-              HasSubstr("head_dim 32 is not one of the instantiated head dims 64, 96, 128"));
+              HasSubstr("head_dim 80 is not one of the instantiated head dims 16, 32, 64, 96, 128"));
   const BoundGraph small_decode = MustBind(small, kDecode, 10);
   EXPECT_TRUE(
       registry.Find("attention_decode")->CanImplement(BoundRegion(small_decode, 0), h200).ok());

@@ -741,7 +741,8 @@ std::vector<Case> AttentionPrefillFlashCases() {
     const char* dtype;
   };
   for (const Shape& s : {Shape{37, 0, 64, 0, "bf16"}, Shape{37, 20, 128, 0, "bf16"},
-                         Shape{100, 0, 96, 16, "bf16"}, Shape{64, 5, 128, 0, "f16"}}) {
+                         Shape{100, 0, 96, 16, "bf16"}, Shape{64, 5, 128, 0, "f16"},
+                         Shape{24, 0, 16, 6, "bf16"}, Shape{50, 3, 32, 0, "bf16"}}) {
     Case c;
     c.graph = AttentionGraph(2, s.tokens, 4, 2, 160, s.dim, s.dtype, s.window);
     c.family = "attention_prefill";

@@ -35,10 +35,12 @@ fs::path Scratch() {
   return dir;
 }
 
-Result RunTool(const std::string& args) {
+// Runs the tool with every GPU hidden (these tests are about planning; a GPU would add a
+// benchmark at real size to every run that shows a plan).
+Result RunTool(const std::string& args, const std::string& env = "CUDA_VISIBLE_DEVICES=") {
   const fs::path log = Scratch() / "output.txt";
-  const std::string command =
-      absl::StrCat("'", BENCHMARK_TRANSFORMER_PATH, "' ", args, " > '", log.string(), "' 2>&1");
+  const std::string command = absl::StrCat(env, " '", BENCHMARK_TRANSFORMER_PATH, "' ", args,
+                                           " > '", log.string(), "' 2>&1");
   const int status = std::system(command.c_str());
   Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -124,9 +126,14 @@ TEST(BenchmarkTransformerTest, ModelDirectoryIsReadAndNamesThePlan) {
 }
 
 TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
+  // Hide every GPU: the benchmark alone cannot run, the plan still can.
   Result r = RunTool("--model qwen3-0.6b");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("this build has no GPU runtime yet"));
+  EXPECT_THAT(r.output, HasSubstr("no CUDA device"));
+  EXPECT_THAT(r.output, HasSubstr("the benchmark needs a GPU (--show-plan prints the plan"));
+  r = RunTool("--model qwen3-0.6b --prefill 16 --decode 16 --show-plan");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("benchmark skipped: no CUDA device"));
   r = RunTool("--model qwen3-0.6b --show-plan --tactic-cache cache.db");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("the SQLite tactic store is not available in this build yet"));
@@ -145,11 +152,19 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
   r = RunTool("--show-plan");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("usage: benchmark_transformer"));
-  // The fixture's head_dim 32 has no flash kernel, and 64 new tokens are too many for the
-  // split-KV decode kernel.
-  r = RunTool(absl::StrCat("--model ", kTinyModel, " --prefill 64 --decode 16 --show-plan"));
+  // head_dim 80 has no flash kernel, and 64 new tokens are too many for the split-KV decode
+  // kernel.
+  std::ifstream in(kTinyModel + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = config.find("\"head_dim\": 32");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, 15, "\"head_dim\": 80");
+  const fs::path dir = Scratch() / "head-dim-80";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config;
+  r = RunTool(absl::StrCat("--model '", dir.string(), "' --prefill 64 --decode 16 --show-plan"));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("attention_prefill: head_dim 32"));
+  EXPECT_THAT(r.output, HasSubstr("attention_prefill: head_dim 80"));
 }
 
 TEST(BenchmarkTransformerTest, TimePlanningReportsTheMedian) {

@@ -31,10 +31,11 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result RunVerifyModel(const std::string& args, const fs::path& scratch) {
+Result RunVerifyModel(const std::string& args, const fs::path& scratch,
+                      const std::string& env = "") {
   const fs::path log = scratch / "output.txt";
-  const std::string command =
-      absl::StrCat("'", VERIFY_MODEL_PATH, "' ", args, " > '", log.string(), "' 2>&1");
+  const std::string command = absl::StrCat(env, " '", VERIFY_MODEL_PATH, "' ", args, " > '",
+                                           log.string(), "' 2>&1");
   const int status = std::system(command.c_str());
   Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -177,7 +178,7 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
                                   (kFixture / "reference.safetensors").string(), "' --backend tpu"),
                      dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("unknown backend 'tpu'; supported backends: cpu"));
+  EXPECT_THAT(r.output, HasSubstr("unknown backend 'tpu'; supported backends: cpu, gpu"));
 
   r = RunVerifyModel("--model x --backend cpu", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -186,6 +187,23 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
   r = RunVerifyModel("--model x --reference y --backend cpu --threads zero", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--threads"));
+
+  r = RunVerifyModel("--model x --reference y --backend gpu --no-plan", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--no-plan is cpu only"));
+  r = RunVerifyModel("--model x --reference y --backend cpu --no-cuda-graphs", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--no-cuda-graphs applies to --backend gpu"));
+}
+
+TEST_F(VerifyModelTest, GpuBackendWithoutAGpuSaysSo) {
+  // Every GPU hidden: the GPU backend stops with the reason, before any numerical check.
+  const Result r = RunVerifyModel(
+      absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                   (kFixture / "reference.safetensors").string(), "' --backend gpu"),
+      dir_, "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no CUDA device"));
 }
 
 TEST_F(VerifyModelTest, BadModelsAreBadInput) {

@@ -1,0 +1,19 @@
+// The target description of an opened device, so that tools plan for the GPU they run on.
+#ifndef TILEPLAN_RUNTIME_GPU_DEVICE_TARGET_H_
+#define TILEPLAN_RUNTIME_GPU_DEVICE_TARGET_H_
+
+#include "absl/status/statusor.h"
+#include "planner/target.pb.h"
+#include "runtime/device/device.h"
+
+namespace tileplan::runtime::gpu {
+
+// The bundled target whose `gpu` is the device's name; else the first bundled target of the
+// device's sm with the device's own SM count, L2, shared memory and memory size, named after
+// the device (its rates stay the bundled target's, and its provenance says so).
+// FailedPrecondition when no bundled target has the device's sm (pass a target file).
+absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device& device);
+
+}  // namespace tileplan::runtime::gpu
+
+#endif  // TILEPLAN_RUNTIME_GPU_DEVICE_TARGET_H_

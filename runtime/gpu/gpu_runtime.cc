@@ -1,0 +1,837 @@
+#include "runtime/gpu/gpu_runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "kernels/bound_graph.h"
+#include "kernels/cublaslt_runner.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/kernel_family.h"
+#include "kernels/kernel_loader.h"
+#include "kernels/nvrtc_compiler.h"
+#include "regions/ir.pb.h"
+#include "regions/parser.h"
+#include "regions/serialization.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/device/cuda_status.h"
+#include "runtime/device/device_buffer.h"
+#include "runtime/gpu/device_weights.h"
+
+namespace tileplan::runtime::gpu {
+namespace {
+
+namespace pp = planner::proto;
+using kernels::BoundGraph;
+using kernels::BoundRegion;
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+int64_t ElementBytes(ir::proto::DType dtype) {
+  switch (dtype) {
+    case ir::proto::DTYPE_BF16:
+    case ir::proto::DTYPE_F16:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+// Bytes from a binding's first element to one past its last.
+int64_t SpanBytes(const pp::Binding& b) {
+  int64_t span = 1;
+  for (int i = 0; i < b.shape_size() && i < b.strides_size(); ++i) {
+    if (b.shape(i) == 0) return 0;
+    span += (b.shape(i) - 1) * b.strides(i);
+  }
+  return span * ElementBytes(b.dtype());
+}
+
+bool HasRope(absl::string_view kind) {
+  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
+}
+
+// Index of the largest element (the first of equal ones).
+int32_t ArgMax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (v[i] > v[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+// One step of a phase, ready to enqueue.
+struct StepExec {
+  enum class How { kNothing, kTemplate, kGemm };
+  How how = How::kNothing;
+  std::string label;
+  kernels::KernelInstance instance;
+  kernels::LoadedInstance* loaded = nullptr;
+  std::vector<kernels::PreparedLaunch> launches;
+  std::unique_ptr<kernels::PreparedGemm> gemm;
+  kernels::RegionBuffers buffers;
+};
+
+// One phase of the plan, with its graphs once captured.
+struct Program {
+  const pp::Phase* phase = nullptr;
+  bool decode = false;
+  int64_t batch = 0, tokens = 0;
+  std::unique_ptr<ir::Graph> graph;
+  std::unique_ptr<BoundGraph> bound;
+  std::vector<StepExec> steps;
+  int32_t* tokens_in = nullptr;
+  int32_t* positions_in = nullptr;
+  float* logits = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> counters;  // arena offset, bytes
+  cudaGraphExec_t exec = nullptr;
+  // Decode only: argmax of the logits into tokens_in, then decode_advance.
+  std::unique_ptr<ir::Graph> argmax_graph;
+  std::unique_ptr<BoundGraph> argmax_bound;
+  StepExec argmax;
+  StepExec advance;
+  device::DeviceBuffer argmax_scratch;  // workspace and counters of the argmax
+  cudaGraphExec_t loop_exec = nullptr;
+};
+
+}  // namespace
+
+struct GpuRuntime::Impl {
+  const device::Device* device = nullptr;
+  GpuOptions options;
+  pp::ExecutionPlan plan;
+  std::unique_ptr<kernels::NvrtcCompiler> compiler;
+  std::unique_ptr<kernels::KernelLoader> loader;
+  std::unique_ptr<kernels::CublasLtRunner> blas;
+  std::unique_ptr<DeviceWeights> weights;
+  device::DeviceBuffer state;
+  device::DeviceBuffer arena;
+  device::DeviceBuffer aux;  // error word, step counter, history
+  std::vector<device::DeviceBuffer> rope_tables;
+  std::map<std::string, const float*> rope_by_key;
+  std::map<std::string, int64_t, std::less<>> state_offsets;
+  int* error = nullptr;
+  int* step_counter = nullptr;
+  int32_t* history = nullptr;  // [max_context, max decode batch]
+  int64_t history_capacity = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<std::unique_ptr<Program>> programs;
+  const Program* active = nullptr;  // the program whose counters hold in the arena
+
+  ~Impl() {
+    for (auto& p : programs) {
+      if (p->exec != nullptr) cudaGraphExecDestroy(p->exec);
+      if (p->loop_exec != nullptr) cudaGraphExecDestroy(p->loop_exec);
+    }
+    programs.clear();
+    blas.reset();
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  absl::StatusOr<std::byte*> Resolve(const pp::Binding& b, const std::string& step) {
+    const int64_t span = SpanBytes(b);
+    auto check = [&](int64_t size, absl::string_view space) -> absl::Status {
+      if (b.offset() < 0 || b.offset() + span > size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
+            ") lies outside the ", space, " of ", size, " bytes"));
+      }
+      return absl::OkStatus();
+    };
+    switch (b.storage()) {
+      case pp::Binding::STORAGE_ARENA:
+      case pp::Binding::STORAGE_INPUT:
+        TP_RETURN_IF_ERROR(check(arena.size(), "arena"));
+        return static_cast<std::byte*>(arena.data()) + b.offset();
+      case pp::Binding::STORAGE_WEIGHT: {
+        const WeightSlot* slot = weights->layout().Find(b.root());
+        if (slot == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(step, ": %", b.value(), " names the unknown weight ", b.root()));
+        }
+        TP_RETURN_IF_ERROR(check(slot->bytes, absl::StrCat("weight ", b.root())));
+        TP_ASSIGN_OR_RETURN(void* base, weights->Address(b.root()));
+        return static_cast<std::byte*>(base) + b.offset();
+      }
+      case pp::Binding::STORAGE_STATE: {
+        auto it = state_offsets.find(b.root());
+        if (it == state_offsets.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(step, ": %", b.value(), " names the unknown state ", b.root()));
+        }
+        TP_RETURN_IF_ERROR(check(state.size() - it->second, absl::StrCat("state ", b.root())));
+        return static_cast<std::byte*>(state.data()) + it->second + b.offset();
+      }
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(step, ": %", b.value(), " has no storage class"));
+    }
+  }
+
+  absl::StatusOr<const float*> RopeTable(const ir::Region& region, int64_t head_dim) {
+    TP_ASSIGN_OR_RETURN(cpu::RopeParams params, cpu::RopeParamsFromAttributes(region.attrs));
+    const std::vector<float> freq = cpu::RopeInvFreq(params, head_dim);
+    std::string key(reinterpret_cast<const char*>(freq.data()), freq.size() * sizeof(float));
+    if (auto it = rope_by_key.find(key); it != rope_by_key.end()) return it->second;
+    TP_ASSIGN_OR_RETURN(device::DeviceBuffer table,
+                        device::DeviceBuffer::Allocate(*device, key.size()));
+    TP_RETURN_IF_ERROR(table.CopyFromHost(freq.data(), static_cast<int64_t>(key.size())));
+    const float* p = table.as<float>();
+    rope_tables.push_back(std::move(table));
+    rope_by_key.emplace(std::move(key), p);
+    return p;
+  }
+
+  absl::Status PrepareTemplateStep(const kernels::KernelFamily& family, const BoundRegion& region,
+                                   const kernels::Tactic& tactic, StepExec& s) {
+    TP_ASSIGN_OR_RETURN(s.instance, kernels::InstanceFor(region, tactic));
+    TP_ASSIGN_OR_RETURN(s.launches, kernels::PrepareLaunches(family, region, tactic, s.buffers));
+    for (kernels::PreparedLaunch& l : s.launches) l.config.stream = stream;
+    s.how = StepExec::How::kTemplate;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<Program>> BuildProgram(const pp::Phase& phase) {
+    auto p = std::make_unique<Program>();
+    p->phase = &phase;
+    p->decode = phase.kind() == pp::Phase::KIND_DECODE;
+    TP_ASSIGN_OR_RETURN(ir::Graph graph, ir::GraphFromProto(phase.graph()));
+    p->graph = std::make_unique<ir::Graph>(std::move(graph));
+    kernels::ShapeBindings bindings;
+    for (const pp::SymbolBinding& b : phase.bindings()) bindings[b.symbol()] = b.extent();
+    p->batch = bindings.count("B") ? bindings["B"] : 0;
+    p->tokens = bindings.count("T") ? bindings["T"] : 0;
+    if (p->batch <= 0 || p->tokens <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(phase.name(), ": the phase binds no positive B and T"));
+    }
+    TP_ASSIGN_OR_RETURN(BoundGraph bound,
+                        BoundGraph::Create(*p->graph, std::move(bindings), phase.context()));
+    p->bound = std::make_unique<BoundGraph>(std::move(bound));
+
+    const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+    std::byte* const arena_base = static_cast<std::byte*>(arena.data());
+    for (const pp::Step& step : phase.steps()) {
+      StepExec s;
+      s.label = absl::StrCat(phase.name(), " step ", p->steps.size(), " (", step.name(), ")");
+      if (step.region() < 0 || step.region() >= static_cast<int>(p->graph->regions().size())) {
+        return absl::InvalidArgumentError(absl::StrCat(s.label, ": no region ", step.region()));
+      }
+      const BoundRegion region(*p->bound, step.region());
+      TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, kernels::TacticFromProto(step.tactic()));
+      const kernels::KernelFamily* family = registry.Find(tactic.family);
+      if (family == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.label, ": unknown kernel family '", tactic.family, "'"));
+      }
+      if (tactic.family_version != family->version()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            s.label, ": the plan was made for ", tactic.family, " v", tactic.family_version,
+            "; this build has v", family->version(), " (plan again)"));
+      }
+      if (step.operands_size() != region.num_operands() ||
+          step.results_size() != region.num_results()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.label, ": bindings do not match ", region.Label()));
+      }
+      for (const pp::Binding& b : step.operands()) {
+        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, s.label));
+        s.buffers.operands.push_back(a);
+        if (b.value() == "tokens") p->tokens_in = reinterpret_cast<int32_t*>(a);
+        if (b.value() == "positions") p->positions_in = reinterpret_cast<int32_t*>(a);
+      }
+      for (const pp::Binding& b : step.results()) {
+        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, s.label));
+        s.buffers.results.push_back(a);
+        if (b.value() == "logits") p->logits = reinterpret_cast<float*>(a);
+      }
+      if (step.workspace_bytes() > 0) {
+        if (step.workspace_offset() + step.workspace_bytes() > arena.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(s.label, ": workspace outside the arena"));
+        }
+        s.buffers.workspace = arena_base + step.workspace_offset();
+      }
+      if (step.counters_bytes() > 0) {
+        if (step.counters_offset() + step.counters_bytes() > arena.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(s.label, ": counters outside the arena"));
+        }
+        s.buffers.counters = arena_base + step.counters_offset();
+        p->counters.emplace_back(step.counters_offset(), step.counters_bytes());
+      }
+      if (HasRope(region.kind())) {
+        TP_ASSIGN_OR_RETURN(s.buffers.rope_inv_freq,
+                            RopeTable(region.region(), region.result(0).shape.back()));
+      }
+      s.buffers.error = error;
+      if (tactic.family == "view") {
+        s.how = StepExec::How::kNothing;
+      } else if (kernels::IsCudaTemplateFamily(tactic.family)) {
+        TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, s));
+      } else if (tactic.family == "cublaslt_gemm") {
+        TP_ASSIGN_OR_RETURN(s.gemm, blas->Prepare(region, tactic));
+        s.how = StepExec::How::kGemm;
+      } else {
+        return absl::UnimplementedError(
+            absl::StrCat(s.label, ": the GPU runtime cannot launch family ", tactic.family));
+      }
+      p->steps.push_back(std::move(s));
+    }
+    if (p->tokens_in == nullptr || p->positions_in == nullptr || p->logits == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          phase.name(), ": the phase must read %tokens and %positions and write %logits"));
+    }
+    if (p->decode) TP_RETURN_IF_ERROR(BuildDecodeLoop(*p));
+    return p;
+  }
+
+  // The argmax of the decode logits into the token input, and the position advance.
+  absl::Status BuildDecodeLoop(Program& p) {
+    const int64_t vocab = p.bound->shape(p.graph->outputs()[0]).back();
+    TP_ASSIGN_OR_RETURN(ir::Graph g,
+                        ir::ParseGraph(absl::StrCat("graph @greedy {\n  input %logits: f32[",
+                                                    p.batch, ",1,", vocab, "]\n  %next: i32[",
+                                                    p.batch, ",1] = argmax(%logits)\n",
+                                                    "  output %next\n}\n")));
+    p.argmax_graph = std::make_unique<ir::Graph>(std::move(g));
+    TP_ASSIGN_OR_RETURN(BoundGraph bound, BoundGraph::Create(*p.argmax_graph, {}, 1));
+    p.argmax_bound = std::make_unique<BoundGraph>(std::move(bound));
+    const BoundRegion region(*p.argmax_bound, 0);
+    const kernels::KernelFamily* family = kernels::GlobalKernelRegistry().Find("argmax");
+    TP_RETURN_IF_ERROR(family->CanImplement(region, plan.target()));
+    TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic,
+                        family->DefaultTactic(region, plan.target()));
+    const int64_t ws = AlignUp(family->WorkspaceBytes(tactic, region), 256);
+    const int64_t counters = family->CounterBytes(tactic, region);
+    TP_ASSIGN_OR_RETURN(p.argmax_scratch,
+                        device::DeviceBuffer::Allocate(*device, ws + std::max<int64_t>(counters, 4)));
+    TP_RETURN_IF_ERROR(p.argmax_scratch.Fill(0));
+    StepExec& s = p.argmax;
+    s.label = absl::StrCat(p.phase->name(), " greedy argmax");
+    s.buffers.operands = {p.logits};
+    s.buffers.results = {p.tokens_in};
+    std::byte* scratch = static_cast<std::byte*>(p.argmax_scratch.data());
+    if (ws > 0) s.buffers.workspace = scratch;
+    if (counters > 0) s.buffers.counters = scratch + ws;
+    TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, s));
+
+    StepExec& a = p.advance;
+    a.label = absl::StrCat(p.phase->name(), " decode_advance");
+    a.how = StepExec::How::kTemplate;
+    a.instance = {"runtime_support.cuh", {"tileplan::decode_advance"}};
+    kernels::PreparedLaunch launch;
+    launch.config.grid = {1, 1, 1};
+    launch.config.block = {AlignUp(p.batch, 32), 1, 1};
+    launch.config.stream = stream;
+    launch.args.Add(static_cast<const int*>(p.tokens_in))
+        .Add(static_cast<int*>(p.positions_in))
+        .Add(static_cast<int*>(history))
+        .Add(step_counter)
+        .Add(static_cast<int>(p.batch))
+        .Add(static_cast<int>(history_capacity));
+    a.launches.push_back(std::move(launch));
+    return absl::OkStatus();
+  }
+
+  absl::Status Enqueue(StepExec& s) {
+    switch (s.how) {
+      case StepExec::How::kNothing:
+        return absl::OkStatus();
+      case StepExec::How::kTemplate:
+        for (kernels::PreparedLaunch& l : s.launches) {
+          absl::Status st = loader->Launch(*s.loaded, l);
+          if (!st.ok()) return absl::Status(st.code(), absl::StrCat(s.label, ": ", st.message()));
+        }
+        return absl::OkStatus();
+      case StepExec::How::kGemm: {
+        absl::Status st = blas->Launch(*s.gemm, s.buffers, stream);
+        if (!st.ok()) return absl::Status(st.code(), absl::StrCat(s.label, ": ", st.message()));
+        return absl::OkStatus();
+      }
+    }
+    return absl::InternalError("unreachable");
+  }
+
+  absl::Status EnqueueProgram(Program& p, bool greedy) {
+    for (StepExec& s : p.steps) TP_RETURN_IF_ERROR(Enqueue(s));
+    if (greedy) {
+      TP_RETURN_IF_ERROR(Enqueue(p.argmax));
+      TP_RETURN_IF_ERROR(Enqueue(p.advance));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<cudaGraphExec_t> Capture(Program& p, bool greedy) {
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const absl::Status enqueued = EnqueueProgram(p, greedy);
+    cudaGraph_t graph = nullptr;
+    const absl::Status ended = TP_CUDA_STATUS(cudaStreamEndCapture(stream, &graph));
+    TP_RETURN_IF_ERROR(enqueued);
+    TP_RETURN_IF_ERROR(ended);
+    cudaGraphExec_t exec = nullptr;
+    const absl::Status inst = TP_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    TP_RETURN_IF_ERROR(inst);
+    return exec;
+  }
+
+  // Makes `p` the program the arena serves: its counters are zeroed when another program
+  // used the arena last.
+  absl::Status Activate(const Program& p) {
+    if (active == &p) return absl::OkStatus();
+    std::byte* base = static_cast<std::byte*>(arena.data());
+    for (const auto& [offset, bytes] : p.counters) {
+      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(base + offset, 0, static_cast<size_t>(bytes), stream));
+    }
+    active = &p;
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(Program& p, bool greedy = false) {
+    TP_RETURN_IF_ERROR(Activate(p));
+    cudaGraphExec_t exec = greedy ? p.loop_exec : p.exec;
+    if (exec != nullptr) {
+      TP_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+      return absl::OkStatus();
+    }
+    return EnqueueProgram(p, greedy);
+  }
+
+  // Synchronizes and turns a raised error word into an error.
+  absl::Status Finish() {
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    int word = 0;
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(&word, error, sizeof(int), cudaMemcpyDeviceToHost));
+    if (word != 0) {
+      TP_CUDA_RETURN_IF_ERROR(cudaMemset(error, 0, sizeof(int)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a token id outside the vocabulary or a position outside the KV cache at flat token "
+          "index ",
+          word - 1, " (its embedding row or cache write was skipped)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CompileAll(GpuRuntimeInfo& info) {
+    std::vector<StepExec*> template_steps;
+    for (auto& p : programs) {
+      for (StepExec& s : p->steps) {
+        if (s.how == StepExec::How::kTemplate) template_steps.push_back(&s);
+      }
+      if (p->decode) {
+        template_steps.push_back(&p->argmax);
+        template_steps.push_back(&p->advance);
+      }
+    }
+    std::set<kernels::KernelInstance> unique;
+    for (StepExec* s : template_steps) unique.insert(s->instance);
+    std::vector<kernels::KernelInstance> list(unique.begin(), unique.end());
+    info.kernels_compiled = static_cast<int>(list.size());
+    // Compile in parallel into the disk cache; loading then finds every module there.
+    const Clock::time_point start = Clock::now();
+    std::vector<absl::Status> status(list.size());
+    std::atomic<size_t> next{0};
+    const unsigned workers =
+        std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                         static_cast<unsigned>(list.size())));
+    std::vector<std::thread> threads;
+    for (unsigned w = 0; w < workers; ++w) {
+      threads.emplace_back([&] {
+        for (size_t i = next++; i < list.size(); i = next++) {
+          kernels::CompileRequest request;
+          request.source = list[i].source;
+          request.name_expressions = list[i].name_expressions;
+          request.sm = device->sm();
+          status[i] = compiler->Compile(request).status();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& s : status) TP_RETURN_IF_ERROR(s);
+    for (StepExec* s : template_steps) {
+      TP_ASSIGN_OR_RETURN(s->loaded, loader->Load(s->instance));
+    }
+    info.compile_seconds = SecondsSince(start);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Program*> PrefillProgram(int64_t batch, int64_t tokens) {
+    Program* best = nullptr;
+    std::vector<std::string> buckets;
+    for (auto& p : programs) {
+      if (p->decode) continue;
+      buckets.push_back(absl::StrCat(p->tokens));
+      if (p->batch == batch && p->tokens >= tokens && (best == nullptr || p->tokens < best->tokens)) {
+        best = p.get();
+      }
+    }
+    if (best == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no prefill bucket holds ", tokens, " tokens for batch ", batch, " (the plan has batch ",
+          plan.options().prefill_batch(), " and buckets T = ", absl::StrJoin(buckets, ", "),
+          "; plan with --prefill including ", tokens, ")"));
+    }
+    return best;
+  }
+
+  absl::StatusOr<Program*> DecodeProgram(int64_t batch) {
+    std::vector<std::string> buckets;
+    for (auto& p : programs) {
+      if (!p->decode) continue;
+      if (p->batch == batch) return p.get();
+      buckets.push_back(absl::StrCat(p->batch));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("no decode bucket for batch ", batch,
+                                                   " (the plan has B = ",
+                                                   absl::StrJoin(buckets, ", "), ")"));
+  }
+
+  // Resets the cache and writes the prompts, padded to the program's T, as its inputs.
+  absl::Status WritePrefillInputs(Program& p, const std::vector<int32_t>& tokens, int64_t batch) {
+    const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
+    std::vector<int32_t> ids(static_cast<size_t>(p.batch * p.tokens), 0);
+    std::vector<int32_t> pos(ids.size());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < p.tokens; ++i) {
+        const size_t k = static_cast<size_t>(b * p.tokens + i);
+        ids[k] = i < t ? tokens[static_cast<size_t>(b * t + i)] : 0;
+        pos[k] = static_cast<int32_t>(i);
+      }
+    }
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), stream));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.tokens_in, ids.data(), ids.size() * 4,
+                                            cudaMemcpyHostToDevice, stream));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.positions_in, pos.data(), pos.size() * 4,
+                                            cudaMemcpyHostToDevice, stream));
+    // Pageable copies return once the data is staged; synchronize so `ids` may go.
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPrompts(const std::vector<int32_t>& tokens, int64_t batch) {
+    if (batch <= 0 || tokens.empty() || tokens.size() % static_cast<size_t>(batch) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(tokens.size(), " prompt tokens are not ",
+                                                     "a non-zero multiple of batch ", batch));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TimedRuns(Program& p, bool greedy, int warmup, int iterations,
+                         std::vector<double>& out) {
+    for (int i = 0; i < warmup; ++i) TP_RETURN_IF_ERROR(Run(p, greedy));
+    std::vector<cudaEvent_t> events(static_cast<size_t>(iterations) + 1, nullptr);
+    absl::Status status;
+    for (cudaEvent_t& e : events) {
+      status.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
+    }
+    if (status.ok()) status.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream)));
+    for (int i = 0; i < iterations && status.ok(); ++i) {
+      status.Update(Run(p, greedy));
+      status.Update(TP_CUDA_STATUS(cudaEventRecord(events[static_cast<size_t>(i) + 1], stream)));
+    }
+    if (status.ok()) status.Update(Finish());
+    for (int i = 0; i < iterations && status.ok(); ++i) {
+      float ms = 0;
+      status.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&ms, events[static_cast<size_t>(i)],
+                                                        events[static_cast<size_t>(i) + 1])));
+      out.push_back(ms);
+    }
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    return status;
+  }
+};
+
+GpuRuntime::GpuRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuRuntime::~GpuRuntime() = default;
+
+absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(
+    const device::Device& device, const pp::ExecutionPlan& plan,
+    const models::Checkpoint* checkpoint, const GpuOptions& options) {
+  const Clock::time_point start = Clock::now();
+  if (plan.target().sm() != device.sm()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan targets ", plan.target().name(), " (sm_", plan.target().sm(), ") but ",
+        device.Label(), " is sm_", device.sm(), "; plan for this device's target"));
+  }
+  if (plan.phases().empty()) return absl::InvalidArgumentError("the plan has no phases");
+  TP_RETURN_IF_ERROR(device.MakeCurrent());
+  auto impl = std::make_unique<Impl>();
+  GpuRuntimeInfo info;
+  impl->device = &device;
+  impl->options = options;
+  impl->plan = plan;
+
+  // Sizes first: nothing is allocated for a plan that cannot fit.
+  std::vector<std::unique_ptr<ir::Graph>> graphs;
+  std::vector<const ir::Graph*> graph_ptrs;
+  int64_t arena_bytes = 0;
+  const pp::Arena& first_arena = impl->plan.phases(0).arena();
+  for (const pp::Phase& phase : impl->plan.phases()) {
+    TP_ASSIGN_OR_RETURN(ir::Graph g, ir::GraphFromProto(phase.graph()));
+    graphs.push_back(std::make_unique<ir::Graph>(std::move(g)));
+    graph_ptrs.push_back(graphs.back().get());
+    arena_bytes = std::max(arena_bytes, phase.arena().arena_bytes());
+    // Every phase must lay the KV cache out the same way: they share it.
+    bool same = phase.arena().states_size() == first_arena.states_size() &&
+                phase.arena().state_bytes() == first_arena.state_bytes();
+    for (int i = 0; same && i < phase.arena().states_size(); ++i) {
+      same = phase.arena().states(i).state() == first_arena.states(i).state() &&
+             phase.arena().states(i).offset() == first_arena.states(i).offset() &&
+             phase.arena().states(i).bytes() == first_arena.states(i).bytes();
+    }
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          phase.name(), " lays out the KV cache differently from ", impl->plan.phases(0).name()));
+    }
+  }
+  for (const pp::StateSlot& s : first_arena.states()) impl->state_offsets[s.state()] = s.offset();
+  TP_ASSIGN_OR_RETURN(WeightLayout layout, WeightLayout::ForGraphs(graph_ptrs));
+  int64_t max_decode_batch = 1;
+  for (const pp::Phase& phase : impl->plan.phases()) {
+    for (const pp::SymbolBinding& b : phase.bindings()) {
+      if (phase.kind() == pp::Phase::KIND_DECODE && b.symbol() == "B") {
+        max_decode_batch = std::max(max_decode_batch, b.extent());
+      }
+    }
+  }
+  impl->history_capacity = std::max<int64_t>(1, impl->plan.options().max_context());
+  const int64_t aux_bytes = 256 + impl->history_capacity * max_decode_batch * 4;
+  const int64_t total = layout.total_bytes() + first_arena.state_bytes() + arena_bytes +
+                        options.cublaslt_workspace_bytes + aux_bytes;
+  TP_ASSIGN_OR_RETURN(const device::Device::MemoryInfo memory, device.GetMemoryInfo());
+  if (total > memory.free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the plan needs ", total, " bytes on ", device.Label(), " (weights ",
+        layout.total_bytes(), ", KV cache ", first_arena.state_bytes(), ", arena ", arena_bytes,
+        ", cuBLASLt workspace ", options.cublaslt_workspace_bytes, ", other ", aux_bytes,
+        ") but only ", memory.free_bytes, " of ", memory.total_bytes, " bytes are free"));
+  }
+
+  TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  TP_ASSIGN_OR_RETURN(impl->compiler, kernels::NvrtcCompiler::Create({}));
+  TP_ASSIGN_OR_RETURN(impl->loader, kernels::KernelLoader::Create(device, *impl->compiler));
+  TP_ASSIGN_OR_RETURN(impl->blas, kernels::CublasLtRunner::Create(
+                                      device, *impl->loader, options.cublaslt_workspace_bytes));
+
+  const Clock::time_point weights_start = Clock::now();
+  if (checkpoint != nullptr) {
+    TP_ASSIGN_OR_RETURN(impl->weights, DeviceWeights::Load(device, std::move(layout), *checkpoint));
+  } else {
+    TP_ASSIGN_OR_RETURN(impl->weights, DeviceWeights::Random(device, std::move(layout),
+                                                             *impl->loader, options.seed));
+  }
+  info.weights_seconds = SecondsSince(weights_start);
+  TP_ASSIGN_OR_RETURN(impl->state, device::DeviceBuffer::Allocate(device, first_arena.state_bytes()));
+  TP_ASSIGN_OR_RETURN(impl->arena, device::DeviceBuffer::Allocate(device, arena_bytes));
+  TP_ASSIGN_OR_RETURN(impl->aux, device::DeviceBuffer::Allocate(device, aux_bytes));
+  TP_RETURN_IF_ERROR(impl->arena.Fill(0));
+  TP_RETURN_IF_ERROR(impl->aux.Fill(0));
+  impl->error = impl->aux.as<int>();
+  impl->step_counter = impl->aux.as<int>() + 1;
+  impl->history = reinterpret_cast<int32_t*>(static_cast<std::byte*>(impl->aux.data()) + 256);
+  info.weight_bytes = impl->weights->bytes();
+  info.state_bytes = first_arena.state_bytes();
+  info.arena_bytes = arena_bytes;
+
+  for (const pp::Phase& phase : impl->plan.phases()) {
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<Program> program, impl->BuildProgram(phase));
+    impl->programs.push_back(std::move(program));
+  }
+  TP_RETURN_IF_ERROR(impl->CompileAll(info));
+  std::set<std::string> algos;
+  for (auto& p : impl->programs) {
+    for (int i = 0; i < p->phase->steps_size(); ++i) {
+      const StepExec& s = p->steps[static_cast<size_t>(i)];
+      if (s.how == StepExec::How::kGemm) {
+        algos.insert(absl::StrCat(p->phase->name(), " ", p->phase->steps(i).name(), ": ",
+                                  s.gemm->Describe()));
+      }
+    }
+  }
+  info.gemm_algos.assign(algos.begin(), algos.end());
+
+  // Run every phase once from the host (first launches load lazily and raise shared-memory
+  // limits, which must not happen inside a capture), then capture.
+  for (auto& p : impl->programs) {
+    TP_RETURN_IF_ERROR(impl->Activate(*p));
+    // Token 0 at position 0: valid inputs whatever another phase left in the arena.
+    const size_t inputs = static_cast<size_t>(p->batch * p->tokens) * sizeof(int32_t);
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->tokens_in, 0, inputs, impl->stream));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->positions_in, 0, inputs, impl->stream));
+    TP_RETURN_IF_ERROR(impl->EnqueueProgram(*p, false));
+    if (p->decode) TP_RETURN_IF_ERROR(impl->EnqueueProgram(*p, true));
+    TP_RETURN_IF_ERROR(impl->Finish());
+  }
+  if (options.cuda_graphs) {
+    for (auto& p : impl->programs) {
+      TP_ASSIGN_OR_RETURN(p->exec, impl->Capture(*p, false));
+      if (p->decode) {
+        TP_ASSIGN_OR_RETURN(p->loop_exec, impl->Capture(*p, true));
+      }
+    }
+  }
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->aux.data(), 0, 8, impl->stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->state.data(), 0,
+                                          static_cast<size_t>(impl->state.size()), impl->stream));
+  TP_RETURN_IF_ERROR(impl->Finish());
+  info.setup_seconds = SecondsSince(start);
+  auto runtime = std::unique_ptr<GpuRuntime>(new GpuRuntime(std::move(impl)));
+  runtime->info_ = std::move(info);
+  return runtime;
+}
+
+int64_t GpuRuntime::vocab_size() const {
+  const Program& p = *impl_->programs.front();
+  return p.bound->shape(p.graph->outputs()[0]).back();
+}
+int64_t GpuRuntime::max_context() const { return impl_->plan.options().max_context(); }
+int64_t GpuRuntime::prefill_batch() const { return impl_->plan.options().prefill_batch(); }
+
+absl::Status GpuRuntime::Reset() {
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl_->state.data(), 0,
+                                          static_cast<size_t>(impl_->state.size()), impl_->stream));
+  return impl_->Finish();
+}
+
+absl::StatusOr<std::vector<float>> GpuRuntime::Prefill(const std::vector<int32_t>& tokens,
+                                                       int64_t batch) {
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(tokens, batch));
+  const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, t));
+  TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(*p, tokens, batch));
+  TP_RETURN_IF_ERROR(impl_->Run(*p));
+  const int64_t vocab = vocab_size();
+  std::vector<float> logits(static_cast<size_t>(batch * t * vocab));
+  for (int64_t b = 0; b < batch; ++b) {
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        logits.data() + b * t * vocab, p->logits + b * p->tokens * vocab,
+        static_cast<size_t>(t * vocab) * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+  }
+  TP_RETURN_IF_ERROR(impl_->Finish());
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> GpuRuntime::Decode(const std::vector<int32_t>& tokens,
+                                                      const std::vector<int32_t>& positions) {
+  if (tokens.empty() || tokens.size() != positions.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode needs one position per token; got ",
+                                                   tokens.size(), " tokens and ",
+                                                   positions.size(), " positions"));
+  }
+  for (int32_t pos : positions) {
+    if (pos < 0 || pos >= max_context()) {
+      return absl::InvalidArgumentError(absl::StrCat("position ", pos, " is outside the KV cache of ",
+                                                     max_context(), " rows per sequence"));
+    }
+  }
+  const int64_t batch = static_cast<int64_t>(tokens.size());
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->tokens_in, tokens.data(), tokens.size() * 4,
+                                          cudaMemcpyHostToDevice, impl_->stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(), positions.size() * 4,
+                                          cudaMemcpyHostToDevice, impl_->stream));
+  TP_RETURN_IF_ERROR(impl_->Run(*p));
+  const int64_t vocab = vocab_size();
+  std::vector<float> logits(static_cast<size_t>(batch * vocab));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), p->logits, logits.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, impl_->stream));
+  TP_RETURN_IF_ERROR(impl_->Finish());
+  return logits;
+}
+
+absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int32_t>& prompts,
+                                                          int64_t batch, int new_tokens) {
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(prompts, batch));
+  const int64_t t = static_cast<int64_t>(prompts.size()) / batch;
+  if (new_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("new_tokens is ", new_tokens, "; at least 1"));
+  }
+  if (t + new_tokens - 1 > max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a prompt of ", t, " tokens and ", new_tokens, " new tokens need ", t + new_tokens - 1,
+        " KV-cache rows per sequence; the cache has ", max_context(),
+        " (plan with a larger --max-context)"));
+  }
+  Program* decode = nullptr;
+  if (new_tokens > 1) {
+    TP_ASSIGN_OR_RETURN(decode, impl_->DecodeProgram(batch));
+  }
+  TP_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(prompts, batch));
+  const int64_t vocab = vocab_size();
+  std::vector<int32_t> first(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    first[static_cast<size_t>(b)] = ArgMax(logits.data() + ((b + 1) * t - 1) * vocab, vocab);
+  }
+  std::vector<int32_t> out(static_cast<size_t>(batch * new_tokens));
+  for (int64_t b = 0; b < batch; ++b) out[static_cast<size_t>(b * new_tokens)] = first[b];
+  if (decode == nullptr) return out;
+
+  const std::vector<int32_t> positions(static_cast<size_t>(batch), static_cast<int32_t>(t));
+  cudaStream_t stream = impl_->stream;
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode->tokens_in, first.data(), first.size() * 4,
+                                          cudaMemcpyHostToDevice, stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode->positions_in, positions.data(),
+                                          positions.size() * 4, cudaMemcpyHostToDevice, stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl_->step_counter, 0, sizeof(int), stream));
+  for (int i = 1; i < new_tokens; ++i) TP_RETURN_IF_ERROR(impl_->Run(*decode, /*greedy=*/true));
+  std::vector<int32_t> history(static_cast<size_t>((new_tokens - 1) * batch));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(history.data(), impl_->history, history.size() * 4,
+                                          cudaMemcpyDeviceToHost, stream));
+  TP_RETURN_IF_ERROR(impl_->Finish());
+  for (int i = 1; i < new_tokens; ++i) {
+    for (int64_t b = 0; b < batch; ++b) {
+      out[static_cast<size_t>(b * new_tokens + i)] =
+          history[static_cast<size_t>((i - 1) * batch + b)];
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> GpuRuntime::TimePrefill(const std::vector<int32_t>& tokens,
+                                                            int64_t batch, int warmup,
+                                                            int iterations) {
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(tokens, batch));
+  const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, t));
+  TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(*p, tokens, batch));
+  std::vector<double> ms;
+  TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
+  return ms;
+}
+
+absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_t context,
+                                                           int warmup, int iterations) {
+  if (context < 1 || context > max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode context ", context, " is outside [1, ",
+                                                   max_context(), "], the KV cache's rows"));
+  }
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
+  const std::vector<int32_t> tokens(static_cast<size_t>(batch), 1);
+  const std::vector<int32_t> positions(static_cast<size_t>(batch),
+                                       static_cast<int32_t>(context - 1));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->tokens_in, tokens.data(), tokens.size() * 4,
+                                          cudaMemcpyHostToDevice, impl_->stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(),
+                                          positions.size() * 4, cudaMemcpyHostToDevice,
+                                          impl_->stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
+  std::vector<double> ms;
+  TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
+  return ms;
+}
+
+}  // namespace tileplan::runtime::gpu

@@ -1,0 +1,118 @@
+// The GPU runtime: executes an ExecutionPlan (planner/plan.proto, docs/plan.md) on one device
+// (docs/runtime.md).
+//
+// Create does every expensive thing once: checks the plan against the device, uploads the
+// weights (from a checkpoint, packing QKV and gate/up on the way, or random on the device),
+// allocates the KV cache (the plan's state space, zeroed) and one arena as large as the
+// largest phase's (phases never run at the same time), compiles every kernel the plan names
+// with NVRTC for the device's sm_XX (or takes it from the disk cache), resolves every
+// cuBLASLt algo, runs every phase once and captures each as a CUDA Graph: one per prefill
+// token bucket, one per decode batch bucket, and for each decode bucket a second graph that
+// also takes the greedy argmax and advances the positions, so a whole greedy generation is
+// that graph replayed with no host work between tokens. Positions live in device memory and
+// attention reads each sequence's context from them, so one graph serves every context.
+//
+// Not thread-safe: one call at a time.
+#ifndef TILEPLAN_RUNTIME_GPU_GPU_RUNTIME_H_
+#define TILEPLAN_RUNTIME_GPU_GPU_RUNTIME_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/safetensors.h"
+#include "planner/plan.pb.h"
+#include "runtime/device/device.h"
+
+namespace tileplan::runtime::gpu {
+
+struct GpuOptions {
+  // Replay phases as CUDA Graphs (the default); false launches every kernel from the host
+  // on every call (for comparison and debugging).
+  bool cuda_graphs = true;
+  // Seed of the random weights when no checkpoint is given.
+  uint64_t seed = 1;
+  // Device memory for cuBLASLt's workspace, shared by every GEMM step.
+  int64_t cublaslt_workspace_bytes = 32 << 20;
+};
+
+// What Create set up, for reports.
+struct GpuRuntimeInfo {
+  int64_t weight_bytes = 0;
+  int64_t state_bytes = 0;
+  int64_t arena_bytes = 0;
+  int kernels_compiled = 0;      // distinct NVRTC instances the plan needs
+  double setup_seconds = 0;      // Create, end to end
+  double compile_seconds = 0;    // NVRTC compiles and module loads
+  double weights_seconds = 0;    // weight upload or generation
+  // One line per GEMM step kind and shape: the cuBLASLt algo each default tactic resolved to.
+  std::vector<std::string> gemm_algos;
+};
+
+class GpuRuntime {
+ public:
+  // `plan` must target the device's architecture (its target's sm equal to the device's).
+  // `checkpoint` null: random weights (GpuOptions::seed). Errors: FailedPrecondition for a
+  // plan of another architecture; ResourceExhausted naming the bytes asked (weights, KV
+  // cache, arena, workspace) and the bytes free; the NVRTC log of a kernel that does not
+  // compile; checkpoint errors naming the tensor.
+  static absl::StatusOr<std::unique_ptr<GpuRuntime>> Create(const device::Device& device,
+                                                           const planner::proto::ExecutionPlan& plan,
+                                                           const models::Checkpoint* checkpoint,
+                                                           const GpuOptions& options);
+  ~GpuRuntime();
+  GpuRuntime(const GpuRuntime&) = delete;
+  GpuRuntime& operator=(const GpuRuntime&) = delete;
+
+  const GpuRuntimeInfo& info() const { return info_; }
+  int64_t vocab_size() const;
+  int64_t max_context() const;  // KV-cache rows per sequence (Smax)
+  int64_t prefill_batch() const;
+
+  // Empties the KV cache (zeroes it).
+  absl::Status Reset();
+
+  // Runs the prompts `tokens` ([B, T] row-major, B = the plan's prefill batch) from an empty
+  // cache (Reset first) at positions 0..T-1, with the smallest prefill bucket holding T
+  // tokens (the rest padded; the padding's cache rows are overwritten by later steps and its
+  // logits dropped). Returns the logits [B, T, V]. InvalidArgument when no bucket holds T or
+  // B is not the plan's; the cache is left as the prompts made it.
+  absl::StatusOr<std::vector<float>> Prefill(const std::vector<int32_t>& tokens, int64_t batch);
+
+  // One decode step: token b at position positions[b] for each sequence b of a decode bucket
+  // of exactly B = tokens.size() sequences, attending to the cache rows 0..positions[b].
+  // Returns the logits [B, V]. InvalidArgument (nothing run) for a position at or beyond the
+  // KV cache.
+  absl::StatusOr<std::vector<float>> Decode(const std::vector<int32_t>& tokens,
+                                            const std::vector<int32_t>& positions);
+
+  // Greedy generation of `new_tokens` tokens after prompts [B, T]: Prefill, the argmax of
+  // each prompt's last logits, then new_tokens - 1 replays of the decode-and-argmax graph
+  // with no host synchronization between them. Returns the tokens [B, new_tokens].
+  // InvalidArgument when T + new_tokens - 1 exceeds the KV cache (nothing run).
+  absl::StatusOr<std::vector<int32_t>> Generate(const std::vector<int32_t>& prompts,
+                                                int64_t batch, int new_tokens);
+
+  // Benchmarks (CUDA events on the runtime's stream; each element one replay, in ms).
+  // Prefill of `tokens` [B, T] as Prefill runs it, `iterations` times after `warmup`.
+  absl::StatusOr<std::vector<double>> TimePrefill(const std::vector<int32_t>& tokens,
+                                                  int64_t batch, int warmup, int iterations);
+  // The decode step at context `context` for a batch of B sequences whose caches hold
+  // context - 1 tokens (which the caller put there, e.g. with Prefill): each replay writes
+  // cache row context - 1 and attends to `context` rows, so replays are identical.
+  absl::StatusOr<std::vector<double>> TimeDecode(int64_t batch, int64_t context, int warmup,
+                                                 int iterations);
+
+ private:
+  struct Impl;
+  explicit GpuRuntime(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+  GpuRuntimeInfo info_;
+};
+
+}  // namespace tileplan::runtime::gpu
+
+#endif  // TILEPLAN_RUNTIME_GPU_GPU_RUNTIME_H_
