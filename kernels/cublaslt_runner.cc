@@ -1,0 +1,705 @@
+#include "kernels/cublaslt_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "regions/parser.h"
+#include "regions/verifier.h"
+
+namespace tileplan::kernels {
+namespace {
+
+// cublasStatus_t becomes Status at the boundary, with the expression and its location.
+absl::Status CublasStatusToStatus(cublasStatus_t status, absl::string_view expression,
+                                  absl::string_view file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  std::string message =
+      absl::StrCat(expression, " failed at ", file, ":", line, ": ", cublasLtGetStatusName(status),
+                   " (", cublasLtGetStatusString(status), ")");
+  switch (status) {
+    case CUBLAS_STATUS_INVALID_VALUE:
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return absl::InvalidArgumentError(message);
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(message);
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return absl::FailedPreconditionError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+#define TP_CUBLAS_STATUS(expr) CublasStatusToStatus((expr), #expr, __FILE__, __LINE__)
+#define TP_CUBLAS_RETURN_IF_ERROR(expr) TP_RETURN_IF_ERROR(TP_CUBLAS_STATUS(expr))
+
+// `status` with `prefix` (the region's label) in front of its message, same code.
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+cudaDataType_t CudaType(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kBF16:
+      return CUDA_R_16BF;
+    case ir::DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+// The largest power of two <= 256 dividing `bytes` (256 for 0).
+int64_t AlignmentOf(int64_t bytes) {
+  if (bytes == 0) return 256;
+  return std::min<int64_t>(256, bytes & -bytes);
+}
+
+bool Aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+// `layout` as rows of contiguous elements at one leading dimension.
+absl::StatusOr<GemmMatrix> MatrixOf(const BoundRegion& r, const Layout& l, ir::DType dtype,
+                                    absl::string_view what) {
+  auto error = [&](auto... args) {
+    return absl::InvalidArgumentError(absl::StrCat(r.Label(), ": ", what, args...));
+  };
+  if (l.shape.empty()) return error(" is a scalar, not a matrix");
+  GemmMatrix m;
+  m.cols = l.shape.back();
+  if (m.cols < 1) return error(" has an empty last dim");
+  if (m.cols > 1 && l.strides.back() != 1) return error(" has a strided last dim");
+  m.rows = l.NumElements() / m.cols;
+  int64_t next = 0;  // the stride the next non-unit leading dim must have
+  for (size_t d = l.shape.size() - 1; d-- > 0;) {
+    if (l.shape[d] == 1) continue;
+    if (m.ld == 0) {
+      m.ld = l.strides[d];
+    } else if (l.strides[d] != next) {
+      return error(" with strides [", absl::StrJoin(l.strides, ","),
+                   "] does not address its rows with one stride");
+    }
+    next = l.strides[d] * l.shape[d];
+  }
+  if (m.ld == 0) m.ld = m.cols;
+  if (m.ld < m.cols) return error(" has rows ", m.ld, " elements apart, fewer than its ", m.cols);
+  m.alignment = AlignmentOf(l.offset * ir::DTypeSize(dtype));
+  return m;
+}
+
+std::string ReductionName(uint32_t scheme) {
+  switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE:
+      return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE:
+      return "in place";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE:
+      return "compute type";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE:
+      return "output type";
+    default:
+      return absl::StrCat("scheme ", scheme);
+  }
+}
+
+struct TileEntry {
+  cublasLtMatmulTile_t id;
+  const char* name;  // cuBLASLt's m x n
+};
+constexpr TileEntry kTiles[] = {
+    {CUBLASLT_MATMUL_TILE_64x64, "64x64"},     {CUBLASLT_MATMUL_TILE_64x128, "64x128"},
+    {CUBLASLT_MATMUL_TILE_128x64, "128x64"},   {CUBLASLT_MATMUL_TILE_64x256, "64x256"},
+    {CUBLASLT_MATMUL_TILE_256x64, "256x64"},   {CUBLASLT_MATMUL_TILE_128x128, "128x128"},
+    {CUBLASLT_MATMUL_TILE_128x256, "128x256"}, {CUBLASLT_MATMUL_TILE_256x128, "256x128"},
+    {CUBLASLT_MATMUL_TILE_256x256, "256x256"},
+};
+
+// An array-valued capability of `algo` (tile or stage ids), without the UNDEFINED entry.
+absl::StatusOr<std::vector<uint32_t>> CapIds(const cublasLtMatmulAlgo_t& algo,
+                                             cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes));
+  std::vector<uint32_t> ids(bytes / sizeof(uint32_t));
+  if (!ids.empty()) {
+    TP_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulAlgoCapGetAttribute(&algo, attr, ids.data(), bytes, &bytes));
+  }
+  ids.erase(std::remove(ids.begin(), ids.end(), 0u), ids.end());  // *_UNDEFINED is 0
+  return ids;
+}
+
+template <typename T>
+absl::StatusOr<T> Cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  TP_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &value, sizeof(value), &written));
+  return value;
+}
+
+template <typename T>
+absl::StatusOr<T> Config(const cublasLtMatmulAlgo_t& algo,
+                         cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  TP_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
+  return value;
+}
+
+template <typename T>
+absl::Status SetConfig(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr,
+                       T value) {
+  return TP_CUBLAS_STATUS(cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &value, sizeof(value)));
+}
+
+template <typename T>
+absl::Status SetDesc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, T value) {
+  return TP_CUBLAS_STATUS(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+template <typename T>
+absl::Status SetPref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                     T value) {
+  return TP_CUBLAS_STATUS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+std::string IdsString(const std::vector<uint32_t>& ids, std::string (*name)(uint32_t)) {
+  std::vector<std::string> names;
+  for (uint32_t id : ids) names.push_back(name(id));
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
+  GemmProblem p;
+  p.kind = r.kind();
+  const bool linear = p.kind == "linear", residual = p.kind == "linear_residual";
+  p.swiglu = p.kind == "linear_swiglu";
+  const bool lm_head = p.kind == "lm_head";
+  auto error = [&](absl::StatusCode code, auto... args) {
+    return absl::Status(code, absl::StrCat(r.Label(), ": ", args...));
+  };
+  if (!linear && !residual && !p.swiglu && !lm_head) {
+    return error(absl::StatusCode::kInvalidArgument, "cuBLASLt runs linear, linear_residual, ",
+                 "linear_swiglu and lm_head, not '", p.kind, "'");
+  }
+  const int min_operands = residual ? 3 : 2;
+  const int max_operands = lm_head ? 2 : min_operands + 1;
+  if (r.num_operands() < min_operands || r.num_operands() > max_operands ||
+      r.num_results() != 1) {
+    return error(absl::StatusCode::kInvalidArgument, r.num_operands(), " operands and ",
+                 r.num_results(), " results do not make a ", p.kind);
+  }
+  p.input_dtype = r.operand_dtype(0);
+  p.output_dtype = r.result_dtype(0);
+  const ir::DType w_dtype = r.operand_dtype(1);
+  if ((p.input_dtype != ir::DType::kBF16 && p.input_dtype != ir::DType::kF16) ||
+      w_dtype != p.input_dtype) {
+    return error(absl::StatusCode::kFailedPrecondition,
+                 "cuBLASLt GEMMs take bf16 or f16 x and weight of one dtype (f32 is not run in "
+                 "TF32); got x ",
+                 ir::DTypeName(p.input_dtype), " and weight ", ir::DTypeName(w_dtype));
+  }
+  const ir::DType want_output = lm_head ? ir::DType::kF32 : p.input_dtype;
+  if (p.output_dtype != want_output) {
+    return error(absl::StatusCode::kFailedPrecondition, "the result is ",
+                 ir::DTypeName(p.output_dtype), ", expected ", ir::DTypeName(want_output));
+  }
+  TP_ASSIGN_OR_RETURN(p.x, MatrixOf(r, r.operand(0), p.input_dtype, "x"));
+  TP_ASSIGN_OR_RETURN(p.w, MatrixOf(r, r.operand(1), w_dtype, "the weight"));
+  if (r.operand(1).shape.size() != 2) {
+    return error(absl::StatusCode::kInvalidArgument, "the weight is not [N, K]");
+  }
+  p.m = p.x.rows;
+  p.k = p.x.cols;
+  p.n = p.w.rows;
+  if (p.w.cols != p.k) {
+    return error(absl::StatusCode::kInvalidArgument, "x has K = ", p.k, " but the weight ", p.w.cols);
+  }
+  const int64_t out_cols = p.swiglu ? p.n / 2 : p.n;
+  if (p.swiglu && p.n % 2 != 0) {
+    return error(absl::StatusCode::kInvalidArgument, "the weight has an odd row count ", p.n,
+                 ", not 2F");
+  }
+  TP_ASSIGN_OR_RETURN(const GemmMatrix out, MatrixOf(r, r.result(0), p.output_dtype, "the result"));
+  if (out.rows != p.m || out.cols != out_cols) {
+    return error(absl::StatusCode::kInvalidArgument, "the result is [", out.rows, ", ", out.cols,
+                 "], expected [", p.m, ", ", out_cols, "]");
+  }
+  if (p.swiglu) {
+    // The swiglu kernel writes a contiguous result; the GEMM writes the workspace.
+    if (!r.result(0).IsContiguous()) {
+      return error(absl::StatusCode::kInvalidArgument, "the result must be contiguous");
+    }
+    p.d = GemmMatrix{p.m, p.n, p.n, 16};
+  } else {
+    p.d = out;
+  }
+  if (residual) {
+    TP_ASSIGN_OR_RETURN(GemmMatrix c, MatrixOf(r, r.operand(2), r.operand_dtype(2), "the residual"));
+    if (r.operand_dtype(2) != p.output_dtype || c.rows != p.m || c.cols != p.n) {
+      return error(absl::StatusCode::kInvalidArgument, "the residual is not ",
+                   ir::DTypeName(p.output_dtype), "[", p.m, ", ", p.n, "]");
+    }
+    p.residual = c;
+  }
+  const int bias = residual ? 3 : 2;
+  if (!lm_head && bias < r.num_operands()) {
+    const Layout& b = r.operand(bias);
+    if (r.operand_dtype(bias) != p.output_dtype || b.NumElements() != p.n || !b.IsContiguous()) {
+      return error(absl::StatusCode::kInvalidArgument, "the bias is not a contiguous ",
+                   ir::DTypeName(p.output_dtype), "[", p.n, "]");
+    }
+    p.bias_operand = bias;
+    p.bias_alignment = AlignmentOf(b.offset * ir::DTypeSize(p.output_dtype));
+  }
+  return p;
+}
+
+std::string CublasLtTileName(uint32_t tile_id) {
+  if (tile_id == CUBLASLT_MATMUL_TILE_UNDEFINED) return "undefined";
+  for (const TileEntry& t : kTiles) {
+    if (static_cast<uint32_t>(t.id) == tile_id) return t.name;
+  }
+  return absl::StrCat("tile id ", tile_id);
+}
+
+std::optional<uint32_t> CublasLtTileFor(int64_t tile_m, int64_t tile_n) {
+  const std::string name = absl::StrCat(tile_n, "x", tile_m);
+  for (const TileEntry& t : kTiles) {
+    if (name == t.name) return static_cast<uint32_t>(t.id);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Width (elements of K per stage) and count of a stages id; count 0 for AUTO, width 0 for
+// undefined or unknown ids.
+std::pair<int, int> StagesOf(uint32_t id) {
+  if (id >= CUBLASLT_MATMUL_STAGES_16x1 && id <= CUBLASLT_MATMUL_STAGES_128x6) {
+    return {16 << ((id - 1) / 6), static_cast<int>((id - 1) % 6) + 1};
+  }
+  switch (id) {
+    case CUBLASLT_MATMUL_STAGES_32x10:
+      return {32, 10};
+    case CUBLASLT_MATMUL_STAGES_8x4:
+      return {8, 4};
+    case CUBLASLT_MATMUL_STAGES_16x10:
+      return {16, 10};
+    case CUBLASLT_MATMUL_STAGES_8x5:
+      return {8, 5};
+    case CUBLASLT_MATMUL_STAGES_8x3:
+      return {8, 3};
+    case CUBLASLT_MATMUL_STAGES_8xAUTO:
+      return {8, 0};
+    case CUBLASLT_MATMUL_STAGES_16xAUTO:
+      return {16, 0};
+    case CUBLASLT_MATMUL_STAGES_32xAUTO:
+      return {32, 0};
+    case CUBLASLT_MATMUL_STAGES_64xAUTO:
+      return {64, 0};
+    case CUBLASLT_MATMUL_STAGES_128xAUTO:
+      return {128, 0};
+    case CUBLASLT_MATMUL_STAGES_256xAUTO:
+      return {256, 0};
+    case CUBLASLT_MATMUL_STAGES_768xAUTO:
+      return {768, 0};
+    default:
+      return {0, 0};
+  }
+}
+
+}  // namespace
+
+std::string CublasLtStagesName(uint32_t stages_id) {
+  if (stages_id == CUBLASLT_MATMUL_STAGES_UNDEFINED) return "undefined";
+  const auto [width, count] = StagesOf(stages_id);
+  if (width == 0) return absl::StrCat("stages id ", stages_id);
+  return count == 0 ? absl::StrCat(width, "xAUTO") : absl::StrCat(width, "x", count);
+}
+
+int CublasLtStagesCount(uint32_t stages_id) { return StagesOf(stages_id).second; }
+
+// The swiglu step of linear_swiglu: a one-region graph over the [M, 2F] workspace.
+struct PreparedGemm::Swiglu {
+  std::unique_ptr<ir::Graph> graph;
+  std::optional<BoundGraph> bound;
+  const KernelFamily* family = nullptr;
+  Tactic tactic;
+  LoadedInstance* loaded = nullptr;
+  std::string name_expression;
+};
+
+PreparedGemm::~PreparedGemm() {
+  for (cublasLtMatrixLayout_t layout : {a_, b_, c_, d_}) {
+    if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+  }
+  if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+}
+
+std::string PreparedGemm::Describe() const {
+  std::string text = absl::StrCat(
+      label_, ": cuBLASLt algo ", algo_.algo_id, algo_.from_heuristic ? " (heuristic)" : " (tactic)",
+      ", tile ", CublasLtTileName(algo_.tile_id), ", stages ", CublasLtStagesName(algo_.stages_id),
+      ", split_k ", algo_.split_k, ", reduction ", ReductionName(algo_.reduction_scheme),
+      ", swizzle ", algo_.swizzle, ", workspace ", algo_.workspace_bytes, " bytes");
+  if (swiglu_ != nullptr) {
+    absl::StrAppend(&text, ", then ", swiglu_->name_expression, " (",
+                    swiglu_->tactic.ParamsString(), ")");
+  }
+  return text;
+}
+
+absl::StatusOr<std::unique_ptr<CublasLtRunner>> CublasLtRunner::Create(const device::Device& device,
+                                                                        KernelLoader& loader,
+                                                                        int64_t workspace_bytes) {
+  TP_RETURN_IF_ERROR(device.MakeCurrent());
+  TP_ASSIGN_OR_RETURN(device::DeviceBuffer workspace,
+                      device::DeviceBuffer::Allocate(device, workspace_bytes));
+  cublasLtHandle_t handle = nullptr;
+  TP_RETURN_IF_ERROR(Prefixed(device.Label(), TP_CUBLAS_STATUS(cublasLtCreate(&handle))));
+  return std::unique_ptr<CublasLtRunner>(
+      new CublasLtRunner(device, loader, handle, std::move(workspace)));
+}
+
+CublasLtRunner::~CublasLtRunner() {
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::Prepare(const BoundRegion& region,
+                                                                      const Tactic& tactic) {
+  const std::string label = region.Label();
+  if (tactic.family != "cublaslt_gemm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": a tactic of family '", tactic.family, "' is not cublaslt_gemm's"));
+  }
+  TP_RETURN_IF_ERROR(device_->MakeCurrent());
+  std::unique_ptr<PreparedGemm> gemm(new PreparedGemm);
+  gemm->label_ = label;
+  TP_ASSIGN_OR_RETURN(gemm->problem_, GemmProblemFor(region));
+  const GemmProblem& p = gemm->problem_;
+  const cudaDataType_t in = CudaType(p.input_dtype), out = CudaType(p.output_dtype);
+
+  absl::Status status = [&]() -> absl::Status {
+    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&gemm->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TP_RETURN_IF_ERROR(SetDesc<int32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
+    TP_RETURN_IF_ERROR(SetDesc<int32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
+    if (p.bias_operand >= 0) {
+      TP_RETURN_IF_ERROR(
+          SetDesc<uint32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
+      TP_RETURN_IF_ERROR(SetDesc<int32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, out));
+      // Until Launch sets the real one: a pointer with exactly the alignment assumed, which
+      // the algo queries read (they never dereference it).
+      TP_RETURN_IF_ERROR(SetDesc<const void*>(
+          gemm->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+          reinterpret_cast<const void*>(static_cast<uintptr_t>(p.bias_alignment))));
+    } else {
+      TP_RETURN_IF_ERROR(
+          SetDesc<uint32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT));
+    }
+    // Column-major: A = w [K, N], B = x [K, M], C and D [N, M].
+    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&gemm->a_, in, p.k, p.n, p.w.ld));
+    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&gemm->b_, in, p.k, p.m, p.x.ld));
+    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&gemm->d_, out, p.n, p.m, p.d.ld));
+    const int64_t ldc = p.residual.has_value() ? p.residual->ld : p.d.ld;
+    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&gemm->c_, out, p.n, p.m, ldc));
+    return absl::OkStatus();
+  }();
+  TP_RETURN_IF_ERROR(Prefixed(label, status));
+  gemm->beta_ = p.residual.has_value() ? 1.0f : 0.0f;
+  TP_RETURN_IF_ERROR(ResolveAlgo(tactic, *gemm));
+  if (p.swiglu) TP_RETURN_IF_ERROR(PrepareSwiglu(*gemm));
+  return gemm;
+}
+
+absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gemm) const {
+  const GemmProblem& p = gemm.problem_;
+  const cudaDataType_t in = CudaType(p.input_dtype), out = CudaType(p.output_dtype);
+  const int64_t c_alignment = p.residual.has_value() ? p.residual->alignment : p.d.alignment;
+  cublasLtMatmulAlgo_t& algo = gemm.cublas_algo_;
+  ResolvedAlgo& resolved = gemm.algo_;
+  const std::string problem = absl::StrCat(
+      "m=", p.n, " n=", p.m, " k=", p.k, " (", ir::DTypeName(p.input_dtype), " -> ",
+      ir::DTypeName(p.output_dtype), ", lda ", p.w.ld, ", ldb ", p.x.ld, ", ldd ", p.d.ld,
+      p.bias_operand >= 0 ? ", bias" : "", p.residual.has_value() ? ", residual" : "", ")");
+
+  auto algo_id = tactic.params.find("algo_id");
+  if (algo_id == tactic.params.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    TP_RETURN_IF_ERROR(
+        Prefixed(gemm.label_, TP_CUBLAS_STATUS(cublasLtMatmulPreferenceCreate(&pref))));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int count = 0;
+    absl::Status status = [&]() -> absl::Status {
+      TP_RETURN_IF_ERROR(SetPref<uint64_t>(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           static_cast<uint64_t>(workspace_.size())));
+      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           static_cast<uint32_t>(p.w.alignment)));
+      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           static_cast<uint32_t>(p.x.alignment)));
+      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                           static_cast<uint32_t>(c_alignment)));
+      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                           static_cast<uint32_t>(p.d.alignment)));
+      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+          handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_, pref, 1, &result, &count);
+      if (s == CUBLAS_STATUS_NOT_SUPPORTED) {  // no heuristic for this configuration
+        count = 0;
+        return absl::OkStatus();
+      }
+      return TP_CUBLAS_STATUS(s);
+    }();
+    cublasLtMatmulPreferenceDestroy(pref);
+    TP_RETURN_IF_ERROR(Prefixed(gemm.label_, status));
+    if (count < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(gemm.label_, ": cuBLASLt's heuristic has no algorithm for ", problem,
+                       " within ", workspace_.size(), " bytes of workspace"));
+    }
+    algo = result.algo;
+    resolved.from_heuristic = true;
+    resolved.workspace_bytes = static_cast<int64_t>(result.workspaceSize);
+  } else {
+    auto reject = [&](auto... args) {
+      return absl::InvalidArgumentError(absl::StrCat(gemm.label_, ": cuBLASLt rejects tactic ",
+                                                     tactic.ParamsString(), " for ", problem, ": ",
+                                                     args...));
+    };
+    auto param = [&](absl::string_view name) -> absl::StatusOr<int64_t> {
+      absl::StatusOr<int64_t> v = tactic.Param(name);
+      if (!v.ok()) return Prefixed(gemm.label_, v.status());
+      return v;
+    };
+    TP_ASSIGN_OR_RETURN(const int64_t tile_m, param("tile_m"));
+    TP_ASSIGN_OR_RETURN(const int64_t tile_n, param("tile_n"));
+    TP_ASSIGN_OR_RETURN(const int64_t stages, param("stages"));
+    TP_ASSIGN_OR_RETURN(const int64_t split_k, param("split_k"));
+    TP_ASSIGN_OR_RETURN(const int64_t scheme, param("reduction_scheme"));
+    TP_ASSIGN_OR_RETURN(const int64_t swizzle, param("swizzle"));
+    if (algo_id->second < 0 || algo_id->second > INT32_MAX) {
+      return reject("algo_id ", algo_id->second, " is not a cuBLASLt algo id");
+    }
+    const absl::Status init = TP_CUBLAS_STATUS(
+        cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out,
+                               static_cast<int>(algo_id->second), &algo));
+    if (!init.ok()) return reject(init.message());
+    const std::optional<uint32_t> tile = CublasLtTileFor(tile_m, tile_n);
+    if (!tile.has_value()) return reject("no cuBLASLt tile is ", tile_n, "x", tile_m);
+
+    // Capability queries and the configuration of `algo`: any error, cuBLASLt's or a
+    // capability the tactic needs and the algo lacks, rejects the tactic.
+    auto lacks = [](auto... args) { return absl::InvalidArgumentError(absl::StrCat(args...)); };
+    absl::Status configured = [&]() -> absl::Status {
+      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles, CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
+      uint32_t tile_id = CUBLASLT_MATMUL_TILE_UNDEFINED;  // the algo has no tile choice
+      if (!tiles.empty()) {
+        if (std::find(tiles.begin(), tiles.end(), *tile) == tiles.end()) {
+          return lacks("algo ", algo_id->second, " offers tiles ",
+                        IdsString(tiles, &CublasLtTileName), ", not ", CublasLtTileName(*tile));
+        }
+        tile_id = *tile;
+      }
+      // Stages: the first offered id of `stages` stages, else a library-chosen depth
+      // (xAUTO) when the algo offers one; none offered: the algo has no stage choice.
+      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> stage_ids,
+                          CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS));
+      uint32_t stages_id = CUBLASLT_MATMUL_STAGES_UNDEFINED;
+      if (!stage_ids.empty()) {
+        auto exact = std::find_if(stage_ids.begin(), stage_ids.end(),
+                                  [&](uint32_t id) { return CublasLtStagesCount(id) == stages; });
+        auto automatic = std::find_if(stage_ids.begin(), stage_ids.end(), [](uint32_t id) {
+          return StagesOf(id).first != 0 && StagesOf(id).second == 0;
+        });
+        if (exact != stage_ids.end()) {
+          stages_id = *exact;
+        } else if (automatic != stage_ids.end()) {
+          stages_id = *automatic;
+        } else {
+          return lacks("algo ", algo_id->second, " offers stages ",
+                        IdsString(stage_ids, &CublasLtStagesName), ", none of ", stages);
+        }
+      }
+      if (split_k > 1) {
+        TP_ASSIGN_OR_RETURN(const int32_t split_support,
+                            Cap<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT));
+        if (split_support == 0) return lacks("algo ", algo_id->second, " has no split-K");
+        TP_ASSIGN_OR_RETURN(const uint32_t schemes,
+                            Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK));
+        if ((schemes & static_cast<uint32_t>(scheme)) != static_cast<uint32_t>(scheme)) {
+          return lacks("algo ", algo_id->second, " has no reduction scheme ", scheme,
+                        " (mask ", schemes, ")");
+        }
+      }
+      if (swizzle != 0) {
+        TP_ASSIGN_OR_RETURN(const uint32_t swizzling,
+                            Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT));
+        if (swizzling == 0) return lacks("algo ", algo_id->second, " has no CTA swizzling");
+      }
+      const std::pair<cublasLtMatmulAlgoCapAttributes_t, int64_t> alignments[] = {
+          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, p.w.alignment},
+          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, p.x.alignment},
+          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, c_alignment},
+          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, p.d.alignment}};
+      const char* const matrices[] = {"A", "B", "C", "D"};
+      for (int i = 0; i < 4; ++i) {
+        TP_ASSIGN_OR_RETURN(const uint32_t need, Cap<uint32_t>(algo, alignments[i].first));
+        if (need > alignments[i].second) {
+          return lacks("algo ", algo_id->second, " needs ", matrices[i], " aligned to ", need,
+                        " bytes, the region guarantees ", alignments[i].second);
+        }
+      }
+      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile_id));
+      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, stages_id));
+      TP_RETURN_IF_ERROR(
+          SetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, static_cast<int32_t>(split_k)));
+      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                             static_cast<uint32_t>(scheme)));
+      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                             static_cast<uint32_t>(swizzle)));
+      return absl::OkStatus();
+    }();
+    if (!configured.ok()) return reject(configured.message());
+    cublasLtMatmulHeuristicResult_t check = {};
+    const absl::Status checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(
+        handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_, &algo, &check));
+    if (!checked.ok()) return reject(checked.message());
+    if (check.workspaceSize > static_cast<size_t>(workspace_.size())) {
+      return reject("the algo needs ", check.workspaceSize, " bytes of workspace, the runner has ",
+                    workspace_.size());
+    }
+    resolved.from_heuristic = false;
+    resolved.workspace_bytes = static_cast<int64_t>(check.workspaceSize);
+  }
+
+  // What cuBLASLt will run, read back.
+  absl::Status read = [&]() -> absl::Status {
+    TP_ASSIGN_OR_RETURN(resolved.algo_id, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
+    TP_ASSIGN_OR_RETURN(resolved.tile_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
+    TP_ASSIGN_OR_RETURN(resolved.stages_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
+    TP_ASSIGN_OR_RETURN(resolved.split_k, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+    TP_ASSIGN_OR_RETURN(resolved.reduction_scheme,
+                        Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+    TP_ASSIGN_OR_RETURN(resolved.swizzle, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+    return absl::OkStatus();
+  }();
+  return Prefixed(gemm.label_, read);
+}
+
+absl::Status CublasLtRunner::PrepareSwiglu(PreparedGemm& gemm) {
+  const GemmProblem& p = gemm.problem_;
+  auto swiglu = std::make_unique<PreparedGemm::Swiglu>();
+  absl::Status status = [&]() -> absl::Status {
+    const absl::string_view dtype = ir::DTypeName(p.output_dtype);
+    TP_ASSIGN_OR_RETURN(ir::Graph graph, ir::ParseGraph(absl::StrCat(
+                                             "graph @g {\n  input %gate_up: ", dtype, "[", p.m, ",",
+                                             p.n, "]\n  %y: ", dtype, "[", p.m, ",", p.n / 2,
+                                             "] = swiglu(%gate_up)\n  output %y\n}\n")));
+    TP_RETURN_IF_ERROR(ir::Verify(graph));
+    swiglu->graph = std::make_unique<ir::Graph>(std::move(graph));
+    TP_ASSIGN_OR_RETURN(BoundGraph bound, BoundGraph::Create(*swiglu->graph, {}, 1));
+    swiglu->bound.emplace(std::move(bound));
+    const BoundRegion region(*swiglu->bound, 0);
+    swiglu->family = GlobalKernelRegistry().Find("elementwise");
+    if (swiglu->family == nullptr) return absl::InternalError("no elementwise family");
+    // The elementwise family reads the architecture, SM count and shared memory only.
+    const device::DeviceProperties& props = device_->properties();
+    TargetDescription target;
+    target.set_name(props.name);
+    target.set_sm(props.sm);
+    target.set_sm_count(props.sm_count);
+    target.set_shared_memory_per_block_bytes(props.shared_memory_per_block_optin_bytes);
+    TP_RETURN_IF_ERROR(swiglu->family->CanImplement(region, target));
+    TP_ASSIGN_OR_RETURN(swiglu->tactic, swiglu->family->DefaultTactic(region, target));
+    TP_ASSIGN_OR_RETURN(const KernelInstance instance, InstanceFor(region, swiglu->tactic));
+    swiglu->name_expression = instance.name_expressions.front();
+    TP_ASSIGN_OR_RETURN(swiglu->loaded, loader_->Load(instance));
+    return absl::OkStatus();
+  }();
+  TP_RETURN_IF_ERROR(Prefixed(absl::StrCat(gemm.label_, " [swiglu]"), status));
+  gemm.swiglu_ = std::move(swiglu);
+  return absl::OkStatus();
+}
+
+absl::Status CublasLtRunner::Launch(PreparedGemm& gemm, const RegionBuffers& buffers,
+                                    cudaStream_t stream) {
+  const GemmProblem& p = gemm.problem_;
+  auto error = [&](auto... args) {
+    return absl::InvalidArgumentError(absl::StrCat(gemm.label_, ": ", args...));
+  };
+  auto operand = [&](int i) -> void* {
+    return i < static_cast<int>(buffers.operands.size()) ? buffers.operands[static_cast<size_t>(i)]
+                                                         : nullptr;
+  };
+  auto check = [&](const void* ptr, int64_t alignment, absl::string_view what) -> absl::Status {
+    if (ptr == nullptr) return error("no device buffer for ", what);
+    if (!Aligned(ptr, alignment)) {
+      return error(what, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                   " is not aligned to the ", alignment, " bytes Prepare assumed");
+    }
+    return absl::OkStatus();
+  };
+  void* result = buffers.results.empty() ? nullptr : buffers.results.front();
+  TP_RETURN_IF_ERROR(check(operand(0), p.x.alignment, "x (operand 0)"));
+  TP_RETURN_IF_ERROR(check(operand(1), p.w.alignment, "the weight (operand 1)"));
+  if (p.residual.has_value()) {
+    TP_RETURN_IF_ERROR(check(operand(2), p.residual->alignment, "the residual (operand 2)"));
+  }
+  if (p.bias_operand >= 0) {
+    TP_RETURN_IF_ERROR(check(operand(p.bias_operand), p.bias_alignment,
+                             absl::StrCat("the bias (operand ", p.bias_operand, ")")));
+  }
+  void* d = result;
+  if (p.swiglu) {
+    TP_RETURN_IF_ERROR(check(buffers.workspace, 16, "the [M, 2F] workspace"));
+    TP_RETURN_IF_ERROR(check(result, ir::DTypeSize(p.output_dtype), "the result"));
+    d = buffers.workspace;
+  } else {
+    TP_RETURN_IF_ERROR(check(result, p.d.alignment, "the result"));
+  }
+  const void* c = p.residual.has_value() ? operand(2) : d;
+  if (c == d && p.residual.has_value() && p.residual->ld != p.d.ld) {
+    return error("the residual and the result share storage with different leading dims (",
+                 p.residual->ld, ", ", p.d.ld, ")");
+  }
+
+  TP_RETURN_IF_ERROR(device_->MakeCurrent());
+  if (p.bias_operand >= 0) {
+    TP_RETURN_IF_ERROR(Prefixed(gemm.label_, SetDesc<const void*>(gemm.desc_,
+                                                                  CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                                  operand(p.bias_operand))));
+  }
+  TP_RETURN_IF_ERROR(Prefixed(
+      gemm.label_,
+      TP_CUBLAS_STATUS(cublasLtMatmul(handle_, gemm.desc_, &gemm.alpha_, operand(1), gemm.a_,
+                                      operand(0), gemm.b_, &gemm.beta_, c, gemm.c_, d, gemm.d_,
+                                      &gemm.cublas_algo_, workspace_.data(),
+                                      static_cast<size_t>(workspace_.size()), stream))));
+  if (!p.swiglu) return absl::OkStatus();
+
+  PreparedGemm::Swiglu& swiglu = *gemm.swiglu_;
+  RegionBuffers step;
+  step.operands = {buffers.workspace};
+  step.results = {result};
+  const BoundRegion region(*swiglu.bound, 0);
+  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+      PrepareLaunches(*swiglu.family, region, swiglu.tactic, step);
+  if (!launches.ok()) return Prefixed(absl::StrCat(gemm.label_, " [swiglu]"), launches.status());
+  for (PreparedLaunch& launch : *launches) {
+    launch.config.stream = stream;
+    TP_RETURN_IF_ERROR(Prefixed(absl::StrCat(gemm.label_, " [swiglu]"),
+                                loader_->Launch(*swiglu.loaded, launch)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tileplan::kernels

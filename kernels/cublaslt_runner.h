@@ -1,0 +1,185 @@
+// The launch half of the cublaslt_gemm family (docs/kernels.md, `cublaslt_gemm`): linear,
+// linear_residual, linear_swiglu and lm_head through cuBLASLt (linked dynamically,
+// libcublasLt.so.13; never the driver library).
+//
+// Row-major x [M, K] (leading dim from its layout, so x may be a strided view) and w [N, K]
+// become cuBLASLt's column-major Dᵀ = W · xᵀ: A = w (column-major [K, N], transa = T),
+// B = x (column-major [K, M]), C and D column-major [N, M]; cuBLASLt's (m, n, k) is
+// (N, M, K). Compute type and scale type are 32F; x and w are bf16 or f16 of one dtype.
+//   linear           D = x · wᵀ (+ bias through CUBLASLT_EPILOGUE_BIAS)
+//   linear_residual  D = x · wᵀ (+ bias) + residual: the residual is C with β = 1; C and D
+//                    may be one buffer
+//   linear_swiglu    the GEMM writes [M, 2F] into RegionBuffers::workspace (gate columns
+//                    [0, F), up columns [F, 2F): the packed weight's gate rows then up rows),
+//                    then the elementwise family's swiglu kernel writes the result
+//   lm_head          float32 D from 16-bit x and w
+//
+// Algo resolution (Prepare): a tactic with `algo_id` is that algo configured with the
+// tactic's tile, stages, split-K, reduction scheme and CTA swizzling, and must pass
+// cublasLtMatmulAlgoCheck; a tactic without one runs cuBLASLt's top heuristic answer for
+// the exact problem (shapes, leading dims, dtypes, epilogue, alignments) within the
+// runner's workspace, and its other parameters are then only the cost model's assumption.
+#ifndef TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
+#define TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/bound_graph.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/kernel_family.h"
+#include "kernels/kernel_loader.h"
+#include "runtime/device/device.h"
+#include "runtime/device/device_buffer.h"
+
+namespace tileplan::kernels {
+
+// One operand of the GEMM in row-major terms: `rows` rows of `cols` contiguous elements,
+// `ld` elements apart.
+struct GemmMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+  // The alignment in bytes the GEMM may assume for the operand's first element: the
+  // largest power of two <= 256 dividing its byte offset in its root (roots are 256-byte
+  // aligned), 16 for the workspace (RegionBuffers' contract). Launch checks it.
+  int64_t alignment = 0;
+};
+
+// What cuBLASLt is asked for a region, derived from the bound region alone (no device).
+struct GemmProblem {
+  std::string kind;
+  int64_t m = 0;  // rows of x
+  int64_t n = 0;  // rows of w: the GEMM's output columns (2F for linear_swiglu)
+  int64_t k = 0;
+  ir::DType input_dtype = ir::DType::kBF16;   // x and w
+  ir::DType output_dtype = ir::DType::kBF16;  // D (f32 for lm_head)
+  GemmMatrix x, w, d;
+  std::optional<GemmMatrix> residual;  // linear_residual: C, with β = 1
+  int bias_operand = -1;               // the bias operand's index, -1 when there is none
+  int64_t bias_alignment = 0;
+  // linear_swiglu: D is the workspace ([m, n], ld n) and the result is [m, n / 2].
+  bool swiglu = false;
+};
+
+// The problem of a linear, linear_residual, linear_swiglu or lm_head region. Errors name
+// the region: InvalidArgument for another kind or an operand that is not one matrix with a
+// leading dimension and a contiguous last dim; FailedPrecondition for dtypes cuBLASLt is
+// not asked to run here (x and w must be bf16 or f16 of one dtype; f32 activations are
+// refused rather than run in TF32).
+absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& region);
+
+// "128x256" for a cublasLtMatmulTile_t id, "tile id N" for ids outside the tiles the
+// family's tactics name, "undefined" for CUBLASLT_MATMUL_TILE_UNDEFINED.
+std::string CublasLtTileName(uint32_t tile_id);
+// The cublasLtMatmulTile_t of a tactic's tile_m (x rows) by tile_n (w rows); cuBLASLt
+// names tiles m-by-n of its own (N, M) problem, so this is CUBLASLT_MATMUL_TILE_<n>x<m>.
+// nullopt for sizes other than 64, 128 and 256.
+std::optional<uint32_t> CublasLtTileFor(int64_t tile_m, int64_t tile_n);
+// "64x4" for a cublasLtMatmulStages_t id ("16xAUTO" for the library-chosen depths,
+// "undefined", "stages id N" for unknown ids), and the stage count it carries (0 for AUTO,
+// undefined and unknown ids).
+std::string CublasLtStagesName(uint32_t stages_id);
+int CublasLtStagesCount(uint32_t stages_id);
+
+// The algo a PreparedGemm runs, as read back from cuBLASLt.
+struct ResolvedAlgo {
+  bool from_heuristic = false;
+  int32_t algo_id = -1;
+  uint32_t tile_id = 0;    // cublasLtMatmulTile_t
+  uint32_t stages_id = 0;  // cublasLtMatmulStages_t
+  int32_t split_k = 1;
+  uint32_t reduction_scheme = 0;  // cublasLtReductionScheme_t
+  uint32_t swizzle = 0;
+  int64_t workspace_bytes = 0;  // cuBLASLt's own workspace need (within the runner's)
+};
+
+// Everything host-side about one region under one tactic: the matmul descriptor, the
+// layouts, the epilogue, the resolved algo and, for linear_swiglu, the loaded swiglu
+// kernel. Lives no longer than the runner that prepared it; not thread-safe (Launch
+// writes the bias pointer into the descriptor).
+class PreparedGemm {
+ public:
+  ~PreparedGemm();
+  PreparedGemm(const PreparedGemm&) = delete;
+  PreparedGemm& operator=(const PreparedGemm&) = delete;
+
+  const GemmProblem& problem() const { return problem_; }
+  const ResolvedAlgo& algo() const { return algo_; }
+  // "region #3 'linear' (%y): cuBLASLt algo 66 (heuristic), tile 128x256, stages 64x4,
+  // split_k 1, reduction none, swizzle 0, workspace 0 bytes [+ swiglu <instance>]".
+  std::string Describe() const;
+
+ private:
+  friend class CublasLtRunner;
+  PreparedGemm() = default;
+
+  std::string label_;
+  GemmProblem problem_;
+  ResolvedAlgo algo_;
+  cublasLtMatmulAlgo_t cublas_algo_ = {};
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr, d_ = nullptr;
+  float alpha_ = 1.0f;
+  float beta_ = 0.0f;
+  // linear_swiglu: a one-region graph `swiglu` over the [M, 2F] workspace, its elementwise
+  // tactic and loaded kernel.
+  struct Swiglu;
+  std::unique_ptr<Swiglu> swiglu_;
+};
+
+class CublasLtRunner {
+ public:
+  // Creates the cuBLASLt handle and a runner-owned workspace of `workspace_bytes` on
+  // `device`. `device` and `loader` (which compiles the swiglu kernel of linear_swiglu)
+  // must outlive the runner.
+  static absl::StatusOr<std::unique_ptr<CublasLtRunner>> Create(const device::Device& device,
+                                                                KernelLoader& loader,
+                                                                int64_t workspace_bytes = 32 << 20);
+  ~CublasLtRunner();
+  CublasLtRunner(const CublasLtRunner&) = delete;
+  CublasLtRunner& operator=(const CublasLtRunner&) = delete;
+
+  // Everything host-side, done once per (region, tactic): the problem, descriptor, layouts,
+  // epilogue, algo resolution (the header comment) and, for linear_swiglu, compiling and
+  // loading the swiglu kernel. Errors name the region: InvalidArgument for a tactic of
+  // another family or one cuBLASLt rejects (naming the tactic), FailedPrecondition for
+  // dtypes it does not run or a problem the heuristic has no algo for.
+  absl::StatusOr<std::unique_ptr<PreparedGemm>> Prepare(const BoundRegion& region,
+                                                        const Tactic& tactic);
+
+  // Enqueues the GEMM (and the swiglu kernel) on `stream` only: no synchronization, no
+  // device allocation, no host-device copy, so it may be captured into a CUDA Graph.
+  // Buffers as RegionBuffers: operands and result at their elements 0, and for
+  // linear_swiglu a workspace of at least M · 2F elements of the result dtype. REQUIRES:
+  // every launch through this runner is ordered on one stream (they share the runner's
+  // cuBLASLt workspace). InvalidArgument naming the region for a missing buffer or one
+  // less aligned than Prepare assumed (GemmMatrix::alignment).
+  absl::Status Launch(PreparedGemm& gemm, const RegionBuffers& buffers, cudaStream_t stream);
+
+  int64_t workspace_bytes() const { return workspace_.size(); }
+
+ private:
+  CublasLtRunner(const device::Device& device, KernelLoader& loader, cublasLtHandle_t handle,
+                 device::DeviceBuffer workspace)
+      : device_(&device), loader_(&loader), handle_(handle), workspace_(std::move(workspace)) {}
+
+  absl::Status ResolveAlgo(const Tactic& tactic, PreparedGemm& gemm) const;
+  absl::Status PrepareSwiglu(PreparedGemm& gemm);
+
+  const device::Device* device_;
+  KernelLoader* loader_;
+  cublasLtHandle_t handle_;
+  device::DeviceBuffer workspace_;
+};
+
+}  // namespace tileplan::kernels
+
+#endif  // TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
