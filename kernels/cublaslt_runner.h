@@ -15,8 +15,9 @@
 //   lm_head          float32 D from 16-bit x and w
 //
 // Algo resolution (Prepare): a tactic with `algo_id` is that algo configured with the
-// tactic's tile, stages, split-K, reduction scheme and CTA swizzling, and must pass
-// cublasLtMatmulAlgoCheck; a tactic without one runs cuBLASLt's top heuristic answer for
+// tactic's tile, split-K, reduction scheme and CTA swizzling and the first of its stage ids
+// of `stages` stages (else of its xAUTO depths) that cublasLtMatmulAlgoCheck accepts; a
+// tactic without one runs cuBLASLt's top heuristic answer for
 // the exact problem (shapes, leading dims, dtypes, epilogue, alignments) within the
 // runner's workspace, and its other parameters are then only the cost model's assumption.
 #ifndef TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
