@@ -161,8 +161,10 @@ class CublasLtRunner {
   // Buffers as RegionBuffers: operands and result at their elements 0, and for
   // linear_swiglu a workspace of at least M · 2F elements of the result dtype. REQUIRES:
   // every launch through this runner is ordered on one stream (they share the runner's
-  // cuBLASLt workspace). InvalidArgument naming the region for a missing buffer or one
-  // less aligned than Prepare assumed (GemmMatrix::alignment).
+  // cuBLASLt workspace; a captured graph refers to that workspace and to `gemm`'s swiglu
+  // kernel, so the runner and the loader must outlive it). InvalidArgument naming the
+  // region for a missing buffer or one less aligned than Prepare assumed
+  // (GemmMatrix::alignment).
   absl::Status Launch(PreparedGemm& gemm, const RegionBuffers& buffers, cudaStream_t stream);
 
   int64_t workspace_bytes() const { return workspace_.size(); }
