@@ -6,10 +6,13 @@
 //
 // The tactic is a self-describing algo configuration: tile_m, tile_n, stages, split_k,
 // reduction_scheme (cublasLtReductionScheme_t: 0 none, 1 in place, 2 compute type, 4 output
-// type; non-zero exactly when split_k > 1) and swizzle; a measured tactic adds algo_id. A
-// default tactic names no algo id: the runtime takes the first algo cuBLASLt lists for the
-// problem that accepts this configuration, and the tuner records the id it measured. Never
-// an index into the heuristic's answer.
+// type; non-zero exactly when split_k > 1) and swizzle; a measured tactic adds algo_id. The
+// runtime (kernels/cublaslt_runner.h) runs a tactic with algo_id as that algo under this
+// configuration (cublasLtMatmulAlgoCheck must accept it, else InvalidArgument naming the
+// region and tactic); a tactic without one, like every default tactic, runs cuBLASLt's top
+// heuristic answer for the exact problem within the runner's workspace, and its other
+// parameters are then only the cost model's assumption. Never an index into the
+// heuristic's answer.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"

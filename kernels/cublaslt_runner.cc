@@ -499,6 +499,7 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
     // Capability queries and the configuration of `algo`: any error, cuBLASLt's or a
     // capability the tactic needs and the algo lacks, rejects the tactic.
     auto lacks = [](auto... args) { return absl::InvalidArgumentError(absl::StrCat(args...)); };
+    std::vector<uint32_t> stage_candidates;
     absl::Status configured = [&]() -> absl::Status {
       TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles, CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
       uint32_t tile_id = CUBLASLT_MATMUL_TILE_UNDEFINED;  // the algo has no tile choice
@@ -509,25 +510,23 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
         }
         tile_id = *tile;
       }
-      // Stages: the first offered id of `stages` stages, else a library-chosen depth
-      // (xAUTO) when the algo offers one; none offered: the algo has no stage choice.
+      // Stages: the offered ids of `stages` stages, else the library-chosen depths (xAUTO)
+      // the algo offers; none offered: the algo has no stage choice. The first candidate
+      // cublasLtMatmulAlgoCheck accepts is taken.
       TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> stage_ids,
                           CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS));
-      uint32_t stages_id = CUBLASLT_MATMUL_STAGES_UNDEFINED;
-      if (!stage_ids.empty()) {
-        auto exact = std::find_if(stage_ids.begin(), stage_ids.end(),
-                                  [&](uint32_t id) { return CublasLtStagesCount(id) == stages; });
-        auto automatic = std::find_if(stage_ids.begin(), stage_ids.end(), [](uint32_t id) {
-          return StagesOf(id).first != 0 && StagesOf(id).second == 0;
-        });
-        if (exact != stage_ids.end()) {
-          stages_id = *exact;
-        } else if (automatic != stage_ids.end()) {
-          stages_id = *automatic;
-        } else {
-          return lacks("algo ", algo_id->second, " offers stages ",
-                        IdsString(stage_ids, &CublasLtStagesName), ", none of ", stages);
+      for (uint32_t id : stage_ids) {
+        if (CublasLtStagesCount(id) == stages) stage_candidates.push_back(id);
+      }
+      if (stage_candidates.empty()) {
+        for (uint32_t id : stage_ids) {
+          if (StagesOf(id).first != 0 && StagesOf(id).second == 0) stage_candidates.push_back(id);
         }
+      }
+      if (stage_ids.empty()) stage_candidates.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
+      if (stage_candidates.empty()) {
+        return lacks("algo ", algo_id->second, " offers stages ",
+                     IdsString(stage_ids, &CublasLtStagesName), ", none of ", stages);
       }
       if (split_k > 1) {
         TP_ASSIGN_OR_RETURN(const int32_t split_support,
@@ -559,7 +558,6 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
         }
       }
       TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile_id));
-      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, stages_id));
       TP_RETURN_IF_ERROR(
           SetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, static_cast<int32_t>(split_k)));
       TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
@@ -570,9 +568,18 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
     }();
     if (!configured.ok()) return reject(configured.message());
     cublasLtMatmulHeuristicResult_t check = {};
-    const absl::Status checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(
-        handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_, &algo, &check));
-    if (!checked.ok()) return reject(checked.message());
+    absl::Status checked;
+    for (uint32_t stages_id : stage_candidates) {
+      const absl::Status set = SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, stages_id);
+      if (!set.ok()) return reject(set.message());
+      checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(handle_, gemm.desc_, gemm.a_, gemm.b_,
+                                                         gemm.c_, gemm.d_, &algo, &check));
+      if (checked.ok()) break;
+    }
+    if (!checked.ok()) {
+      return reject("stages ", IdsString(stage_candidates, &CublasLtStagesName), ": ",
+                    checked.message());
+    }
     if (check.workspaceSize > static_cast<size_t>(workspace_.size())) {
       return reject("the algo needs ", check.workspaceSize, " bytes of workspace, the runner has ",
                     workspace_.size());

@@ -15,8 +15,9 @@
 //   lm_head          float32 D from 16-bit x and w
 //
 // Algo resolution (Prepare): a tactic with `algo_id` is that algo configured with the
-// tactic's tile, stages, split-K, reduction scheme and CTA swizzling, and must pass
-// cublasLtMatmulAlgoCheck; a tactic without one runs cuBLASLt's top heuristic answer for
+// tactic's tile, split-K, reduction scheme and CTA swizzling and the first of its stage ids
+// of `stages` stages (else of its xAUTO depths) that cublasLtMatmulAlgoCheck accepts; a
+// tactic without one runs cuBLASLt's top heuristic answer for
 // the exact problem (shapes, leading dims, dtypes, epilogue, alignments) within the
 // runner's workspace, and its other parameters are then only the cost model's assumption.
 #ifndef TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
@@ -160,8 +161,10 @@ class CublasLtRunner {
   // Buffers as RegionBuffers: operands and result at their elements 0, and for
   // linear_swiglu a workspace of at least M · 2F elements of the result dtype. REQUIRES:
   // every launch through this runner is ordered on one stream (they share the runner's
-  // cuBLASLt workspace). InvalidArgument naming the region for a missing buffer or one
-  // less aligned than Prepare assumed (GemmMatrix::alignment).
+  // cuBLASLt workspace; a captured graph refers to that workspace and to `gemm`'s swiglu
+  // kernel, so the runner and the loader must outlive it). InvalidArgument naming the
+  // region for a missing buffer or one less aligned than Prepare assumed
+  // (GemmMatrix::alignment).
   absl::Status Launch(PreparedGemm& gemm, const RegionBuffers& buffers, cudaStream_t stream);
 
   int64_t workspace_bytes() const { return workspace_.size(); }
