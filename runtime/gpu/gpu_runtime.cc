@@ -122,7 +122,7 @@ struct GpuRuntime::Impl {
   device::DeviceBuffer aux;  // error word, step counter, history
   std::vector<device::DeviceBuffer> rope_tables;
   std::map<std::string, const float*> rope_by_key;
-  std::map<std::string, int64_t, std::less<>> state_offsets;
+  std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> state_slots;  // offset, bytes
   int* error = nullptr;
   int* step_counter = nullptr;
   int32_t* history = nullptr;  // [max_context, max decode batch]
@@ -167,13 +167,20 @@ struct GpuRuntime::Impl {
         return static_cast<std::byte*>(base) + b.offset();
       }
       case pp::Binding::STORAGE_STATE: {
-        auto it = state_offsets.find(b.root());
-        if (it == state_offsets.end()) {
+        // The offset is into the whole state space; it must lie in the named state's slot.
+        auto it = state_slots.find(b.root());
+        if (it == state_slots.end()) {
           return absl::InvalidArgumentError(
               absl::StrCat(step, ": %", b.value(), " names the unknown state ", b.root()));
         }
-        TP_RETURN_IF_ERROR(check(state.size() - it->second, absl::StrCat("state ", b.root())));
-        return static_cast<std::byte*>(state.data()) + it->second + b.offset();
+        const auto [slot_offset, slot_bytes] = it->second;
+        if (b.offset() < slot_offset || b.offset() + span > slot_offset + slot_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
+              ") lies outside the state ", b.root(), " at [", slot_offset, ", ",
+              slot_offset + slot_bytes, ")"));
+        }
+        return static_cast<std::byte*>(state.data()) + b.offset();
       }
       default:
         return absl::InvalidArgumentError(
@@ -598,7 +605,9 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(
           phase.name(), " lays out the KV cache differently from ", impl->plan.phases(0).name()));
     }
   }
-  for (const pp::StateSlot& s : first_arena.states()) impl->state_offsets[s.state()] = s.offset();
+  for (const pp::StateSlot& s : first_arena.states()) {
+    impl->state_slots[s.state()] = {s.offset(), s.bytes()};
+  }
   TP_ASSIGN_OR_RETURN(WeightLayout layout, WeightLayout::ForGraphs(graph_ptrs));
   int64_t max_decode_batch = 1;
   for (const pp::Phase& phase : impl->plan.phases()) {

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark of the runtime in one go, on the GPU machine (docs/gpu.md):
+# the `gpu` test binaries, verify_model --backend gpu on every fixture (and on a real-size
+# random model when tools/reference can make one), then benchmark_transformer and the
+# PyTorch references. Logs go to WORK_DIR; the summary, the benchmark JSON files and the
+# failing logs are copied to OUT_DIR.
+#
+#   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
+#       [--bench ARGS] [--torch ARGS]
+set -uo pipefail
+staged=$(cd "$1" && pwd) out=$2
+shift 2
+mkdir -p "$out"
+work=${WORK_DIR:-/tmp/tileplan-gpu}
+mkdir -p "$work"
+export LD_LIBRARY_PATH="$staged/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TILEPLAN_CACHE_DIR="$work/module_cache"
+summary="$out/summary.txt"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv |
+  tee -a "$summary"
+
+while (($#)); do
+  case $1 in
+    --tests)
+      for t in kernels_gpu_test cublaslt_gpu_test gpu_runtime_test; do
+        start=$SECONDS
+        "$staged/$t" > "$work/$t.log" 2>&1
+        rc=$?
+        note "$(printf '%-20s rc=%-3s passed=%-4s failed=%-4s skipped=%-4s %4ss' "$t" "$rc" \
+          "$(grep -c '^\[       OK \]' "$work/$t.log")" \
+          "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$work/$t.log")" \
+          "$(grep -c '^\[  SKIPPED \]' "$work/$t.log")" $((SECONDS - start)))"
+        if ((rc != 0)); then
+          status=1
+          grep -E -B2 -A12 '^\[ RUN|Failure|error' "$work/$t.log" | grep -v '^\[       OK' |
+            head -150 >> "$summary"
+        fi
+      done ;;
+    --fixtures)
+      for dir in tests/data/*/; do
+        name=$(basename "$dir")
+        "$staged/verify_model" --model "$dir" --reference "$dir/reference.safetensors" \
+          --backend gpu > "$work/verify.$name.log" 2>&1
+        rc=$?
+        ((rc == 0)) || status=1
+        note "verify_model gpu $name: rc=$rc"
+        ((rc == 0)) || cat "$work/verify.$name.log" >> "$summary"
+        grep -E '^(logits|argmax|greedy)' "$work/verify.$name.log" | sed 's/^/    /' >> "$summary"
+      done ;;
+    --q06)
+      start=$SECONDS
+      python3 tools/reference/make_random_model.py --config models/configs/qwen3-0.6b.json \
+        --out "$work/qwen3-0.6b-random" > "$work/make_random_model.log" 2>&1
+      rc=$?
+      note "make_random_model: rc=$rc ($((SECONDS - start)) s)"
+      tail -5 "$work/make_random_model.log" >> "$summary"
+      if ((rc == 0)); then
+        "$staged/verify_model" --model "$work/qwen3-0.6b-random" \
+          --reference "$work/qwen3-0.6b-random/reference.safetensors" --backend gpu \
+          > "$work/verify.q06.log" 2>&1
+        rc=$?
+        note "verify_model gpu qwen3-0.6b-random: rc=$rc"
+        cat "$work/verify.q06.log" >> "$summary"
+      fi
+      ((rc == 0)) || status=1 ;;
+    --bench)
+      "$staged/benchmark_transformer" $2 --json "$out/bench.json" 2>&1 | tee -a "$summary"
+      ((PIPESTATUS[0] == 0)) || status=1
+      shift ;;
+    --torch)
+      python3 tools/reference/torch_baselines.py $2 --json "$out/torch.json" 2>&1 |
+        tail -40 | tee -a "$summary"
+      ((PIPESTATUS[0] == 0)) || status=1
+      shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+exit $status
