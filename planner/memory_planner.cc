@@ -178,8 +178,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const BoundGraph& g, const MemoryPlanOptio
     ArenaBuffer b;
     b.bytes = AlignUp(group_bytes[static_cast<size_t>(v)], options.alignment);
     b.first_step = first[static_cast<size_t>(v)];
-    b.last_step = std::max(group_last[static_cast<size_t>(v)], b.first_step);
     b.input = value.kind == ir::ValueKind::kInput;
+    // Inputs live for the whole run: a replayed graph finds them as the host (or a
+    // device-side loop between replays) left them.
+    b.last_step = b.input ? n : std::max(group_last[static_cast<size_t>(v)], b.first_step);
     buffer_of_group[static_cast<size_t>(v)] = static_cast<int32_t>(buffers.size());
     buffers.push_back(std::move(b));
   }

@@ -5,8 +5,9 @@
 // result may be written over an operand's storage when the kernel allows it
 // (KernelFamily::MayOverwriteOperand), the operand is contiguous with the result's shape and
 // element size, and nothing reads that storage after the step. Storage lives from the step
-// that first writes it to the last step that reads it through any value; graph inputs from
-// step 0 (the host writes them before the graph runs), graph outputs to the end.
+// that first writes it to the last step that reads it through any value; graph inputs for
+// the whole run (the host, or a device-side loop, writes them before the graph runs, and a
+// replay must find them intact), graph outputs to the end.
 //
 // Three address spaces:
 //   arena   one device allocation for graph inputs, intermediates, outputs, step workspaces

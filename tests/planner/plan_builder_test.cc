@@ -253,15 +253,15 @@ TEST(PlanBuilderTest, BadOptionsNameTheOption) {
 }
 
 TEST(PlanBuilderTest, UnplannableRegionNamesThePhaseAndTheReasons) {
-  // head_dim 32: the flash kernel is not instantiated for it, and prefill is not decode.
+  // head_dim 80: the flash kernel is not instantiated for it, and prefill is not decode.
   models::ModelConfig config = MustConfig("qwen3-0.6b");
-  config.head_dim = 32;
+  config.head_dim = 80;
   PlanOptions options = SmallOptions();
   absl::StatusOr<proto::ExecutionPlan> plan =
       BuildExecutionPlan(config, MustTarget("h200"), options, nullptr);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("prefill T=64: region #"));
-  EXPECT_THAT(plan.status().message(), HasSubstr("attention_prefill: head_dim 32"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("attention_prefill: head_dim 80"));
 }
 
 }  // namespace
