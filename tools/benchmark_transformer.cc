@@ -4,7 +4,7 @@
 //
 //   benchmark_transformer --model DIR|NAME [--target NAME|ALIAS|FILE] [--batch N]
 //       [--prefill T,T,...] [--decode C,C,...] [--max-context N] [--random-weights]
-//       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE]
+//       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]
 //       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
 //       [--print-after-all] [--print-after=PASS[,PASS...]]
 //
@@ -16,6 +16,8 @@
 // --iters, --warmup  timed and untimed replays per measurement (default 100 and 10)
 // --no-cuda-graphs   launch every kernel from the host (to see what graphs save)
 // --json       also write the measurements as JSON
+// --profile    after each measurement, time every step on its own (host launches between
+//              CUDA events) and print where the time goes, by kind and family
 // --batch      batch size of every phase (default 1)
 // --prefill    prompt lengths, one prefill phase each (default 128,512,2048)
 // --decode     context lengths of the decode benchmark (default 128,512,2048); the plan has
@@ -42,6 +44,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,7 +73,7 @@ constexpr int kExitBad = 2;
 constexpr const char* kUsage =
     "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
-    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE]\n"
+    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
     "           [--tactic-cache FILE] [--print-after-all] [--print-after=PASS[,PASS...]]";
 
@@ -82,6 +85,7 @@ struct Args {
   int warmup = 10;
   bool cuda_graphs = true;
   std::string json;
+  bool profile = false;
   int64_t batch = 1;
   std::vector<int64_t> prefill = {128, 512, 2048};
   std::vector<int64_t> decode = {128, 512, 2048};
@@ -128,6 +132,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     if (flag == "--print-after-all") {
       if (value) return absl::InvalidArgumentError("--print-after-all takes no value");
       args.print_after_all = true;
+      continue;
+    }
+    if (flag == "--profile") {
+      if (value) return absl::InvalidArgumentError("--profile takes no value");
+      args.profile = true;
       continue;
     }
     if (flag == "--random-weights" || flag == "--no-cuda-graphs") {
@@ -233,6 +242,36 @@ bool HasCheckpoint(const std::string& model) {
           std::filesystem::exists(dir / "model.safetensors.index.json", ec));
 }
 
+// Prints the steps' time grouped by kind and family, largest first, and the slowest steps.
+void PrintProfile(const std::string& title,
+                  const std::vector<runtime::gpu::GpuRuntime::StepTime>& steps) {
+  std::map<std::string, std::pair<double, int>> groups;
+  double total = 0;
+  for (const auto& s : steps) {
+    auto& g = groups[absl::StrCat(s.kind, " / ", s.family)];
+    g.first += s.median_ms;
+    ++g.second;
+    total += s.median_ms;
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [key, g] : groups) {
+    order.emplace_back(g.first, absl::StrFormat("  %-44s %4d steps %9.4f ms %5.1f%%", key,
+                                                g.second, g.first, 100 * g.first / total));
+  }
+  std::sort(order.rbegin(), order.rend());
+  std::cout << absl::StrFormat("profile %s: %d steps, %.4f ms summed\n", title, steps.size(),
+                               total);
+  for (const auto& [ms, line] : order) std::cout << line << "\n";
+  std::vector<runtime::gpu::GpuRuntime::StepTime> slowest = steps;
+  std::sort(slowest.begin(), slowest.end(),
+            [](const auto& a, const auto& b) { return a.median_ms > b.median_ms; });
+  for (size_t i = 0; i < std::min<size_t>(5, slowest.size()); ++i) {
+    std::cout << absl::StrFormat("    step %3d %-20s %-22s %-18s %9.4f ms\n", slowest[i].step,
+                                 slowest[i].name, slowest[i].kind, slowest[i].family,
+                                 slowest[i].median_ms);
+  }
+}
+
 struct Row {
   std::string phase;
   int64_t size = 0;
@@ -263,7 +302,9 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
       args.cuda_graphs ? "CUDA graphs" : "host launches", checkpoint ? "checkpoint" : "random",
       info.setup_seconds, info.kernels_compiled, info.compile_seconds, info.weights_seconds,
       info.weight_bytes / 1048576.0, info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);
-  for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
+  if (args.profile) {
+    for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
+  }
 
   // Floors: every weight byte and the KV rows read once at the achievable copy bandwidth
   // (decode); two flops per weight element per token at the achievable bf16 rate (prefill,
@@ -278,6 +319,10 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
                         rt->TimePrefill(ids, batch, args.warmup, args.iters));
     rows.push_back({"prefill", t, Summarize(ms),
                     1e3 * 2.0 * weight_elements * static_cast<double>(batch * t) / flop_rate});
+    if (args.profile) {
+      TP_ASSIGN_OR_RETURN(auto steps, rt->ProfilePrefill(batch, t, 20));
+      PrintProfile(absl::StrCat("prefill T=", t), steps);
+    }
   }
   for (int64_t c : args.decode) {
     // Fill the caches with c - 1 tokens of a prompt.
@@ -301,6 +346,10 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
                             static_cast<double>(rt->max_context());
     rows.push_back({"decode", c, Summarize(ms),
                     1e3 * (static_cast<double>(info.weight_bytes) + kv_bytes) / bandwidth});
+    if (args.profile) {
+      TP_ASSIGN_OR_RETURN(auto steps, rt->ProfileDecode(batch, 20));
+      PrintProfile(absl::StrCat("decode context ", c), steps);
+    }
   }
 
   std::cout << absl::StrFormat("%-8s %8s %10s %10s %10s %10s %8s\n", "phase", "T or ctx",

@@ -474,6 +474,40 @@ struct GpuRuntime::Impl {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<std::vector<GpuRuntime::StepTime>> Profile(Program& p, int iterations) {
+    TP_RETURN_IF_ERROR(Activate(p));
+    const size_t n = p.steps.size();
+    std::vector<cudaEvent_t> events(n + 1, nullptr);
+    absl::Status status;
+    for (cudaEvent_t& e : events) status.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
+    std::vector<std::vector<double>> ms(n);
+    for (int it = 0; it < iterations && status.ok(); ++it) {
+      status.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream)));
+      for (size_t i = 0; i < n && status.ok(); ++i) {
+        status.Update(Enqueue(p.steps[i]));
+        status.Update(TP_CUDA_STATUS(cudaEventRecord(events[i + 1], stream)));
+      }
+      if (status.ok()) status.Update(Finish());
+      for (size_t i = 0; i < n && status.ok(); ++i) {
+        float t = 0;
+        status.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&t, events[i], events[i + 1])));
+        ms[i].push_back(t);
+      }
+    }
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    TP_RETURN_IF_ERROR(status);
+    std::vector<GpuRuntime::StepTime> out;
+    for (size_t i = 0; i < n; ++i) {
+      const pp::Step& step = p.phase->steps(static_cast<int>(i));
+      std::sort(ms[i].begin(), ms[i].end());
+      out.push_back({static_cast<int>(i), step.name(), step.kind(), step.tactic().family(),
+                     ms[i][ms[i].size() / 2]});
+    }
+    return out;
+  }
+
   absl::StatusOr<Program*> PrefillProgram(int64_t batch, int64_t tokens) {
     Program* best = nullptr;
     std::vector<std::string> buckets;
@@ -841,6 +875,19 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
   return ms;
+}
+
+absl::StatusOr<std::vector<GpuRuntime::StepTime>> GpuRuntime::ProfilePrefill(int64_t batch,
+                                                                              int64_t tokens,
+                                                                              int iterations) {
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, tokens));
+  return impl_->Profile(*p, std::max(1, iterations));
+}
+
+absl::StatusOr<std::vector<GpuRuntime::StepTime>> GpuRuntime::ProfileDecode(int64_t batch,
+                                                                             int iterations) {
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
+  return impl_->Profile(*p, std::max(1, iterations));
 }
 
 }  // namespace tileplan::runtime::gpu

@@ -105,6 +105,20 @@ class GpuRuntime {
   absl::StatusOr<std::vector<double>> TimeDecode(int64_t batch, int64_t context, int warmup,
                                                  int iterations);
 
+  // Where a phase's time goes: every step launched from the host between CUDA events
+  // (without graphs, so each step's time includes no launch gaps), `iterations` times; the
+  // median per step. Inputs as TimePrefill / TimeDecode leave them (call one first).
+  struct StepTime {
+    int step = 0;
+    std::string name;    // the step's name (its first result)
+    std::string kind;
+    std::string family;
+    double median_ms = 0;
+  };
+  absl::StatusOr<std::vector<StepTime>> ProfilePrefill(int64_t batch, int64_t tokens,
+                                                       int iterations);
+  absl::StatusOr<std::vector<StepTime>> ProfileDecode(int64_t batch, int iterations);
+
  private:
   struct Impl;
   explicit GpuRuntime(std::unique_ptr<Impl> impl);
