@@ -72,18 +72,25 @@ INIT_CANDIDATES = [(1.5, 1.0), (2.5, 0.5), (4.0, 0.25), (6.0, 0.1)]
 
 
 def init_weights(model, gen, gain, embed_std):
-    """Non-trivial weights: layers must mix, or greedy decoding repeats one token."""
+    """Non-trivial weights: layers must mix, or greedy decoding repeats one token.
+
+    Draws on the generator's device: a CPU generator (the committed fixtures) gives exactly
+    the values it always gave; a CUDA generator initialises a real-size model in place on
+    the GPU (tools/reference/make_random_model.py)."""
+    def randn(shape):
+        return torch.randn(shape, generator=gen, device=gen.device)
+
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if p.dim() == 1 and "norm" in name:
-                p.copy_(1.0 + 0.15 * torch.randn(p.shape, generator=gen))
+                p.copy_(1.0 + 0.15 * randn(p.shape))
             elif p.dim() == 1:  # biases
-                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+                p.copy_(0.2 * randn(p.shape))
             elif "embed_tokens" in name:
-                p.copy_(embed_std * torch.randn(p.shape, generator=gen))
+                p.copy_(embed_std * randn(p.shape))
             else:
                 fan_in = p.shape[1]
-                p.copy_(gain * torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+                p.copy_(gain * randn(p.shape) / fan_in ** 0.5)
 
 
 def lively(tokens):
@@ -109,22 +116,26 @@ def to_hub_layout(path):
 
 
 @torch.no_grad()
-def reference(model_dir, prompt):
+def reference(model_dir, prompt, greedy_tokens=GREEDY_TOKENS, device="cpu"):
+    """Float32 logits [T, V] (on the CPU) for `prompt` and its greedy continuation, from the
+    checkpoint in `model_dir` as stored (upcast), eager attention, run on `device`."""
     model = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager")
+    model.to(device)
     model.eval()
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=device)
     out = model(input_ids=ids, use_cache=True)
     logits = out.logits[0].float().contiguous()
     cache = out.past_key_values
     greedy = []
     nxt = int(torch.argmax(logits[-1]))
-    for _ in range(GREEDY_TOKENS):
+    for _ in range(greedy_tokens):
         greedy.append(nxt)
-        step = model(input_ids=torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
+        step = model(input_ids=torch.tensor([[nxt]], device=device), past_key_values=cache,
+                     use_cache=True)
         cache = step.past_key_values
         nxt = int(torch.argmax(step.logits[0, -1]))
-    return logits, greedy
+    return logits.cpu(), greedy
 
 
 def make(name, spec, out_root, seed):
