@@ -6,7 +6,7 @@
 # failing logs are copied to OUT_DIR.
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
-#       [--bench ARGS] [--torch ARGS]
+#       [--spread] [--bench ARGS] [--torch ARGS]
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
 shift 2
@@ -66,6 +66,9 @@ while (($#)); do
         cat "$work/verify.q06.log" >> "$summary"
       fi
       ((rc == 0)) || status=1 ;;
+    --spread)
+      python3 tools/reference/bf16_spread.py tests/data/*/ 2>&1 | grep -v Warning |
+        tail -12 | tee -a "$summary" ;;
     --bench)
       "$staged/benchmark_transformer" $2 --json "$out/bench.json" 2>&1 | tee -a "$summary"
       ((PIPESTATUS[0] == 0)) || status=1
