@@ -117,7 +117,7 @@ class AttentionPrefillFamily final : public FamilyBase {
     }
     return CheckLayouts(r);
   }
-  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
                    int64_t shared_memory) const override {
     PrefillRow row = kPrefillRows[4];
     for (const PrefillRow& candidate : kPrefillRows) {
@@ -137,6 +137,10 @@ class AttentionPrefillFamily final : public FamilyBase {
       } else {
         break;  // ValidateTactic reports the overflow
       }
+    }
+    // Smaller query tiles while the grid leaves SMs idle (short prompts, few heads).
+    while (tile_q > 16 && CeilDiv(s.tokens, tile_q) * s.q_heads * s.batch < target.sm_count()) {
+      tile_q /= 2;
     }
     const int64_t warps = std::min(row.warps, tile_q / 16);
     return MakeTactic(
@@ -241,14 +245,20 @@ class AttentionDecodeFamily final : public FamilyBase {
       if (candidate.arch == arch) row = candidate;
     }
     const AttentionShape s = ShapeOf(r);
-    // Enough splits to give every SM a CTA, but no more than the cache has chunks.
+    // Enough splits to give every SM a CTA; chunks small enough that the context the phase
+    // is planned for spans two chunks per split (so a shorter context still keeps most
+    // splits busy), at least 32 rows and at most the row's chunk; no more splits than the
+    // cache has chunks.
+    const int64_t wanted = CeilDiv(target.sm_count(), std::max<int64_t>(1, s.batch * s.kv_heads));
+    const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
+    int64_t chunk = row.kv_chunk;
+    while (chunk > 32 && context < 2 * wanted * chunk) chunk /= 2;
     const int64_t splits =
-        std::clamp<int64_t>(CeilDiv(target.sm_count(), std::max<int64_t>(1, s.batch * s.kv_heads)),
-                            1, std::max<int64_t>(1, CeilDiv(s.capacity, row.kv_chunk)));
-    return MakeTactic({{"kv_chunk", row.kv_chunk}, {"splits", splits}, {"warps", row.warps}});
+        std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    return MakeTactic({{"kv_chunk", chunk}, {"splits", splits}, {"warps", row.warps}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
-    return {{"kv_chunk", {64, 128, 256, 512}},
+    return {{"kv_chunk", {32, 64, 128, 256, 512}},
             {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
             {"warps", {2, 4, 8}}};
   }

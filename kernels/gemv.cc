@@ -22,7 +22,7 @@ struct Row {
   int64_t rows_per_cta;
 };
 constexpr Row kRows[] = {{"sm_80", 128, 4},
-                         {"sm_90", 256, 4},
+                         {"sm_90", 128, 8},
                          {"sm_100", 256, 8},
                          {"sm_120", 128, 4},
                          {"default", 128, 2}};
@@ -99,15 +99,22 @@ class GemvFamily final : public FamilyBase {
     }
     const GemvShape s = ShapeOf(r);
     const int64_t vec = Vec(r);
+    // No idle threads: fewer (down to 64) while the block holds more threads than K has
+    // vectors. Wide outputs (an LM head) take more features per CTA while the grid keeps
+    // more than eight CTAs per SM.
+    int64_t threads = row.threads;
+    while (threads > 64 && threads * vec > s.k) threads /= 2;
+    int64_t rows = row.rows_per_cta;
+    while (rows < 16 && CeilDiv(s.n_out, 2 * rows) > 8 * target.sm_count()) rows *= 2;
     // Split K until the grid fills the machine, while every thread keeps a vector per slice.
     int64_t split = 1;
-    while (split < 16 && CeilDiv(s.n_out, row.rows_per_cta) * split < target.sm_count() &&
-           s.k / (2 * split) >= row.threads * vec) {
+    while (split < 16 && CeilDiv(s.n_out, rows) * split < target.sm_count() &&
+           s.k / (2 * split) >= threads * vec) {
       split *= 2;
     }
-    return MakeTactic({{"rows_per_cta", row.rows_per_cta},
+    return MakeTactic({{"rows_per_cta", rows},
                        {"split_k", split},
-                       {"threads", row.threads},
+                       {"threads", threads},
                        {"vec", vec}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,

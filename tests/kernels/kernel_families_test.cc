@@ -208,12 +208,13 @@ TEST(KernelFamiliesTest, CandidateTablesHaveEveryRowAndSelectTheTargets) {
   // The sm_90 row of gemv for this region (M = 1, K = 128, N = 256) on an H200.
   absl::StatusOr<CandidateTable> table = gemv.Candidates(qkv, MustTarget("h200"));
   ASSERT_TRUE(table.ok());
-  EXPECT_EQ(table->default_tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=256,vec=8");
-  EXPECT_EQ(table->rows[0].tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=128,vec=8");
+  // K = 128 holds 16 vectors: the block shrinks to 64 threads.
+  EXPECT_EQ(table->default_tactic.ParamsString(), "rows_per_cta=8,split_k=1,threads=64,vec=8");
+  EXPECT_EQ(table->rows[0].tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=64,vec=8");
   const LaunchGeometry geometry = gemv.Geometry(table->default_tactic, qkv);
-  EXPECT_THAT(geometry.grid, ElementsAre(64, 1, 1));
-  EXPECT_THAT(geometry.block, ElementsAre(256, 1, 1));
-  EXPECT_EQ(geometry.dynamic_shared_memory_bytes, 8 * 4 * 1 * 4);
+  EXPECT_THAT(geometry.grid, ElementsAre(32, 1, 1));
+  EXPECT_THAT(geometry.block, ElementsAre(64, 1, 1));
+  EXPECT_EQ(geometry.dynamic_shared_memory_bytes, 2 * 8 * 1 * 4);
   const WorkEstimate work = gemv.Work(table->default_tactic, qkv);
   EXPECT_EQ(work.bytes, 128 * 2 + 256 * 128 * 2 + 256 * 2);
   EXPECT_EQ(work.flops, 2 * 1 * 256 * 128);
@@ -232,10 +233,10 @@ TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
   absl::StatusOr<CandidateTable> table = gemv.Candidates(y, MustTarget("h200"));
   ASSERT_TRUE(table.ok());
-  // 128 row tiles on 132 SMs: split K in two (each slice keeps >= 256 threads × 8 of K).
-  EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
-  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 512 * 4);
-  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 128 * 4);
+  // 64 row tiles of 8 on 132 SMs: split K in four (each slice keeps >= 128 threads × 8 of K).
+  EXPECT_EQ(*table->default_tactic.Param("split_k"), 4);
+  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 4 * 1 * 512 * 4);
+  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 64 * 4);
   EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
 }
 
@@ -261,13 +262,14 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   }
   absl::StatusOr<CandidateTable> h200 = flash.Candidates(a, MustTarget("h200"));
   ASSERT_TRUE(h200.ok());
-  EXPECT_EQ(h200->default_tactic.ParamsString(), "stages=2,tile_kv=128,tile_q=128,warps=8");
+  // 128 tokens of 8 heads: query tiles of 16 rows give 64 CTAs, the most there can be.
+  EXPECT_EQ(h200->default_tactic.ParamsString(), "stages=2,tile_kv=128,tile_q=16,warps=1");
   EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
-            (128 + 2 * 2 * 128) * 128 * 2);
+            (16 + 2 * 2 * 128) * 128 * 2);
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
-  EXPECT_EQ(rtx->default_tactic.ParamsString(), "stages=2,tile_kv=64,tile_q=64,warps=4");
+  EXPECT_EQ(rtx->default_tactic.ParamsString(), "stages=2,tile_kv=64,tile_q=16,warps=1");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;
@@ -311,8 +313,10 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     const int64_t keys = i == 0 ? 100 : 4;
     EXPECT_EQ(w.flops, 4 * 2 * 64 * keys);
     EXPECT_EQ(w.bytes, 2 * (2 * 64 * 2) + 4 + 2 * keys * 64 * 2);
-    // Splits fill the machine but never exceed the cache's chunks: 128 / 256 -> 1.
-    EXPECT_EQ(*t->default_tactic.Param("splits"), 1);
+    // Context 100 takes the smallest chunks (32 rows); splits fill the machine but never
+    // exceed the cache's chunks: 128 / 32 -> 4.
+    EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
+    EXPECT_EQ(*t->default_tactic.Param("splits"), 4);
   }
 }
 

@@ -158,7 +158,7 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
   std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t at = config.find("\"head_dim\": 32");
   ASSERT_NE(at, std::string::npos) << config;
-  config.replace(at, 15, "\"head_dim\": 80");
+  config.replace(at, 14, "\"head_dim\": 80");
   const fs::path dir = Scratch() / "head-dim-80";
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << config;
