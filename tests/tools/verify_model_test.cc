@@ -89,7 +89,9 @@ TEST_F(VerifyModelTest, FixturePasses) {
   EXPECT_THAT(r.output,
               HasSubstr("graph: planned (prefill 21 regions for T = 24, decode 21 regions for "
                         "T = 1)"));
-  EXPECT_THAT(r.output, HasSubstr("argmax: 24/24 positions agree (100.0%): ok"));
+  EXPECT_THAT(r.output, HasSubstr("prompt argmax: 24/24 rows agree (100.0%): ok"));
+  EXPECT_THAT(r.output, HasSubstr("decode steps (fed the reference's greedy tokens) argmax: "
+                                  "15/15 rows agree (100.0%): ok"));
   EXPECT_THAT(r.output, HasSubstr("greedy: 16/16 tokens match: ok"));
   EXPECT_THAT(r.output, HasSubstr("PASS"));
 }
@@ -131,6 +133,22 @@ TEST_F(VerifyModelTest, PerturbedLogitsFail) {
   const Result r = RunWithReference(ref);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("(limit 1e-04): FAIL"));
+}
+
+TEST_F(VerifyModelTest, PerturbedDecodeStepLogitsFail) {
+  testing::WeightMap ref = LoadReference();
+  ref["greedy_logits"].values[5 * 384 + 7] += 0.01f;
+  Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("decode steps (fed the reference's greedy tokens) logits: "));
+  EXPECT_THAT(r.output, HasSubstr("(limit 1e-04): FAIL"));
+
+  ref = LoadReference();
+  ref["greedy_logits"].shape = {14, 384};
+  ref["greedy_logits"].values.resize(14 * 384);
+  r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("'greedy_logits' has shape [14,384], expected [15,384]"));
 }
 
 TEST_F(VerifyModelTest, DifferentGreedyTokensFail) {

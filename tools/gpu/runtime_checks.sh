@@ -48,7 +48,7 @@ while (($#)); do
         ((rc == 0)) || status=1
         note "verify_model gpu $name: rc=$rc"
         ((rc == 0)) || cat "$work/verify.$name.log" >> "$summary"
-        grep -E '^(logits|argmax|greedy)' "$work/verify.$name.log" | sed 's/^/    /' >> "$summary"
+        grep -E 'logits|argmax|greedy|row' "$work/verify.$name.log" | sed 's/^/    /' >> "$summary"
       done ;;
     --q06)
       start=$SECONDS
@@ -67,8 +67,10 @@ while (($#)); do
       fi
       ((rc == 0)) || status=1 ;;
     --spread)
-      python3 tools/reference/bf16_spread.py tests/data/*/ 2>&1 | grep -v Warning |
-        tail -12 | tee -a "$summary" ;;
+      extra=()
+      [[ -d $work/qwen3-0.6b-random ]] && extra=("$work/qwen3-0.6b-random/")
+      python3 tools/reference/bf16_spread.py tests/data/*/ "${extra[@]}" 2>&1 |
+        grep -v -E 'Warning|Loading weights' | tail -12 | tee -a "$summary" ;;
     --bench)
       "$staged/benchmark_transformer" $2 --json "$out/bench.json" 2>&1 | tee -a "$summary"
       ((PIPESTATUS[0] == 0)) || status=1

@@ -117,8 +117,10 @@ def to_hub_layout(path):
 
 @torch.no_grad()
 def reference(model_dir, prompt, greedy_tokens=GREEDY_TOKENS, device="cpu"):
-    """Float32 logits [T, V] (on the CPU) for `prompt` and its greedy continuation, from the
-    checkpoint in `model_dir` as stored (upcast), eager attention, run on `device`."""
+    """Float32 logits [T, V] (on the CPU) for `prompt`, its greedy continuation, and the
+    float32 logits [G - 1, V] of the decode steps (row j: after feeding greedy token j, the
+    row whose argmax is greedy token j + 1), from the checkpoint in `model_dir` as stored
+    (upcast), eager attention, run on `device`."""
     model = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager")
     model.to(device)
@@ -127,15 +129,18 @@ def reference(model_dir, prompt, greedy_tokens=GREEDY_TOKENS, device="cpu"):
     out = model(input_ids=ids, use_cache=True)
     logits = out.logits[0].float().contiguous()
     cache = out.past_key_values
-    greedy = []
+    greedy, steps = [], []
     nxt = int(torch.argmax(logits[-1]))
-    for _ in range(greedy_tokens):
+    for k in range(greedy_tokens):
         greedy.append(nxt)
+        if k + 1 == greedy_tokens:
+            break
         step = model(input_ids=torch.tensor([[nxt]], device=device), past_key_values=cache,
                      use_cache=True)
         cache = step.past_key_values
+        steps.append(step.logits[0, -1].float())
         nxt = int(torch.argmax(step.logits[0, -1]))
-    return logits.cpu(), greedy
+    return logits.cpu(), greedy, torch.stack(steps).cpu().contiguous()
 
 
 def make(name, spec, out_root, seed):
@@ -164,11 +169,12 @@ def make_once(name, spec, out_root, seed, gain, embed_std):
     if spec["hub_layout"]:
         to_hub_layout(os.path.join(out, "config.json"))
     prompt = torch.randint(3, kw["vocab_size"], (PROMPT_LEN,), generator=gen).tolist()
-    logits, greedy = reference(out, prompt)
+    logits, greedy, greedy_logits = reference(out, prompt)
     save_file({
         "input_ids": torch.tensor(prompt, dtype=torch.int32),
         "logits": logits,
         "greedy_tokens": torch.tensor(greedy, dtype=torch.int32),
+        "greedy_logits": greedy_logits,
     }, os.path.join(out, "reference.safetensors"))
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     distinct = len(set(greedy))

@@ -166,7 +166,8 @@ def main():
         prepare_out(args.out)
         params, tied = build_and_save(config, args.out, args.seed, gain, embed_std, device)
         t0 = time.perf_counter()
-        logits, greedy = make_fixtures.reference(args.out, prompt, args.greedy_tokens, device)
+        logits, greedy, greedy_logits = make_fixtures.reference(args.out, prompt,
+                                                                args.greedy_tokens, device)
         print(f"  reference (reload, float32 eager, {args.prompt_len} + {args.greedy_tokens} "
               f"tokens) in {time.perf_counter() - t0:.1f} s; greedy={greedy}")
         if not torch.isfinite(logits).all():
@@ -184,6 +185,7 @@ def main():
         "input_ids": torch.tensor(prompt, dtype=torch.int32),
         "logits": logits.float().contiguous(),
         "greedy_tokens": torch.tensor(greedy, dtype=torch.int32),
+        "greedy_logits": greedy_logits.float().contiguous(),
     }, os.path.join(args.out, "reference.safetensors"))
 
     files = sorted(os.listdir(args.out))
