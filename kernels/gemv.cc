@@ -105,6 +105,7 @@ class GemvFamily final : public FamilyBase {
     int64_t threads = row.threads;
     while (threads > 64 && threads * vec > s.k) threads /= 2;
     int64_t rows = row.rows_per_cta;
+    while (rows > 1 && CeilDiv(s.n_out, rows) < target.sm_count()) rows /= 2;
     while (rows < 16 && CeilDiv(s.n_out, 2 * rows) > 8 * target.sm_count()) rows *= 2;
     // Split K until the grid fills the machine, while every thread keeps a vector per slice.
     int64_t split = 1;

@@ -208,13 +208,14 @@ TEST(KernelFamiliesTest, CandidateTablesHaveEveryRowAndSelectTheTargets) {
   // The sm_90 row of gemv for this region (M = 1, K = 128, N = 256) on an H200.
   absl::StatusOr<CandidateTable> table = gemv.Candidates(qkv, MustTarget("h200"));
   ASSERT_TRUE(table.ok());
-  // K = 128 holds 16 vectors: the block shrinks to 64 threads.
-  EXPECT_EQ(table->default_tactic.ParamsString(), "rows_per_cta=8,split_k=1,threads=64,vec=8");
-  EXPECT_EQ(table->rows[0].tactic.ParamsString(), "rows_per_cta=4,split_k=1,threads=64,vec=8");
+  // K = 128 holds 16 vectors: the block shrinks to 64 threads; 256 features fill 132 SMs
+  // only at one feature per CTA.
+  EXPECT_EQ(table->default_tactic.ParamsString(), "rows_per_cta=1,split_k=1,threads=64,vec=8");
+  EXPECT_EQ(table->rows[0].tactic.ParamsString(), "rows_per_cta=1,split_k=1,threads=64,vec=8");
   const LaunchGeometry geometry = gemv.Geometry(table->default_tactic, qkv);
-  EXPECT_THAT(geometry.grid, ElementsAre(32, 1, 1));
+  EXPECT_THAT(geometry.grid, ElementsAre(256, 1, 1));
   EXPECT_THAT(geometry.block, ElementsAre(64, 1, 1));
-  EXPECT_EQ(geometry.dynamic_shared_memory_bytes, 2 * 8 * 1 * 4);
+  EXPECT_EQ(geometry.dynamic_shared_memory_bytes, 2 * 1 * 1 * 4);
   const WorkEstimate work = gemv.Work(table->default_tactic, qkv);
   EXPECT_EQ(work.bytes, 128 * 2 + 256 * 128 * 2 + 256 * 2);
   EXPECT_EQ(work.flops, 2 * 1 * 256 * 128);
@@ -224,8 +225,8 @@ TEST(KernelFamiliesTest, CandidateTablesHaveEveryRowAndSelectTheTargets) {
 TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   const ir::Graph graph = MustParseVerified(R"(graph @g {
   input %x: bf16[B,T,16384]
-  weight %w: bf16[512,16384] = "w"
-  %y: bf16[B,T,512] = linear(%x, %w)
+  weight %w: bf16[128,16384] = "w"
+  %y: bf16[B,T,128] = linear(%x, %w)
   output %y
 })");
   const BoundGraph decode = MustBind(graph, kDecode, 1);
@@ -233,10 +234,12 @@ TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
   absl::StatusOr<CandidateTable> table = gemv.Candidates(y, MustTarget("h200"));
   ASSERT_TRUE(table.ok());
-  // 64 row tiles of 8 on 132 SMs: split K in four (each slice keeps >= 128 threads × 8 of K).
-  EXPECT_EQ(*table->default_tactic.Param("split_k"), 4);
-  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 4 * 1 * 512 * 4);
-  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 64 * 4);
+  // 128 one-feature CTAs on 132 SMs: split K in two (each slice keeps >= 128 threads × 8
+  // of K).
+  EXPECT_EQ(*table->default_tactic.Param("rows_per_cta"), 1);
+  EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
+  EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 128 * 4);
+  EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 128 * 4);
   EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
 }
 

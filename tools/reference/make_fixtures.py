@@ -143,6 +143,34 @@ def reference(model_dir, prompt, greedy_tokens=GREEDY_TOKENS, device="cpu"):
     return logits.cpu(), greedy, torch.stack(steps).cpu().contiguous()
 
 
+@torch.no_grad()
+def bf16_spread(model_dir, prompt, greedy, logits, greedy_logits, device="cpu"):
+    """How far transformers itself lands from the float32 reference when it runs the same
+    checkpoint in bfloat16 (eager attention, on `device`): the largest absolute logit
+    difference over the largest reference magnitude, for the prompt and for the decode steps
+    fed the reference's greedy tokens. float32 [2]: the yardstick of bf16 backends."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.bfloat16, attn_implementation="eager")
+    model.to(device)
+    model.eval()
+    out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+    ours = out.logits[0].float().cpu()
+    cache = out.past_key_values
+    steps = []
+    for token in greedy[:-1]:
+        step = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache,
+                     use_cache=True)
+        cache = step.past_key_values
+        steps.append(step.logits[0, -1].float().cpu())
+    steps = torch.stack(steps)
+
+    def relative(a, b):
+        return float((a - b).abs().max() / b.abs().max())
+
+    return torch.tensor([relative(ours, logits), relative(steps, greedy_logits)],
+                        dtype=torch.float32)
+
+
 def make(name, spec, out_root, seed):
     for gain, embed_std in INIT_CANDIDATES:
         result = make_once(name, spec, out_root, seed, gain, embed_std)
@@ -170,16 +198,18 @@ def make_once(name, spec, out_root, seed, gain, embed_std):
         to_hub_layout(os.path.join(out, "config.json"))
     prompt = torch.randint(3, kw["vocab_size"], (PROMPT_LEN,), generator=gen).tolist()
     logits, greedy, greedy_logits = reference(out, prompt)
+    spread = bf16_spread(out, prompt, greedy, logits, greedy_logits)
     save_file({
         "input_ids": torch.tensor(prompt, dtype=torch.int32),
         "logits": logits,
         "greedy_tokens": torch.tensor(greedy, dtype=torch.int32),
         "greedy_logits": greedy_logits,
+        "bf16_relative": spread,
     }, os.path.join(out, "reference.safetensors"))
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     distinct = len(set(greedy))
     print(f"{name:14s} gain={gain} embed_std={embed_std} {size / 1024:7.1f} KiB "
-          f"greedy={greedy} distinct={distinct}")
+          f"greedy={greedy} distinct={distinct} bf16_relative={spread.tolist()}")
     return dict(seed=seed, prompt_len=PROMPT_LEN, greedy_tokens=GREEDY_TOKENS, gain=gain,
                 embed_std=embed_std, architecture=spec["cls"], hub_layout=spec["hub_layout"],
                 greedy=greedy)

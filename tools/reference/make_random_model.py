@@ -181,11 +181,16 @@ def main():
     if tuple(logits.shape) != (args.prompt_len, vocab):
         fail(f"reference logits have shape {tuple(logits.shape)}, expected "
              f"({args.prompt_len}, {vocab})")
+    t0 = time.perf_counter()
+    spread = make_fixtures.bf16_spread(args.out, prompt, greedy, logits, greedy_logits, device)
+    print(f"  transformers in bf16 lands at relative {spread.tolist()} (prompt, decode) in "
+          f"{time.perf_counter() - t0:.1f} s")
     save_file({
         "input_ids": torch.tensor(prompt, dtype=torch.int32),
         "logits": logits.float().contiguous(),
         "greedy_tokens": torch.tensor(greedy, dtype=torch.int32),
         "greedy_logits": greedy_logits.float().contiguous(),
+        "bf16_relative": spread,
     }, os.path.join(args.out, "reference.safetensors"))
 
     files = sorted(os.listdir(args.out))
