@@ -676,4 +676,15 @@ float RoundToDType(ir::DType dtype, float value) {
   return HalfBitsToFloat(FloatToHalfBits(value, dtype), dtype);
 }
 
+KernelInstance FillUniformInstance(ir::DType dtype) {
+  const char* type = dtype == ir::DType::kBF16  ? "tileplan::bf16"
+                     : dtype == ir::DType::kF16 ? "tileplan::f16"
+                                                : "float";
+  return {"runtime_support.cuh", {absl::StrCat("tileplan::fill_uniform<", type, ">")}};
+}
+
+KernelInstance DecodeAdvanceInstance() {
+  return {"runtime_support.cuh", {"tileplan::decode_advance"}};
+}
+
 }  // namespace tileplan::kernels

@@ -100,6 +100,11 @@ absl::StatusOr<std::vector<PreparedLaunch>> PrepareLaunches(const KernelFamily& 
                                                             const Tactic& tactic,
                                                             const RegionBuffers& buffers);
 
+// The runtime's own kernels (cuda/runtime_support.cuh): random weights of a float dtype
+// generated on the device, and the step that chains greedy decode steps in one CUDA Graph.
+KernelInstance FillUniformInstance(ir::DType dtype);
+KernelInstance DecodeAdvanceInstance();
+
 // Host encoding of floating-point elements as the device stores them (little-endian; bf16
 // and f16 round to nearest even, NaN kept); i32 is not a floating-point dtype.
 std::string EncodeFloats(ir::DType dtype, const std::vector<float>& values);

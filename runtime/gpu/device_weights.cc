@@ -216,11 +216,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Random(const devic
     } else if (slot.name.find("norm") != std::string::npos) {
       offset = 1.0f;
     }
-    const char* type = slot.type.dtype == ir::DType::kBF16  ? "tileplan::bf16"
-                       : slot.type.dtype == ir::DType::kF16 ? "tileplan::f16"
-                                                            : "float";
-    kernels::KernelInstance instance{"runtime_support.cuh",
-                                     {absl::StrCat("tileplan::fill_uniform<", type, ">")}};
+    const kernels::KernelInstance instance = kernels::FillUniformInstance(slot.type.dtype);
     kernels::PreparedLaunch launch;
     launch.config.grid = {std::min<int64_t>(4096, (n + 255) / 256), 1, 1};
     launch.config.block = {256, 1, 1};

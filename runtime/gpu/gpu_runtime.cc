@@ -337,7 +337,7 @@ struct GpuRuntime::Impl {
     StepExec& a = p.advance;
     a.label = absl::StrCat(p.phase->name(), " decode_advance");
     a.how = StepExec::How::kTemplate;
-    a.instance = {"runtime_support.cuh", {"tileplan::decode_advance"}};
+    a.instance = kernels::DecodeAdvanceInstance();
     kernels::PreparedLaunch launch;
     launch.config.grid = {1, 1, 1};
     launch.config.block = {AlignUp(p.batch, 32), 1, 1};

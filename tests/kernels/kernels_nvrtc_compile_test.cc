@@ -39,6 +39,11 @@ const std::set<KernelInstance>& AllInstances() {
                                  << ")";
       if (instance.ok()) set->insert(*std::move(instance));
     }
+    // The runtime's own kernels.
+    for (ir::DType dtype : {ir::DType::kBF16, ir::DType::kF16, ir::DType::kF32}) {
+      set->insert(FillUniformInstance(dtype));
+    }
+    set->insert(DecodeAdvanceInstance());
     return set;
   }();
   return *instances;
