@@ -147,7 +147,8 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
       spec.kind == proto::Phase::KIND_PREFILL ? ir::Phase::kPrefill : ir::Phase::kDecode;
   context.mode = LaunchMode::kGraph;
   context.cache = cache;
-  context.environment = EnvironmentFingerprint(target);
+  context.environment =
+      spec.environment.empty() ? EnvironmentFingerprint(target) : spec.environment;
 
   const int n = static_cast<int>(graph.regions().size());
   std::vector<TacticChoice> choices;
@@ -277,6 +278,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
                           absl::StrCat(spec.name, ": ", ran.status().message()));
     }
     spec.pipeline = pipeline->PassNames();
+    spec.environment = options.environment;
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);
     if (!phase.ok()) {

@@ -30,6 +30,10 @@ struct PlanOptions {
   int64_t max_context = 4096;                              // Smax
   int64_t decode_context = 0;  // decode estimates' context; 0: max_context
   PrintOptions print;          // IR after passes, for every phase's pipeline run
+  // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
+  // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement
+  // matches.
+  std::string environment;
 };
 
 // InvalidArgument naming the option when a bucket is not positive, a prefill bucket or the
@@ -47,6 +51,7 @@ struct PhaseSpec {
   kernels::ShapeBindings bindings;
   int64_t context = 0;
   std::vector<std::string> pipeline;  // recorded in the plan
+  std::string environment;            // as PlanOptions::environment
 };
 
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked

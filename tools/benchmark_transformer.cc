@@ -6,6 +6,7 @@
 //       [--prefill T,T,...] [--decode C,C,...] [--max-context N] [--random-weights]
 //       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]
 //       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
+//       [--freeze]
 //       [--print-after-all] [--print-after=PASS[,PASS...]]
 //
 // --model      a checkpoint directory (its config.json and weights) or a bundled config
@@ -26,7 +27,9 @@
 // --show-plan  prints the plan (docs/plan.md): a table by default, or textproto / json
 // --time-planning  plans RUNS times (default 20) and prints the median and fastest wall time
 //              and the median CPU time per plan
-// --tactic-cache   the SQLite tactic store, which this build does not have yet
+// --tactic-cache   the SQLite tactic store autotune_regions fills (docs/tuner.md): steps
+//              whose region it measured on this GPU (same environment) take the measured
+//              tactic (source 'tuned'); --freeze makes any step without one an error
 // --print-after-all, --print-after=PASS  print the IR to stderr after the planner's passes,
 //              for every phase (docs/planner.md)
 //
@@ -63,6 +66,9 @@
 #include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "tuner/environment.h"
+#include "tuner/tactic_store.h"
+#include "kernels/nvrtc_compiler.h"
 
 namespace tileplan {
 namespace {
@@ -75,7 +81,8 @@ constexpr const char* kUsage =
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
     "           [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
-    "           [--tactic-cache FILE] [--print-after-all] [--print-after=PASS[,PASS...]]";
+    "           [--tactic-cache FILE [--freeze]] [--print-after-all]\n"
+    "           [--print-after=PASS[,PASS...]]";
 
 struct Args {
   std::string model;
@@ -93,6 +100,7 @@ struct Args {
   std::optional<planner::PlanFormat> show_plan;
   int time_planning_runs = 0;
   std::string tactic_cache;
+  bool freeze = false;
   bool print_after_all = false;
   std::vector<std::string> print_after;
 };
@@ -132,6 +140,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     if (flag == "--print-after-all") {
       if (value) return absl::InvalidArgumentError("--print-after-all takes no value");
       args.print_after_all = true;
+      continue;
+    }
+    if (flag == "--freeze") {
+      if (value) return absl::InvalidArgumentError("--freeze takes no value");
+      args.freeze = true;
       continue;
     }
     if (flag == "--profile") {
@@ -387,10 +400,8 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
 }
 
 absl::StatusOr<int> Run(const Args& args) {
-  if (!args.tactic_cache.empty()) {
-    return absl::UnimplementedError(
-        "--tactic-cache: the SQLite tactic store is not available in this build yet; plans use "
-        "the cost model (source 'cost model')");
+  if (args.freeze && args.tactic_cache.empty()) {
+    return absl::InvalidArgumentError("--freeze needs --tactic-cache");
   }
   const bool plan_only = args.show_plan || args.time_planning_runs > 0;
   absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
@@ -423,8 +434,31 @@ absl::StatusOr<int> Run(const Args& args) {
   options.print.after = args.print_after;
   options.print.out = &std::cerr;
 
+  // The tactic store answers for the environment it was measured in: this GPU's (without a
+  // GPU nothing matches, and every step keeps the cost model's pick).
+  std::unique_ptr<tuner::TacticStore> store;
+  if (!args.tactic_cache.empty()) {
+    tuner::TacticStore::Options store_options;
+    store_options.read_only = true;
+    store_options.freeze = args.freeze;
+    TP_ASSIGN_OR_RETURN(store, tuner::TacticStore::Open(args.tactic_cache, store_options));
+    for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
+    tuner::Environment environment = tuner::FromTarget(target);
+    if (device.ok()) {
+      TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
+                          kernels::NvrtcCompiler::Create({}));
+      TP_ASSIGN_OR_RETURN(environment, tuner::DetectEnvironment(**device, *compiler, target));
+    }
+    options.environment = environment.Fingerprint();
+  }
+
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
-                      planner::BuildExecutionPlan(config, target, options, nullptr));
+                      planner::BuildExecutionPlan(config, target, options, store.get()));
+  if (store != nullptr && args.freeze && !store->misses().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
+        args.tactic_cache, ", e.g. ", store->misses().front().ToString()));
+  }
   if (args.show_plan) {
     TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, *args.show_plan));
     std::cout << text;
@@ -438,7 +472,7 @@ absl::StatusOr<int> Run(const Args& args) {
       const auto start = std::chrono::steady_clock::now();
       const std::clock_t cpu_start = std::clock();
       TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan again,
-                          planner::BuildExecutionPlan(config, target, options, nullptr));
+                          planner::BuildExecutionPlan(config, target, options, store.get()));
       const std::clock_t cpu_end = std::clock();
       const auto end = std::chrono::steady_clock::now();
       wall_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());

@@ -6,7 +6,7 @@
 # failing logs are copied to OUT_DIR.
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
-#       [--spread] [--bench ARGS] [--torch ARGS]
+#       [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS] [--torch ARGS]
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
 shift 2
@@ -71,6 +71,30 @@ while (($#)); do
       [[ -d $work/qwen3-0.6b-random ]] && extra=("$work/qwen3-0.6b-random/")
       python3 tools/reference/bf16_spread.py tests/data/*/ "${extra[@]}" 2>&1 |
         grep -v -E 'Warning|Loading weights' | tail -12 | tee -a "$summary" ;;
+    --autotune)
+      # Cold (a fresh store), then warm (every key already measured).
+      rm -f "$work/tactics.db"*
+      for run in cold warm; do
+        start=$(date +%s%N)
+        "$staged/autotune_regions" $2 --cache "$work/tactics.db" > "$work/autotune.$run.log" 2>&1
+        rc=$?
+        end=$(date +%s%N)
+        note "autotune_regions ($run): rc=$rc, $(((end - start) / 1000000)) ms wall"
+        ((rc == 0)) || status=1
+        if [[ $run == cold ]]; then
+          grep -v -E '^  worker: (begin|candidate)' "$work/autotune.$run.log" | tail -60 >> "$summary"
+        else
+          tail -4 "$work/autotune.$run.log" >> "$summary"
+        fi
+      done
+      "$staged/autotune_regions" --cache "$work/tactics.db" --export "$out/tactics.textproto" \
+        >> "$summary" 2>&1
+      shift ;;
+    --bench-tuned)
+      "$staged/benchmark_transformer" $2 --tactic-cache "$work/tactics.db" \
+        --json "$out/bench_tuned.json" 2>&1 | tee -a "$summary"
+      ((PIPESTATUS[0] == 0)) || status=1
+      shift ;;
     --bench)
       "$staged/benchmark_transformer" $2 --json "$out/bench.json" 2>&1 | tee -a "$summary"
       ((PIPESTATUS[0] == 0)) || status=1

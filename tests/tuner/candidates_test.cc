@@ -1,0 +1,77 @@
+// Candidate enumeration of the tuner (no GPU): the default tactic first, every candidate
+// valid for the region and target, no duplicates, the cap respected.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_family.h"
+#include "tests/kernels/kernels_testing.h"
+#include "tuner/region_tuner.h"
+
+namespace tileplan::tuner {
+namespace {
+
+using kernels::BoundGraph;
+using kernels::BoundRegion;
+using kernels::testing::MustBind;
+using kernels::testing::MustParseVerified;
+using kernels::testing::MustTarget;
+
+constexpr char kLinear[] = R"(graph @g {
+  input %x: bf16[B,T,1024]
+  weight %w: bf16[4096,1024] = "w"
+  %y: bf16[B,T,4096] = linear(%x, %w)
+  output %y
+})";
+
+TEST(EnumerateCandidatesTest, DefaultFirstEveryCandidateValidNoDuplicates) {
+  const ir::Graph graph = MustParseVerified(kLinear);
+  const BoundGraph decode = MustBind(graph, {{"B", 1}, {"T", 1}}, 1);
+  const BoundRegion region(decode, 0);
+  const planner::TargetDescription h200 = MustTarget("h200");
+  const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
+  const std::vector<kernels::Tactic> all = EnumerateCandidates(gemv, region, h200, 1000);
+  ASSERT_FALSE(all.empty());
+  absl::StatusOr<kernels::Tactic> def = gemv.DefaultTactic(region, h200);
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(all.front(), *def);
+  std::set<std::string> seen;
+  for (const kernels::Tactic& t : all) {
+    EXPECT_TRUE(gemv.ValidateTactic(t, region, h200).ok()) << t.ParamsString();
+    EXPECT_TRUE(seen.insert(t.ParamsString()).second) << "duplicate " << t.ParamsString();
+  }
+  // rows_per_cta {1..16} x split_k {1..16} x threads {64..512}: most of the 100 combinations
+  // leave a vector of K per slice and fit shared memory.
+  EXPECT_GT(all.size(), 50u);
+  EXPECT_LE(all.size(), 100u + 5u);
+
+  const std::vector<kernels::Tactic> capped = EnumerateCandidates(gemv, region, h200, 7);
+  ASSERT_EQ(capped.size(), 7u);
+  EXPECT_EQ(capped.front(), *def);
+  EXPECT_TRUE(std::equal(capped.begin(), capped.end(), all.begin()));
+}
+
+TEST(EnumerateCandidatesTest, CublasLtOffersItsDefaultOnly) {
+  const ir::Graph graph = MustParseVerified(kLinear);
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
+  const BoundRegion region(prefill, 0);
+  const planner::TargetDescription h200 = MustTarget("h200");
+  const kernels::KernelFamily& lt = *kernels::GlobalKernelRegistry().Find("cublaslt_gemm");
+  const std::vector<kernels::Tactic> all = EnumerateCandidates(lt, region, h200, 1000);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all.front(), *lt.DefaultTactic(region, h200));
+}
+
+TEST(EnumerateCandidatesTest, AFamilyThatCannotImplementTheRegionOffersNothing) {
+  const ir::Graph graph = MustParseVerified(kLinear);
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
+  const BoundRegion region(prefill, 0);
+  const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
+  EXPECT_TRUE(EnumerateCandidates(gemv, region, MustTarget("h200"), 100).empty());
+}
+
+}  // namespace
+}  // namespace tileplan::tuner

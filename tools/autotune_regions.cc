@@ -1,0 +1,542 @@
+// autotune_regions: measures every valid candidate tactic of every region of a model's plan on
+// this GPU and keeps the winners in the SQLite tactic store (docs/tuner.md).
+//
+//   autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]
+//       [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N] [--freeze]
+//   autotune_regions --cache FILE --export FILE
+//   autotune_regions --cache FILE --import FILE
+//
+// For each batch it plans the model with the cost model (prefill phases per T, one decode
+// phase at the largest context), then collects the regions to tune: per step and per kernel
+// family that can implement it, one key (environment, region signature, shape bucket, phase,
+// family and version); identical layers share a key. Keys the store already answers are
+// skipped, so a second run on a warm cache only plans. The measuring runs in a worker
+// process (this binary with --worker): a candidate that faults the GPU kills only the worker,
+// which is restarted without that candidate (recorded as a fault). One progress line per
+// region, then a summary. --freeze turns any key still to tune into an error.
+//
+// Exit status: 0 done; 1 some region could not be tuned at all; 2 bad arguments, no GPU, or
+// an unusable store.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "kernels/cublaslt_runner.h"
+#include "kernels/kernel_family.h"
+#include "kernels/kernel_loader.h"
+#include "kernels/nvrtc_compiler.h"
+#include "models/config.h"
+#include "planner/plan_builder.h"
+#include "planner/tactic_cache.h"
+#include "planner/target.h"
+#include "regions/serialization.h"
+#include "runtime/device/device.h"
+#include "runtime/gpu/device_target.h"
+#include "tuner/environment.h"
+#include "tuner/region_tuner.h"
+#include "tuner/tactic_store.h"
+
+extern char** environ;
+
+namespace tileplan {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitIncomplete = 1;
+constexpr int kExitBad = 2;
+
+constexpr const char* kUsage =
+    "usage: autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]\n"
+    "           [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N]\n"
+    "           [--freeze]\n"
+    "       autotune_regions --cache FILE --export FILE | --import FILE";
+
+struct Args {
+  std::string model;
+  std::string cache;
+  std::vector<int64_t> prefill = {128, 512};
+  std::vector<int64_t> decode = {128, 512};
+  std::vector<int64_t> batch = {1};
+  std::string target;
+  int repeats = 20;
+  int max_candidates = 256;
+  bool freeze = false;
+  std::string export_path, import_path;
+  // Worker mode: the items to measure and the candidates to skip ("item:candidate").
+  bool worker = false;
+  std::vector<int> items;
+  std::set<std::pair<int, int>> skip;
+  std::vector<std::string> raw;  // the arguments other than the worker's, for restarts
+};
+
+absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " needs positive integers, got '", text, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int k = 1; k < argc; ++k) {
+    std::string flag = argv[k];
+    std::optional<std::string> value;
+    if (const size_t eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    if (flag == "--freeze" || flag == "--worker") {
+      if (value) return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
+      (flag == "--freeze" ? args.freeze : args.worker) = true;
+      if (flag == "--freeze") args.raw.push_back(flag);
+      continue;
+    }
+    if (!value) {
+      if (k + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+      value = argv[++k];
+    }
+    if (flag != "--items" && flag != "--skip") {
+      args.raw.push_back(flag);
+      args.raw.push_back(*value);
+    }
+    if (flag == "--model") {
+      args.model = *value;
+    } else if (flag == "--cache") {
+      args.cache = *value;
+    } else if (flag == "--prefill") {
+      TP_ASSIGN_OR_RETURN(args.prefill, PositiveList(flag, *value));
+    } else if (flag == "--decode") {
+      TP_ASSIGN_OR_RETURN(args.decode, PositiveList(flag, *value));
+    } else if (flag == "--batch") {
+      TP_ASSIGN_OR_RETURN(args.batch, PositiveList(flag, *value));
+    } else if (flag == "--target") {
+      args.target = *value;
+    } else if (flag == "--repeats" || flag == "--max-candidates") {
+      int v = 0;
+      if (!absl::SimpleAtoi(*value, &v) || v <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " needs a positive integer, got '", *value, "'"));
+      }
+      (flag == "--repeats" ? args.repeats : args.max_candidates) = v;
+    } else if (flag == "--export") {
+      args.export_path = *value;
+    } else if (flag == "--import") {
+      args.import_path = *value;
+    } else if (flag == "--items") {
+      for (absl::string_view part : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
+        int v = 0;
+        if (!absl::SimpleAtoi(part, &v)) return absl::InvalidArgumentError("bad --items");
+        args.items.push_back(v);
+      }
+    } else if (flag == "--skip") {
+      for (absl::string_view part : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
+        std::vector<absl::string_view> ab = absl::StrSplit(part, ':');
+        int a = 0, b = 0;
+        if (ab.size() != 2 || !absl::SimpleAtoi(ab[0], &a) || !absl::SimpleAtoi(ab[1], &b)) {
+          return absl::InvalidArgumentError("bad --skip");
+        }
+        args.skip.insert({a, b});
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+    }
+  }
+  if (args.cache.empty()) return absl::InvalidArgumentError("--cache is required");
+  const bool store_only = !args.export_path.empty() || !args.import_path.empty();
+  if (store_only && !args.model.empty()) {
+    return absl::InvalidArgumentError("--export and --import work on the store alone; no --model");
+  }
+  if (!args.export_path.empty() && !args.import_path.empty()) {
+    return absl::InvalidArgumentError("--export and --import: one at a time");
+  }
+  if (!store_only && args.model.empty()) return absl::InvalidArgumentError("--model is required");
+  return args;
+}
+
+absl::StatusOr<models::ModelConfig> LoadConfig(const std::string& model) {
+  std::error_code ec;
+  if (std::filesystem::exists(model, ec)) return models::LoadModelConfig(model);
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
+  if (!config.ok()) {
+    return absl::NotFoundError(absl::StrCat("--model ", model,
+                                            " is neither an existing path nor a bundled config: ",
+                                            config.status().message()));
+  }
+  return config;
+}
+
+// One region and family to measure.
+struct Item {
+  int plan = 0, phase = 0, step = 0;
+  std::string family;
+  planner::TacticKey key;
+  std::string label;  // "decode B=1 l0.qkv linear / gemv"
+};
+
+// The plans and the regions to tune, in a deterministic order (parent and worker agree).
+struct Work {
+  std::vector<planner::proto::ExecutionPlan> plans;
+  std::vector<std::vector<std::unique_ptr<ir::Graph>>> graphs;  // [plan][phase]
+  std::vector<std::vector<std::unique_ptr<kernels::BoundGraph>>> bound;
+  std::vector<Item> items;  // one per distinct key
+};
+
+absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription& target,
+                             const std::string& environment) {
+  TP_ASSIGN_OR_RETURN(models::ModelConfig config, LoadConfig(args.model));
+  const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  Work work;
+  std::set<planner::TacticKey> seen;
+  for (int64_t batch : args.batch) {
+    planner::PlanOptions options;
+    options.prefill_tokens = args.prefill;
+    options.prefill_batch = batch;
+    options.decode_batches = {batch};
+    int64_t longest = 0;
+    for (int64_t t : args.prefill) longest = std::max(longest, t);
+    for (int64_t c : args.decode) longest = std::max(longest, c);
+    options.max_context = longest;
+    options.decode_context = *std::max_element(args.decode.begin(), args.decode.end());
+    options.environment = environment;
+    TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
+                        planner::BuildExecutionPlan(config, target, options, nullptr));
+    const int p = static_cast<int>(work.plans.size());
+    work.plans.push_back(std::move(plan));
+    work.graphs.emplace_back();
+    work.bound.emplace_back();
+    const planner::proto::ExecutionPlan& stored = work.plans.back();
+    for (int f = 0; f < stored.phases_size(); ++f) {
+      const planner::proto::Phase& phase = stored.phases(f);
+      TP_ASSIGN_OR_RETURN(ir::Graph g, ir::GraphFromProto(phase.graph()));
+      work.graphs[p].push_back(std::make_unique<ir::Graph>(std::move(g)));
+      kernels::ShapeBindings bindings;
+      for (const auto& b : phase.bindings()) bindings[b.symbol()] = b.extent();
+      TP_ASSIGN_OR_RETURN(kernels::BoundGraph bound,
+                          kernels::BoundGraph::Create(*work.graphs[p].back(), bindings,
+                                                      phase.context()));
+      work.bound[p].push_back(std::make_unique<kernels::BoundGraph>(std::move(bound)));
+      const kernels::BoundGraph& bg = *work.bound[p].back();
+      const ir::Phase ir_phase = phase.kind() == planner::proto::Phase::KIND_PREFILL
+                                     ? ir::Phase::kPrefill
+                                     : ir::Phase::kDecode;
+      for (int s = 0; s < phase.steps_size(); ++s) {
+        const kernels::BoundRegion region(bg, phase.steps(s).region());
+        for (const kernels::KernelFamily* family : registry.FamiliesFor(region.kind())) {
+          if (family->name() == "view" || !family->CanImplement(region, target).ok()) continue;
+          planner::TacticKey key;
+          key.environment = environment;
+          key.region_signature = planner::RegionSignature(region);
+          key.shape_bucket = kernels::BindingsString(bg.bindings());
+          key.phase = ir_phase;
+          key.family = std::string(family->name());
+          key.family_version = family->version();
+          if (!seen.insert(key).second) continue;
+          work.items.push_back({p, f, s, key.family, key,
+                                absl::StrCat(phase.name(), " ", phase.steps(s).name(), " ",
+                                             region.kind(), " / ", family->name())});
+        }
+      }
+    }
+  }
+  return work;
+}
+
+// The worker: measures the given items and records each in the store.
+absl::StatusOr<int> RunWorker(const Args& args) {
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
+  planner::TargetDescription target;
+  if (!args.target.empty()) {
+    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
+  } else {
+    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(*device));
+  }
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
+                      kernels::NvrtcCompiler::Create({}));
+  TP_ASSIGN_OR_RETURN(tuner::Environment environment,
+                      tuner::DetectEnvironment(*device, *compiler, target));
+  TP_ASSIGN_OR_RETURN(Work work, Collect(args, target, environment.Fingerprint()));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelLoader> loader,
+                      kernels::KernelLoader::Create(*device, *compiler));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::CublasLtRunner> blas,
+                      kernels::CublasLtRunner::Create(*device, *loader));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<tuner::TacticStore> store,
+                      tuner::TacticStore::Open(args.cache, {}));
+  tuner::RegionTuner region_tuner(*device, *compiler, *loader, *blas, target);
+  const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  for (int index : args.items) {
+    if (index < 0 || index >= static_cast<int>(work.items.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no item ", index));
+    }
+    const Item& item = work.items[static_cast<size_t>(index)];
+    const planner::proto::Phase& phase = work.plans[item.plan].phases(item.phase);
+    const kernels::BoundRegion region(*work.bound[item.plan][item.phase],
+                                      phase.steps(item.step).region());
+    const kernels::KernelFamily& family = *registry.Find(item.family);
+    std::vector<kernels::Tactic> all =
+        tuner::EnumerateCandidates(family, region, target, args.max_candidates);
+    std::printf("begin %d %zu\n", index, all.size());
+    std::fflush(stdout);
+    // Candidates that faulted an earlier worker are recorded, not run again.
+    std::vector<kernels::Tactic> run;
+    std::vector<int> run_index;
+    std::vector<tuner::CandidateMeasurement> faulted;
+    for (size_t c = 0; c < all.size(); ++c) {
+      if (args.skip.contains({index, static_cast<int>(c)})) {
+        faulted.push_back({all[c], tuner::CandidateStatus::kFault,
+                           "faulted the GPU (the worker measuring it died)", 0});
+      } else {
+        run.push_back(all[c]);
+        run_index.push_back(static_cast<int>(c));
+      }
+    }
+    region_tuner.Precompile(region, run);
+    tuner::TuneOptions options;
+    options.repeats = args.repeats;
+    options.rotate_bytes = 2 * device->properties().l2_bytes;
+    options.graph_replay = phase.kind() == planner::proto::Phase::KIND_DECODE;
+    TP_ASSIGN_OR_RETURN(
+        std::vector<tuner::CandidateMeasurement> measured,
+        region_tuner.Tune(region, family, run, options, [&](int i) {
+          std::printf("candidate %d %d\n", index, run_index[static_cast<size_t>(i)]);
+          std::fflush(stdout);
+        }));
+    tuner::RegionMeasurement m;
+    m.key = item.key;
+    m.environment = environment;
+    m.candidates = std::move(measured);
+    m.candidates.insert(m.candidates.end(), faulted.begin(), faulted.end());
+    if (!m.candidates.empty() && m.candidates[0].status == tuner::CandidateStatus::kOk &&
+        !run.empty() && run_index[0] == 0) {
+      m.default_us = m.candidates[0].median_us;
+    }
+    int valid = 0;
+    for (const tuner::CandidateMeasurement& c : m.candidates) {
+      if (c.status != tuner::CandidateStatus::kOk) continue;
+      ++valid;
+      if (!m.winner || c.median_us < m.winner_us) {
+        m.winner = c.tactic;
+        m.winner_us = c.median_us;
+      }
+    }
+    TP_RETURN_IF_ERROR(store->Record(m));
+    std::printf("done %d %zu %d %.4f %.4f %s\n", index, m.candidates.size(), valid, m.winner_us,
+                m.default_us, m.winner ? m.winner->ParamsString().c_str() : "-");
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
+
+// Runs a worker over `items`; returns the index of the item and candidate it was measuring
+// when it died, or nullopt when it finished. Progress lines go to `on_line`.
+absl::StatusOr<std::optional<std::pair<int, int>>> SpawnWorker(
+    const char* self, const Args& args, const std::vector<int>& items,
+    const std::set<std::pair<int, int>>& skip, const std::function<void(const std::string&)>& on_line,
+    int* exit_code) {
+  std::vector<std::string> argv_s = {self, "--worker"};
+  argv_s.insert(argv_s.end(), args.raw.begin(), args.raw.end());
+  argv_s.push_back("--items");
+  argv_s.push_back(absl::StrJoin(items, ","));
+  if (!skip.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [a, b] : skip) parts.push_back(absl::StrCat(a, ":", b));
+    argv_s.push_back("--skip");
+    argv_s.push_back(absl::StrJoin(parts, ","));
+  }
+  std::vector<char*> argv;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, self, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return absl::InternalError(absl::StrCat("cannot start the worker ", self));
+  }
+  FILE* in = fdopen(fds[0], "r");
+  std::optional<std::pair<int, int>> current;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), in) != nullptr) {
+    std::string text(line);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    std::vector<std::string> words = absl::StrSplit(text, ' ');
+    int a = 0, b = 0;
+    if (words.size() >= 3 && words[0] == "candidate" && absl::SimpleAtoi(words[1], &a) &&
+        absl::SimpleAtoi(words[2], &b)) {
+      current = {a, b};
+    } else if (words.size() >= 2 && words[0] == "done") {
+      current.reset();
+    }
+    on_line(text);
+  }
+  fclose(in);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (*exit_code == 0) return std::optional<std::pair<int, int>>();
+  if (!current.has_value()) {
+    return absl::InternalError(absl::StrCat("the worker stopped (exit ", *exit_code,
+                                            ") outside a candidate"));
+  }
+  return current;
+}
+
+absl::StatusOr<int> Run(const Args& args, const char* self) {
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  if (!args.export_path.empty() || !args.import_path.empty()) {
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<tuner::TacticStore> store,
+                        tuner::TacticStore::Open(args.cache, {}));
+    for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
+    if (!args.export_path.empty()) {
+      TP_RETURN_IF_ERROR(store->Export(args.export_path));
+      std::cout << "exported " << store->num_winners() << " winners to " << args.export_path
+                << "\n";
+    } else {
+      TP_RETURN_IF_ERROR(store->Import(args.import_path));
+      std::cout << "imported " << args.import_path << ": the store holds " << store->num_winners()
+                << " winners\n";
+    }
+    return kExitOk;
+  }
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
+  planner::TargetDescription target;
+  if (!args.target.empty()) {
+    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
+  } else {
+    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(*device));
+  }
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
+                      kernels::NvrtcCompiler::Create({}));
+  TP_ASSIGN_OR_RETURN(tuner::Environment environment,
+                      tuner::DetectEnvironment(*device, *compiler, target));
+  // What the store already answers (a file that does not exist yet answers nothing; the
+  // worker creates it).
+  std::unique_ptr<tuner::TacticStore> store;
+  std::error_code ec;
+  if (std::filesystem::exists(args.cache, ec)) {
+    tuner::TacticStore::Options store_options;
+    store_options.read_only = true;
+    TP_ASSIGN_OR_RETURN(store, tuner::TacticStore::Open(args.cache, store_options));
+    for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
+  }
+  TP_ASSIGN_OR_RETURN(Work work, Collect(args, target, environment.Fingerprint()));
+  std::vector<int> todo;
+  for (size_t i = 0; i < work.items.size(); ++i) {
+    if (store == nullptr || !store->Lookup(work.items[i].key).has_value()) {
+      todo.push_back(static_cast<int>(i));
+    }
+  }
+  std::cout << absl::StrFormat(
+      "autotune %s on %s: %d plans, %d regions (distinct keys), %d already in %s, %d to tune\n",
+      args.model, device->Label(), work.plans.size(), work.items.size(),
+      work.items.size() - todo.size(), args.cache, todo.size());
+  std::cout << "environment: " << environment.Fingerprint() << "\n";
+  if (args.freeze && !todo.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--freeze: ", todo.size(), " regions have no measured tactic, e.g. ",
+        work.items[static_cast<size_t>(todo.front())].key.ToString()));
+  }
+  if (store != nullptr && !store->warnings().empty() && !todo.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the tactic store ", args.cache, " cannot be written (see the warnings)"));
+  }
+  store.reset();  // the worker writes
+
+  // Measure, restarting the worker without a candidate that killed it.
+  std::set<std::pair<int, int>> skip;
+  std::vector<int> remaining = todo;
+  int done = 0, incomplete = 0;
+  std::map<int, std::vector<std::string>> done_lines;
+  while (!remaining.empty()) {
+    int exit_code = 0;
+    auto on_line = [&](const std::string& line) {
+      std::vector<std::string> w = absl::StrSplit(line, ' ');
+      if (w.size() >= 7 && w[0] == "done") {
+        int index = 0, candidates = 0, valid = 0;
+        double best = 0, def = 0;
+        (void)absl::SimpleAtoi(w[1], &index);
+        (void)absl::SimpleAtoi(w[2], &candidates);
+        (void)absl::SimpleAtoi(w[3], &valid);
+        (void)absl::SimpleAtod(w[4], &best);
+        (void)absl::SimpleAtod(w[5], &def);
+        ++done;
+        if (valid == 0) ++incomplete;
+        const Item& item = work.items[static_cast<size_t>(index)];
+        std::cout << absl::StrFormat(
+            "[%3d/%d] %-58s %4d candidates %4d valid  best %9.2f us  cost-model pick %9.2f us"
+            "%s  %s\n",
+            done, todo.size(), item.label, candidates, valid, best, def,
+            def > 0 && best > 0 ? absl::StrFormat("  (%.2fx)", def / best) : "", w[6]);
+      } else if (!line.empty() && w[0] != "begin" && w[0] != "candidate") {
+        std::cout << "  worker: " << line << "\n";
+      }
+    };
+    TP_ASSIGN_OR_RETURN(std::optional<std::pair<int, int>> died,
+                        SpawnWorker(self, args, remaining, skip, on_line, &exit_code));
+    if (!died.has_value()) break;
+    std::cout << "  the worker died (exit " << exit_code << ") measuring candidate "
+              << died->second << " of " << work.items[static_cast<size_t>(died->first)].label
+              << "; restarting without it\n";
+    skip.insert(*died);
+    auto it = std::find(remaining.begin(), remaining.end(), died->first);
+    remaining.erase(remaining.begin(), it);
+  }
+  std::cout << absl::StrFormat("tuned %d regions in %.1f s (%d without any valid candidate)\n",
+                               done, seconds(), incomplete);
+  return incomplete > 0 ? kExitIncomplete : kExitOk;
+}
+
+}  // namespace
+}  // namespace tileplan
+
+int main(int argc, char** argv) {
+  absl::StatusOr<tileplan::Args> args = tileplan::ParseArgs(argc, argv);
+  if (!args.ok()) {
+    std::cerr << "autotune_regions: " << args.status().message() << "\n"
+              << tileplan::kUsage << "\n";
+    return tileplan::kExitBad;
+  }
+  absl::StatusOr<int> result = args->worker ? tileplan::RunWorker(*args)
+                                            : tileplan::Run(*args, "/proc/self/exe");
+  if (!result.ok()) {
+    std::cerr << "autotune_regions: " << result.status().message() << "\n";
+    return tileplan::kExitBad;
+  }
+  return *result;
+}

@@ -1,0 +1,491 @@
+#include "tuner/region_tuner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "kernels/cuda_launch.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/device/cuda_status.h"
+#include "runtime/device/device_buffer.h"
+
+namespace tileplan::tuner {
+namespace {
+
+using kernels::BoundRegion;
+using kernels::Tactic;
+
+bool HasRope(absl::string_view kind) {
+  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
+}
+
+// Errors after which the CUDA context is unusable.
+bool IsSticky(cudaError_t e) {
+  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+         e == cudaErrorMisalignedAddress || e == cudaErrorIllegalInstruction ||
+         e == cudaErrorHardwareStackError || e == cudaErrorAssert ||
+         e == cudaErrorInvalidAddressSpace || e == cudaErrorInvalidPc ||
+         e == cudaErrorLaunchTimeout;
+}
+
+std::string Shorten(absl::string_view text, size_t max = 400) {
+  if (text.size() <= max) return std::string(text);
+  return absl::StrCat(text.substr(0, max), " ...");
+}
+
+// Storage of every root the region touches, one allocation per root.
+struct Storage {
+  std::map<ir::ValueId, device::DeviceBuffer> roots;
+  std::byte* at(ir::ValueId root) const {
+    return static_cast<std::byte*>(roots.at(root).data());
+  }
+};
+
+// Everything one candidate needs to run on each copy.
+struct Prepared {
+  kernels::LoadedInstance* loaded = nullptr;
+  std::vector<std::vector<kernels::PreparedLaunch>> launches;  // per copy (templates)
+  std::unique_ptr<kernels::PreparedGemm> gemm;                 // cuBLASLt
+};
+
+class Session {
+ public:
+  Session(const device::Device& device, kernels::KernelLoader& loader,
+          kernels::CublasLtRunner& blas, const planner::TargetDescription& target,
+          const BoundRegion& region, const kernels::KernelFamily& family)
+      : device_(device), loader_(loader), blas_(blas), target_(target), region_(region),
+        family_(family) {}
+  ~Session() {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Setup(const std::vector<Tactic>& candidates, const TuneOptions& options) {
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    const kernels::BoundGraph& g = region_.bound_graph();
+    for (int i = 0; i < region_.num_operands(); ++i) roots_.insert(region_.operand(i).root);
+    for (int i = 0; i < region_.num_results(); ++i) {
+      const ir::ValueId root = region_.result(i).root;
+      if (!roots_.contains(root)) fresh_results_.insert(root);
+      roots_.insert(root);
+    }
+    int64_t bytes_per_copy = 0;
+    for (ir::ValueId root : roots_) bytes_per_copy += g.storage_bytes(root);
+    const int64_t copies =
+        std::clamp<int64_t>(options.rotate_bytes / std::max<int64_t>(1, bytes_per_copy) + 1, 1, 64);
+    // The pristine inputs, then the copies.
+    TP_ASSIGN_OR_RETURN(pristine_, Allocate());
+    TP_RETURN_IF_ERROR(Fill(pristine_));
+    for (int64_t c = 0; c < copies; ++c) {
+      TP_ASSIGN_OR_RETURN(Storage s, Allocate());
+      TP_RETURN_IF_ERROR(Restore(s));
+      copies_.push_back(std::move(s));
+    }
+    int64_t workspace = 0, counters = 0;
+    for (const Tactic& t : candidates) {
+      if (!family_.ValidateTactic(t, region_, target_).ok()) continue;
+      workspace = std::max(workspace, family_.WorkspaceBytes(t, region_));
+      counters = std::max(counters, family_.CounterBytes(t, region_));
+    }
+    TP_ASSIGN_OR_RETURN(workspace_, device::DeviceBuffer::Allocate(device_, workspace));
+    TP_ASSIGN_OR_RETURN(counters_, device::DeviceBuffer::Allocate(device_, counters));
+    if (counters > 0) TP_RETURN_IF_ERROR(counters_.Fill(0));
+    TP_ASSIGN_OR_RETURN(error_, device::DeviceBuffer::Allocate(device_, sizeof(int)));
+    TP_RETURN_IF_ERROR(error_.Fill(0));
+    if (HasRope(region_.kind())) {
+      TP_ASSIGN_OR_RETURN(runtime::cpu::RopeParams params,
+                          runtime::cpu::RopeParamsFromAttributes(region_.region().attrs));
+      const std::vector<float> freq =
+          runtime::cpu::RopeInvFreq(params, region_.result(0).shape.back());
+      TP_ASSIGN_OR_RETURN(rope_, device::DeviceBuffer::Allocate(
+                                     device_, static_cast<int64_t>(freq.size() * sizeof(float))));
+      TP_RETURN_IF_ERROR(
+          rope_.CopyFromHost(freq.data(), static_cast<int64_t>(freq.size() * sizeof(float))));
+    }
+    return absl::OkStatus();
+  }
+
+  kernels::RegionBuffers Buffers(const Storage& s) const {
+    const kernels::BoundGraph& g = region_.bound_graph();
+    kernels::RegionBuffers b;
+    for (int i = 0; i < region_.num_operands(); ++i) {
+      const kernels::Layout& l = region_.operand(i);
+      b.operands.push_back(s.at(l.root) + l.offset * ir::DTypeSize(g.dtype(l.root)));
+    }
+    for (int i = 0; i < region_.num_results(); ++i) {
+      const kernels::Layout& l = region_.result(i);
+      b.results.push_back(s.at(l.root) + l.offset * ir::DTypeSize(g.dtype(l.root)));
+    }
+    b.workspace = workspace_.size() > 0 ? workspace_.data() : nullptr;
+    b.counters = counters_.size() > 0 ? counters_.data() : nullptr;
+    b.rope_inv_freq = rope_.size() > 0 ? rope_.as<float>() : nullptr;
+    b.error = error_.as<int>();
+    return b;
+  }
+
+  // Prepares a candidate; a failure is the candidate's status.
+  std::optional<CandidateMeasurement> Prepare(const Tactic& tactic, Prepared& p) {
+    auto fail = [&](CandidateStatus status, absl::string_view why) {
+      return CandidateMeasurement{tactic, status, Shorten(why), 0};
+    };
+    if (absl::Status v = family_.ValidateTactic(tactic, region_, target_); !v.ok()) {
+      return fail(CandidateStatus::kInvalid, v.message());
+    }
+    if (kernels::IsCudaTemplateFamily(tactic.family)) {
+      absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(region_, tactic);
+      if (!instance.ok()) return fail(CandidateStatus::kInvalid, instance.status().message());
+      absl::StatusOr<kernels::LoadedInstance*> loaded = loader_.Load(*instance);
+      if (!loaded.ok()) return fail(CandidateStatus::kCompileError, loaded.status().message());
+      p.loaded = *loaded;
+      for (const Storage& s : copies_) {
+        absl::StatusOr<std::vector<kernels::PreparedLaunch>> launches =
+            kernels::PrepareLaunches(family_, region_, tactic, Buffers(s));
+        if (!launches.ok()) return fail(CandidateStatus::kInvalid, launches.status().message());
+        for (kernels::PreparedLaunch& l : *launches) l.config.stream = stream_;
+        p.launches.push_back(*std::move(launches));
+      }
+      return std::nullopt;
+    }
+    if (tactic.family == "cublaslt_gemm") {
+      absl::StatusOr<std::unique_ptr<kernels::PreparedGemm>> gemm = blas_.Prepare(region_, tactic);
+      if (!gemm.ok()) return fail(CandidateStatus::kInvalid, gemm.status().message());
+      p.gemm = *std::move(gemm);
+      return std::nullopt;
+    }
+    return fail(CandidateStatus::kInvalid, absl::StrCat("family ", tactic.family,
+                                                        " has nothing to launch"));
+  }
+
+  absl::Status Run(Prepared& p, size_t copy) {
+    if (p.gemm != nullptr) return blas_.Launch(*p.gemm, Buffers(copies_[copy]), stream_);
+    for (kernels::PreparedLaunch& l : p.launches[copy]) {
+      TP_RETURN_IF_ERROR(loader_.Launch(*p.loaded, l));
+    }
+    return absl::OkStatus();
+  }
+
+  // Synchronizes; a sticky error is returned as an error (the context is gone), any other
+  // as the candidate's launch failure.
+  absl::StatusOr<std::optional<std::string>> Sync() {
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) return std::optional<std::string>();
+    if (IsSticky(e)) {
+      return absl::InternalError(absl::StrCat("the GPU faulted (", cudaGetErrorName(e), ": ",
+                                              cudaGetErrorString(e), ")"));
+    }
+    return std::optional<std::string>(absl::StrCat(cudaGetErrorName(e), ": ",
+                                                   cudaGetErrorString(e)));
+  }
+
+  absl::Status Restore(Storage& s) {
+    for (auto& [root, buffer] : s.roots) {
+      TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.data(), pristine_.roots.at(root).data(),
+                                              static_cast<size_t>(buffer.size()),
+                                              cudaMemcpyDeviceToDevice, stream_));
+    }
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Poison(Storage& s) {
+    for (ir::ValueId root : fresh_results_) {
+      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.roots.at(root).data(), 0xFF,
+                                              static_cast<size_t>(s.roots.at(root).size()), stream_));
+    }
+    return absl::OkStatus();
+  }
+
+  // The result roots of copy 0, as host bytes.
+  absl::StatusOr<std::vector<std::string>> ReadResults() {
+    std::vector<std::string> out;
+    for (int i = 0; i < region_.num_results(); ++i) {
+      const device::DeviceBuffer& b = copies_[0].roots.at(region_.result(i).root);
+      std::string bytes(static_cast<size_t>(b.size()), '\0');
+      TP_RETURN_IF_ERROR(b.CopyToHost(bytes.data(), b.size()));
+      out.push_back(std::move(bytes));
+    }
+    return out;
+  }
+
+  // Empty when `got` matches `want`, else why not.
+  std::string Compare(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+    const kernels::BoundGraph& g = region_.bound_graph();
+    for (int i = 0; i < region_.num_results(); ++i) {
+      const ir::DType dtype = g.dtype(region_.result(i).root);
+      if (dtype == ir::DType::kI32) {
+        if (got[i] != want[i]) return absl::StrCat("result ", i, " differs from the reference");
+        continue;
+      }
+      const std::vector<float> a = kernels::DecodeFloats(dtype, got[i]);
+      const std::vector<float> b = kernels::DecodeFloats(dtype, want[i]);
+      double max_diff = 0, max_ref = 0;
+      for (size_t k = 0; k < a.size(); ++k) {
+        if (!std::isfinite(b[k])) continue;
+        if (!std::isfinite(a[k])) {
+          return absl::StrCat("result ", i, " element ", k, " is not finite");
+        }
+        max_diff = std::max(max_diff, std::fabs(double{a[k]} - double{b[k]}));
+        max_ref = std::max(max_ref, std::fabs(double{b[k]}));
+      }
+      const double tol = dtype == ir::DType::kF32 ? 1e-3 : 2e-2;
+      if (max_diff > tol * std::max(max_ref, 1e-6)) {
+        return absl::StrFormat("result %d: max |candidate - reference| = %.3g, %.3g of the "
+                               "reference's largest magnitude %.3g (limit %.0e)",
+                               i, max_diff, max_diff / std::max(max_ref, 1e-30), max_ref, tol);
+      }
+    }
+    return "";
+  }
+
+  absl::StatusOr<double> Time(Prepared& p, const TuneOptions& options) {
+    const int repeats = std::max(1, options.repeats);
+    for (int i = 0; i < options.warmup; ++i) {
+      TP_RETURN_IF_ERROR(Run(p, static_cast<size_t>(i) % copies_.size()));
+    }
+    std::vector<double> ms;
+    if (options.graph_replay) {
+      cudaGraph_t graph = nullptr;
+      TP_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      absl::Status captured;
+      for (int i = 0; i < repeats && captured.ok(); ++i) {
+        captured.Update(Run(p, static_cast<size_t>(i) % copies_.size()));
+      }
+      const absl::Status ended = TP_CUDA_STATUS(cudaStreamEndCapture(stream_, &graph));
+      TP_RETURN_IF_ERROR(captured);
+      TP_RETURN_IF_ERROR(ended);
+      cudaGraphExec_t exec = nullptr;
+      const absl::Status inst = TP_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
+      cudaGraphDestroy(graph);
+      TP_RETURN_IF_ERROR(inst);
+      cudaEvent_t a = nullptr, b = nullptr;
+      absl::Status st = TP_CUDA_STATUS(cudaEventCreate(&a));
+      st.Update(TP_CUDA_STATUS(cudaEventCreate(&b)));
+      st.Update(TP_CUDA_STATUS(cudaGraphLaunch(exec, stream_)));  // warm the graph
+      for (int r = 0; r < 7 && st.ok(); ++r) {
+        st.Update(TP_CUDA_STATUS(cudaEventRecord(a, stream_)));
+        st.Update(TP_CUDA_STATUS(cudaGraphLaunch(exec, stream_)));
+        st.Update(TP_CUDA_STATUS(cudaEventRecord(b, stream_)));
+        st.Update(TP_CUDA_STATUS(cudaEventSynchronize(b)));
+        float t = 0;
+        st.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&t, a, b)));
+        ms.push_back(t / repeats);
+      }
+      if (a != nullptr) cudaEventDestroy(a);
+      if (b != nullptr) cudaEventDestroy(b);
+      cudaGraphExecDestroy(exec);
+      TP_RETURN_IF_ERROR(st);
+    } else {
+      std::vector<cudaEvent_t> events(static_cast<size_t>(repeats) + 1, nullptr);
+      absl::Status st;
+      for (cudaEvent_t& e : events) st.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
+      if (st.ok()) st.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream_)));
+      for (int i = 0; i < repeats && st.ok(); ++i) {
+        st.Update(Run(p, static_cast<size_t>(i) % copies_.size()));
+        st.Update(TP_CUDA_STATUS(cudaEventRecord(events[static_cast<size_t>(i) + 1], stream_)));
+      }
+      if (st.ok()) st.Update(TP_CUDA_STATUS(cudaEventSynchronize(events.back())));
+      for (int i = 0; i < repeats && st.ok(); ++i) {
+        float t = 0;
+        st.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&t, events[static_cast<size_t>(i)],
+                                                      events[static_cast<size_t>(i) + 1])));
+        ms.push_back(t);
+      }
+      for (cudaEvent_t e : events) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      TP_RETURN_IF_ERROR(st);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[ms.size() / 2];
+  }
+
+  Storage& copy0() { return copies_[0]; }
+
+ private:
+  absl::StatusOr<Storage> Allocate() {
+    Storage s;
+    for (ir::ValueId root : roots_) {
+      TP_ASSIGN_OR_RETURN(device::DeviceBuffer b,
+                          device::DeviceBuffer::Allocate(
+                              device_, std::max<int64_t>(region_.bound_graph().storage_bytes(root), 16)));
+      s.roots.emplace(root, std::move(b));
+    }
+    return s;
+  }
+
+  // Random floats in [-1, 1); token ids inside the embedding table; positions as the phase
+  // has them (decode: the last T positions before the context, prefill: 0..T-1).
+  absl::Status Fill(Storage& s) {
+    const kernels::BoundGraph& g = region_.bound_graph();
+    std::mt19937 rng(12345);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (auto& [root, buffer] : s.roots) {
+      const ir::DType dtype = g.dtype(root);
+      const int64_t n = g.storage_bytes(root) / ir::DTypeSize(dtype);
+      if (dtype != ir::DType::kI32) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = uniform(rng);
+        const std::string bytes = kernels::EncodeFloats(dtype, v);
+        TP_RETURN_IF_ERROR(buffer.CopyFromHost(bytes.data(), static_cast<int64_t>(bytes.size())));
+        continue;
+      }
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      if (region_.kind() == "embedding" && root == region_.operand(0).root) {
+        std::uniform_int_distribution<int32_t> id(
+            0, static_cast<int32_t>(region_.operand(1).shape[0]) - 1);
+        for (int32_t& x : v) x = id(rng);
+      } else {
+        const std::vector<int64_t>& shape = g.shape(root);
+        const int64_t t = shape.empty() ? 1 : shape.back();
+        const int64_t context = g.context();
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t pos = i % t;
+          v[static_cast<size_t>(i)] =
+              static_cast<int32_t>(context >= t ? context - t + pos : pos);
+        }
+      }
+      TP_RETURN_IF_ERROR(buffer.CopyFromHost(v.data(), n * 4));
+    }
+    return absl::OkStatus();
+  }
+
+  const device::Device& device_;
+  kernels::KernelLoader& loader_;
+  kernels::CublasLtRunner& blas_;
+  const planner::TargetDescription& target_;
+  const BoundRegion& region_;
+  const kernels::KernelFamily& family_;
+  cudaStream_t stream_ = nullptr;
+  std::set<ir::ValueId> roots_, fresh_results_;
+  Storage pristine_;
+  std::vector<Storage> copies_;
+  device::DeviceBuffer workspace_, counters_, error_, rope_;
+};
+
+}  // namespace
+
+std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
+                                        const BoundRegion& region,
+                                        const planner::TargetDescription& target, int max_count) {
+  std::vector<Tactic> out;
+  absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
+  if (!table.ok()) return out;
+  auto add = [&](const Tactic& t) {
+    if (static_cast<int>(out.size()) >= max_count) return;
+    if (std::find(out.begin(), out.end(), t) != out.end()) return;
+    if (!family.ValidateTactic(t, region, target).ok()) return;
+    out.push_back(t);
+  };
+  add(table->default_tactic);
+  for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
+  if (family.name() == "cublaslt_gemm") return out;
+  // The product of the tunables, last parameter fastest.
+  const std::vector<kernels::TunableParam>& params = table->tunables;
+  std::vector<size_t> index(params.size(), 0);
+  for (const kernels::TunableParam& p : params) {
+    if (p.values.empty()) return out;
+  }
+  while (static_cast<int>(out.size()) < max_count) {
+    Tactic t = table->default_tactic;
+    for (size_t i = 0; i < params.size(); ++i) t.params[params[i].name] = params[i].values[index[i]];
+    add(t);
+    size_t i = params.size();
+    while (i > 0) {
+      --i;
+      if (++index[i] < params[i].values.size()) break;
+      index[i] = 0;
+      if (i == 0) return out;
+    }
+    if (params.empty()) return out;
+  }
+  return out;
+}
+
+void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic>& candidates) {
+  std::set<kernels::KernelInstance> unique;
+  for (const Tactic& t : candidates) {
+    if (!kernels::IsCudaTemplateFamily(t.family)) continue;
+    absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(region, t);
+    if (instance.ok()) unique.insert(*std::move(instance));
+  }
+  std::vector<kernels::KernelInstance> list(unique.begin(), unique.end());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  const unsigned workers = std::max(
+      1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(list.size())));
+  for (unsigned w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < list.size(); i = next++) {
+        kernels::CompileRequest request;
+        request.source = list[i].source;
+        request.name_expressions = list[i].name_expressions;
+        request.sm = device_->sm();
+        (void)compiler_->Compile(request);  // failures are reported by Tune, per candidate
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(
+    const BoundRegion& region, const kernels::KernelFamily& family,
+    const std::vector<Tactic>& candidates, const TuneOptions& options,
+    const std::function<void(int)>& before_each) {
+  TP_RETURN_IF_ERROR(device_->MakeCurrent());
+  Session session(*device_, *loader_, *blas_, *target_, region, family);
+  TP_RETURN_IF_ERROR(session.Setup(candidates, options));
+  std::vector<CandidateMeasurement> out;
+  std::vector<std::string> reference;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (before_each) before_each(static_cast<int>(i));
+    const Tactic& tactic = candidates[i];
+    Prepared prepared;
+    if (std::optional<CandidateMeasurement> failed = session.Prepare(tactic, prepared)) {
+      out.push_back(*std::move(failed));
+      continue;
+    }
+    // Validate on copy 0.
+    TP_RETURN_IF_ERROR(session.Restore(session.copy0()));
+    TP_RETURN_IF_ERROR(session.Poison(session.copy0()));
+    const absl::Status launched = session.Run(prepared, 0);
+    TP_ASSIGN_OR_RETURN(std::optional<std::string> launch_error, session.Sync());
+    if (!launched.ok() || launch_error.has_value()) {
+      const std::string why = !launched.ok() ? std::string(launched.message()) : *launch_error;
+      const bool resources = absl::StrContains(why, "resources") ||
+                             absl::StrContains(why, "shared memory") ||
+                             absl::StrContains(why, "OutOfResources");
+      out.push_back({tactic,
+                     resources ? CandidateStatus::kOutOfResources : CandidateStatus::kLaunchError,
+                     Shorten(why), 0});
+      continue;
+    }
+    TP_ASSIGN_OR_RETURN(std::vector<std::string> results, session.ReadResults());
+    if (reference.empty()) {
+      reference = std::move(results);
+    } else if (const std::string why = session.Compare(results, reference); !why.empty()) {
+      out.push_back({tactic, CandidateStatus::kWrongResult, why, 0});
+      continue;
+    }
+    absl::StatusOr<double> us = session.Time(prepared, options);
+    TP_ASSIGN_OR_RETURN(std::optional<std::string> time_error, session.Sync());
+    if (!us.ok() || time_error.has_value()) {
+      out.push_back({tactic, CandidateStatus::kLaunchError,
+                     Shorten(!us.ok() ? us.status().message() : *time_error), 0});
+      continue;
+    }
+    out.push_back({tactic, CandidateStatus::kOk, "", *us});
+  }
+  return out;
+}
+
+}  // namespace tileplan::tuner

@@ -1,0 +1,89 @@
+// Measures the candidate tactics of one kernel family for one region on the GPU
+// (docs/tuner.md, "Measuring").
+//
+// A region is run on its own buffers: every storage root its operands and results use,
+// filled with random values (token ids inside the vocabulary, positions as the phase has
+// them), in as many copies as it takes to cover twice the L2 cache, so that every timed run
+// reads its operands from DRAM as in a real step ("cold L2"). The family's default tactic runs
+// first and its results are the reference: every other candidate runs on the same inputs,
+// its results poisoned beforehand, and must agree within the result dtype's tolerance (bf16
+// and f16 2e-2, f32 1e-3 of the reference's largest magnitude; integers exactly). Then each
+// valid candidate is timed: warm-up runs, then `repeats` runs cycling through the copies,
+// between CUDA events, the median; decode regions are timed as replays of a captured CUDA
+// Graph, as decode steps run.
+//
+// Failures are results, not errors: a candidate that does not compile, cannot launch, needs
+// too much shared memory or computes a wrong result is recorded with the reason. A fault
+// that poisons the CUDA context (an illegal address) is reported as an error: the caller
+// (autotune_regions) runs regions in a worker process and restarts it without that candidate.
+#ifndef TILEPLAN_TUNER_REGION_TUNER_H_
+#define TILEPLAN_TUNER_REGION_TUNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/bound_graph.h"
+#include "kernels/cublaslt_runner.h"
+#include "kernels/kernel_family.h"
+#include "kernels/kernel_loader.h"
+#include "kernels/nvrtc_compiler.h"
+#include "runtime/device/device.h"
+#include "tuner/tactic_store.h"
+
+namespace tileplan::tuner {
+
+// The candidates of `family` for `region` on `target`, deduplicated, in order: the default
+// tactic, the other ByTarget rows' tactics, then the product of the tunable lists (last
+// parameter fastest); each accepted by ValidateTactic; at most `max_count`. cublaslt_gemm
+// offers its default tactic only (cuBLASLt's heuristic pick; its Hopper algos have no tile
+// the tactic format can name yet).
+std::vector<kernels::Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
+                                                 const kernels::BoundRegion& region,
+                                                 const planner::TargetDescription& target,
+                                                 int max_count);
+
+struct TuneOptions {
+  int warmup = 3;
+  int repeats = 20;
+  // Rotate copies of the region's buffers over at least this many bytes (twice the L2).
+  int64_t rotate_bytes = 0;
+  // Time replays of a captured CUDA Graph of `repeats` runs (decode) instead of runs
+  // launched one by one.
+  bool graph_replay = false;
+};
+
+class RegionTuner {
+ public:
+  // Everything must outlive the tuner.
+  RegionTuner(const device::Device& device, const kernels::NvrtcCompiler& compiler,
+              kernels::KernelLoader& loader, kernels::CublasLtRunner& blas,
+              const planner::TargetDescription& target)
+      : device_(&device), compiler_(&compiler), loader_(&loader), blas_(&blas), target_(&target) {}
+
+  // Compiles every template instance of `candidates` for the device on all host cores (into
+  // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
+  // records them per candidate.
+  void Precompile(const kernels::BoundRegion& region, const std::vector<kernels::Tactic>& candidates);
+
+  // Measures `candidates` (the first is the reference; normally the default tactic).
+  // `before_each(i)` is called before candidate i runs (progress, fault attribution).
+  // An error only for a poisoned CUDA context or a region that cannot be set up.
+  absl::StatusOr<std::vector<CandidateMeasurement>> Tune(
+      const kernels::BoundRegion& region, const kernels::KernelFamily& family,
+      const std::vector<kernels::Tactic>& candidates, const TuneOptions& options,
+      const std::function<void(int)>& before_each = nullptr);
+
+ private:
+  const device::Device* device_;
+  const kernels::NvrtcCompiler* compiler_;
+  kernels::KernelLoader* loader_;
+  kernels::CublasLtRunner* blas_;
+  const planner::TargetDescription* target_;
+};
+
+}  // namespace tileplan::tuner
+
+#endif  // TILEPLAN_TUNER_REGION_TUNER_H_
