@@ -16,8 +16,8 @@ absl::StatusOr<Environment> DetectEnvironment(const device::Device& device,
   const device::DeviceProperties& p = device.properties();
   if (target.sm() != p.sm) {
     return absl::InvalidArgumentError(absl::StrCat("target ", target.name(), " describes sm_",
-                                                   target.sm(), " but ", device.Label(),
-                                                   " is sm_", p.sm));
+                                                   target.sm(), " but ", device.Label(), " is sm_",
+                                                   p.sm));
   }
   Environment env;
   env.gpu = p.name;

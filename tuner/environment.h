@@ -28,15 +28,15 @@ namespace tileplan::tuner {
 inline constexpr int32_t kTacticStoreSchemaVersion = 1;
 
 struct Environment {
-  std::string gpu;              // the device's name, "NVIDIA H200"
-  int32_t sm = 0;               // compute capability, major * 10 + minor
+  std::string gpu;  // the device's name, "NVIDIA H200"
+  int32_t sm = 0;   // compute capability, major * 10 + minor
   int32_t sm_count = 0;
   int64_t l2_bytes = 0;
-  double bandwidth_gbps = 0;    // the target description's achievable DRAM bandwidth
-  int32_t driver_version = 0;   // cudaDriverGetVersion, e.g. 13000; 0 when unknown
+  double bandwidth_gbps = 0;         // the target description's achievable DRAM bandwidth
+  int32_t driver_version = 0;        // cudaDriverGetVersion, e.g. 13000; 0 when unknown
   int32_t cuda_runtime_version = 0;  // cudaRuntimeGetVersion, e.g. 13000; 0 when unknown
-  std::string nvrtc_version;    // "13.0"; empty when unknown
-  int64_t cublaslt_version = 0; // cublasLtGetVersion, e.g. 130000; 0 when unknown
+  std::string nvrtc_version;         // "13.0"; empty when unknown
+  int64_t cublaslt_version = 0;      // cublasLtGetVersion, e.g. 130000; 0 when unknown
   int32_t schema_version = kTacticStoreSchemaVersion;
 
   // Every field on one line, in this order, separated by '|':

@@ -94,11 +94,9 @@ constexpr std::pair<CandidateStatus, absl::string_view> kStatusNames[] = {
 // ---------------------------------------------------------------------------------------
 // SQLite result codes as Status, with the statement and the call site.
 
-absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what, const char* file,
-                          int line) {
-  std::string message = absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
-                                     " (", sqlite3_errstr(rc), ", code ", rc, ") at ", file,
-                                     ":", line);
+absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what, const char* file, int line) {
+  std::string message = absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), " (",
+                                     sqlite3_errstr(rc), ", code ", rc, ") at ", file, ":", line);
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -139,8 +137,7 @@ class Statement {
  public:
   static absl::StatusOr<Statement> Prepare(sqlite3* db, absl::string_view sql) {
     sqlite3_stmt* stmt = nullptr;
-    const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt,
-                                      nullptr);
+    const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
     if (rc != SQLITE_OK) {
       sqlite3_finalize(stmt);
       return TP_SQLITE_STATUS(db, rc, absl::StrCat("prepare `", sql, "`"));
@@ -243,8 +240,8 @@ class Transaction {
 };
 
 absl::StatusOr<std::set<std::string>> TableNames(sqlite3* db) {
-  TP_ASSIGN_OR_RETURN(Statement s,
-                      Statement::Prepare(db, "SELECT name FROM sqlite_master WHERE type = 'table'"));
+  TP_ASSIGN_OR_RETURN(
+      Statement s, Statement::Prepare(db, "SELECT name FROM sqlite_master WHERE type = 'table'"));
   std::set<std::string> names;
   while (true) {
     TP_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -430,9 +427,9 @@ absl::Status ValidateKey(const proto::StoredKey& k, const Where& where, absl::st
     absl::StatusOr<CandidateStatus> status = ParseCandidateStatus(c.status());
     if (!status.ok()) return Invalid(origin, at.LineOf("status"), status.status().message());
     if (!ValidTime(c.median_us())) {
-      return Invalid(origin, at.LineOf("median_us"),
-                     absl::StrCat("candidate ", tactic->ParamsString(), " has median ",
-                                  c.median_us(), " us"));
+      return Invalid(
+          origin, at.LineOf("median_us"),
+          absl::StrCat("candidate ", tactic->ParamsString(), " has median ", c.median_us(), " us"));
     }
     if (!statuses.emplace(tactic->ParamsString(), *status).second) {
       return Invalid(origin, at.line,
@@ -447,8 +444,8 @@ absl::Status ValidateKey(const proto::StoredKey& k, const Where& where, absl::st
     if (tactic->family != k.family() || tactic->family_version != k.family_version() ||
         it == statuses.end() || it->second != CandidateStatus::kOk) {
       return Invalid(origin, at.line,
-                     absl::StrCat("the winner ", tactic->family, " v", tactic->family_version,
-                                  " ", tactic->ParamsString(), " is not an \"ok\" candidate"));
+                     absl::StrCat("the winner ", tactic->family, " v", tactic->family_version, " ",
+                                  tactic->ParamsString(), " is not an \"ok\" candidate"));
     }
     if (!ValidTime(k.winner().median_us()) || !ValidTime(k.winner().default_us())) {
       return Invalid(origin, at.line, "the winner's times must be finite and not negative");
@@ -479,22 +476,23 @@ absl::Status ValidateFile(const proto::TacticStoreFile& file, const Where& where
     const Where at = where.In("environments", i);
     const std::string fingerprint = EnvironmentOf(e).Fingerprint();
     if (e.fingerprint() != fingerprint) {
-      return Invalid(origin, at.LineOf("fingerprint"),
-                     absl::StrCat("fingerprint '", e.fingerprint(),
-                                  "' does not match the environment's fields ('", fingerprint,
-                                  "')"));
+      return Invalid(
+          origin, at.LineOf("fingerprint"),
+          absl::StrCat("fingerprint '", e.fingerprint(),
+                       "' does not match the environment's fields ('", fingerprint, "')"));
     }
     if (!fingerprints.insert(fingerprint).second) {
-      return Invalid(origin, at.line, absl::StrCat("environment '", fingerprint, "' appears twice"));
+      return Invalid(origin, at.line,
+                     absl::StrCat("environment '", fingerprint, "' appears twice"));
     }
     std::set<KeyFields> keys;
     for (int j = 0; j < e.keys_size(); ++j) {
       const Where key_at = at.In("keys", j);
       TP_RETURN_IF_ERROR(ValidateKey(e.keys(j), key_at, origin));
       if (!keys.insert(FieldsOf(e.keys(j))).second) {
-        return Invalid(origin, key_at.line,
-                       absl::StrCat("key '", KeyOf(fingerprint, e.keys(j)).ToString(),
-                                    "' appears twice"));
+        return Invalid(
+            origin, key_at.line,
+            absl::StrCat("key '", KeyOf(fingerprint, e.keys(j)).ToString(), "' appears twice"));
       }
     }
   }
@@ -578,8 +576,8 @@ absl::Status TacticStore::Initialize() {
     return absl::NotFoundError(
         absl::StrCat("tactic store ", path_, " does not exist (opened read-only)"));
   }
-  const int flags = options_.read_only ? SQLITE_OPEN_READONLY
-                                       : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int flags =
+      options_.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     absl::Status status =
@@ -678,12 +676,12 @@ absl::Status TacticStore::Load() {
     absl::StatusOr<kernels::Tactic> tactic = absl::DataLossError("unparsable tactic_proto");
     if (message.ParseFromString(s.BlobBytes(6))) tactic = kernels::TacticFromProto(message);
     if (phase.ok()) key.phase = *phase;
-    absl::Status problem = !phase.ok()    ? phase.status()
-                           : !tactic.ok() ? tactic.status()
-                           : tactic->family != key.family ||
-                                   tactic->family_version != key.family_version
-                               ? absl::DataLossError("the tactic is of another family")
-                               : absl::OkStatus();
+    absl::Status problem =
+        !phase.ok()    ? phase.status()
+        : !tactic.ok() ? tactic.status()
+        : tactic->family != key.family || tactic->family_version != key.family_version
+            ? absl::DataLossError("the tactic is of another family")
+            : absl::OkStatus();
     if (!problem.ok()) {
       warnings_.push_back(absl::StrCat("tactic store ", path_, ": skipping the winner of '",
                                        key.ToString(), "': ", problem.message()));
@@ -709,9 +707,9 @@ absl::Status TacticStore::Record(const RegionMeasurement& m) {
   const std::string origin = absl::StrCat("Record(", m.key.ToString(), ")");
   const std::string fingerprint = m.environment.Fingerprint();
   if (m.key.environment != fingerprint) {
-    return Invalid(origin, 0,
-                   absl::StrCat("the key's environment is not the measurement's ('",
-                                fingerprint, "')"));
+    return Invalid(
+        origin, 0,
+        absl::StrCat("the key's environment is not the measurement's ('", fingerprint, "')"));
   }
   const std::string now = UtcNow();
   proto::TacticStoreFile file;
@@ -763,8 +761,9 @@ absl::Status TacticStore::WriteFile(const proto::TacticStoreFile& file) {
   TP_ASSIGN_OR_RETURN(
       Statement delete_candidates,
       Statement::Prepare(db_, absl::StrCat("DELETE FROM candidates WHERE ", kKeyWhere)));
-  TP_ASSIGN_OR_RETURN(Statement delete_winner,
-                      Statement::Prepare(db_, absl::StrCat("DELETE FROM winners WHERE ", kKeyWhere)));
+  TP_ASSIGN_OR_RETURN(
+      Statement delete_winner,
+      Statement::Prepare(db_, absl::StrCat("DELETE FROM winners WHERE ", kKeyWhere)));
   TP_ASSIGN_OR_RETURN(
       Statement insert_candidate,
       Statement::Prepare(db_,
@@ -800,20 +799,18 @@ absl::Status TacticStore::WriteFile(const proto::TacticStoreFile& file) {
       for (const proto::StoredCandidate& c : k.candidates()) {
         TP_ASSIGN_OR_RETURN(kernels::Tactic tactic, kernels::TacticFromProto(c.tactic()));
         TP_RETURN_IF_ERROR(insert_candidate.Bind(
-            id, k.region_signature(), k.shape_bucket(), k.phase(), k.family(),
-            k.family_version(), tactic.ParamsString(),
-            Blob(kernels::TacticToProto(tactic).SerializeAsString()), c.status(), c.reason(),
-            c.median_us(), c.measured_at()));
+            id, k.region_signature(), k.shape_bucket(), k.phase(), k.family(), k.family_version(),
+            tactic.ParamsString(), Blob(kernels::TacticToProto(tactic).SerializeAsString()),
+            c.status(), c.reason(), c.median_us(), c.measured_at()));
         TP_RETURN_IF_ERROR(insert_candidate.Run());
       }
       std::optional<planner::MeasuredTactic> winner;
       if (k.has_winner()) {
         TP_ASSIGN_OR_RETURN(kernels::Tactic tactic, kernels::TacticFromProto(k.winner().tactic()));
         TP_RETURN_IF_ERROR(insert_winner.Bind(
-            id, k.region_signature(), k.shape_bucket(), k.phase(), k.family(),
-            k.family_version(), tactic.ParamsString(),
-            Blob(kernels::TacticToProto(tactic).SerializeAsString()), k.winner().median_us(),
-            k.winner().default_us()));
+            id, k.region_signature(), k.shape_bucket(), k.phase(), k.family(), k.family_version(),
+            tactic.ParamsString(), Blob(kernels::TacticToProto(tactic).SerializeAsString()),
+            k.winner().median_us(), k.winner().default_us()));
         TP_RETURN_IF_ERROR(insert_winner.Run());
         winner = planner::MeasuredTactic{std::move(tactic), k.winner().median_us()};
       }
@@ -897,8 +894,8 @@ absl::Status TacticStore::Export(absl::string_view path) const {
     auto tactic_of = [&](const Statement& s, int column,
                          kernels::proto::Tactic* tactic) -> absl::Status {
       if (!tactic->ParseFromString(s.BlobBytes(column))) {
-        return absl::DataLossError(absl::StrCat("tactic store ", path_, ": unparsable tactic_proto of ",
-                                                s.Text(4), " ", s.Text(6)));
+        return absl::DataLossError(absl::StrCat(
+            "tactic store ", path_, ": unparsable tactic_proto of ", s.Text(4), " ", s.Text(6)));
       }
       return absl::OkStatus();
     };
@@ -943,8 +940,9 @@ absl::Status TacticStore::Export(absl::string_view path) const {
     for (auto& [id_and_key, k] : keys) {
       auto it = environments.find(id_and_key.first);
       if (it == environments.end()) {
-        return absl::DataLossError(absl::StrCat("tactic store ", path_, ": entries of environment id ",
-                                                id_and_key.first, ", which is not stored"));
+        return absl::DataLossError(absl::StrCat("tactic store ", path_,
+                                                ": entries of environment id ", id_and_key.first,
+                                                ", which is not stored"));
       }
       *it->second.add_keys() = std::move(k);
     }

@@ -86,7 +86,7 @@ class TacticStore final : public planner::TacticCache {
   // with a warning (see above).
   static absl::StatusOr<std::unique_ptr<TacticStore>> Open(absl::string_view path);
   static absl::StatusOr<std::unique_ptr<TacticStore>> Open(absl::string_view path,
-                                                          const Options& options);
+                                                           const Options& options);
   ~TacticStore() override;
   TacticStore(const TacticStore&) = delete;
   TacticStore& operator=(const TacticStore&) = delete;

@@ -30,12 +30,12 @@ namespace {
 
 using planner::MeasuredTactic;
 using planner::TacticKey;
-using testing::TestEnvironment;
-using testing::TestMeasurement;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+using testing::TestEnvironment;
+using testing::TestMeasurement;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -202,8 +202,8 @@ TEST_F(TacticStoreTest, AnotherEnvironmentMissesAndLeavesEntriesAlone) {
   store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->num_winners(), 2);
-  EXPECT_THAT(store->environments(),
-              ElementsAre(TestEnvironment(12080).Fingerprint(), TestEnvironment(13000).Fingerprint()));
+  EXPECT_THAT(store->environments(), ElementsAre(TestEnvironment(12080).Fingerprint(),
+                                                 TestEnvironment(13000).Fingerprint()));
   EXPECT_EQ(store->Lookup(old_driver.key)->tactic, *old_driver.winner);
   EXPECT_EQ(store->Lookup(new_driver.key)->tactic, *new_driver.winner);
   // A target's environment (no driver known) never matches a measured one.
@@ -281,6 +281,8 @@ TEST_F(TacticStoreTest, ReadOnlyStoreAnswersAndRefusesWrites) {
   const absl::Status status = store->Record(m);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("read-only"));
+  ASSERT_TRUE(store->Export(Path("read_only.textproto")).ok());
+  EXPECT_THAT(ReadBytes(Path("read_only.textproto")), HasSubstr("linear(a)"));
 
   absl::StatusOr<std::unique_ptr<TacticStore>> missing =
       TacticStore::Open(Path("missing.db"), {.read_only = true});
