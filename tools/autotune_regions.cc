@@ -353,9 +353,12 @@ absl::StatusOr<int> RunWorker(const Args& args) {
   return kExitOk;
 }
 
+// The item and candidate a worker was measuring when it died.
+using Death = std::optional<std::pair<int, int>>;
+
 // Runs a worker over `items`; returns the index of the item and candidate it was measuring
 // when it died, or nullopt when it finished. Progress lines go to `on_line`.
-absl::StatusOr<std::optional<std::pair<int, int>>> SpawnWorker(
+absl::StatusOr<Death> SpawnWorker(
     const char* self, const Args& args, const std::vector<int>& items,
     const std::set<std::pair<int, int>>& skip, const std::function<void(const std::string&)>& on_line,
     int* exit_code) {
@@ -507,8 +510,7 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
         std::cout << "  worker: " << line << "\n";
       }
     };
-    TP_ASSIGN_OR_RETURN(std::optional<std::pair<int, int>> died,
-                        SpawnWorker(self, args, remaining, skip, on_line, &exit_code));
+    TP_ASSIGN_OR_RETURN(Death died, SpawnWorker(self, args, remaining, skip, on_line, &exit_code));
     if (!died.has_value()) break;
     std::cout << "  the worker died (exit " << exit_code << ") measuring candidate "
               << died->second << " of " << work.items[static_cast<size_t>(died->first)].label

@@ -387,8 +387,8 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
     out.push_back(t);
   };
   add(table->default_tactic);
-  for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
   if (family.name() == "cublaslt_gemm") return out;
+  for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
   // The product of the tunables, last parameter fastest.
   const std::vector<kernels::TunableParam>& params = table->tunables;
   std::vector<size_t> index(params.size(), 0);

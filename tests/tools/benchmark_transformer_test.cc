@@ -20,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int exit_code = -1;
@@ -134,9 +135,13 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
   r = RunTool("--model qwen3-0.6b --prefill 16 --decode 16 --show-plan");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("benchmark skipped: no CUDA device"));
-  r = RunTool("--model qwen3-0.6b --show-plan --tactic-cache cache.db");
+  r = RunTool(absl::StrCat("--model qwen3-0.6b --show-plan --tactic-cache '",
+                           (Scratch() / "missing.db").string(), "'"));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("the SQLite tactic store is not available in this build yet"));
+  EXPECT_THAT(r.output, HasSubstr("missing.db does not exist (opened read-only)"));
+  r = RunTool("--model qwen3-0.6b --show-plan --freeze");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--freeze needs --tactic-cache"));
   r = RunTool("--model qwen3-0.6b --show-plan=xml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("unknown plan format 'xml'"));
@@ -165,6 +170,22 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
   r = RunTool(absl::StrCat("--model '", dir.string(), "' --prefill 64 --decode 16 --show-plan"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("attention_prefill: head_dim 80"));
+}
+
+TEST(BenchmarkTransformerTest, AForeignTacticStoreWarnsAndPlansWithTheCostModel) {
+  const fs::path junk = Scratch() / "junk.db";
+  std::ofstream(junk) << std::string(4096, 'x');
+  const std::string base = absl::StrCat("--model qwen3-0.6b --prefill 16 --decode 16 --show-plan "
+                                        "--tactic-cache '", junk.string(), "'");
+  Result r = RunTool(base);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("is treated as empty and will not be written"));
+  EXPECT_THAT(r.output, HasSubstr("cost model"));
+  EXPECT_THAT(r.output, Not(HasSubstr(" tuned ")));
+  // Without a GPU no measurement matches this machine: --freeze refuses every step.
+  r = RunTool(base + " --freeze");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("lookups found no measured tactic"));
 }
 
 TEST(BenchmarkTransformerTest, TimePlanningReportsTheMedian) {
