@@ -311,6 +311,14 @@ class Session {
 
   Storage& copy0() { return copies_[0]; }
 
+  // Completion counters start each candidate at zero (a failed candidate may leave some).
+  absl::Status ResetCounters() {
+    if (counters_.size() == 0) return absl::OkStatus();
+    TP_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(counters_.data(), 0, static_cast<size_t>(counters_.size()), stream_));
+    return absl::OkStatus();
+  }
+
  private:
   absl::StatusOr<Storage> Allocate() {
     Storage s;
@@ -457,6 +465,7 @@ absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(
     // Validate on copy 0.
     TP_RETURN_IF_ERROR(session.Restore(session.copy0()));
     TP_RETURN_IF_ERROR(session.Poison(session.copy0()));
+    TP_RETURN_IF_ERROR(session.ResetCounters());
     const absl::Status launched = session.Run(prepared, 0);
     TP_ASSIGN_OR_RETURN(std::optional<std::string> launch_error, session.Sync());
     if (!launched.ok() || launch_error.has_value()) {
