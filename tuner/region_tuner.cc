@@ -336,15 +336,25 @@ class Session {
   absl::Status Fill(Storage& s) {
     const kernels::BoundGraph& g = region_.bound_graph();
     std::mt19937 rng(12345);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    uint64_t seed = 1;
     for (auto& [root, buffer] : s.roots) {
       const ir::DType dtype = g.dtype(root);
       const int64_t n = g.storage_bytes(root) / ir::DTypeSize(dtype);
+      if (fresh_results_.contains(root)) continue;  // poisoned before every run
       if (dtype != ir::DType::kI32) {
-        std::vector<float> v(static_cast<size_t>(n));
-        for (float& x : v) x = uniform(rng);
-        const std::string bytes = kernels::EncodeFloats(dtype, v);
-        TP_RETURN_IF_ERROR(buffer.CopyFromHost(bytes.data(), static_cast<int64_t>(bytes.size())));
+        // On the device: an LM head's weight is 10^8 elements.
+        kernels::PreparedLaunch launch;
+        launch.config.grid = {std::min<int64_t>(4096, (n + 255) / 256), 1, 1};
+        launch.config.block = {256, 1, 1};
+        launch.config.stream = stream_;
+        launch.args.Add(static_cast<void*>(buffer.data()))
+            .Add(static_cast<long long>(n))
+            .Add(static_cast<unsigned long long>(seed++))
+            .Add(1.0f)
+            .Add(0.0f);
+        std::vector<kernels::PreparedLaunch> launches;
+        launches.push_back(std::move(launch));
+        TP_RETURN_IF_ERROR(loader_.Run(kernels::FillUniformInstance(dtype), launches));
         continue;
       }
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -364,6 +374,7 @@ class Session {
       }
       TP_RETURN_IF_ERROR(buffer.CopyFromHost(v.data(), n * 4));
     }
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
   }
 
