@@ -90,15 +90,20 @@ std::string PlanTable(const proto::ExecutionPlan& plan) {
                     phase.pipeline().empty() ? "none" : absl::StrJoin(phase.pipeline(), ", "),
                     ")\n");
     std::vector<std::vector<std::string>> rows = {
-        {"step", "region", "kind", "fused from", "family", "tactic", "source", "est us", "bytes"}};
+        {"step", "region", "kind", "fused from", "family", "tactic", "source", "est us",
+         "measured us", "bytes"}};
     for (int i = 0; i < phase.steps_size(); ++i) {
       const proto::Step& s = phase.steps(i);
       rows.push_back({absl::StrCat(i), s.name(), s.kind(), CompactFusedFrom(s.fused_from()),
                       s.tactic().family(), TacticText(s.tactic()),
                       s.source() == proto::Step::SOURCE_TUNED ? "tuned" : "cost model",
-                      absl::StrFormat("%.2f", s.estimated_us()), HumanBytes(s.bytes())});
+                      absl::StrFormat("%.2f", s.estimated_us()),
+                      s.source() == proto::Step::SOURCE_TUNED
+                          ? absl::StrFormat("%.2f", s.measured_us())
+                          : "-",
+                      HumanBytes(s.bytes())});
     }
-    out += Columns(rows, {true, false, false, false, false, false, false, true, true});
+    out += Columns(rows, {true, false, false, false, false, false, false, true, true, true});
     const bool decode = phase.kind() == proto::Phase::KIND_DECODE;
     absl::StrAppend(&out, "launches per ", decode ? "decode" : "prefill",
                     " step: ", phase.launches(), "\n");

@@ -206,6 +206,9 @@ struct Work {
   std::vector<std::vector<std::unique_ptr<ir::Graph>>> graphs;  // [plan][phase]
   std::vector<std::vector<std::unique_ptr<kernels::BoundGraph>>> bound;
   std::vector<Item> items;  // one per distinct key
+  // [plan][phase][step]: the index of the item of each family that can implement the step
+  // (the cost model's family first).
+  std::vector<std::vector<std::vector<std::vector<int>>>> step_items;
 };
 
 absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription& target,
@@ -231,6 +234,7 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
     work.plans.push_back(std::move(plan));
     work.graphs.emplace_back();
     work.bound.emplace_back();
+    work.step_items.emplace_back();
     const planner::proto::ExecutionPlan& stored = work.plans.back();
     for (int f = 0; f < stored.phases_size(); ++f) {
       const planner::proto::Phase& phase = stored.phases(f);
@@ -246,9 +250,17 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
       const ir::Phase ir_phase = phase.kind() == planner::proto::Phase::KIND_PREFILL
                                      ? ir::Phase::kPrefill
                                      : ir::Phase::kDecode;
+      std::map<planner::TacticKey, int> index_of;
+      for (size_t i = 0; i < work.items.size(); ++i) index_of[work.items[i].key] = static_cast<int>(i);
+      work.step_items[p].emplace_back();
       for (int s = 0; s < phase.steps_size(); ++s) {
         const kernels::BoundRegion region(bg, phase.steps(s).region());
-        for (const kernels::KernelFamily* family : registry.FamiliesFor(region.kind())) {
+        std::vector<int>& of_step = work.step_items[p].back().emplace_back();
+        std::vector<const kernels::KernelFamily*> families = registry.FamiliesFor(region.kind());
+        std::stable_partition(families.begin(), families.end(), [&](const kernels::KernelFamily* f) {
+          return f->name() == phase.steps(s).tactic().family();
+        });
+        for (const kernels::KernelFamily* family : families) {
           if (family->name() == "view" || !family->CanImplement(region, target).ok()) continue;
           planner::TacticKey key;
           key.environment = environment;
@@ -257,7 +269,12 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
           key.phase = ir_phase;
           key.family = std::string(family->name());
           key.family_version = family->version();
-          if (!seen.insert(key).second) continue;
+          if (!seen.insert(key).second) {
+            of_step.push_back(index_of.at(key));
+            continue;
+          }
+          index_of[key] = static_cast<int>(work.items.size());
+          of_step.push_back(static_cast<int>(work.items.size()));
           work.items.push_back({p, f, s, key.family, key,
                                 absl::StrCat(phase.name(), " ", phase.steps(s).name(), " ",
                                              region.kind(), " / ", family->name())});
@@ -332,18 +349,10 @@ absl::StatusOr<int> RunWorker(const Args& args) {
     m.environment = environment;
     m.candidates = std::move(measured);
     m.candidates.insert(m.candidates.end(), faulted.begin(), faulted.end());
-    if (!m.candidates.empty() && m.candidates[0].status == tuner::CandidateStatus::kOk &&
-        !run.empty() && run_index[0] == 0) {
-      m.default_us = m.candidates[0].median_us;
-    }
+    tuner::ChooseWinner(m, !run.empty() && run_index[0] == 0);
     int valid = 0;
     for (const tuner::CandidateMeasurement& c : m.candidates) {
-      if (c.status != tuner::CandidateStatus::kOk) continue;
-      ++valid;
-      if (!m.winner || c.median_us < m.winner_us) {
-        m.winner = c.tactic;
-        m.winner_us = c.median_us;
-      }
+      if (c.status == tuner::CandidateStatus::kOk) ++valid;
     }
     TP_RETURN_IF_ERROR(store->Record(m));
     std::printf("done %d %zu %d %.4f %.4f %s\n", index, m.candidates.size(), valid, m.winner_us,
@@ -485,7 +494,7 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
   std::set<std::pair<int, int>> skip;
   std::vector<int> remaining = todo;
   int done = 0, incomplete = 0;
-  std::map<int, std::vector<std::string>> done_lines;
+  std::map<int, std::pair<double, double>> measured;  // item -> (best, cost-model pick) us
   while (!remaining.empty()) {
     int exit_code = 0;
     auto on_line = [&](const std::string& line) {
@@ -500,6 +509,7 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
         (void)absl::SimpleAtod(w[5], &def);
         ++done;
         if (valid == 0) ++incomplete;
+        measured[index] = {best, def};
         const Item& item = work.items[static_cast<size_t>(index)];
         std::cout << absl::StrFormat(
             "[%3d/%d] %-58s %4d candidates %4d valid  best %9.2f us  cost-model pick %9.2f us"
@@ -521,6 +531,41 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
   }
   std::cout << absl::StrFormat("tuned %d regions in %.1f s (%d without any valid candidate)\n",
                                done, seconds(), incomplete);
+  // Every step of every phase, from what this run measured: the cost model's family and
+  // tactic against the fastest family's winner.
+  if (!measured.empty()) {
+    std::cout << absl::StrFormat("%-26s %6s %18s %14s %8s\n", "phase", "steps",
+                                 "cost-model plan us", "tuned plan us", "speedup");
+    for (size_t p = 0; p < work.plans.size(); ++p) {
+      for (int f = 0; f < work.plans[p].phases_size(); ++f) {
+        double cost = 0, tuned = 0;
+        int steps = 0;
+        bool complete = true;
+        for (const std::vector<int>& of_step : work.step_items[p][static_cast<size_t>(f)]) {
+          if (of_step.empty()) continue;  // a view
+          auto first = measured.find(of_step.front());
+          if (first == measured.end() || first->second.second <= 0) {
+            complete = false;
+            continue;
+          }
+          double best = first->second.first;
+          for (int item : of_step) {
+            auto it = measured.find(item);
+            if (it != measured.end() && it->second.first > 0) best = std::min(best, it->second.first);
+          }
+          cost += first->second.second;
+          tuned += best;
+          ++steps;
+        }
+        std::cout << absl::StrFormat("%-26s %6d %18.1f %14.1f %7.2fx%s\n",
+                                     work.plans[p].phases(f).name(), steps, cost, tuned,
+                                     tuned > 0 ? cost / tuned : 0.0,
+                                     complete ? "" : "  (steps measured earlier left out)");
+      }
+    }
+    std::cout << "(sums of the steps' medians measured one region at a time, cold L2; launch "
+                 "gaps not included)\n";
+  }
   return incomplete > 0 ? kExitIncomplete : kExitOk;
 }
 

@@ -430,6 +430,23 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   return out;
 }
 
+void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
+  m.winner.reset();
+  m.winner_us = 0;
+  m.default_us = 0;
+  if (first_is_default && !m.candidates.empty() &&
+      m.candidates[0].status == CandidateStatus::kOk) {
+    m.default_us = m.candidates[0].median_us;
+  }
+  for (const CandidateMeasurement& c : m.candidates) {
+    if (c.status != CandidateStatus::kOk) continue;
+    if (!m.winner || c.median_us < m.winner_us) {
+      m.winner = c.tactic;
+      m.winner_us = c.median_us;
+    }
+  }
+}
+
 void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic>& candidates) {
   std::set<kernels::KernelInstance> unique;
   for (const Tactic& t : candidates) {

@@ -45,6 +45,11 @@ std::vector<kernels::Tactic> EnumerateCandidates(const kernels::KernelFamily& fa
                                                  const planner::TargetDescription& target,
                                                  int max_count);
 
+// Sets m.winner and m.winner_us to the fastest kOk candidate (the first of equal ones), and
+// m.default_us to the first candidate's median when `first_is_default` and it is kOk (the
+// cost model's pick, which EnumerateCandidates puts first).
+void ChooseWinner(RegionMeasurement& m, bool first_is_default);
+
 struct TuneOptions {
   int warmup = 3;
   int repeats = 20;
