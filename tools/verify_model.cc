@@ -76,7 +76,7 @@ constexpr double kMaxRelativeErrorBf16 = 5e-2;
 
 constexpr const char* kUsage =
     "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N]\n"
-    "                    [--no-plan] [--no-cuda-graphs] [--print-after-all]\n"
+    "                    [--no-plan] [--no-cuda-graphs] [--pdl] [--print-after-all]\n"
     "                    [--print-after=PASS[,PASS...]]";
 
 struct Args {
@@ -86,6 +86,7 @@ struct Args {
   int threads = 0;   // 0: the backend's default
   bool plan = true;  // false: run the primitive graph
   bool cuda_graphs = true;
+  bool pdl = false;  // programmatic dependent launch (GPU backend)
   bool print_after_all = false;
   std::vector<std::string> print_after;
 };
@@ -105,6 +106,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     }
     if (flag == "--no-cuda-graphs") {
       args.cuda_graphs = false;
+      continue;
+    }
+    if (flag == "--pdl") {
+      args.pdl = true;
       continue;
     }
     if (const size_t eq = flag.find('='); eq != std::string::npos) {
@@ -147,8 +152,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   if (args.backend == "gpu" && !args.plan) {
     return absl::InvalidArgumentError("--backend gpu runs planned graphs; --no-plan is cpu only");
   }
-  if (args.backend == "cpu" && !args.cuda_graphs) {
-    return absl::InvalidArgumentError("--no-cuda-graphs applies to --backend gpu");
+  if (args.backend == "cpu" && (!args.cuda_graphs || args.pdl)) {
+    return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
   }
   if (!args.plan && (args.print_after_all || !args.print_after.empty())) {
     return absl::InvalidArgumentError(
@@ -414,11 +419,13 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));
   runtime::gpu::GpuOptions options;
   options.cuda_graphs = args.cuda_graphs;
+  options.programmatic_launch = args.pdl;
   TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
                       runtime::gpu::GpuRuntime::Create(*device, plan, &checkpoint, options));
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
   std::cout << "backend: gpu (" << device->Label() << ", target " << target.name() << ", "
-            << (args.cuda_graphs ? "CUDA graphs" : "host launches") << "; setup "
+            << (args.cuda_graphs ? "CUDA graphs" : "host launches")
+            << (args.pdl ? " with programmatic dependent launch" : "") << "; setup "
             << absl::StrFormat("%.2f s: %d kernels in %.2f s, weights in %.2f s",
                                info.setup_seconds, info.kernels_compiled, info.compile_seconds,
                                info.weights_seconds)

@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kThreads)
     argmax(const float* __restrict__ logits, long long logits_stride, int* __restrict__ out,
            unsigned long long* __restrict__ workspace, unsigned int* __restrict__ counters,
            int vocab) {
+  grid_dependency_sync();
   const int r = blockIdx.y;
   const int split = blockIdx.x;
   const int vecs = vocab / kVec;

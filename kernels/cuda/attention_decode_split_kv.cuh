@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                               float* __restrict__ workspace, unsigned int* __restrict__ counters,
                               int tokens, int q_heads, int kv_heads, int capacity, float scale,
                               int window) {
+  grid_dependency_sync();
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
   constexpr int kKeysPerWarp = 32 / kLanes;

@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                             const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                             const int* __restrict__ positions, T* __restrict__ out, int tokens,
                             int q_heads, int kv_heads, int capacity, float scale, int window) {
+  grid_dependency_sync();
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp
   constexpr int kKSteps = kHeadDim / 16;           // k-steps of Q K^T

@@ -65,6 +65,7 @@ template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
     elementwise_add(const T* a, long long a_stride, const T* b, long long b_stride, T* out,
                     long long rows, int cols) {
+  grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 0>(a, a_stride, b, b_stride, out, rows, cols);
 }
 
@@ -72,6 +73,7 @@ template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
     elementwise_mul(const T* a, long long a_stride, const T* b, long long b_stride, T* out,
                     long long rows, int cols) {
+  grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 1>(a, a_stride, b, b_stride, out, rows, cols);
 }
 
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
     elementwise_silu(const T* x, long long x_stride, T* out, long long rows, int cols) {
+  grid_dependency_sync();
   const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
   float v[kItems][kVec];
 #pragma unroll
@@ -99,6 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads) swiglu(const T* __restrict__ x, long long x_stride,
                                                    T* __restrict__ out, long long rows, int cols) {
+  grid_dependency_sync();
   const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
   float g[kItems][kVec], u[kItems][kVec];
 #pragma unroll

@@ -20,6 +20,7 @@ template <typename T, int kThreads, int kTokensPerCta, int kVec>
 __global__ void __launch_bounds__(kThreads)
     embedding_gather(const int* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out,
                      int num_tokens, int vocab, int hidden, int* error) {
+  grid_dependency_sync();
   const int t0 = blockIdx.x * kTokensPerCta;
   int id[kTokensPerCta];
 #pragma unroll

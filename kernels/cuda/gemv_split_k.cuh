@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kThreads)
                  const W* __restrict__ bias, const T* residual, long long residual_stride,
                  OutT* out, float* __restrict__ workspace, unsigned int* __restrict__ counters,
                  int rows, int cols, int depth) {
+  grid_dependency_sync();
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
   constexpr int kPass = gemv_features_per_pass(kThreads, kRowsPerCta, kWRows, kMaxRows, kVec);

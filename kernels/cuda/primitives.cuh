@@ -26,6 +26,18 @@ struct is_same<A, A> {
   static constexpr bool value = true;
 };
 
+// Programmatic dependent launch (sm_90 and later): waits until the grids this one depends on
+// have completed and their writes are visible, then lets the next grid in the stream begin
+// its launch, so launch latency overlaps the tail of the previous kernel. A grid launched
+// without the programmatic attribute returns from the wait at once: every kernel calls this
+// first and behaves exactly as under plain stream order.
+__device__ __forceinline__ void grid_dependency_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float to_float(float v) { return v; }

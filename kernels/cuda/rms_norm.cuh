@@ -129,6 +129,7 @@ template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
 __global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
     rms_norm(const T* x, long long x_stride, int x_group, long long x_group_stride,
              const W* __restrict__ w, T* out, int rows, int n, float eps) {
+  grid_dependency_sync();
   rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, false>(
       x, x_stride, x_group, x_group_stride, nullptr, 0, w, nullptr, out, rows, n, eps);
 }
@@ -140,6 +141,7 @@ template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
 __global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
     add_rms_norm(const T* a, long long a_stride, const T* b, long long b_stride,
                  const W* __restrict__ w, T* sum, T* out, int rows, int n, float eps) {
+  grid_dependency_sync();
   rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, rows > 0 ? rows : 1, 0, b,
                                                             b_stride, w, sum, out, rows, n, eps);
 }

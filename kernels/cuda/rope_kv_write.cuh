@@ -106,6 +106,7 @@ template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
 __global__ void __launch_bounds__(32 * kHeadsPerCta)
     rope(const T* x, long long x_stride, const int* __restrict__ positions,
          const float* __restrict__ inv_freq, T* out, int heads) {
+  grid_dependency_sync();
   const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
   if (h >= heads) return;
   const long long bt = blockIdx.y;
@@ -120,6 +121,7 @@ template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
 __global__ void __launch_bounds__(32 * kHeadsPerCta)
     kv_write(T* cache, const T* __restrict__ x, long long x_stride,
              const int* __restrict__ positions, int tokens, int heads, int capacity, int* error) {
+  grid_dependency_sync();
   const int bt = blockIdx.y;
   const int p = cache_position(positions, bt, capacity, error);
   const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
@@ -173,6 +175,7 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
                   const int* __restrict__ positions, const float* __restrict__ inv_freq,
                   T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens, int q_heads,
                   int kv_heads, int capacity, int* error) {
+  grid_dependency_sync();
   rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false>(
       qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache, tokens,
       q_heads, kv_heads, capacity, error);
@@ -187,6 +190,7 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
                           const int* __restrict__ positions, const float* __restrict__ inv_freq,
                           T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens, int q_heads,
                           int kv_heads, int capacity, int* error) {
+  grid_dependency_sync();
   rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true>(
       qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, tokens,
       q_heads, kv_heads, capacity, error);

@@ -20,6 +20,7 @@ __device__ __forceinline__ float hash_uniform(unsigned long long seed, unsigned 
 template <typename T>
 __global__ void fill_uniform(T* __restrict__ out, long long n, unsigned long long seed, float scale,
                              float offset) {
+  grid_dependency_sync();
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -37,6 +38,7 @@ __global__ void fill_uniform(T* __restrict__ out, long long n, unsigned long lon
 __global__ void decode_advance(const int* __restrict__ tokens, int* __restrict__ positions,
                                int* __restrict__ history, int* __restrict__ step, int batch,
                                int capacity) {
+  grid_dependency_sync();
   const int s = *step;
   __syncthreads();
   const int b = threadIdx.x;

@@ -46,9 +46,25 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
                   static_cast<unsigned>(config.grid[2]));
   const dim3 block(static_cast<unsigned>(config.block[0]), static_cast<unsigned>(config.block[1]),
                    static_cast<unsigned>(config.block[2]));
-  absl::Status status = TP_CUDA_STATUS(
-      cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args,
-                       static_cast<size_t>(config.dynamic_shared_memory_bytes), config.stream));
+  absl::Status status;
+  if (config.programmatic) {
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = grid;
+    launch.blockDim = block;
+    launch.dynamicSmemBytes = static_cast<size_t>(config.dynamic_shared_memory_bytes);
+    launch.stream = config.stream;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    launch.attrs = &attribute;
+    launch.numAttrs = 1;
+    status = TP_CUDA_STATUS(
+        cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(handle_), args));
+  } else {
+    status = TP_CUDA_STATUS(
+        cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args,
+                         static_cast<size_t>(config.dynamic_shared_memory_bytes), config.stream));
+  }
   if (!status.ok()) {
     return absl::Status(
         status.code(),

@@ -23,6 +23,10 @@ struct LaunchConfig {
   std::array<int64_t, 3> block = {1, 1, 1};
   int64_t dynamic_shared_memory_bytes = 0;
   cudaStream_t stream = nullptr;  // null: the legacy default stream
+  // Programmatic dependent launch (sm_90+): the grid may begin launching while the previous
+  // grid in the stream finishes; it must wait for it in the kernel (every kernel template
+  // calls grid_dependency_sync() first, kernels/cuda/primitives.cuh).
+  bool programmatic = false;
 };
 
 // A kernel of a loaded Module; valid while the Module lives.

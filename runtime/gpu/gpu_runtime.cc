@@ -206,7 +206,10 @@ struct GpuRuntime::Impl {
                                    const kernels::Tactic& tactic, StepExec& s) {
     TP_ASSIGN_OR_RETURN(s.instance, kernels::InstanceFor(region, tactic));
     TP_ASSIGN_OR_RETURN(s.launches, kernels::PrepareLaunches(family, region, tactic, s.buffers));
-    for (kernels::PreparedLaunch& l : s.launches) l.config.stream = stream;
+    for (kernels::PreparedLaunch& l : s.launches) {
+      l.config.stream = stream;
+      l.config.programmatic = options.programmatic_launch && device->sm() >= 90;
+    }
     s.how = StepExec::How::kTemplate;
     return absl::OkStatus();
   }
@@ -342,6 +345,7 @@ struct GpuRuntime::Impl {
     launch.config.grid = {1, 1, 1};
     launch.config.block = {AlignUp(p.batch, 32), 1, 1};
     launch.config.stream = stream;
+    launch.config.programmatic = options.programmatic_launch && device->sm() >= 90;
     launch.args.Add(static_cast<const int*>(p.tokens_in))
         .Add(static_cast<int*>(p.positions_in))
         .Add(static_cast<int*>(history))

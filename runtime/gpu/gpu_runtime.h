@@ -32,6 +32,9 @@ struct GpuOptions {
   // Replay phases as CUDA Graphs (the default); false launches every kernel from the host
   // on every call (for comparison and debugging).
   bool cuda_graphs = true;
+  // Launch every kernel template with programmatic dependent launch (sm_90+): each kernel's
+  // launch overlaps the previous kernel's tail (kernels wait for their inputs in the kernel).
+  bool programmatic_launch = false;
   // Seed of the random weights when no checkpoint is given.
   uint64_t seed = 1;
   // Device memory for cuBLASLt's workspace, shared by every GEMM step.

@@ -48,7 +48,7 @@ class GpuRuntimeTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<GpuRuntime>> Make(std::vector<int64_t> prefill,
                                                    int64_t max_context, bool graphs = true,
-                                                   int64_t batch = 1) {
+                                                   int64_t batch = 1, bool programmatic = false) {
     planner::PlanOptions options;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;
@@ -59,6 +59,7 @@ class GpuRuntimeTest : public ::testing::Test {
     if (!plan.ok()) return plan.status();
     GpuOptions gpu;
     gpu.cuda_graphs = graphs;
+    gpu.programmatic_launch = programmatic;
     return GpuRuntime::Create(*device_, *plan, checkpoint_.get(), gpu);
   }
 
@@ -99,6 +100,24 @@ TEST_F(GpuRuntimeTest, GraphReplayMatchesHostLaunchesExactly) {
   ASSERT_TRUE(ga.ok()) << ga.status();
   ASSERT_TRUE(gb.ok()) << gb.status();
   EXPECT_EQ(*ga, *gb);
+}
+
+TEST_F(GpuRuntimeTest, ProgrammaticDependentLaunchChangesNoBit) {
+  auto plain = Make({24}, 48, true, 1, false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (bool graphs : {true, false}) {
+    auto pdl = Make({24}, 48, graphs, 1, true);
+    ASSERT_TRUE(pdl.ok()) << pdl.status();
+    const std::vector<int32_t> prompt = Prompt(24, 7);
+    auto a = (*plain)->Prefill(prompt, 1);
+    auto b = (*pdl)->Prefill(prompt, 1);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << (graphs ? "graphs" : "host launches");
+    auto ga = (*plain)->Generate(prompt, 1, 12);
+    auto gb = (*pdl)->Generate(prompt, 1, 12);
+    ASSERT_TRUE(ga.ok() && gb.ok());
+    EXPECT_EQ(*ga, *gb);
+  }
 }
 
 TEST_F(GpuRuntimeTest, DeviceGreedyLoopMatchesHostSteps) {

@@ -211,7 +211,7 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
   EXPECT_THAT(r.output, HasSubstr("--no-plan is cpu only"));
   r = RunVerifyModel("--model x --reference y --backend cpu --no-cuda-graphs", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--no-cuda-graphs applies to --backend gpu"));
+  EXPECT_THAT(r.output, HasSubstr("--no-cuda-graphs and --pdl apply to --backend gpu"));
 }
 
 TEST_F(VerifyModelTest, GpuBackendWithoutAGpuSaysSo) {

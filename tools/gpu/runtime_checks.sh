@@ -40,14 +40,16 @@ while (($#)); do
             head -150 >> "$summary"
         fi
       done ;;
-    --fixtures)
+    --fixtures|--fixtures-pdl)
+      extra=()
+      [[ $1 == --fixtures-pdl ]] && extra=(--pdl)
       for dir in tests/data/*/; do
         name=$(basename "$dir")
         "$staged/verify_model" --model "$dir" --reference "$dir/reference.safetensors" \
-          --backend gpu > "$work/verify.$name.log" 2>&1
+          --backend gpu "${extra[@]}" > "$work/verify.$name.log" 2>&1
         rc=$?
         ((rc == 0)) || status=1
-        note "verify_model gpu $name: rc=$rc"
+        note "verify_model gpu ${extra[*]} $name: rc=$rc"
         ((rc == 0)) || cat "$work/verify.$name.log" >> "$summary"
         grep -E 'logits|argmax|greedy|row' "$work/verify.$name.log" | sed 's/^/    /' >> "$summary"
       done ;;
@@ -100,6 +102,11 @@ while (($#)); do
       "$staged/benchmark_transformer" $2 --json "$out/bench.json" 2>&1 | tee -a "$summary"
       ((PIPESTATUS[0] == 0)) || status=1
       shift ;;
+    --bench-as)
+      # --bench-as NAME ARGS: another benchmark_transformer run, into NAME.json.
+      "$staged/benchmark_transformer" $3 --json "$out/$2.json" 2>&1 | tee -a "$summary"
+      ((PIPESTATUS[0] == 0)) || status=1
+      shift 2 ;;
     --torch)
       python3 tools/reference/torch_baselines.py $2 --json "$out/torch.json" 2>&1 |
         tail -40 | tee -a "$summary"
