@@ -16,8 +16,8 @@
 //              own (runtime/gpu/device_target.h), or h200 when there is no GPU
 // --iters, --warmup  timed and untimed replays per measurement (default 100 and 10)
 // --no-cuda-graphs   launch every kernel from the host (to see what graphs save)
-// --pdl        programmatic dependent launch: each kernel's launch overlaps the previous
-//              kernel's tail (sm_90+)
+// --pdl        never|decode|always: which phases use programmatic dependent launch, each
+//              kernel's launch overlapping the previous kernel's tail (sm_90+; default decode)
 // --json       also write the measurements as JSON
 // --profile    after each measurement, time every step on its own (host launches between
 //              CUDA events) and print where the time goes, by kind and family
@@ -81,7 +81,8 @@ constexpr int kExitBad = 2;
 constexpr const char* kUsage =
     "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
-    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl] [--json FILE] [--profile]\n"
+    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl=never|decode|always] [--json FILE]\n"
+    "           [--profile]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all]\n"
     "           [--print-after=PASS[,PASS...]]";
@@ -95,7 +96,7 @@ struct Args {
   bool cuda_graphs = true;
   std::string json;
   bool profile = false;
-  bool pdl = false;
+  std::string pdl = "decode";
   int64_t batch = 1;
   std::vector<int64_t> prefill = {128, 512, 2048};
   std::vector<int64_t> decode = {128, 512, 2048};
@@ -155,11 +156,6 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.profile = true;
       continue;
     }
-    if (flag == "--pdl") {
-      if (value) return absl::InvalidArgumentError("--pdl takes no value");
-      args.pdl = true;
-      continue;
-    }
     if (flag == "--random-weights" || flag == "--no-cuda-graphs") {
       if (value) return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
       (flag == "--random-weights" ? args.random_weights : args.cuda_graphs) =
@@ -199,6 +195,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--iters" || flag == "--warmup") {
       TP_ASSIGN_OR_RETURN(const int64_t n, PositiveInt(flag, *value));
       (flag == "--iters" ? args.iters : args.warmup) = static_cast<int>(std::min<int64_t>(n, 100000));
+    } else if (flag == "--pdl") {
+      args.pdl = *value;
+      runtime::gpu::GpuOptions check;
+      TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, check));
     } else if (flag == "--json") {
       args.json = *value;
     } else if (flag == "--tactic-cache") {
@@ -310,7 +310,7 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
   }
   runtime::gpu::GpuOptions options;
   options.cuda_graphs = args.cuda_graphs;
-  options.programmatic_launch = args.pdl;
+  TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, options));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
                       runtime::gpu::GpuRuntime::Create(device, plan, checkpoint.get(), options));
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
@@ -322,7 +322,7 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
       "weights %.1f MiB, KV cache %.1f MiB, arena %.1f MiB\n",
       name, device.Label(), target.name(), batch,
       absl::StrCat(args.cuda_graphs ? "CUDA graphs" : "host launches",
-                   args.pdl ? " with programmatic dependent launch" : ""),
+                   ", programmatic dependent launch: ", args.pdl),
       checkpoint ? "checkpoint" : "random",
       info.setup_seconds, info.kernels_compiled, info.compile_seconds, info.weights_seconds,
       info.weight_bytes / 1048576.0, info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);

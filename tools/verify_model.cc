@@ -76,7 +76,8 @@ constexpr double kMaxRelativeErrorBf16 = 5e-2;
 
 constexpr const char* kUsage =
     "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N]\n"
-    "                    [--no-plan] [--no-cuda-graphs] [--pdl] [--print-after-all]\n"
+    "                    [--no-plan] [--no-cuda-graphs] [--pdl=never|decode|always]\n"
+    "                    [--print-after-all]\n"
     "                    [--print-after=PASS[,PASS...]]";
 
 struct Args {
@@ -86,7 +87,7 @@ struct Args {
   int threads = 0;   // 0: the backend's default
   bool plan = true;  // false: run the primitive graph
   bool cuda_graphs = true;
-  bool pdl = false;  // programmatic dependent launch (GPU backend)
+  std::string pdl = "decode";  // programmatic dependent launch (GPU backend)
   bool print_after_all = false;
   std::vector<std::string> print_after;
 };
@@ -108,10 +109,6 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.cuda_graphs = false;
       continue;
     }
-    if (flag == "--pdl") {
-      args.pdl = true;
-      continue;
-    }
     if (const size_t eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
@@ -126,6 +123,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.reference = value;
     } else if (flag == "--backend") {
       args.backend = value;
+    } else if (flag == "--pdl") {
+      args.pdl = value;
+      runtime::gpu::GpuOptions check;
+      TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, check));
     } else if (flag == "--threads") {
       if (!absl::SimpleAtoi(value, &args.threads) || args.threads < 1) {
         return absl::InvalidArgumentError(
@@ -152,7 +153,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   if (args.backend == "gpu" && !args.plan) {
     return absl::InvalidArgumentError("--backend gpu runs planned graphs; --no-plan is cpu only");
   }
-  if (args.backend == "cpu" && (!args.cuda_graphs || args.pdl)) {
+  if (args.backend == "cpu" && (!args.cuda_graphs || args.pdl != "decode")) {
     return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
   }
   if (!args.plan && (args.print_after_all || !args.print_after.empty())) {
@@ -419,13 +420,13 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));
   runtime::gpu::GpuOptions options;
   options.cuda_graphs = args.cuda_graphs;
-  options.programmatic_launch = args.pdl;
+  TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, options));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
                       runtime::gpu::GpuRuntime::Create(*device, plan, &checkpoint, options));
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
   std::cout << "backend: gpu (" << device->Label() << ", target " << target.name() << ", "
             << (args.cuda_graphs ? "CUDA graphs" : "host launches")
-            << (args.pdl ? " with programmatic dependent launch" : "") << "; setup "
+            << ", programmatic dependent launch: " << args.pdl << "; setup "
             << absl::StrFormat("%.2f s: %d kernels in %.2f s, weights in %.2f s",
                                info.setup_seconds, info.kernels_compiled, info.compile_seconds,
                                info.weights_seconds)

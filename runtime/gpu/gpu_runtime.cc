@@ -202,13 +202,19 @@ struct GpuRuntime::Impl {
     return p;
   }
 
+  bool Programmatic(bool decode) const {
+    using P = GpuOptions::ProgrammaticLaunch;
+    return device->sm() >= 90 && (options.programmatic_launch == P::kAlways ||
+                                  (options.programmatic_launch == P::kDecode && decode));
+  }
+
   absl::Status PrepareTemplateStep(const kernels::KernelFamily& family, const BoundRegion& region,
-                                   const kernels::Tactic& tactic, StepExec& s) {
+                                   const kernels::Tactic& tactic, bool decode, StepExec& s) {
     TP_ASSIGN_OR_RETURN(s.instance, kernels::InstanceFor(region, tactic));
     TP_ASSIGN_OR_RETURN(s.launches, kernels::PrepareLaunches(family, region, tactic, s.buffers));
     for (kernels::PreparedLaunch& l : s.launches) {
       l.config.stream = stream;
-      l.config.programmatic = options.programmatic_launch && device->sm() >= 90;
+      l.config.programmatic = Programmatic(decode);
     }
     s.how = StepExec::How::kTemplate;
     return absl::OkStatus();
@@ -289,7 +295,7 @@ struct GpuRuntime::Impl {
       if (tactic.family == "view") {
         s.how = StepExec::How::kNothing;
       } else if (kernels::IsCudaTemplateFamily(tactic.family)) {
-        TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, s));
+        TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, p->decode, s));
       } else if (tactic.family == "cublaslt_gemm") {
         TP_ASSIGN_OR_RETURN(s.gemm, blas->Prepare(region, tactic));
         s.how = StepExec::How::kGemm;
@@ -335,7 +341,7 @@ struct GpuRuntime::Impl {
     std::byte* scratch = static_cast<std::byte*>(p.argmax_scratch.data());
     if (ws > 0) s.buffers.workspace = scratch;
     if (counters > 0) s.buffers.counters = scratch + ws;
-    TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, s));
+    TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, /*decode=*/true, s));
 
     StepExec& a = p.advance;
     a.label = absl::StrCat(p.phase->name(), " decode_advance");
@@ -345,7 +351,7 @@ struct GpuRuntime::Impl {
     launch.config.grid = {1, 1, 1};
     launch.config.block = {AlignUp(p.batch, 32), 1, 1};
     launch.config.stream = stream;
-    launch.config.programmatic = options.programmatic_launch && device->sm() >= 90;
+    launch.config.programmatic = Programmatic(/*decode=*/true);
     launch.args.Add(static_cast<const int*>(p.tokens_in))
         .Add(static_cast<int*>(p.positions_in))
         .Add(static_cast<int*>(history))
@@ -599,6 +605,21 @@ struct GpuRuntime::Impl {
     return status;
   }
 };
+
+absl::Status ParseProgrammaticLaunch(absl::string_view text, GpuOptions& options) {
+  using P = GpuOptions::ProgrammaticLaunch;
+  if (text == "never") {
+    options.programmatic_launch = P::kNever;
+  } else if (text == "decode") {
+    options.programmatic_launch = P::kDecode;
+  } else if (text == "always") {
+    options.programmatic_launch = P::kAlways;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "programmatic dependent launch '", text, "' is not one of never, decode, always"));
+  }
+  return absl::OkStatus();
+}
 
 GpuRuntime::GpuRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuRuntime::~GpuRuntime() = default;

@@ -22,19 +22,27 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "models/safetensors.h"
 #include "planner/plan.pb.h"
 #include "runtime/device/device.h"
 
 namespace tileplan::runtime::gpu {
 
+struct GpuOptions;
+// "never", "decode", "always"; InvalidArgument for anything else.
+absl::Status ParseProgrammaticLaunch(absl::string_view text, GpuOptions& options);
+
 struct GpuOptions {
   // Replay phases as CUDA Graphs (the default); false launches every kernel from the host
   // on every call (for comparison and debugging).
   bool cuda_graphs = true;
-  // Launch every kernel template with programmatic dependent launch (sm_90+): each kernel's
-  // launch overlaps the previous kernel's tail (kernels wait for their inputs in the kernel).
-  bool programmatic_launch = false;
+  // Which phases launch their kernel templates with programmatic dependent launch (sm_90+):
+  // each kernel's launch overlaps the previous kernel's tail (kernels wait for their inputs
+  // in the kernel). Measured on the H200 (docs/PERF.md): decode steps gain about 14%; prefill
+  // gains at 512 tokens and loses at 128, so by default only decode phases use it.
+  enum class ProgrammaticLaunch { kNever, kDecode, kAlways };
+  ProgrammaticLaunch programmatic_launch = ProgrammaticLaunch::kDecode;
   // Seed of the random weights when no checkpoint is given.
   uint64_t seed = 1;
   // Device memory for cuBLASLt's workspace, shared by every GEMM step.

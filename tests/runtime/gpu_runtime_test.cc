@@ -48,7 +48,9 @@ class GpuRuntimeTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<GpuRuntime>> Make(std::vector<int64_t> prefill,
                                                    int64_t max_context, bool graphs = true,
-                                                   int64_t batch = 1, bool programmatic = false) {
+                                                   int64_t batch = 1,
+                                                   GpuOptions::ProgrammaticLaunch programmatic =
+                                                       GpuOptions::ProgrammaticLaunch::kDecode) {
     planner::PlanOptions options;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;
@@ -103,10 +105,10 @@ TEST_F(GpuRuntimeTest, GraphReplayMatchesHostLaunchesExactly) {
 }
 
 TEST_F(GpuRuntimeTest, ProgrammaticDependentLaunchChangesNoBit) {
-  auto plain = Make({24}, 48, true, 1, false);
+  auto plain = Make({24}, 48, true, 1, GpuOptions::ProgrammaticLaunch::kNever);
   ASSERT_TRUE(plain.ok()) << plain.status();
   for (bool graphs : {true, false}) {
-    auto pdl = Make({24}, 48, graphs, 1, true);
+    auto pdl = Make({24}, 48, graphs, 1, GpuOptions::ProgrammaticLaunch::kAlways);
     ASSERT_TRUE(pdl.ok()) << pdl.status();
     const std::vector<int32_t> prompt = Prompt(24, 7);
     auto a = (*plain)->Prefill(prompt, 1);

@@ -42,7 +42,7 @@ while (($#)); do
       done ;;
     --fixtures|--fixtures-pdl)
       extra=()
-      [[ $1 == --fixtures-pdl ]] && extra=(--pdl)
+      [[ $1 == --fixtures-pdl ]] && extra=(--pdl=always)
       for dir in tests/data/*/; do
         name=$(basename "$dir")
         "$staged/verify_model" --model "$dir" --reference "$dir/reference.safetensors" \
