@@ -25,7 +25,7 @@ for test in "$@"; do
   secs=$((SECONDS - start))
   passed=$(grep -c '^\[       OK \]' "$log")
   failed=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$log")
-  skipped=$(grep -c '^\[  SKIPPED \]' "$log")
+  skipped=$(grep -c '^\[  SKIPPED \] .* ms)$' "$log")
   summary+=("$(printf '%-32s rc=%-3s passed=%-4s failed=%-4s skipped=%-4s %5ss' \
     "$test" "$rc" "$passed" "$failed" "$skipped" "$secs")")
   ((rc == 0)) || status=1

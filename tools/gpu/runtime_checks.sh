@@ -33,7 +33,7 @@ while (($#)); do
         note "$(printf '%-20s rc=%-3s passed=%-4s failed=%-4s skipped=%-4s %4ss' "$t" "$rc" \
           "$(grep -c '^\[       OK \]' "$work/$t.log")" \
           "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$work/$t.log")" \
-          "$(grep -c '^\[  SKIPPED \]' "$work/$t.log")" $((SECONDS - start)))"
+          "$(grep -c '^\[  SKIPPED \] .* ms)$' "$work/$t.log")" $((SECONDS - start)))"
         if ((rc != 0)); then
           status=1
           grep -E -B2 -A12 '^\[ RUN|Failure|error' "$work/$t.log" | grep -v '^\[       OK' |
