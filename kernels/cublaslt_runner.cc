@@ -194,8 +194,7 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
   }
   const int min_operands = residual ? 3 : 2;
   const int max_operands = lm_head ? 2 : min_operands + 1;
-  if (r.num_operands() < min_operands || r.num_operands() > max_operands ||
-      r.num_results() != 1) {
+  if (r.num_operands() < min_operands || r.num_operands() > max_operands || r.num_results() != 1) {
     return error(absl::StatusCode::kInvalidArgument, r.num_operands(), " operands and ",
                  r.num_results(), " results do not make a ", p.kind);
   }
@@ -223,7 +222,8 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
   p.k = p.x.cols;
   p.n = p.w.rows;
   if (p.w.cols != p.k) {
-    return error(absl::StatusCode::kInvalidArgument, "x has K = ", p.k, " but the weight ", p.w.cols);
+    return error(absl::StatusCode::kInvalidArgument, "x has K = ", p.k, " but the weight ",
+                 p.w.cols);
   }
   const int64_t out_cols = p.swiglu ? p.n / 2 : p.n;
   if (p.swiglu && p.n % 2 != 0) {
@@ -245,7 +245,8 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
     p.d = out;
   }
   if (residual) {
-    TP_ASSIGN_OR_RETURN(GemmMatrix c, MatrixOf(r, r.operand(2), r.operand_dtype(2), "the residual"));
+    TP_ASSIGN_OR_RETURN(GemmMatrix c,
+                        MatrixOf(r, r.operand(2), r.operand_dtype(2), "the residual"));
     if (r.operand_dtype(2) != p.output_dtype || c.rows != p.m || c.cols != p.n) {
       return error(absl::StatusCode::kInvalidArgument, "the residual is not ",
                    ir::DTypeName(p.output_dtype), "[", p.m, ", ", p.n, "]");
@@ -349,8 +350,9 @@ PreparedGemm::~PreparedGemm() {
 
 std::string PreparedGemm::Describe() const {
   std::string text = absl::StrCat(
-      label_, ": cuBLASLt algo ", algo_.algo_id, algo_.from_heuristic ? " (heuristic)" : " (tactic)",
-      ", tile ", CublasLtTileName(algo_.tile_id), ", stages ", CublasLtStagesName(algo_.stages_id),
+      label_, ": cuBLASLt algo ", algo_.algo_id,
+      algo_.from_heuristic ? " (heuristic)" : " (tactic)", ", tile ",
+      CublasLtTileName(algo_.tile_id), ", stages ", CublasLtStagesName(algo_.stages_id),
       ", split_k ", algo_.split_k, ", reduction ", ReductionName(algo_.reduction_scheme),
       ", swizzle ", algo_.swizzle, ", workspace ", algo_.workspace_bytes, " bytes");
   if (swiglu_ != nullptr) {
@@ -361,8 +363,8 @@ std::string PreparedGemm::Describe() const {
 }
 
 absl::StatusOr<std::unique_ptr<CublasLtRunner>> CublasLtRunner::Create(const device::Device& device,
-                                                                        KernelLoader& loader,
-                                                                        int64_t workspace_bytes) {
+                                                                       KernelLoader& loader,
+                                                                       int64_t workspace_bytes) {
   TP_RETURN_IF_ERROR(device.MakeCurrent());
   TP_ASSIGN_OR_RETURN(device::DeviceBuffer workspace,
                       device::DeviceBuffer::Allocate(device, workspace_bytes));
@@ -391,7 +393,8 @@ absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::Prepare(const Boun
   const cudaDataType_t in = CudaType(p.input_dtype), out = CudaType(p.output_dtype);
 
   absl::Status status = [&]() -> absl::Status {
-    TP_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&gemm->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TP_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescCreate(&gemm->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     TP_RETURN_IF_ERROR(SetDesc<int32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
     TP_RETURN_IF_ERROR(SetDesc<int32_t>(gemm->desc_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
     if (p.bias_operand >= 0) {
@@ -501,12 +504,13 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
     auto lacks = [](auto... args) { return absl::InvalidArgumentError(absl::StrCat(args...)); };
     std::vector<uint32_t> stage_candidates;
     absl::Status configured = [&]() -> absl::Status {
-      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles, CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
+      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles,
+                          CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
       uint32_t tile_id = CUBLASLT_MATMUL_TILE_UNDEFINED;  // the algo has no tile choice
       if (!tiles.empty()) {
         if (std::find(tiles.begin(), tiles.end(), *tile) == tiles.end()) {
           return lacks("algo ", algo_id->second, " offers tiles ",
-                        IdsString(tiles, &CublasLtTileName), ", not ", CublasLtTileName(*tile));
+                       IdsString(tiles, &CublasLtTileName), ", not ", CublasLtTileName(*tile));
         }
         tile_id = *tile;
       }
@@ -535,8 +539,8 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
         TP_ASSIGN_OR_RETURN(const uint32_t schemes,
                             Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK));
         if ((schemes & static_cast<uint32_t>(scheme)) != static_cast<uint32_t>(scheme)) {
-          return lacks("algo ", algo_id->second, " has no reduction scheme ", scheme,
-                        " (mask ", schemes, ")");
+          return lacks("algo ", algo_id->second, " has no reduction scheme ", scheme, " (mask ",
+                       schemes, ")");
         }
       }
       if (swizzle != 0) {
@@ -554,7 +558,7 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
         TP_ASSIGN_OR_RETURN(const uint32_t need, Cap<uint32_t>(algo, alignments[i].first));
         if (need > alignments[i].second) {
           return lacks("algo ", algo_id->second, " needs ", matrices[i], " aligned to ", need,
-                        " bytes, the region guarantees ", alignments[i].second);
+                       " bytes, the region guarantees ", alignments[i].second);
         }
       }
       TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile_id));
@@ -596,7 +600,8 @@ absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gem
     TP_ASSIGN_OR_RETURN(resolved.split_k, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
     TP_ASSIGN_OR_RETURN(resolved.reduction_scheme,
                         Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
-    TP_ASSIGN_OR_RETURN(resolved.swizzle, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+    TP_ASSIGN_OR_RETURN(resolved.swizzle,
+                        Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
     return absl::OkStatus();
   }();
   return Prefixed(gemm.label_, read);
@@ -681,16 +686,15 @@ absl::Status CublasLtRunner::Launch(PreparedGemm& gemm, const RegionBuffers& buf
 
   TP_RETURN_IF_ERROR(device_->MakeCurrent());
   if (p.bias_operand >= 0) {
-    TP_RETURN_IF_ERROR(Prefixed(gemm.label_, SetDesc<const void*>(gemm.desc_,
-                                                                  CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                                  operand(p.bias_operand))));
+    TP_RETURN_IF_ERROR(
+        Prefixed(gemm.label_, SetDesc<const void*>(gemm.desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   operand(p.bias_operand))));
   }
   TP_RETURN_IF_ERROR(Prefixed(
-      gemm.label_,
-      TP_CUBLAS_STATUS(cublasLtMatmul(handle_, gemm.desc_, &gemm.alpha_, operand(1), gemm.a_,
-                                      operand(0), gemm.b_, &gemm.beta_, c, gemm.c_, d, gemm.d_,
-                                      &gemm.cublas_algo_, workspace_.data(),
-                                      static_cast<size_t>(workspace_.size()), stream))));
+      gemm.label_, TP_CUBLAS_STATUS(cublasLtMatmul(
+                       handle_, gemm.desc_, &gemm.alpha_, operand(1), gemm.a_, operand(0), gemm.b_,
+                       &gemm.beta_, c, gemm.c_, d, gemm.d_, &gemm.cublas_algo_, workspace_.data(),
+                       static_cast<size_t>(workspace_.size()), stream))));
   if (!p.swiglu) return absl::OkStatus();
 
   PreparedGemm::Swiglu& swiglu = *gemm.swiglu_;
@@ -703,8 +707,8 @@ absl::Status CublasLtRunner::Launch(PreparedGemm& gemm, const RegionBuffers& buf
   if (!launches.ok()) return Prefixed(absl::StrCat(gemm.label_, " [swiglu]"), launches.status());
   for (PreparedLaunch& launch : *launches) {
     launch.config.stream = stream;
-    TP_RETURN_IF_ERROR(Prefixed(absl::StrCat(gemm.label_, " [swiglu]"),
-                                loader_->Launch(*swiglu.loaded, launch)));
+    TP_RETURN_IF_ERROR(
+        Prefixed(absl::StrCat(gemm.label_, " [swiglu]"), loader_->Launch(*swiglu.loaded, launch)));
   }
   return absl::OkStatus();
 }

@@ -185,9 +185,9 @@ absl::StatusOr<models::ModelConfig> LoadConfig(const std::string& model) {
   if (std::filesystem::exists(model, ec)) return models::LoadModelConfig(model);
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
   if (!config.ok()) {
-    return absl::NotFoundError(absl::StrCat("--model ", model,
-                                            " is neither an existing path nor a bundled config: ",
-                                            config.status().message()));
+    return absl::NotFoundError(absl::StrCat(
+        "--model ", model,
+        " is neither an existing path nor a bundled config: ", config.status().message()));
   }
   return config;
 }
@@ -242,24 +242,26 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
       work.graphs[p].push_back(std::make_unique<ir::Graph>(std::move(g)));
       kernels::ShapeBindings bindings;
       for (const auto& b : phase.bindings()) bindings[b.symbol()] = b.extent();
-      TP_ASSIGN_OR_RETURN(kernels::BoundGraph bound,
-                          kernels::BoundGraph::Create(*work.graphs[p].back(), bindings,
-                                                      phase.context()));
+      TP_ASSIGN_OR_RETURN(
+          kernels::BoundGraph bound,
+          kernels::BoundGraph::Create(*work.graphs[p].back(), bindings, phase.context()));
       work.bound[p].push_back(std::make_unique<kernels::BoundGraph>(std::move(bound)));
       const kernels::BoundGraph& bg = *work.bound[p].back();
       const ir::Phase ir_phase = phase.kind() == planner::proto::Phase::KIND_PREFILL
                                      ? ir::Phase::kPrefill
                                      : ir::Phase::kDecode;
       std::map<planner::TacticKey, int> index_of;
-      for (size_t i = 0; i < work.items.size(); ++i) index_of[work.items[i].key] = static_cast<int>(i);
+      for (size_t i = 0; i < work.items.size(); ++i)
+        index_of[work.items[i].key] = static_cast<int>(i);
       work.step_items[p].emplace_back();
       for (int s = 0; s < phase.steps_size(); ++s) {
         const kernels::BoundRegion region(bg, phase.steps(s).region());
         std::vector<int>& of_step = work.step_items[p].back().emplace_back();
         std::vector<const kernels::KernelFamily*> families = registry.FamiliesFor(region.kind());
-        std::stable_partition(families.begin(), families.end(), [&](const kernels::KernelFamily* f) {
-          return f->name() == phase.steps(s).tactic().family();
-        });
+        std::stable_partition(families.begin(), families.end(),
+                              [&](const kernels::KernelFamily* f) {
+                                return f->name() == phase.steps(s).tactic().family();
+                              });
         for (const kernels::KernelFamily* family : families) {
           if (family->name() == "view" || !family->CanImplement(region, target).ok()) continue;
           planner::TacticKey key;
@@ -338,12 +340,12 @@ absl::StatusOr<int> RunWorker(const Args& args) {
     options.repeats = args.repeats;
     options.rotate_bytes = 2 * device->properties().l2_bytes;
     options.graph_replay = phase.kind() == planner::proto::Phase::KIND_DECODE;
-    TP_ASSIGN_OR_RETURN(
-        std::vector<tuner::CandidateMeasurement> measured,
-        region_tuner.Tune(region, family, run, options, [&](int i) {
-          std::printf("candidate %d %d\n", index, run_index[static_cast<size_t>(i)]);
-          std::fflush(stdout);
-        }));
+    TP_ASSIGN_OR_RETURN(std::vector<tuner::CandidateMeasurement> measured,
+                        region_tuner.Tune(region, family, run, options, [&](int i) {
+                          std::printf("candidate %d %d\n", index,
+                                      run_index[static_cast<size_t>(i)]);
+                          std::fflush(stdout);
+                        }));
     tuner::RegionMeasurement m;
     m.key = item.key;
     m.environment = environment;
@@ -367,10 +369,10 @@ using Death = std::optional<std::pair<int, int>>;
 
 // Runs a worker over `items`; returns the index of the item and candidate it was measuring
 // when it died, or nullopt when it finished. Progress lines go to `on_line`.
-absl::StatusOr<Death> SpawnWorker(
-    const char* self, const Args& args, const std::vector<int>& items,
-    const std::set<std::pair<int, int>>& skip, const std::function<void(const std::string&)>& on_line,
-    int* exit_code) {
+absl::StatusOr<Death> SpawnWorker(const char* self, const Args& args, const std::vector<int>& items,
+                                  const std::set<std::pair<int, int>>& skip,
+                                  const std::function<void(const std::string&)>& on_line,
+                                  int* exit_code) {
   std::vector<std::string> argv_s = {self, "--worker"};
   argv_s.insert(argv_s.end(), args.raw.begin(), args.raw.end());
   argv_s.push_back("--items");
@@ -420,8 +422,8 @@ absl::StatusOr<Death> SpawnWorker(
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (*exit_code == 0) return std::optional<std::pair<int, int>>();
   if (!current.has_value()) {
-    return absl::InternalError(absl::StrCat("the worker stopped (exit ", *exit_code,
-                                            ") outside a candidate"));
+    return absl::InternalError(
+        absl::StrCat("the worker stopped (exit ", *exit_code, ") outside a candidate"));
   }
   return current;
 }
@@ -480,9 +482,9 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
       work.items.size() - todo.size(), args.cache, todo.size());
   std::cout << "environment: " << environment.Fingerprint() << "\n";
   if (args.freeze && !todo.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--freeze: ", todo.size(), " regions have no measured tactic, e.g. ",
-        work.items[static_cast<size_t>(todo.front())].key.ToString()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--freeze: ", todo.size(), " regions have no measured tactic, e.g. ",
+                     work.items[static_cast<size_t>(todo.front())].key.ToString()));
   }
   if (store != nullptr && !store->warnings().empty() && !todo.empty()) {
     return absl::FailedPreconditionError(
@@ -522,8 +524,8 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
     };
     TP_ASSIGN_OR_RETURN(Death died, SpawnWorker(self, args, remaining, skip, on_line, &exit_code));
     if (!died.has_value()) break;
-    std::cout << "  the worker died (exit " << exit_code << ") measuring candidate "
-              << died->second << " of " << work.items[static_cast<size_t>(died->first)].label
+    std::cout << "  the worker died (exit " << exit_code << ") measuring candidate " << died->second
+              << " of " << work.items[static_cast<size_t>(died->first)].label
               << "; restarting without it\n";
     skip.insert(*died);
     auto it = std::find(remaining.begin(), remaining.end(), died->first);
@@ -551,7 +553,8 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
           double best = first->second.first;
           for (int item : of_step) {
             auto it = measured.find(item);
-            if (it != measured.end() && it->second.first > 0) best = std::min(best, it->second.first);
+            if (it != measured.end() && it->second.first > 0)
+              best = std::min(best, it->second.first);
           }
           cost += first->second.second;
           tuned += best;
@@ -579,8 +582,8 @@ int main(int argc, char** argv) {
               << tileplan::kUsage << "\n";
     return tileplan::kExitBad;
   }
-  absl::StatusOr<int> result = args->worker ? tileplan::RunWorker(*args)
-                                            : tileplan::Run(*args, "/proc/self/exe");
+  absl::StatusOr<int> result =
+      args->worker ? tileplan::RunWorker(*args) : tileplan::Run(*args, "/proc/self/exe");
   if (!result.ok()) {
     std::cerr << "autotune_regions: " << result.status().message() << "\n";
     return tileplan::kExitBad;

@@ -61,6 +61,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "kernels/nvrtc_compiler.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
@@ -70,7 +71,6 @@
 #include "runtime/gpu/gpu_runtime.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
-#include "kernels/nvrtc_compiler.h"
 
 namespace tileplan {
 namespace {
@@ -81,7 +81,8 @@ constexpr int kExitBad = 2;
 constexpr const char* kUsage =
     "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
-    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl=never|decode|always] [--json FILE]\n"
+    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl=never|decode|always] [--json "
+    "FILE]\n"
     "           [--profile]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all]\n"
@@ -194,7 +195,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       }
     } else if (flag == "--iters" || flag == "--warmup") {
       TP_ASSIGN_OR_RETURN(const int64_t n, PositiveInt(flag, *value));
-      (flag == "--iters" ? args.iters : args.warmup) = static_cast<int>(std::min<int64_t>(n, 100000));
+      (flag == "--iters" ? args.iters : args.warmup) =
+          static_cast<int>(std::min<int64_t>(n, 100000));
     } else if (flag == "--pdl") {
       args.pdl = *value;
       runtime::gpu::GpuOptions check;
@@ -276,8 +278,8 @@ void PrintProfile(const std::string& title,
   }
   std::vector<std::pair<double, std::string>> order;
   for (const auto& [key, g] : groups) {
-    order.emplace_back(g.first, absl::StrFormat("  %-44s %4d steps %9.4f ms %5.1f%%", key,
-                                                g.second, g.first, 100 * g.first / total));
+    order.emplace_back(g.first, absl::StrFormat("  %-44s %4d steps %9.4f ms %5.1f%%", key, g.second,
+                                                g.first, 100 * g.first / total));
   }
   std::sort(order.rbegin(), order.rend());
   std::cout << absl::StrFormat("profile %s: %d steps, %.4f ms summed\n", title, steps.size(),
@@ -323,9 +325,9 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
       name, device.Label(), target.name(), batch,
       absl::StrCat(args.cuda_graphs ? "CUDA graphs" : "host launches",
                    ", programmatic dependent launch: ", args.pdl),
-      checkpoint ? "checkpoint" : "random",
-      info.setup_seconds, info.kernels_compiled, info.compile_seconds, info.weights_seconds,
-      info.weight_bytes / 1048576.0, info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);
+      checkpoint ? "checkpoint" : "random", info.setup_seconds, info.kernels_compiled,
+      info.compile_seconds, info.weights_seconds, info.weight_bytes / 1048576.0,
+      info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);
   if (args.profile) {
     for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
   }
@@ -379,28 +381,27 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
   std::cout << absl::StrFormat("%-8s %8s %10s %10s %10s %10s %8s\n", "phase", "T or ctx",
                                "median ms", "p10 ms", "p90 ms", "floor ms", "% floor");
   for (const Row& r : rows) {
-    std::cout << absl::StrFormat("%-8s %8d %10.4f %10.4f %10.4f %10.4f %7.1f%%\n", r.phase,
-                                 r.size, r.stats.median, r.stats.p10, r.stats.p90, r.floor_ms,
+    std::cout << absl::StrFormat("%-8s %8d %10.4f %10.4f %10.4f %10.4f %7.1f%%\n", r.phase, r.size,
+                                 r.stats.median, r.stats.p10, r.stats.p90, r.floor_ms,
                                  100.0 * r.floor_ms / r.stats.median);
   }
-  std::cout << absl::StrFormat("(%d timed replays after %d warm-up ones each; floors at %.0f GB/s "
-                               "and %.0f TFLOP/s, the target's achievable figures)\n",
-                               args.iters, args.warmup, bandwidth / 1e9, flop_rate / 1e12);
+  std::cout << absl::StrFormat(
+      "(%d timed replays after %d warm-up ones each; floors at %.0f GB/s "
+      "and %.0f TFLOP/s, the target's achievable figures)\n",
+      args.iters, args.warmup, bandwidth / 1e9, flop_rate / 1e12);
   if (!args.json.empty()) {
     std::string json = absl::StrFormat(
         "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"target\": \"%s\",\n"
         "  \"batch\": %d,\n  \"cuda_graphs\": %s,\n  \"weights\": \"%s\",\n"
         "  \"iters\": %d,\n  \"setup_seconds\": %.3f,\n  \"results\": [",
-        name, device.properties().name, target.name(), batch,
-        args.cuda_graphs ? "true" : "false", checkpoint ? "checkpoint" : "random", args.iters,
-        info.setup_seconds);
+        name, device.properties().name, target.name(), batch, args.cuda_graphs ? "true" : "false",
+        checkpoint ? "checkpoint" : "random", args.iters, info.setup_seconds);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       json += absl::StrFormat(
           "%s\n    {\"phase\": \"%s\", \"size\": %d, \"median_ms\": %.6f, \"p10_ms\": %.6f, "
           "\"p90_ms\": %.6f, \"floor_ms\": %.6f}",
-          i == 0 ? "" : ",", r.phase, r.size, r.stats.median, r.stats.p10, r.stats.p90,
-          r.floor_ms);
+          i == 0 ? "" : ",", r.phase, r.size, r.stats.median, r.stats.p10, r.stats.p90, r.floor_ms);
     }
     json += "\n  ]\n}\n";
     std::ofstream out(args.json);
@@ -466,9 +467,9 @@ absl::StatusOr<int> Run(const Args& args) {
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, options, store.get()));
   if (store != nullptr && args.freeze && !store->misses().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
-        args.tactic_cache, ", e.g. ", store->misses().front().ToString()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
+                     args.tactic_cache, ", e.g. ", store->misses().front().ToString()));
   }
   if (args.show_plan) {
     TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, *args.show_plan));

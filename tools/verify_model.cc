@@ -169,10 +169,10 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 // The reference of docs/fixtures.md.
 struct Reference {
-  std::vector<int32_t> input_ids;      // [T]
-  std::vector<float> logits;           // [T, V]
-  std::vector<int32_t> greedy;         // [N]
-  std::vector<float> greedy_logits;    // [N - 1, V] when the reference has them, else empty
+  std::vector<int32_t> input_ids;    // [T]
+  std::vector<float> logits;         // [T, V]
+  std::vector<int32_t> greedy;       // [N]
+  std::vector<float> greedy_logits;  // [N - 1, V] when the reference has them, else empty
   // How far transformers in bf16 lands from the reference (prompt, decode steps), when the
   // reference records it.
   std::vector<float> bf16_relative;
@@ -228,8 +228,8 @@ absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_s
     const int64_t rows = static_cast<int64_t>(ref.greedy.size()) - 1;
     if (steps->shape != std::vector<int64_t>{rows, vocab_size}) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "reference tensor 'greedy_logits' has shape ", ShapeString(steps->shape),
-          ", expected [", rows, ",", vocab_size, "] (greedy tokens - 1, config vocab_size)"));
+          "reference tensor 'greedy_logits' has shape ", ShapeString(steps->shape), ", expected [",
+          rows, ",", vocab_size, "] (greedy tokens - 1, config vocab_size)"));
     }
     TP_ASSIGN_OR_RETURN(ref.greedy_logits, models::ToFloat32(*steps));
   }
@@ -237,9 +237,9 @@ absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_s
     TP_ASSIGN_OR_RETURN(const models::TensorView* spread,
                         FindTensor(*file, "bf16_relative", models::StDType::kF32, 1));
     if (spread->shape[0] != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "reference tensor 'bf16_relative' has shape ", ShapeString(spread->shape),
-          ", expected [2] (prompt, decode steps)"));
+      return absl::InvalidArgumentError(absl::StrCat("reference tensor 'bf16_relative' has shape ",
+                                                     ShapeString(spread->shape),
+                                                     ", expected [2] (prompt, decode steps)"));
     }
     TP_ASSIGN_OR_RETURN(ref.bf16_relative, models::ToFloat32(*spread));
   }
@@ -322,8 +322,9 @@ RowCheck CompareRows(absl::string_view what, const std::vector<float>& ours,
   std::cout << absl::StrFormat(
       "%s argmax: %d/%d rows agree (%.1f%%)%s%s: %s\n", what, agree, rows,
       100.0 * agree / std::max<int64_t>(1, rows),
-      check.near_ties.empty() ? ""
-                              : absl::StrCat(", near-ties at ", absl::StrJoin(check.near_ties, ",")),
+      check.near_ties.empty()
+          ? ""
+          : absl::StrCat(", near-ties at ", absl::StrJoin(check.near_ties, ",")),
       check.differ.empty() ? "" : absl::StrCat(", differ at ", absl::StrJoin(check.differ, ",")),
       check.argmax_ok() ? "ok" : "FAIL");
   for (const std::string& line : details) std::cout << line << "\n";
@@ -332,7 +333,7 @@ RowCheck CompareRows(absl::string_view what, const std::vector<float>& ours,
 
 // What a backend computed for the reference prompt.
 struct Outputs {
-  std::vector<float> logits;                // [T, V]
+  std::vector<float> logits;                 // [T, V]
   std::vector<std::vector<int32_t>> greedy;  // one continuation per way of decoding
   std::vector<std::string> greedy_names;
   // With the reference's greedy_logits: the logits of each decode step fed the reference's
@@ -431,8 +432,9 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
                                info.setup_seconds, info.kernels_compiled, info.compile_seconds,
                                info.weights_seconds)
             << ")\n"
-            << "graph: planned (" << plan.phases(0).steps_size() << " prefill steps for T = "
-            << prompt_len << ", " << plan.phases(1).steps_size() << " decode steps for B = 1)\n";
+            << "graph: planned (" << plan.phases(0).steps_size()
+            << " prefill steps for T = " << prompt_len << ", " << plan.phases(1).steps_size()
+            << " decode steps for B = 1)\n";
   Outputs out;
   TP_ASSIGN_OR_RETURN(out.logits, rt->Prefill(ref.input_ids, 1));
   TP_ASSIGN_OR_RETURN(std::vector<int32_t> loop,
@@ -507,8 +509,9 @@ absl::StatusOr<int> Verify(const Args& args) {
   bool forced_ok = true;
   std::vector<int64_t> forced_near_ties;
   if (!ref.greedy_logits.empty()) {
-    const RowCheck forced = CompareRows("decode steps (fed the reference's greedy tokens)",
-                                        outputs.forced, ref.greedy_logits, vocab, decode_limit, gpu);
+    const RowCheck forced =
+        CompareRows("decode steps (fed the reference's greedy tokens)", outputs.forced,
+                    ref.greedy_logits, vocab, decode_limit, gpu);
     forced_ok = forced.ok();
     forced_near_ties = forced.near_ties;
   }
@@ -540,9 +543,9 @@ absl::StatusOr<int> Verify(const Args& args) {
     const bool explained = first_mismatch >= first_tie;
     greedy_ok = greedy_ok && explained;
     std::cout << outputs.greedy_names[g] << ": first mismatch at token " << first_mismatch
-              << (explained ? absl::StrCat(", after the near-tie that chose token ", first_tie,
-                                           ": ok")
-                            : ": FAIL")
+              << (explained
+                      ? absl::StrCat(", after the near-tie that chose token ", first_tie, ": ok")
+                      : ": FAIL")
               << "\n"
               << "  ours:      " << absl::StrJoin(greedy, " ") << "\n"
               << "  reference: " << absl::StrJoin(ref.greedy, " ") << "\n";

@@ -46,9 +46,7 @@ std::string Shorten(absl::string_view text, size_t max = 400) {
 // Storage of every root the region touches, one allocation per root.
 struct Storage {
   std::map<ir::ValueId, device::DeviceBuffer> roots;
-  std::byte* at(ir::ValueId root) const {
-    return static_cast<std::byte*>(roots.at(root).data());
-  }
+  std::byte* at(ir::ValueId root) const { return static_cast<std::byte*>(roots.at(root).data()); }
 };
 
 // Everything one candidate needs to run on each copy.
@@ -63,7 +61,11 @@ class Session {
   Session(const device::Device& device, kernels::KernelLoader& loader,
           kernels::CublasLtRunner& blas, const planner::TargetDescription& target,
           const BoundRegion& region, const kernels::KernelFamily& family)
-      : device_(device), loader_(loader), blas_(blas), target_(target), region_(region),
+      : device_(device),
+        loader_(loader),
+        blas_(blas),
+        target_(target),
+        region_(region),
         family_(family) {}
   ~Session() {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -161,8 +163,8 @@ class Session {
       p.gemm = *std::move(gemm);
       return std::nullopt;
     }
-    return fail(CandidateStatus::kInvalid, absl::StrCat("family ", tactic.family,
-                                                        " has nothing to launch"));
+    return fail(CandidateStatus::kInvalid,
+                absl::StrCat("family ", tactic.family, " has nothing to launch"));
   }
 
   absl::Status Run(Prepared& p, size_t copy) {
@@ -180,11 +182,11 @@ class Session {
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess) return std::optional<std::string>();
     if (IsSticky(e)) {
-      return absl::InternalError(absl::StrCat("the GPU faulted (", cudaGetErrorName(e), ": ",
-                                              cudaGetErrorString(e), ")"));
+      return absl::InternalError(
+          absl::StrCat("the GPU faulted (", cudaGetErrorName(e), ": ", cudaGetErrorString(e), ")"));
     }
-    return std::optional<std::string>(absl::StrCat(cudaGetErrorName(e), ": ",
-                                                   cudaGetErrorString(e)));
+    return std::optional<std::string>(
+        absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
   }
 
   absl::Status Restore(Storage& s) {
@@ -199,8 +201,8 @@ class Session {
 
   absl::Status Poison(Storage& s) {
     for (ir::ValueId root : fresh_results_) {
-      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.roots.at(root).data(), 0xFF,
-                                              static_cast<size_t>(s.roots.at(root).size()), stream_));
+      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+          s.roots.at(root).data(), 0xFF, static_cast<size_t>(s.roots.at(root).size()), stream_));
     }
     return absl::OkStatus();
   }
@@ -239,9 +241,10 @@ class Session {
       }
       const double tol = dtype == ir::DType::kF32 ? 1e-3 : 2e-2;
       if (max_diff > tol * std::max(max_ref, 1e-6)) {
-        return absl::StrFormat("result %d: max |candidate - reference| = %.3g, %.3g of the "
-                               "reference's largest magnitude %.3g (limit %.0e)",
-                               i, max_diff, max_diff / std::max(max_ref, 1e-30), max_ref, tol);
+        return absl::StrFormat(
+            "result %d: max |candidate - reference| = %.3g, %.3g of the "
+            "reference's largest magnitude %.3g (limit %.0e)",
+            i, max_diff, max_diff / std::max(max_ref, 1e-30), max_ref, tol);
       }
     }
     return "";
@@ -323,9 +326,10 @@ class Session {
   absl::StatusOr<Storage> Allocate() {
     Storage s;
     for (ir::ValueId root : roots_) {
-      TP_ASSIGN_OR_RETURN(device::DeviceBuffer b,
-                          device::DeviceBuffer::Allocate(
-                              device_, std::max<int64_t>(region_.bound_graph().storage_bytes(root), 16)));
+      TP_ASSIGN_OR_RETURN(
+          device::DeviceBuffer b,
+          device::DeviceBuffer::Allocate(
+              device_, std::max<int64_t>(region_.bound_graph().storage_bytes(root), 16)));
       s.roots.emplace(root, std::move(b));
     }
     return s;
@@ -368,8 +372,7 @@ class Session {
         const int64_t context = g.context();
         for (int64_t i = 0; i < n; ++i) {
           const int64_t pos = i % t;
-          v[static_cast<size_t>(i)] =
-              static_cast<int32_t>(context >= t ? context - t + pos : pos);
+          v[static_cast<size_t>(i)] = static_cast<int32_t>(context >= t ? context - t + pos : pos);
         }
       }
       TP_RETURN_IF_ERROR(buffer.CopyFromHost(v.data(), n * 4));
@@ -416,7 +419,8 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   }
   while (static_cast<int>(out.size()) < max_count) {
     Tactic t = table->default_tactic;
-    for (size_t i = 0; i < params.size(); ++i) t.params[params[i].name] = params[i].values[index[i]];
+    for (size_t i = 0; i < params.size(); ++i)
+      t.params[params[i].name] = params[i].values[index[i]];
     add(t);
     size_t i = params.size();
     while (i > 0) {
@@ -434,8 +438,7 @@ void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
   m.winner.reset();
   m.winner_us = 0;
   m.default_us = 0;
-  if (first_is_default && !m.candidates.empty() &&
-      m.candidates[0].status == CandidateStatus::kOk) {
+  if (first_is_default && !m.candidates.empty() && m.candidates[0].status == CandidateStatus::kOk) {
     m.default_us = m.candidates[0].median_us;
   }
   for (const CandidateMeasurement& c : m.candidates) {
@@ -457,8 +460,8 @@ void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic
   std::vector<kernels::KernelInstance> list(unique.begin(), unique.end());
   std::atomic<size_t> next{0};
   std::vector<std::thread> threads;
-  const unsigned workers = std::max(
-      1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(list.size())));
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                           static_cast<unsigned>(list.size())));
   for (unsigned w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
       for (size_t i = next++; i < list.size(); i = next++) {

@@ -71,7 +71,8 @@ class RegionTuner {
   // Compiles every template instance of `candidates` for the device on all host cores (into
   // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
   // records them per candidate.
-  void Precompile(const kernels::BoundRegion& region, const std::vector<kernels::Tactic>& candidates);
+  void Precompile(const kernels::BoundRegion& region,
+                  const std::vector<kernels::Tactic>& candidates);
 
   // Measures `candidates` (the first is the reference; normally the default tactic).
   // `before_each(i)` is called before candidate i runs (progress, fault attribution).

@@ -58,8 +58,8 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
     attribute.val.programmaticStreamSerializationAllowed = 1;
     launch.attrs = &attribute;
     launch.numAttrs = 1;
-    status = TP_CUDA_STATUS(
-        cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(handle_), args));
+    status =
+        TP_CUDA_STATUS(cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(handle_), args));
   } else {
     status = TP_CUDA_STATUS(
         cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args,

@@ -42,10 +42,14 @@ int64_t Product(const std::vector<int64_t>& v, size_t from = 0) {
 // The ir dtype a safetensors floating-point dtype holds, if any.
 std::optional<ir::DType> FloatDType(models::StDType d) {
   switch (d) {
-    case models::StDType::kF32: return ir::DType::kF32;
-    case models::StDType::kBF16: return ir::DType::kBF16;
-    case models::StDType::kF16: return ir::DType::kF16;
-    default: return std::nullopt;
+    case models::StDType::kF32:
+      return ir::DType::kF32;
+    case models::StDType::kBF16:
+      return ir::DType::kBF16;
+    case models::StDType::kF16:
+      return ir::DType::kF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -85,9 +89,9 @@ absl::StatusOr<WeightLayout> WeightLayout::ForGraphs(const std::vector<const ir:
         it->second.checkpoint_tensors = std::move(parts);
       } else if (!(it->second.type == v.type) || it->second.checkpoint_tensors != parts) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "weight %", v.name, " is ", v.type.ToString(), " of [",
-            absl::StrJoin(parts, ", "), "] in one graph and ", it->second.type.ToString(),
-            " of [", absl::StrJoin(it->second.checkpoint_tensors, ", "), "] in another"));
+            "weight %", v.name, " is ", v.type.ToString(), " of [", absl::StrJoin(parts, ", "),
+            "] in one graph and ", it->second.type.ToString(), " of [",
+            absl::StrJoin(it->second.checkpoint_tensors, ", "), "] in another"));
       }
     }
   }
@@ -115,8 +119,8 @@ absl::StatusOr<void*> DeviceWeights::Address(absl::string_view name) const {
   return static_cast<std::byte*>(buffer_.data()) + slot->offset;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
-    const device::Device& device, WeightLayout layout, const models::Checkpoint& checkpoint) {
+absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
+                                            const models::Checkpoint& checkpoint) {
   // Check every tensor first, so nothing is allocated or copied for a checkpoint that does
   // not fit the layout.
   std::set<std::string> bound;
@@ -127,8 +131,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
       const models::TensorView* t = checkpoint.Find(part);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
-                                                " has no tensor '", part, "' (weight %",
-                                                slot.name, ")"));
+                                                " has no tensor '", part, "' (weight %", slot.name,
+                                                ")"));
       }
       if (!bound.insert(part).second) {
         return absl::InvalidArgumentError(
@@ -144,9 +148,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
           std::equal(t->shape.begin() + 1, t->shape.end(), shape.begin() + 1);
       const bool whole = slot.checkpoint_tensors.size() == 1 && t->shape == shape;
       if (!whole && !trailing_match) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint tensor '", part, "' has shape [", absl::StrJoin(t->shape, ","),
-            "], which does not fit weight %", slot.name, " ", slot.type.ToString()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint tensor '", part, "' has shape [", absl::StrJoin(t->shape, ","),
+                         "], which does not fit weight %", slot.name, " ", slot.type.ToString()));
       }
       rows += shape.empty() ? 1 : t->shape[0];
     }
@@ -162,6 +166,12 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
     }
   }
 
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
+    const device::Device& device, WeightLayout layout, const models::Checkpoint& checkpoint) {
+  TP_RETURN_IF_ERROR(CheckCheckpoint(layout, checkpoint));
   TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer,
                       device::DeviceBuffer::Allocate(device, layout.total_bytes()));
   TP_ASSIGN_OR_RETURN(PinnedBuffer staging, PinnedBuffer::Allocate(kStagingBytes));
@@ -181,9 +191,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
         if (from == slot.type.dtype) {
           std::memcpy(staging.data(), src, static_cast<size_t>(m * es));
         } else {
-          const std::vector<float> values = kernels::DecodeFloats(
-              from, absl::string_view(reinterpret_cast<const char*>(src),
-                                      static_cast<size_t>(m * from_size)));
+          const std::vector<float> values =
+              kernels::DecodeFloats(from, absl::string_view(reinterpret_cast<const char*>(src),
+                                                            static_cast<size_t>(m * from_size)));
           const std::string encoded = kernels::EncodeFloats(slot.type.dtype, values);
           std::memcpy(staging.data(), encoded.data(), encoded.size());
         }
@@ -197,9 +207,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Random(const device::Device& device,
-                                                                    WeightLayout layout,
-                                                                    kernels::KernelLoader& loader,
-                                                                    uint64_t seed) {
+                                                                     WeightLayout layout,
+                                                                     kernels::KernelLoader& loader,
+                                                                     uint64_t seed) {
   TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer,
                       device::DeviceBuffer::Allocate(device, layout.total_bytes()));
   std::byte* const base = static_cast<std::byte*>(buffer.data());

@@ -43,7 +43,7 @@ class WeightLayout {
   static absl::StatusOr<WeightLayout> ForGraphs(const std::vector<const ir::Graph*>& graphs);
 
   const std::vector<WeightSlot>& slots() const { return slots_; }  // sorted by name
-  const WeightSlot* Find(absl::string_view name) const;             // nullptr when absent
+  const WeightSlot* Find(absl::string_view name) const;            // nullptr when absent
   int64_t total_bytes() const { return total_bytes_; }
 
  private:
@@ -59,17 +59,22 @@ class DeviceWeights {
   // summing to the weight's). A floating-point tensor of another dtype (f32, f16, bf16) is
   // converted, rounding to nearest even. Errors name the tensor; ResourceExhausted gives
   // the sizes asked and available.
+  // The checks Load makes before it allocates anything: every checkpoint tensor of every
+  // weight present with a fitting float dtype and shape, none bound twice, none left over.
+  static absl::Status CheckCheckpoint(const WeightLayout& layout,
+                                      const models::Checkpoint& checkpoint);
+
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Load(const device::Device& device,
-                                                            WeightLayout layout,
-                                                            const models::Checkpoint& checkpoint);
+                                                             WeightLayout layout,
+                                                             const models::Checkpoint& checkpoint);
 
   // Allocates the layout and fills it on the device from `seed`: matrices uniform with
   // standard deviation 1/sqrt(columns) (embedding tables: 1), vectors of norm weights
   // 1 ± 0.1 and other vectors (biases) ± 0.1. Deterministic for a seed.
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Random(const device::Device& device,
-                                                              WeightLayout layout,
-                                                              kernels::KernelLoader& loader,
-                                                              uint64_t seed);
+                                                               WeightLayout layout,
+                                                               kernels::KernelLoader& loader,
+                                                               uint64_t seed);
 
   const WeightLayout& layout() const { return layout_; }
   // The device address of weight `name`; NotFound naming it when the layout has none.

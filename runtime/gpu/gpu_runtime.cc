@@ -145,9 +145,9 @@ struct GpuRuntime::Impl {
     const int64_t span = SpanBytes(b);
     auto check = [&](int64_t size, absl::string_view space) -> absl::Status {
       if (b.offset() < 0 || b.offset() + span > size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
-            ") lies outside the ", space, " of ", size, " bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
+                         ") lies outside the ", space, " of ", size, " bytes"));
       }
       return absl::OkStatus();
     };
@@ -175,10 +175,10 @@ struct GpuRuntime::Impl {
         }
         const auto [slot_offset, slot_bytes] = it->second;
         if (b.offset() < slot_offset || b.offset() + span > slot_offset + slot_bytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
-              ") lies outside the state ", b.root(), " at [", slot_offset, ", ",
-              slot_offset + slot_bytes, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(step, ": %", b.value(), " at bytes [", b.offset(), ", ",
+                           b.offset() + span, ") lies outside the state ", b.root(), " at [",
+                           slot_offset, ", ", slot_offset + slot_bytes, ")"));
         }
         return static_cast<std::byte*>(state.data()) + b.offset();
       }
@@ -316,23 +316,21 @@ struct GpuRuntime::Impl {
   // The argmax of the decode logits into the token input, and the position advance.
   absl::Status BuildDecodeLoop(Program& p) {
     const int64_t vocab = p.bound->shape(p.graph->outputs()[0]).back();
-    TP_ASSIGN_OR_RETURN(ir::Graph g,
-                        ir::ParseGraph(absl::StrCat("graph @greedy {\n  input %logits: f32[",
-                                                    p.batch, ",1,", vocab, "]\n  %next: i32[",
-                                                    p.batch, ",1] = argmax(%logits)\n",
-                                                    "  output %next\n}\n")));
+    TP_ASSIGN_OR_RETURN(ir::Graph g, ir::ParseGraph(absl::StrCat(
+                                         "graph @greedy {\n  input %logits: f32[", p.batch, ",1,",
+                                         vocab, "]\n  %next: i32[", p.batch,
+                                         ",1] = argmax(%logits)\n", "  output %next\n}\n")));
     p.argmax_graph = std::make_unique<ir::Graph>(std::move(g));
     TP_ASSIGN_OR_RETURN(BoundGraph bound, BoundGraph::Create(*p.argmax_graph, {}, 1));
     p.argmax_bound = std::make_unique<BoundGraph>(std::move(bound));
     const BoundRegion region(*p.argmax_bound, 0);
     const kernels::KernelFamily* family = kernels::GlobalKernelRegistry().Find("argmax");
     TP_RETURN_IF_ERROR(family->CanImplement(region, plan.target()));
-    TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic,
-                        family->DefaultTactic(region, plan.target()));
+    TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, family->DefaultTactic(region, plan.target()));
     const int64_t ws = AlignUp(family->WorkspaceBytes(tactic, region), 256);
     const int64_t counters = family->CounterBytes(tactic, region);
-    TP_ASSIGN_OR_RETURN(p.argmax_scratch,
-                        device::DeviceBuffer::Allocate(*device, ws + std::max<int64_t>(counters, 4)));
+    TP_ASSIGN_OR_RETURN(p.argmax_scratch, device::DeviceBuffer::Allocate(
+                                              *device, ws + std::max<int64_t>(counters, 4)));
     TP_RETURN_IF_ERROR(p.argmax_scratch.Fill(0));
     StepExec& s = p.argmax;
     s.label = absl::StrCat(p.phase->name(), " greedy argmax");
@@ -410,7 +408,8 @@ struct GpuRuntime::Impl {
     if (active == &p) return absl::OkStatus();
     std::byte* base = static_cast<std::byte*>(arena.data());
     for (const auto& [offset, bytes] : p.counters) {
-      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(base + offset, 0, static_cast<size_t>(bytes), stream));
+      TP_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(base + offset, 0, static_cast<size_t>(bytes), stream));
     }
     active = &p;
     return absl::OkStatus();
@@ -460,9 +459,8 @@ struct GpuRuntime::Impl {
     const Clock::time_point start = Clock::now();
     std::vector<absl::Status> status(list.size());
     std::atomic<size_t> next{0};
-    const unsigned workers =
-        std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                         static_cast<unsigned>(list.size())));
+    const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                             static_cast<unsigned>(list.size())));
     std::vector<std::thread> threads;
     for (unsigned w = 0; w < workers; ++w) {
       threads.emplace_back([&] {
@@ -524,7 +522,8 @@ struct GpuRuntime::Impl {
     for (auto& p : programs) {
       if (p->decode) continue;
       buckets.push_back(absl::StrCat(p->tokens));
-      if (p->batch == batch && p->tokens >= tokens && (best == nullptr || p->tokens < best->tokens)) {
+      if (p->batch == batch && p->tokens >= tokens &&
+          (best == nullptr || p->tokens < best->tokens)) {
         best = p.get();
       }
     }
@@ -544,9 +543,9 @@ struct GpuRuntime::Impl {
       if (p->batch == batch) return p.get();
       buckets.push_back(absl::StrCat(p->batch));
     }
-    return absl::InvalidArgumentError(absl::StrCat("no decode bucket for batch ", batch,
-                                                   " (the plan has B = ",
-                                                   absl::StrJoin(buckets, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no decode bucket for batch ", batch,
+                     " (the plan has B = ", absl::StrJoin(buckets, ", "), ")"));
   }
 
   // Resets the cache and writes the prompts, padded to the program's T, as its inputs.
@@ -561,9 +560,10 @@ struct GpuRuntime::Impl {
         pos[k] = static_cast<int32_t>(i);
       }
     }
-    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), stream));
-    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.tokens_in, ids.data(), ids.size() * 4,
-                                            cudaMemcpyHostToDevice, stream));
+    TP_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), stream));
+    TP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(p.tokens_in, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, stream));
     TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.positions_in, pos.data(), pos.size() * 4,
                                             cudaMemcpyHostToDevice, stream));
     // Pageable copies return once the data is staged; synchronize so `ids` may go.
@@ -615,8 +615,8 @@ absl::Status ParseProgrammaticLaunch(absl::string_view text, GpuOptions& options
   } else if (text == "always") {
     options.programmatic_launch = P::kAlways;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "programmatic dependent launch '", text, "' is not one of never, decode, always"));
+    return absl::InvalidArgumentError(absl::StrCat("programmatic dependent launch '", text,
+                                                   "' is not one of never, decode, always"));
   }
   return absl::OkStatus();
 }
@@ -624,9 +624,10 @@ absl::Status ParseProgrammaticLaunch(absl::string_view text, GpuOptions& options
 GpuRuntime::GpuRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuRuntime::~GpuRuntime() = default;
 
-absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(
-    const device::Device& device, const pp::ExecutionPlan& plan,
-    const models::Checkpoint* checkpoint, const GpuOptions& options) {
+absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Device& device,
+                                                               const pp::ExecutionPlan& plan,
+                                                               const models::Checkpoint* checkpoint,
+                                                               const GpuOptions& options) {
   const Clock::time_point start = Clock::now();
   if (plan.target().sm() != device.sm()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -683,10 +684,10 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(
   TP_ASSIGN_OR_RETURN(const device::Device::MemoryInfo memory, device.GetMemoryInfo());
   if (total > memory.free_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the plan needs ", total, " bytes on ", device.Label(), " (weights ",
-        layout.total_bytes(), ", KV cache ", first_arena.state_bytes(), ", arena ", arena_bytes,
-        ", cuBLASLt workspace ", options.cublaslt_workspace_bytes, ", other ", aux_bytes,
-        ") but only ", memory.free_bytes, " of ", memory.total_bytes, " bytes are free"));
+        "the plan needs ", total, " bytes on ", device.Label(), " (weights ", layout.total_bytes(),
+        ", KV cache ", first_arena.state_bytes(), ", arena ", arena_bytes, ", cuBLASLt workspace ",
+        options.cublaslt_workspace_bytes, ", other ", aux_bytes, ") but only ", memory.free_bytes,
+        " of ", memory.total_bytes, " bytes are free"));
   }
 
   TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
@@ -703,7 +704,8 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(
                                                              *impl->loader, options.seed));
   }
   info.weights_seconds = SecondsSince(weights_start);
-  TP_ASSIGN_OR_RETURN(impl->state, device::DeviceBuffer::Allocate(device, first_arena.state_bytes()));
+  TP_ASSIGN_OR_RETURN(impl->state,
+                      device::DeviceBuffer::Allocate(device, first_arena.state_bytes()));
   TP_ASSIGN_OR_RETURN(impl->arena, device::DeviceBuffer::Allocate(device, arena_bytes));
   TP_ASSIGN_OR_RETURN(impl->aux, device::DeviceBuffer::Allocate(device, aux_bytes));
   TP_RETURN_IF_ERROR(impl->arena.Fill(0));
@@ -797,13 +799,13 @@ absl::StatusOr<std::vector<float>> GpuRuntime::Decode(const std::vector<int32_t>
                                                       const std::vector<int32_t>& positions) {
   if (tokens.empty() || tokens.size() != positions.size()) {
     return absl::InvalidArgumentError(absl::StrCat("decode needs one position per token; got ",
-                                                   tokens.size(), " tokens and ",
-                                                   positions.size(), " positions"));
+                                                   tokens.size(), " tokens and ", positions.size(),
+                                                   " positions"));
   }
   for (int32_t pos : positions) {
     if (pos < 0 || pos >= max_context()) {
-      return absl::InvalidArgumentError(absl::StrCat("position ", pos, " is outside the KV cache of ",
-                                                     max_context(), " rows per sequence"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "position ", pos, " is outside the KV cache of ", max_context(), " rows per sequence"));
     }
   }
   const int64_t batch = static_cast<int64_t>(tokens.size());
@@ -829,10 +831,10 @@ absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int3
     return absl::InvalidArgumentError(absl::StrCat("new_tokens is ", new_tokens, "; at least 1"));
   }
   if (t + new_tokens - 1 > max_context()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a prompt of ", t, " tokens and ", new_tokens, " new tokens need ", t + new_tokens - 1,
-        " KV-cache rows per sequence; the cache has ", max_context(),
-        " (plan with a larger --max-context)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a prompt of ", t, " tokens and ", new_tokens, " new tokens need ",
+                     t + new_tokens - 1, " KV-cache rows per sequence; the cache has ",
+                     max_context(), " (plan with a larger --max-context)"));
   }
   Program* decode = nullptr;
   if (new_tokens > 1) {
@@ -893,9 +895,8 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_
                                        static_cast<int32_t>(context - 1));
   TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->tokens_in, tokens.data(), tokens.size() * 4,
                                           cudaMemcpyHostToDevice, impl_->stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(),
-                                          positions.size() * 4, cudaMemcpyHostToDevice,
-                                          impl_->stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(), positions.size() * 4,
+                                          cudaMemcpyHostToDevice, impl_->stream));
   TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
@@ -903,14 +904,14 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_
 }
 
 absl::StatusOr<std::vector<GpuRuntime::StepTime>> GpuRuntime::ProfilePrefill(int64_t batch,
-                                                                              int64_t tokens,
-                                                                              int iterations) {
+                                                                             int64_t tokens,
+                                                                             int iterations) {
   TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, tokens));
   return impl_->Profile(*p, std::max(1, iterations));
 }
 
 absl::StatusOr<std::vector<GpuRuntime::StepTime>> GpuRuntime::ProfileDecode(int64_t batch,
-                                                                             int iterations) {
+                                                                            int iterations) {
   TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
   return impl_->Profile(*p, std::max(1, iterations));
 }

@@ -54,10 +54,10 @@ struct GpuRuntimeInfo {
   int64_t weight_bytes = 0;
   int64_t state_bytes = 0;
   int64_t arena_bytes = 0;
-  int kernels_compiled = 0;      // distinct NVRTC instances the plan needs
-  double setup_seconds = 0;      // Create, end to end
-  double compile_seconds = 0;    // NVRTC compiles and module loads
-  double weights_seconds = 0;    // weight upload or generation
+  int kernels_compiled = 0;    // distinct NVRTC instances the plan needs
+  double setup_seconds = 0;    // Create, end to end
+  double compile_seconds = 0;  // NVRTC compiles and module loads
+  double weights_seconds = 0;  // weight upload or generation
   // One line per GEMM step kind and shape: the cuBLASLt algo each default tactic resolved to.
   std::vector<std::string> gemm_algos;
 };
@@ -69,10 +69,9 @@ class GpuRuntime {
   // plan of another architecture; ResourceExhausted naming the bytes asked (weights, KV
   // cache, arena, workspace) and the bytes free; the NVRTC log of a kernel that does not
   // compile; checkpoint errors naming the tensor.
-  static absl::StatusOr<std::unique_ptr<GpuRuntime>> Create(const device::Device& device,
-                                                           const planner::proto::ExecutionPlan& plan,
-                                                           const models::Checkpoint* checkpoint,
-                                                           const GpuOptions& options);
+  static absl::StatusOr<std::unique_ptr<GpuRuntime>> Create(
+      const device::Device& device, const planner::proto::ExecutionPlan& plan,
+      const models::Checkpoint* checkpoint, const GpuOptions& options);
   ~GpuRuntime();
   GpuRuntime(const GpuRuntime&) = delete;
   GpuRuntime& operator=(const GpuRuntime&) = delete;
@@ -103,13 +102,13 @@ class GpuRuntime {
   // each prompt's last logits, then new_tokens - 1 replays of the decode-and-argmax graph
   // with no host synchronization between them. Returns the tokens [B, new_tokens].
   // InvalidArgument when T + new_tokens - 1 exceeds the KV cache (nothing run).
-  absl::StatusOr<std::vector<int32_t>> Generate(const std::vector<int32_t>& prompts,
-                                                int64_t batch, int new_tokens);
+  absl::StatusOr<std::vector<int32_t>> Generate(const std::vector<int32_t>& prompts, int64_t batch,
+                                                int new_tokens);
 
   // Benchmarks (CUDA events on the runtime's stream; each element one replay, in ms).
   // Prefill of `tokens` [B, T] as Prefill runs it, `iterations` times after `warmup`.
-  absl::StatusOr<std::vector<double>> TimePrefill(const std::vector<int32_t>& tokens,
-                                                  int64_t batch, int warmup, int iterations);
+  absl::StatusOr<std::vector<double>> TimePrefill(const std::vector<int32_t>& tokens, int64_t batch,
+                                                  int warmup, int iterations);
   // The decode step at context `context` for a batch of B sequences whose caches hold
   // context - 1 tokens (which the caller put there, e.g. with Prefill): each replay writes
   // cache row context - 1 and attends to `context` rows, so replays are identical.
@@ -121,7 +120,7 @@ class GpuRuntime {
   // median per step. Inputs as TimePrefill / TimeDecode leave them (call one first).
   struct StepTime {
     int step = 0;
-    std::string name;    // the step's name (its first result)
+    std::string name;  // the step's name (its first result)
     std::string kind;
     std::string family;
     double median_ms = 0;

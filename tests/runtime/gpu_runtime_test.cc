@@ -46,11 +46,9 @@ class GpuRuntimeTest : public ::testing::Test {
     checkpoint_ = *std::move(checkpoint);
   }
 
-  absl::StatusOr<std::unique_ptr<GpuRuntime>> Make(std::vector<int64_t> prefill,
-                                                   int64_t max_context, bool graphs = true,
-                                                   int64_t batch = 1,
-                                                   GpuOptions::ProgrammaticLaunch programmatic =
-                                                       GpuOptions::ProgrammaticLaunch::kDecode) {
+  absl::StatusOr<std::unique_ptr<GpuRuntime>> Make(
+      std::vector<int64_t> prefill, int64_t max_context, bool graphs = true, int64_t batch = 1,
+      GpuOptions::ProgrammaticLaunch programmatic = GpuOptions::ProgrammaticLaunch::kDecode) {
     planner::PlanOptions options;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;

@@ -1,0 +1,124 @@
+// The weight layout of the GPU runtime and the checkpoint checks DeviceWeights::Load makes
+// before it allocates anything (no GPU needed).
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/safetensors.h"
+#include "regions/parser.h"
+#include "runtime/gpu/device_weights.h"
+#include "tests/models/safetensors_builder.h"
+#include "tests/testing/random_weights.h"
+
+namespace tileplan::runtime::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+ir::Graph Parse(absl::string_view text) {
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *std::move(g) : ir::Graph();
+}
+
+// A packed q/k/v weight, a norm weight and an embedding table.
+constexpr char kGraph[] = R"(graph @g {
+  input %tokens: i32[B,T]
+  weight %embed: bf16[16,8] = "model.embed.weight"
+  weight %norm: bf16[8] = "model.norm.weight"
+  weight %qkv: bf16[24,8] = concat("q.weight", "k.weight", "v.weight")
+  %x: bf16[B,T,8] = embedding(%tokens, %embed)
+  %n: bf16[B,T,8] = rms_norm(%x, %norm) {eps = 1e-06}
+  %y: bf16[B,T,24] = linear(%n, %qkv)
+  output %y
+})";
+
+TEST(WeightLayoutTest, EveryWeightOnceAlignedAndSortedByName) {
+  const ir::Graph a = Parse(kGraph);
+  const ir::Graph b = Parse(kGraph);
+  absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&a, &b});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->slots().size(), 3u);
+  EXPECT_EQ(layout->slots()[0].name, "embed");
+  EXPECT_EQ(layout->slots()[1].name, "norm");
+  EXPECT_EQ(layout->slots()[2].name, "qkv");
+  EXPECT_EQ(layout->slots()[2].checkpoint_tensors,
+            (std::vector<std::string>{"q.weight", "k.weight", "v.weight"}));
+  for (const WeightSlot& s : layout->slots()) {
+    EXPECT_EQ(s.offset % 256, 0) << s.name;
+    EXPECT_EQ(s.bytes, s.name == "embed" ? 16 * 8 * 2 : s.name == "norm" ? 8 * 2 : 24 * 8 * 2);
+  }
+  EXPECT_EQ(layout->total_bytes(), 256 + 256 + 512);  // 256, 16 and 384 bytes, aligned
+  EXPECT_NE(layout->Find("qkv"), nullptr);
+  EXPECT_EQ(layout->Find("nope"), nullptr);
+}
+
+TEST(WeightLayoutTest, GraphsThatDisagreeOnAWeightAreRefused) {
+  const ir::Graph a = Parse(kGraph);
+  std::string other(kGraph);
+  other.replace(other.find("bf16[8] = \"model.norm.weight\""), 7, "f32[8] ");
+  const ir::Graph b = Parse(other);
+  absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&a, &b});
+  ASSERT_FALSE(layout.ok());
+  EXPECT_THAT(layout.status().message(), HasSubstr("weight %norm is f32[8]"));
+}
+
+class DeviceWeightsLoadTest : public ::testing::Test {
+ protected:
+  // Writes `weights` as a checkpoint and tries to load it for kGraph's layout.
+  absl::Status Load(const testing::WeightMap& weights) {
+    testing::WriteWeights(dir_ / "model.safetensors", weights);
+    absl::StatusOr<std::unique_ptr<models::Checkpoint>> checkpoint =
+        models::Checkpoint::Open(dir_);
+    if (!checkpoint.ok()) return checkpoint.status();
+    const ir::Graph g = Parse(kGraph);
+    absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&g});
+    if (!layout.ok()) return layout.status();
+    return DeviceWeights::CheckCheckpoint(*layout, **checkpoint);
+  }
+  static testing::WeightData Tensor(std::vector<int64_t> shape) {
+    testing::WeightData d;
+    d.dtype = models::StDType::kBF16;
+    d.shape = shape;
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    d.values.assign(static_cast<size_t>(n), 0.5f);
+    return d;
+  }
+  testing::WeightMap Good() {
+    return {{"model.embed.weight", Tensor({16, 8})},
+            {"model.norm.weight", Tensor({8})},
+            {"q.weight", Tensor({8, 8})},
+            {"k.weight", Tensor({8, 8})},
+            {"v.weight", Tensor({8, 8})}};
+  }
+  const std::filesystem::path dir_ = testing::MakeTempDir("device_weights_test");
+};
+
+TEST_F(DeviceWeightsLoadTest, ACheckpointThatDoesNotFitIsRefusedByName) {
+  testing::WeightMap w = Good();
+  w.erase("k.weight");
+  absl::Status s = Load(w);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no tensor 'k.weight' (weight %qkv)"));
+
+  w = Good();
+  w["extra.weight"] = Tensor({2});
+  s = Load(w);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint tensor 'extra.weight' is not a weight of the plan"));
+
+  w = Good();
+  w["v.weight"] = Tensor({8, 4});
+  s = Load(w);
+  EXPECT_THAT(s.message(), HasSubstr("'v.weight' has shape [8,4], which does not fit weight %qkv"));
+
+  w = Good();
+  w["v.weight"] = Tensor({16, 8});
+  s = Load(w);
+  EXPECT_THAT(s.message(), HasSubstr("the parts of weight %qkv have 32 rows; the weight has 24"));
+}
+
+}  // namespace
+}  // namespace tileplan::runtime::gpu
