@@ -6,7 +6,8 @@
 # failing logs are copied to OUT_DIR.
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
-#       [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS] [--torch ARGS]
+#       [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
+#       [--bench-as NAME ARGS] [--torch ARGS] [--table]
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
 shift 2
@@ -112,6 +113,12 @@ while (($#)); do
         tail -40 | tee -a "$summary"
       ((PIPESTATUS[0] == 0)) || status=1
       shift ;;
+    --table)
+      # The one-run table: every benchmark JSON of this run beside the PyTorch references.
+      benches=()
+      for f in "$out"/bench*.json; do benches+=(--tileplan "$f" --label "$(basename "$f" .json)"); done
+      python3 tools/reference/perf_table.py --torch "$out/torch.json" "${benches[@]}" |
+        tee -a "$summary" ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
