@@ -464,7 +464,7 @@ absl::Status Builder::Rope() {
   TP_RETURN_IF_ERROR(CheckResults(vec * es, kind == "kv_write" ? std::initializer_list<int>{0}
                                             : fused            ? std::initializer_list<int>{0, 1, 2}
                                                                : std::initializer_list<int>{0}));
-  if (buffers_ != nullptr && kind != "kv_write" && buffers_->rope_inv_freq == nullptr) {
+  if (buffers_ != nullptr && NeedsRopeFrequencies(kind) && buffers_->rope_inv_freq == nullptr) {
     return Error("no rope frequencies (RegionBuffers::rope_inv_freq)");
   }
   const float* inv_freq = buffers_ != nullptr ? buffers_->rope_inv_freq : nullptr;
@@ -674,6 +674,10 @@ std::vector<float> DecodeFloats(ir::DType dtype, absl::string_view bytes) {
 float RoundToDType(ir::DType dtype, float value) {
   if (dtype == ir::DType::kF32) return value;
   return HalfBitsToFloat(FloatToHalfBits(value, dtype), dtype);
+}
+
+bool NeedsRopeFrequencies(absl::string_view kind) {
+  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
 }
 
 KernelInstance FillUniformInstance(ir::DType dtype) {

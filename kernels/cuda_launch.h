@@ -100,6 +100,10 @@ absl::StatusOr<std::vector<PreparedLaunch>> PrepareLaunches(const KernelFamily& 
                                                             const Tactic& tactic,
                                                             const RegionBuffers& buffers);
 
+// Whether launching a region of `kind` needs RegionBuffers::rope_inv_freq (rope and the
+// fused RoPE + KV-write kinds).
+bool NeedsRopeFrequencies(absl::string_view kind);
+
 // The runtime's own kernels (cuda/runtime_support.cuh): random weights of a float dtype
 // generated on the device, and the step that chains greedy decode steps in one CUDA Graph.
 KernelInstance FillUniformInstance(ir::DType dtype);

@@ -7,6 +7,17 @@
 #include "base/status_macros.h"
 
 namespace tileplan::kernels {
+namespace {
+
+CompileRequest RequestFor(const KernelInstance& instance, int sm) {
+  CompileRequest request;
+  request.source = instance.source;
+  request.name_expressions = instance.name_expressions;
+  request.sm = sm;
+  return request;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KernelLoader>> KernelLoader::Create(const device::Device& device,
                                                                    const NvrtcCompiler& compiler) {
@@ -23,11 +34,8 @@ absl::StatusOr<LoadedInstance*> KernelLoader::Load(const KernelInstance& instanc
   std::lock_guard<std::mutex> lock(mu_);
   auto it = loaded_.find(instance);
   if (it != loaded_.end()) return it->second.get();
-  CompileRequest request;
-  request.source = instance.source;
-  request.name_expressions = instance.name_expressions;
-  request.sm = device_->sm();
-  TP_ASSIGN_OR_RETURN(CompiledModule compiled, compiler_->Compile(request));
+  TP_ASSIGN_OR_RETURN(CompiledModule compiled,
+                      compiler_->Compile(RequestFor(instance, device_->sm())));
   auto loaded = std::make_unique<LoadedInstance>();
   TP_ASSIGN_OR_RETURN(loaded->module,
                       device::Module::Load(*device_, compiled.cubin,
@@ -63,6 +71,30 @@ absl::Status KernelLoader::Run(const KernelInstance& instance,
   TP_ASSIGN_OR_RETURN(LoadedInstance * loaded, Load(instance));
   for (PreparedLaunch& launch : launches) TP_RETURN_IF_ERROR(Launch(*loaded, launch));
   return absl::OkStatus();
+}
+
+std::vector<absl::Status> KernelLoader::Precompile(
+    const std::vector<KernelInstance>& instances) const {
+  std::vector<CompileRequest> requests;
+  for (const KernelInstance& instance : instances) {
+    requests.push_back(RequestFor(instance, device_->sm()));
+  }
+  return compiler_->CompileInParallel(requests);
+}
+
+absl::Status KernelLoader::FillUniform(void* out, ir::DType dtype, int64_t n, uint64_t seed,
+                                       float scale, float offset, cudaStream_t stream) {
+  std::vector<PreparedLaunch> launches(1);
+  PreparedLaunch& launch = launches.front();
+  launch.config.grid = {std::min<int64_t>(4096, (n + 255) / 256), 1, 1};
+  launch.config.block = {256, 1, 1};
+  launch.config.stream = stream;
+  launch.args.Add(out)
+      .Add(static_cast<long long>(n))
+      .Add(static_cast<unsigned long long>(seed))
+      .Add(scale)
+      .Add(offset);
+  return Run(FillUniformInstance(dtype), launches);
 }
 
 }  // namespace tileplan::kernels

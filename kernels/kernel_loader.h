@@ -37,6 +37,11 @@ class KernelLoader {
   // Thread-safe; the result lives as long as the loader.
   absl::StatusOr<LoadedInstance*> Load(const KernelInstance& instance);
 
+  // Compiles `instances` for this device's sm_XX on all host cores at once, into the disk
+  // cache, so that Load then finds them there; the statuses in order (a failure carries the
+  // NVRTC log). Thread-safe.
+  std::vector<absl::Status> Precompile(const std::vector<KernelInstance>& instances) const;
+
   // Launches one prepared launch of a loaded instance (asynchronously, on its stream),
   // raising the kernel's dynamic shared memory limit first when the launch needs more than
   // 48 KiB. Not thread-safe for one LoadedInstance (the raised limit is recorded in it).
@@ -44,6 +49,12 @@ class KernelLoader {
 
   // Load + Launch of every prepared launch, in order.
   absl::Status Run(const KernelInstance& instance, std::vector<PreparedLaunch>& launches);
+
+  // Enqueues out[i] = offset + scale * u(seed, i) for i < n, u uniform in [-1, 1), on
+  // `stream` (cuda/runtime_support.cuh fill_uniform; float dtypes only): random weights and
+  // tuning inputs generated on the device.
+  absl::Status FillUniform(void* out, ir::DType dtype, int64_t n, uint64_t seed, float scale,
+                           float offset, cudaStream_t stream);
 
   const device::Device& device() const { return *device_; }
 

@@ -3,7 +3,9 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string_view>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -218,6 +220,24 @@ absl::StatusOr<CompiledModule> NvrtcCompiler::CompileUncached(const CompileReque
   module.cubin.resize(cubin_size);
   TP_NVRTC_RETURN_IF_ERROR(nvrtcGetCUBIN(program, module.cubin.data()));
   return module;
+}
+
+std::vector<absl::Status> NvrtcCompiler::CompileInParallel(
+    const std::vector<CompileRequest>& requests) const {
+  std::vector<absl::Status> status(requests.size());
+  std::atomic<size_t> next{0};
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                           static_cast<unsigned>(requests.size())));
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < requests.size(); i = next++) {
+        status[i] = Compile(requests[i]).status();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
 }
 
 }  // namespace tileplan::kernels

@@ -70,6 +70,9 @@ class NvrtcCompiler {
   // failed compilation returns InvalidArgument carrying the file, architecture, every
   // name expression and NVRTC's full log. Thread-safe.
   absl::StatusOr<CompiledModule> Compile(const CompileRequest& request) const;
+  // Compile of every request, on all host cores at once (each into the disk cache); the
+  // statuses in request order.
+  std::vector<absl::Status> CompileInParallel(const std::vector<CompileRequest>& requests) const;
 
   // The cache key of a request (exposed for tests and tools).
   std::string CacheKey(const CompileRequest& request) const;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 
 namespace tileplan::planner {
@@ -13,8 +14,6 @@ namespace {
 
 using kernels::BoundGraph;
 using kernels::Layout;
-
-int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 class UnionFind {
  public:

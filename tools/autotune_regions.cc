@@ -53,6 +53,7 @@
 #include "regions/serialization.h"
 #include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
+#include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/region_tuner.h"
 #include "tuner/tactic_store.h"
@@ -90,19 +91,6 @@ struct Args {
   std::vector<std::string> raw;  // the arguments other than the worker's, for restarts
 };
 
-absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " needs positive integers, got '", text, "'"));
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   Args args;
   for (int k = 1; k < argc; ++k) {
@@ -131,20 +119,17 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--cache") {
       args.cache = *value;
     } else if (flag == "--prefill") {
-      TP_ASSIGN_OR_RETURN(args.prefill, PositiveList(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.prefill, tools::PositiveList(flag, *value));
     } else if (flag == "--decode") {
-      TP_ASSIGN_OR_RETURN(args.decode, PositiveList(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.decode, tools::PositiveList(flag, *value));
     } else if (flag == "--batch") {
-      TP_ASSIGN_OR_RETURN(args.batch, PositiveList(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.batch, tools::PositiveList(flag, *value));
     } else if (flag == "--target") {
       args.target = *value;
     } else if (flag == "--repeats" || flag == "--max-candidates") {
-      int v = 0;
-      if (!absl::SimpleAtoi(*value, &v) || v <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, " needs a positive integer, got '", *value, "'"));
-      }
-      (flag == "--repeats" ? args.repeats : args.max_candidates) = v;
+      TP_ASSIGN_OR_RETURN(const int64_t v, tools::PositiveInt(flag, *value));
+      (flag == "--repeats" ? args.repeats : args.max_candidates) =
+          static_cast<int>(std::min<int64_t>(v, 1 << 20));
     } else if (flag == "--export") {
       args.export_path = *value;
     } else if (flag == "--import") {
@@ -180,18 +165,6 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   return args;
 }
 
-absl::StatusOr<models::ModelConfig> LoadConfig(const std::string& model) {
-  std::error_code ec;
-  if (std::filesystem::exists(model, ec)) return models::LoadModelConfig(model);
-  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
-  if (!config.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "--model ", model,
-        " is neither an existing path nor a bundled config: ", config.status().message()));
-  }
-  return config;
-}
-
 // One region and family to measure.
 struct Item {
   int plan = 0, phase = 0, step = 0;
@@ -213,7 +186,7 @@ struct Work {
 
 absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription& target,
                              const std::string& environment) {
-  TP_ASSIGN_OR_RETURN(models::ModelConfig config, LoadConfig(args.model));
+  TP_ASSIGN_OR_RETURN(models::ModelConfig config, tools::LoadModelArgument(args.model));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
   Work work;
   std::set<planner::TacticKey> seen;
@@ -287,19 +260,32 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
   return work;
 }
 
+// The device, its target, the compiler and the environment measurements are keyed by; the
+// parent and the worker open them alike, so both compute the same keys.
+struct Gpu {
+  std::unique_ptr<device::Device> device;
+  planner::TargetDescription target;
+  std::unique_ptr<kernels::NvrtcCompiler> compiler;
+  tuner::Environment environment;
+};
+
+absl::StatusOr<Gpu> OpenGpu(const Args& args) {
+  Gpu gpu;
+  TP_ASSIGN_OR_RETURN(gpu.device, device::Device::Open(0));
+  TP_ASSIGN_OR_RETURN(gpu.target, runtime::gpu::ChooseTarget(args.target, gpu.device.get()));
+  TP_ASSIGN_OR_RETURN(gpu.compiler, kernels::NvrtcCompiler::Create({}));
+  TP_ASSIGN_OR_RETURN(gpu.environment,
+                      tuner::DetectEnvironment(*gpu.device, *gpu.compiler, gpu.target));
+  return gpu;
+}
+
 // The worker: measures the given items and records each in the store.
 absl::StatusOr<int> RunWorker(const Args& args) {
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
-  planner::TargetDescription target;
-  if (!args.target.empty()) {
-    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
-  } else {
-    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(*device));
-  }
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
-                      kernels::NvrtcCompiler::Create({}));
-  TP_ASSIGN_OR_RETURN(tuner::Environment environment,
-                      tuner::DetectEnvironment(*device, *compiler, target));
+  TP_ASSIGN_OR_RETURN(Gpu gpu, OpenGpu(args));
+  const device::Device* const device = gpu.device.get();
+  const planner::TargetDescription& target = gpu.target;
+  const kernels::NvrtcCompiler* const compiler = gpu.compiler.get();
+  const tuner::Environment& environment = gpu.environment;
   TP_ASSIGN_OR_RETURN(Work work, Collect(args, target, environment.Fingerprint()));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelLoader> loader,
                       kernels::KernelLoader::Create(*device, *compiler));
@@ -307,7 +293,7 @@ absl::StatusOr<int> RunWorker(const Args& args) {
                       kernels::CublasLtRunner::Create(*device, *loader));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<tuner::TacticStore> store,
                       tuner::TacticStore::Open(args.cache, {}));
-  tuner::RegionTuner region_tuner(*device, *compiler, *loader, *blas, target);
+  tuner::RegionTuner region_tuner(*device, *loader, *blas, target);
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
   for (int index : args.items) {
     if (index < 0 || index >= static_cast<int>(work.items.size())) {
@@ -448,17 +434,10 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
     }
     return kExitOk;
   }
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
-  planner::TargetDescription target;
-  if (!args.target.empty()) {
-    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
-  } else {
-    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(*device));
-  }
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
-                      kernels::NvrtcCompiler::Create({}));
-  TP_ASSIGN_OR_RETURN(tuner::Environment environment,
-                      tuner::DetectEnvironment(*device, *compiler, target));
+  TP_ASSIGN_OR_RETURN(Gpu gpu, OpenGpu(args));
+  const device::Device* const device = gpu.device.get();
+  const planner::TargetDescription& target = gpu.target;
+  const tuner::Environment& environment = gpu.environment;
   // What the store already answers (a file that does not exist yet answers nothing; the
   // worker creates it).
   std::unique_ptr<tuner::TacticStore> store;

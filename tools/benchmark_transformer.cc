@@ -69,6 +69,7 @@
 #include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
 
@@ -110,24 +111,6 @@ struct Args {
   std::vector<std::string> print_after;
 };
 
-absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view text) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v) || v <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " needs a positive integer, got '", text, "'"));
-  }
-  return v;
-}
-
-absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    TP_ASSIGN_OR_RETURN(int64_t v, PositiveInt(flag, part));
-    out.push_back(v);
-  }
-  return out;
-}
-
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   Args args;
   for (int k = 1; k < argc; ++k) {
@@ -166,7 +149,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     if (flag == "--time-planning") {
       int64_t runs = 20;
       if (value) {
-        TP_ASSIGN_OR_RETURN(runs, PositiveInt(flag, *value));
+        TP_ASSIGN_OR_RETURN(runs, tools::PositiveInt(flag, *value));
       }
       args.time_planning_runs = static_cast<int>(std::min<int64_t>(runs, 10000));
       continue;
@@ -181,20 +164,20 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--target") {
       args.target = *value;
     } else if (flag == "--batch") {
-      TP_ASSIGN_OR_RETURN(args.batch, PositiveInt(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.batch, tools::PositiveInt(flag, *value));
     } else if (flag == "--prefill") {
-      TP_ASSIGN_OR_RETURN(args.prefill, PositiveList(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.prefill, tools::PositiveList(flag, *value));
     } else if (flag == "--decode") {
-      TP_ASSIGN_OR_RETURN(args.decode, PositiveList(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.decode, tools::PositiveList(flag, *value));
     } else if (flag == "--max-context") {
-      TP_ASSIGN_OR_RETURN(args.max_context, PositiveInt(flag, *value));
+      TP_ASSIGN_OR_RETURN(args.max_context, tools::PositiveInt(flag, *value));
     } else if (flag == "--print-after") {
       args.print_after = absl::StrSplit(*value, ',', absl::SkipEmpty());
       if (args.print_after.empty()) {
         return absl::InvalidArgumentError("--print-after needs a pass name");
       }
     } else if (flag == "--iters" || flag == "--warmup") {
-      TP_ASSIGN_OR_RETURN(const int64_t n, PositiveInt(flag, *value));
+      TP_ASSIGN_OR_RETURN(const int64_t n, tools::PositiveInt(flag, *value));
       (flag == "--iters" ? args.iters : args.warmup) =
           static_cast<int>(std::min<int64_t>(n, 100000));
     } else if (flag == "--pdl") {
@@ -211,25 +194,6 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   }
   if (args.model.empty()) return absl::InvalidArgumentError("--model is required");
   return args;
-}
-
-// A checkpoint directory or config file when the path exists, else a bundled config.
-absl::StatusOr<models::ModelConfig> LoadConfig(const std::string& model, std::string* name) {
-  std::error_code ec;
-  if (std::filesystem::exists(model, ec)) {
-    std::filesystem::path path = std::filesystem::path(model).lexically_normal();
-    if (path.filename().empty()) path = path.parent_path();
-    *name = path.filename().string();
-    return models::LoadModelConfig(model);
-  }
-  *name = model;
-  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
-  if (!config.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "--model ", model,
-        " is neither an existing path nor a bundled config: ", config.status().message()));
-  }
-  return config;
 }
 
 struct Stats {
@@ -423,15 +387,10 @@ absl::StatusOr<int> Run(const Args& args) {
                      "; the benchmark needs a GPU (--show-plan prints the plan without one)"));
   }
   std::string name;
-  TP_ASSIGN_OR_RETURN(models::ModelConfig config, LoadConfig(args.model, &name));
-  planner::TargetDescription target;
-  if (!args.target.empty()) {
-    TP_ASSIGN_OR_RETURN(target, planner::FindTarget(args.target));
-  } else if (device.ok()) {
-    TP_ASSIGN_OR_RETURN(target, runtime::gpu::TargetForDevice(**device));
-  } else {
-    TP_ASSIGN_OR_RETURN(target, planner::FindTarget("h200"));
-  }
+  TP_ASSIGN_OR_RETURN(models::ModelConfig config, tools::LoadModelArgument(args.model, &name));
+  TP_ASSIGN_OR_RETURN(
+      planner::TargetDescription target,
+      runtime::gpu::ChooseTarget(args.target, device.ok() ? device->get() : nullptr));
   planner::PlanOptions options;
   options.model_name = name;
   options.prefill_tokens = args.prefill;

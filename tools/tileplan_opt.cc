@@ -33,7 +33,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -46,11 +45,13 @@
 #include "regions/printer.h"
 #include "regions/serialization.h"
 #include "regions/verifier.h"
+#include "tools/tool_support.h"
 
 namespace {
 
 using tileplan::ir::Graph;
 namespace planner = tileplan::planner;
+namespace tools = tileplan::tools;
 
 constexpr char kUsage[] =
     "usage: tileplan-opt FILE|- | --model NAME|DIR\n"
@@ -73,15 +74,6 @@ struct Options {
   bool emit_proto = false;
   bool list_passes = false;
 };
-
-absl::StatusOr<int64_t> PositiveFlag(absl::string_view flag, absl::string_view text) {
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " expects a positive integer, got '", text, "'"));
-  }
-  return value;
-}
 
 std::vector<std::string> NameList(absl::string_view text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
@@ -153,9 +145,9 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
       }
       o.phase = *v;
     } else if (auto v = value_of("--tokens")) {
-      TP_ASSIGN_OR_RETURN(o.tokens, PositiveFlag("--tokens", *v));
+      TP_ASSIGN_OR_RETURN(o.tokens, tools::PositiveInt("--tokens", *v));
     } else if (auto v = value_of("--batch")) {
-      TP_ASSIGN_OR_RETURN(o.batch, PositiveFlag("--batch", *v));
+      TP_ASSIGN_OR_RETURN(o.batch, tools::PositiveInt("--batch", *v));
     } else if (auto v = value_of("--print-after")) {
       for (std::string& name : NameList(*v)) o.print_after.push_back(std::move(name));
     } else if (arg != "-" && absl::StartsWith(arg, "-")) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -331,6 +332,43 @@ RowCheck CompareRows(absl::string_view what, const std::vector<float>& ours,
   return check;
 }
 
+// One decode step of one sequence: the logits [V] after `token` at `position`.
+using DecodeStep =
+    std::function<absl::StatusOr<std::vector<float>>(int32_t token, int32_t position)>;
+
+// The greedy continuation after the prompt (as many tokens as the reference holds), from the
+// prompt's logits [T, V] and one decode step per further token.
+absl::StatusOr<std::vector<int32_t>> GreedySteps(const std::vector<float>& prompt_logits,
+                                                 const Reference& ref, int64_t vocab,
+                                                 const DecodeStep& step) {
+  const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
+  const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
+  std::vector<int32_t> greedy;
+  int32_t next = static_cast<int32_t>(ArgmaxRow(prompt_logits, prompt_len - 1, vocab));
+  for (int64_t k = 0; k < num_greedy; ++k) {
+    greedy.push_back(next);
+    if (k + 1 == num_greedy) break;
+    TP_ASSIGN_OR_RETURN(std::vector<float> logits,
+                        step(next, static_cast<int32_t>(prompt_len + k)));
+    next = static_cast<int32_t>(ArgmaxRow(logits, 0, vocab));
+  }
+  return greedy;
+}
+
+// The logits [N - 1, V] of the decode steps fed the reference's greedy tokens, after the
+// caller ran the prompt.
+absl::StatusOr<std::vector<float>> ForcedSteps(const Reference& ref, const DecodeStep& step) {
+  const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
+  std::vector<float> forced;
+  for (size_t j = 0; j + 1 < ref.greedy.size(); ++j) {
+    TP_ASSIGN_OR_RETURN(
+        std::vector<float> logits,
+        step(ref.greedy[j], static_cast<int32_t>(prompt_len + static_cast<int64_t>(j))));
+    forced.insert(forced.end(), logits.begin(), logits.end());
+  }
+  return forced;
+}
+
 // What a backend computed for the reference prompt.
 struct Outputs {
   std::vector<float> logits;                 // [T, V]
@@ -379,25 +417,16 @@ absl::StatusOr<Outputs> RunCpu(const Args& args, const ir::Graph& graph,
   for (int64_t t = 0; t < prompt_len; ++t) positions[t] = static_cast<int32_t>(t);
   Outputs out;
   TP_ASSIGN_OR_RETURN(out.logits, backend->Run(ref.input_ids, positions));
-  std::vector<int32_t> greedy;
-  int32_t next = static_cast<int32_t>(ArgmaxRow(out.logits, prompt_len - 1, vocab));
-  for (int64_t k = 0; k < num_greedy; ++k) {
-    greedy.push_back(next);
-    if (k + 1 == num_greedy) break;
-    TP_ASSIGN_OR_RETURN(std::vector<float> step,
-                        backend->Run({next}, {static_cast<int32_t>(prompt_len + k)}));
-    next = static_cast<int32_t>(ArgmaxRow(step, 0, vocab));
-  }
+  const DecodeStep step = [&](int32_t token, int32_t position) {
+    return backend->Run({token}, {position});
+  };
+  TP_ASSIGN_OR_RETURN(std::vector<int32_t> greedy, GreedySteps(out.logits, ref, vocab, step));
   out.greedy.push_back(std::move(greedy));
   out.greedy_names.push_back("greedy");
   if (!ref.greedy_logits.empty()) {
     backend->Reset();
     TP_RETURN_IF_ERROR(backend->Run(ref.input_ids, positions).status());
-    for (int64_t j = 0; j + 1 < num_greedy; ++j) {
-      TP_ASSIGN_OR_RETURN(std::vector<float> step,
-                          backend->Run({ref.greedy[j]}, {static_cast<int32_t>(prompt_len + j)}));
-      out.forced.insert(out.forced.end(), step.begin(), step.end());
-    }
+    TP_ASSIGN_OR_RETURN(out.forced, ForcedSteps(ref, step));
   }
   return out;
 }
@@ -441,25 +470,16 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
                       rt->Generate(ref.input_ids, 1, static_cast<int>(num_greedy)));
   out.greedy.push_back(std::move(loop));
   out.greedy_names.push_back("greedy (device loop)");
+  const DecodeStep step = [&](int32_t token, int32_t position) {
+    return rt->Decode({token}, {position});
+  };
   TP_ASSIGN_OR_RETURN(std::vector<float> again, rt->Prefill(ref.input_ids, 1));
-  std::vector<int32_t> stepped;
-  int32_t next = static_cast<int32_t>(ArgmaxRow(again, prompt_len - 1, vocab));
-  for (int64_t k = 0; k < num_greedy; ++k) {
-    stepped.push_back(next);
-    if (k + 1 == num_greedy) break;
-    TP_ASSIGN_OR_RETURN(std::vector<float> step,
-                        rt->Decode({next}, {static_cast<int32_t>(prompt_len + k)}));
-    next = static_cast<int32_t>(ArgmaxRow(step, 0, vocab));
-  }
+  TP_ASSIGN_OR_RETURN(std::vector<int32_t> stepped, GreedySteps(again, ref, vocab, step));
   out.greedy.push_back(std::move(stepped));
   out.greedy_names.push_back("greedy (host steps)");
   if (!ref.greedy_logits.empty()) {
     TP_RETURN_IF_ERROR(rt->Prefill(ref.input_ids, 1).status());
-    for (int64_t j = 0; j + 1 < num_greedy; ++j) {
-      TP_ASSIGN_OR_RETURN(std::vector<float> step,
-                          rt->Decode({ref.greedy[j]}, {static_cast<int32_t>(prompt_len + j)}));
-      out.forced.insert(out.forced.end(), step.begin(), step.end());
-    }
+    TP_ASSIGN_OR_RETURN(out.forced, ForcedSteps(ref, step));
   }
   return out;
 }

@@ -3,12 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <map>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -24,10 +22,6 @@ namespace {
 
 using kernels::BoundRegion;
 using kernels::Tactic;
-
-bool HasRope(absl::string_view kind) {
-  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
-}
 
 // Errors after which the CUDA context is unusable.
 bool IsSticky(cudaError_t e) {
@@ -103,7 +97,7 @@ class Session {
     if (counters > 0) TP_RETURN_IF_ERROR(counters_.Fill(0));
     TP_ASSIGN_OR_RETURN(error_, device::DeviceBuffer::Allocate(device_, sizeof(int)));
     TP_RETURN_IF_ERROR(error_.Fill(0));
-    if (HasRope(region_.kind())) {
+    if (kernels::NeedsRopeFrequencies(region_.kind())) {
       TP_ASSIGN_OR_RETURN(runtime::cpu::RopeParams params,
                           runtime::cpu::RopeParamsFromAttributes(region_.region().attrs));
       const std::vector<float> freq =
@@ -347,18 +341,8 @@ class Session {
       if (fresh_results_.contains(root)) continue;  // poisoned before every run
       if (dtype != ir::DType::kI32) {
         // On the device: an LM head's weight is 10^8 elements.
-        kernels::PreparedLaunch launch;
-        launch.config.grid = {std::min<int64_t>(4096, (n + 255) / 256), 1, 1};
-        launch.config.block = {256, 1, 1};
-        launch.config.stream = stream_;
-        launch.args.Add(static_cast<void*>(buffer.data()))
-            .Add(static_cast<long long>(n))
-            .Add(static_cast<unsigned long long>(seed++))
-            .Add(1.0f)
-            .Add(0.0f);
-        std::vector<kernels::PreparedLaunch> launches;
-        launches.push_back(std::move(launch));
-        TP_RETURN_IF_ERROR(loader_.Run(kernels::FillUniformInstance(dtype), launches));
+        TP_RETURN_IF_ERROR(
+            loader_.FillUniform(buffer.data(), dtype, n, seed++, 1.0f, 0.0f, stream_));
         continue;
       }
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -457,23 +441,8 @@ void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic
     absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(region, t);
     if (instance.ok()) unique.insert(*std::move(instance));
   }
-  std::vector<kernels::KernelInstance> list(unique.begin(), unique.end());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                                           static_cast<unsigned>(list.size())));
-  for (unsigned w = 0; w < workers; ++w) {
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < list.size(); i = next++) {
-        kernels::CompileRequest request;
-        request.source = list[i].source;
-        request.name_expressions = list[i].name_expressions;
-        request.sm = device_->sm();
-        (void)compiler_->Compile(request);  // failures are reported by Tune, per candidate
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  // Failures are reported by Tune, per candidate.
+  (void)loader_->Precompile(std::vector<kernels::KernelInstance>(unique.begin(), unique.end()));
 }
 
 absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(

@@ -29,7 +29,6 @@
 #include "kernels/cublaslt_runner.h"
 #include "kernels/kernel_family.h"
 #include "kernels/kernel_loader.h"
-#include "kernels/nvrtc_compiler.h"
 #include "runtime/device/device.h"
 #include "tuner/tactic_store.h"
 
@@ -63,10 +62,9 @@ struct TuneOptions {
 class RegionTuner {
  public:
   // Everything must outlive the tuner.
-  RegionTuner(const device::Device& device, const kernels::NvrtcCompiler& compiler,
-              kernels::KernelLoader& loader, kernels::CublasLtRunner& blas,
-              const planner::TargetDescription& target)
-      : device_(&device), compiler_(&compiler), loader_(&loader), blas_(&blas), target_(&target) {}
+  RegionTuner(const device::Device& device, kernels::KernelLoader& loader,
+              kernels::CublasLtRunner& blas, const planner::TargetDescription& target)
+      : device_(&device), loader_(&loader), blas_(&blas), target_(&target) {}
 
   // Compiles every template instance of `candidates` for the device on all host cores (into
   // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
@@ -84,7 +82,6 @@ class RegionTuner {
 
  private:
   const device::Device* device_;
-  const kernels::NvrtcCompiler* compiler_;
   kernels::KernelLoader* loader_;
   kernels::CublasLtRunner* blas_;
   const planner::TargetDescription* target_;

@@ -37,4 +37,11 @@ absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device&
   return t;
 }
 
+absl::StatusOr<planner::TargetDescription> ChooseTarget(absl::string_view requested,
+                                                        const device::Device* device) {
+  if (!requested.empty()) return planner::FindTarget(requested);
+  if (device != nullptr) return TargetForDevice(*device);
+  return planner::FindTarget("h200");
+}
+
 }  // namespace tileplan::runtime::gpu

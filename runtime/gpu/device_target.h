@@ -3,6 +3,7 @@
 #define TILEPLAN_RUNTIME_GPU_DEVICE_TARGET_H_
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "planner/target.pb.h"
 #include "runtime/device/device.h"
 
@@ -13,6 +14,11 @@ namespace tileplan::runtime::gpu {
 // the device (its rates stay the bundled target's, and its provenance says so).
 // FailedPrecondition when no bundled target has the device's sm (pass a target file).
 absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device& device);
+
+// The target a tool plans for: `requested` (a bundled name, alias or .textproto path) when
+// given, else the device's (TargetForDevice), else, with no device, the bundled h200.
+absl::StatusOr<planner::TargetDescription> ChooseTarget(absl::string_view requested,
+                                                        const device::Device* device);
 
 }  // namespace tileplan::runtime::gpu
 

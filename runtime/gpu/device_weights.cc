@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 #include "kernels/cuda_launch.h"
 #include "runtime/device/cuda_status.h"
@@ -17,8 +18,6 @@ namespace {
 
 constexpr int64_t kAlignment = 256;
 constexpr int64_t kStagingBytes = 64 << 20;
-
-int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 absl::StatusOr<std::vector<int64_t>> StaticShape(const std::string& name,
                                                  const ir::TensorType& type) {
@@ -226,18 +225,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Random(const devic
     } else if (slot.name.find("norm") != std::string::npos) {
       offset = 1.0f;
     }
-    const kernels::KernelInstance instance = kernels::FillUniformInstance(slot.type.dtype);
-    kernels::PreparedLaunch launch;
-    launch.config.grid = {std::min<int64_t>(4096, (n + 255) / 256), 1, 1};
-    launch.config.block = {256, 1, 1};
-    launch.args.Add(static_cast<void*>(base + slot.offset))
-        .Add(static_cast<long long>(n))
-        .Add(static_cast<unsigned long long>(seed * 1000003ull + index++))
-        .Add(scale)
-        .Add(offset);
-    std::vector<kernels::PreparedLaunch> launches;
-    launches.push_back(std::move(launch));
-    TP_RETURN_IF_ERROR(loader.Run(instance, launches));
+    TP_RETURN_IF_ERROR(loader.FillUniform(base + slot.offset, slot.type.dtype, n,
+                                          seed * 1000003ull + index++, scale, offset,
+                                          /*stream=*/nullptr));
   }
   TP_RETURN_IF_ERROR(device.Synchronize());
   return std::unique_ptr<DeviceWeights>(new DeviceWeights(std::move(layout), std::move(buffer)));

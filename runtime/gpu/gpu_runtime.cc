@@ -3,14 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 #include "kernels/bound_graph.h"
 #include "kernels/cublaslt_runner.h"
@@ -38,8 +37,6 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 int64_t ElementBytes(ir::proto::DType dtype) {
   switch (dtype) {
     case ir::proto::DTYPE_BF16:
@@ -58,10 +55,6 @@ int64_t SpanBytes(const pp::Binding& b) {
     span += (b.shape(i) - 1) * b.strides(i);
   }
   return span * ElementBytes(b.dtype());
-}
-
-bool HasRope(absl::string_view kind) {
-  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
 }
 
 // Index of the largest element (the first of equal ones).
@@ -220,12 +213,13 @@ struct GpuRuntime::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::unique_ptr<Program>> BuildProgram(const pp::Phase& phase) {
+  // `graph` is phase.graph() parsed.
+  absl::StatusOr<std::unique_ptr<Program>> BuildProgram(const pp::Phase& phase,
+                                                        std::unique_ptr<ir::Graph> graph) {
     auto p = std::make_unique<Program>();
     p->phase = &phase;
     p->decode = phase.kind() == pp::Phase::KIND_DECODE;
-    TP_ASSIGN_OR_RETURN(ir::Graph graph, ir::GraphFromProto(phase.graph()));
-    p->graph = std::make_unique<ir::Graph>(std::move(graph));
+    p->graph = std::move(graph);
     kernels::ShapeBindings bindings;
     for (const pp::SymbolBinding& b : phase.bindings()) bindings[b.symbol()] = b.extent();
     p->batch = bindings.count("B") ? bindings["B"] : 0;
@@ -287,7 +281,7 @@ struct GpuRuntime::Impl {
         s.buffers.counters = arena_base + step.counters_offset();
         p->counters.emplace_back(step.counters_offset(), step.counters_bytes());
       }
-      if (HasRope(region.kind())) {
+      if (kernels::NeedsRopeFrequencies(region.kind())) {
         TP_ASSIGN_OR_RETURN(s.buffers.rope_inv_freq,
                             RopeTable(region.region(), region.result(0).shape.back()));
       }
@@ -457,23 +451,7 @@ struct GpuRuntime::Impl {
     info.kernels_compiled = static_cast<int>(list.size());
     // Compile in parallel into the disk cache; loading then finds every module there.
     const Clock::time_point start = Clock::now();
-    std::vector<absl::Status> status(list.size());
-    std::atomic<size_t> next{0};
-    const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                                             static_cast<unsigned>(list.size())));
-    std::vector<std::thread> threads;
-    for (unsigned w = 0; w < workers; ++w) {
-      threads.emplace_back([&] {
-        for (size_t i = next++; i < list.size(); i = next++) {
-          kernels::CompileRequest request;
-          request.source = list[i].source;
-          request.name_expressions = list[i].name_expressions;
-          request.sm = device->sm();
-          status[i] = compiler->Compile(request).status();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    const std::vector<absl::Status> status = loader->Precompile(list);
     for (const absl::Status& s : status) TP_RETURN_IF_ERROR(s);
     for (StepExec* s : template_steps) {
       TP_ASSIGN_OR_RETURN(s->loaded, loader->Load(s->instance));
@@ -717,8 +695,9 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   info.state_bytes = first_arena.state_bytes();
   info.arena_bytes = arena_bytes;
 
-  for (const pp::Phase& phase : impl->plan.phases()) {
-    TP_ASSIGN_OR_RETURN(std::unique_ptr<Program> program, impl->BuildProgram(phase));
+  for (int i = 0; i < impl->plan.phases_size(); ++i) {
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<Program> program,
+                        impl->BuildProgram(impl->plan.phases(i), std::move(graphs[i])));
     impl->programs.push_back(std::move(program));
   }
   TP_RETURN_IF_ERROR(impl->CompileAll(info));

@@ -1,0 +1,49 @@
+#include "tools/tool_support.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+
+namespace tileplan::tools {
+
+absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view text) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " needs a positive integer, got '", text, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    TP_ASSIGN_OR_RETURN(int64_t v, PositiveInt(flag, part));
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<models::ModelConfig> LoadModelArgument(const std::string& model, std::string* name) {
+  std::error_code ec;
+  if (std::filesystem::exists(model, ec)) {
+    std::filesystem::path path = std::filesystem::path(model).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();
+    if (name != nullptr) *name = path.filename().string();
+    return models::LoadModelConfig(model);
+  }
+  if (name != nullptr) *name = model;
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
+  if (!config.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        "--model ", model,
+        " is neither an existing path nor a bundled config: ", config.status().message()));
+  }
+  return config;
+}
+
+}  // namespace tileplan::tools
