@@ -7,7 +7,7 @@
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
 #       [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
-#       [--bench-as NAME ARGS] [--torch ARGS] [--table]
+#       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES]
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
 shift 2
@@ -119,6 +119,25 @@ while (($#)); do
       for f in "$out"/bench*.json; do benches+=(--tileplan "$f" --label "$(basename "$f" .json)"); done
       python3 tools/reference/perf_table.py --torch "$out/torch.json" "${benches[@]}" |
         tee -a "$summary" ;;
+    --ncu)
+      # --ncu ARGS PHASES: one benchmark_transformer run (ARGS; add --iters 1 --warmup 1)
+      # under Nsight Compute, every kernel alone, then the per-phase breakdown
+      # (tools/gpu/ncu_breakdown.py; PHASES names the phases in launch order).
+      metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+      metrics+=,launch__grid_size,launch__block_size
+      timeout 300 ncu --clock-control none --graph-profiling node --csv --page raw \
+        --metrics "$metrics" "$staged/benchmark_transformer" $2 > "$work/ncu.csv" \
+        2> "$work/ncu.err"
+      rc=$?
+      note "ncu benchmark_transformer $2: rc=$rc"
+      if ((rc == 0)); then
+        cp "$work/ncu.csv" "$out/ncu.csv"
+        python3 tools/gpu/ncu_breakdown.py "$work/ncu.csv" --phases "$3" | tee -a "$summary"
+      else
+        status=1
+        tail -20 "$work/ncu.err" >> "$summary"
+      fi
+      shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
