@@ -24,6 +24,9 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   for (const char* name : kPipelinePasses) {
     TP_RETURN_IF_ERROR(pipeline.Add(name, pass_options));
   }
+  if (phase == ir::Phase::kPrefill && options.last_token_logits) {
+    TP_RETURN_IF_ERROR(pipeline.Add("last_token_logits", pass_options));
+  }
   return pipeline;
 }
 

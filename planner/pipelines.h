@@ -4,7 +4,8 @@
 // fuse_qk_norm_rope_kv_write, fuse_residual, dce, specialize_phase (docs/planner.md). They
 // differ only in how specialize_phase binds the symbols: prefill binds T to the token bucket,
 // decode binds T to 1. B and Smax are bound when the options give them and stay symbolic
-// otherwise.
+// otherwise. With PipelineOptions::last_token_logits the prefill pipeline ends with
+// last_token_logits.
 #ifndef TILEPLAN_PLANNER_PIPELINES_H_
 #define TILEPLAN_PLANNER_PIPELINES_H_
 
@@ -22,6 +23,9 @@ struct PipelineOptions {
   int64_t tokens = 0;
   std::optional<int64_t> batch;           // the batch bucket (B)
   std::optional<int64_t> cache_capacity;  // the KV-cache capacity (Smax)
+  // Prefill only: append last_token_logits, so the prefill's logits are [B, 1, V] (each
+  // sequence's last token) instead of [B, T, V].
+  bool last_token_logits = false;
 };
 
 // InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.

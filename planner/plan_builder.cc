@@ -297,6 +297,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     PipelineOptions pipeline;
     pipeline.tokens = tokens;
     pipeline.batch = options.prefill_batch;
+    pipeline.last_token_logits = options.prefill_last_token_logits;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildPrefillPipeline(pipeline)));
   }
   for (int64_t batch : options.decode_batches) {

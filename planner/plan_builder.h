@@ -29,7 +29,10 @@ struct PlanOptions {
   std::vector<int64_t> decode_batches = {1};               // one decode phase per B
   int64_t max_context = 4096;                              // Smax
   int64_t decode_context = 0;  // decode estimates' context; 0: max_context
-  PrintOptions print;          // IR after passes, for every phase's pipeline run
+  // Prefill phases compute the logits of each sequence's last token only ([B, 1, V]), as a
+  // generating runtime needs; false keeps every token's ([B, T, V]), as parity checks do.
+  bool prefill_last_token_logits = false;
+  PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement
   // matches.

@@ -3,6 +3,7 @@
 //
 //   autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]
 //       [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N] [--freeze]
+//       [--prefill-logits all|last]
 //   autotune_regions --cache FILE --export FILE
 //   autotune_regions --cache FILE --import FILE
 //
@@ -14,6 +15,8 @@
 // process (this binary with --worker): a candidate that faults the GPU kills only the worker,
 // which is restarted without that candidate (recorded as a fault). One progress line per
 // region, then a summary. --freeze turns any key still to tune into an error.
+// --prefill-logits plans the prefill phases as benchmark_transformer does with the same flag
+// (last: the LM head of each sequence's last token only), so their keys match its plans.
 //
 // Exit status: 0 done; 1 some region could not be tuned at all; 2 bad arguments, no GPU, or
 // an unusable store.
@@ -70,7 +73,7 @@ constexpr int kExitBad = 2;
 constexpr const char* kUsage =
     "usage: autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]\n"
     "           [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N]\n"
-    "           [--freeze]\n"
+    "           [--freeze] [--prefill-logits all|last]\n"
     "       autotune_regions --cache FILE --export FILE | --import FILE";
 
 struct Args {
@@ -83,6 +86,7 @@ struct Args {
   int repeats = 20;
   int max_candidates = 256;
   bool freeze = false;
+  bool prefill_last_logits = false;
   std::string export_path, import_path;
   // Worker mode: the items to measure and the candidates to skip ("item:candidate").
   bool worker = false;
@@ -130,6 +134,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       TP_ASSIGN_OR_RETURN(const int64_t v, tools::PositiveInt(flag, *value));
       (flag == "--repeats" ? args.repeats : args.max_candidates) =
           static_cast<int>(std::min<int64_t>(v, 1 << 20));
+    } else if (flag == "--prefill-logits") {
+      TP_ASSIGN_OR_RETURN(args.prefill_last_logits, tools::PrefillLastTokenLogits(flag, *value));
     } else if (flag == "--export") {
       args.export_path = *value;
     } else if (flag == "--import") {
@@ -195,6 +201,7 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
     options.prefill_tokens = args.prefill;
     options.prefill_batch = batch;
     options.decode_batches = {batch};
+    options.prefill_last_token_logits = args.prefill_last_logits;
     int64_t longest = 0;
     for (int64_t t : args.prefill) longest = std::max(longest, t);
     for (int64_t c : args.decode) longest = std::max(longest, c);

@@ -6,7 +6,7 @@
 //       [--prefill T,T,...] [--decode C,C,...] [--max-context N] [--random-weights]
 //       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]
 //       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
-//       [--freeze]
+//       [--freeze] [--prefill-logits all|last]
 //       [--print-after-all] [--print-after=PASS[,PASS...]]
 //
 // --model      a checkpoint directory (its config.json and weights) or a bundled config
@@ -32,6 +32,9 @@
 // --tactic-cache   the SQLite tactic store autotune_regions fills (docs/tuner.md): steps
 //              whose region it measured on this GPU (same environment) take the measured
 //              tactic (source 'tuned'); --freeze makes any step without one an error
+// --prefill-logits  all (default): prefill phases compute every token's logits, as the
+//              PyTorch references' forward does; last: each sequence's last token's only
+//              (what generation needs; the planner's last_token_logits pass)
 // --print-after-all, --print-after=PASS  print the IR to stderr after the planner's passes,
 //              for every phase (docs/planner.md)
 //
@@ -84,7 +87,7 @@ constexpr const char* kUsage =
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
     "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl=never|decode|always] [--json "
     "FILE]\n"
-    "           [--profile]\n"
+    "           [--profile] [--prefill-logits all|last]\n"
     "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all]\n"
     "           [--print-after=PASS[,PASS...]]";
@@ -107,6 +110,7 @@ struct Args {
   int time_planning_runs = 0;
   std::string tactic_cache;
   bool freeze = false;
+  bool prefill_last_logits = false;
   bool print_after_all = false;
   std::vector<std::string> print_after;
 };
@@ -188,6 +192,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       args.json = *value;
     } else if (flag == "--tactic-cache") {
       args.tactic_cache = *value;
+    } else if (flag == "--prefill-logits") {
+      TP_ASSIGN_OR_RETURN(args.prefill_last_logits, tools::PrefillLastTokenLogits(flag, *value));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
     }
@@ -357,9 +363,11 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
     std::string json = absl::StrFormat(
         "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"target\": \"%s\",\n"
         "  \"batch\": %d,\n  \"cuda_graphs\": %s,\n  \"weights\": \"%s\",\n"
-        "  \"iters\": %d,\n  \"setup_seconds\": %.3f,\n  \"results\": [",
+        "  \"iters\": %d,\n  \"prefill_logits\": \"%s\",\n  \"setup_seconds\": %.3f,\n"
+        "  \"results\": [",
         name, device.properties().name, target.name(), batch, args.cuda_graphs ? "true" : "false",
-        checkpoint ? "checkpoint" : "random", args.iters, info.setup_seconds);
+        checkpoint ? "checkpoint" : "random", args.iters, args.prefill_last_logits ? "last" : "all",
+        info.setup_seconds);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       json += absl::StrFormat(
@@ -396,6 +404,7 @@ absl::StatusOr<int> Run(const Args& args) {
   options.prefill_tokens = args.prefill;
   options.prefill_batch = args.batch;
   options.decode_batches = {args.batch};
+  options.prefill_last_token_logits = args.prefill_last_logits;
   int64_t longest = 0;
   for (int64_t t : args.prefill) longest = std::max(longest, t);
   for (int64_t c : args.decode) longest = std::max(longest, c);

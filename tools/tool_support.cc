@@ -28,6 +28,12 @@ absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::
   return out;
 }
 
+absl::StatusOr<bool> PrefillLastTokenLogits(absl::string_view flag, absl::string_view text) {
+  if (text == "all") return false;
+  if (text == "last") return true;
+  return absl::InvalidArgumentError(absl::StrCat(flag, " takes 'all' or 'last', got '", text, "'"));
+}
+
 absl::StatusOr<models::ModelConfig> LoadModelArgument(const std::string& model, std::string* name) {
   std::error_code ec;
   if (std::filesystem::exists(model, ec)) {

@@ -17,6 +17,11 @@ absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view te
 // A comma-separated list of positive integers ("128,512").
 absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text);
 
+// --prefill-logits: "all" (every token's logits) is false, "last" (each sequence's last
+// token's only, planner::PlanOptions::prefill_last_token_logits) is true; InvalidArgument
+// naming the flag otherwise.
+absl::StatusOr<bool> PrefillLastTokenLogits(absl::string_view flag, absl::string_view text);
+
 // `model` is a checkpoint directory or config file when the path exists, else a bundled
 // config name. `name` (optional) receives the directory's name or the bundled name.
 // NotFound naming the argument when it is neither.

@@ -28,6 +28,9 @@ std::vector<PassInfo> BuiltinPasses() {
        Plain<CreateDcePass>},
       {"specialize_phase", "binds T (and B, Smax) and sets every region's phase",
        CreateSpecializePhasePass},
+      {"last_token_logits",
+       "final norm + LM head for each sequence's last token only (prefill, T static)",
+       Plain<CreateLastTokenLogitsPass>},
   };
 }
 

@@ -27,6 +27,7 @@ std::unique_ptr<Pass> CreateFuseSwigluPass();
 std::unique_ptr<Pass> CreateFuseQkNormRopeKvWritePass();
 std::unique_ptr<Pass> CreateFuseResidualPass();
 std::unique_ptr<Pass> CreateDcePass();
+std::unique_ptr<Pass> CreateLastTokenLogitsPass();
 // InvalidArgument when the phase is not prefill or decode or an extent is not positive.
 absl::StatusOr<std::unique_ptr<Pass>> CreateSpecializePhasePass(const PassOptions& options);
 

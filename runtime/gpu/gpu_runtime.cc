@@ -83,6 +83,9 @@ struct Program {
   const pp::Phase* phase = nullptr;
   bool decode = false;
   int64_t batch = 0, tokens = 0;
+  // Prefill only: the logits are each sequence's last token's ([B, 1, V]; the planner's
+  // last_token_logits), so prompts are aligned to the end of the bucket.
+  bool last_token_logits = false;
   std::unique_ptr<ir::Graph> graph;
   std::unique_ptr<BoundGraph> bound;
   std::vector<StepExec> steps;
@@ -231,6 +234,18 @@ struct GpuRuntime::Impl {
     TP_ASSIGN_OR_RETURN(BoundGraph bound,
                         BoundGraph::Create(*p->graph, std::move(bindings), phase.context()));
     p->bound = std::make_unique<BoundGraph>(std::move(bound));
+    if (p->graph->outputs().size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(phase.name(), ": the phase must have one output, %logits"));
+    }
+    const std::vector<int64_t>& logits_shape = p->bound->shape(p->graph->outputs()[0]);
+    if (logits_shape.size() != 3 || logits_shape[0] != p->batch ||
+        (logits_shape[1] != p->tokens && logits_shape[1] != 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(phase.name(), ": %logits is [", absl::StrJoin(logits_shape, ","),
+                       "]; expected [", p->batch, ",", p->tokens, ",V] or [", p->batch, ",1,V]"));
+    }
+    p->last_token_logits = !p->decode && p->tokens > 1 && logits_shape[1] == 1;
 
     const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
     std::byte* const arena_base = static_cast<std::byte*>(arena.data());
@@ -527,15 +542,22 @@ struct GpuRuntime::Impl {
   }
 
   // Resets the cache and writes the prompts, padded to the program's T, as its inputs.
+  // A prompt of t < T tokens fills a bucket of T with padding at positions t..T-1, whose
+  // cache rows later steps overwrite before anything reads them. The padding follows the
+  // prompt, or, when the plan keeps only the last token's logits, precedes it so the last
+  // token is the bucket's last (attention is causal by position, not by order in the bucket).
   absl::Status WritePrefillInputs(Program& p, const std::vector<int32_t>& tokens, int64_t batch) {
     const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
+    const int64_t pad = p.tokens - t;
     std::vector<int32_t> ids(static_cast<size_t>(p.batch * p.tokens), 0);
     std::vector<int32_t> pos(ids.size());
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t i = 0; i < p.tokens; ++i) {
         const size_t k = static_cast<size_t>(b * p.tokens + i);
-        ids[k] = i < t ? tokens[static_cast<size_t>(b * t + i)] : 0;
-        pos[k] = static_cast<int32_t>(i);
+        // j: the prompt token at bucket slot i, or -1 for padding.
+        const int64_t j = p.last_token_logits ? i - pad : (i < t ? i : -1);
+        ids[k] = j >= 0 ? tokens[static_cast<size_t>(b * t + j)] : 0;
+        pos[k] = static_cast<int32_t>(j >= 0 ? j : (p.last_token_logits ? t + i : i));
       }
     }
     TP_CUDA_RETURN_IF_ERROR(
@@ -764,11 +786,14 @@ absl::StatusOr<std::vector<float>> GpuRuntime::Prefill(const std::vector<int32_t
   TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(*p, tokens, batch));
   TP_RETURN_IF_ERROR(impl_->Run(*p));
   const int64_t vocab = vocab_size();
-  std::vector<float> logits(static_cast<size_t>(batch * t * vocab));
+  // Rows kept per sequence: t, or 1 when the plan keeps only the last token's logits.
+  const int64_t kept = p->last_token_logits ? 1 : t;
+  const int64_t rows = p->last_token_logits ? 1 : p->tokens;
+  std::vector<float> logits(static_cast<size_t>(batch * kept * vocab));
   for (int64_t b = 0; b < batch; ++b) {
     TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        logits.data() + b * t * vocab, p->logits + b * p->tokens * vocab,
-        static_cast<size_t>(t * vocab) * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+        logits.data() + b * kept * vocab, p->logits + b * rows * vocab,
+        static_cast<size_t>(kept * vocab) * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
   }
   TP_RETURN_IF_ERROR(impl_->Finish());
   return logits;
@@ -823,7 +848,8 @@ absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int3
   const int64_t vocab = vocab_size();
   std::vector<int32_t> first(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
-    first[static_cast<size_t>(b)] = ArgMax(logits.data() + ((b + 1) * t - 1) * vocab, vocab);
+    const int64_t kept = static_cast<int64_t>(logits.size()) / (batch * vocab);  // t or 1
+    first[static_cast<size_t>(b)] = ArgMax(logits.data() + ((b + 1) * kept - 1) * vocab, vocab);
   }
   std::vector<int32_t> out(static_cast<size_t>(batch * new_tokens));
   for (int64_t b = 0; b < batch; ++b) out[static_cast<size_t>(b * new_tokens)] = first[b];

@@ -87,7 +87,8 @@ class GpuRuntime {
   // Runs the prompts `tokens` ([B, T] row-major, B = the plan's prefill batch) from an empty
   // cache (Reset first) at positions 0..T-1, with the smallest prefill bucket holding T
   // tokens (the rest padded; the padding's cache rows are overwritten by later steps and its
-  // logits dropped). Returns the logits [B, T, V]. InvalidArgument when no bucket holds T or
+  // logits dropped). Returns the logits [B, T, V], or [B, 1, V] (each prompt's last token)
+  // when the plan was made with PlanOptions::prefill_last_token_logits. InvalidArgument when no bucket holds T or
   // B is not the plan's; the cache is left as the prompts made it.
   absl::StatusOr<std::vector<float>> Prefill(const std::vector<int32_t>& tokens, int64_t batch);
 

@@ -65,7 +65,7 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
               ElementsAre("dce", "fuse_qk_norm_rope_kv_write", "fuse_residual", "fuse_swiglu",
-                          "pack_gate_up", "pack_qkv", "specialize_phase"));
+                          "last_token_logits", "pack_gate_up", "pack_qkv", "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
     EXPECT_FALSE(GlobalPassRegistry().Summary(name).empty()) << name;
     absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create(name, PassOptions());
@@ -206,6 +206,19 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecialize) {
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
   EXPECT_EQ(decode->PassNames(), expected);
+}
+
+TEST(PipelinesTest, LastTokenLogitsEndsThePrefillPipelineOnly) {
+  PipelineOptions options;
+  options.tokens = 32;
+  options.last_token_logits = true;
+  absl::StatusOr<PassPipeline> prefill = BuildPrefillPipeline(options);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  ASSERT_FALSE(prefill->PassNames().empty());
+  EXPECT_EQ(prefill->PassNames().back(), "last_token_logits");
+  absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(options);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  EXPECT_EQ(decode->PassNames().back(), "specialize_phase");
 }
 
 TEST(PipelinesTest, PrefillNeedsAPositiveBucket) {

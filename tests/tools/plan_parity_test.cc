@@ -42,35 +42,71 @@ int32_t LastArgmax(const std::vector<float>& logits, int64_t vocab) {
 
 class PlanParityTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
+// A fixture's model, checkpoint, prompt and greedy length, and the CPU options for them.
+struct Fixture {
+  models::ModelConfig config;
+  std::unique_ptr<models::Checkpoint> checkpoint;
+  std::vector<int32_t> prompt;
+  int64_t steps = 0;
+  runtime::cpu::CpuBackend::Options options;
+
+  int64_t prompt_len() const { return static_cast<int64_t>(prompt.size()); }
+};
+
+void LoadFixture(const std::string& name, int64_t extra_context, Fixture& f) {
   const std::filesystem::path dir =
-      std::filesystem::path(TILEPLAN_SOURCE_DIR) / "tests/data" / GetParam();
+      std::filesystem::path(TILEPLAN_SOURCE_DIR) / "tests/data" / name;
   auto config = models::LoadModelConfig(dir.string());
   ASSERT_TRUE(config.ok()) << config.status();
+  f.config = *config;
   auto checkpoint = models::Checkpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  f.checkpoint = std::move(*checkpoint);
   auto reference = models::SafetensorsFile::Open(dir / "reference.safetensors");
   ASSERT_TRUE(reference.ok()) << reference.status();
   const models::TensorView* ids = (*reference)->Find("input_ids");
   const models::TensorView* greedy = (*reference)->Find("greedy_tokens");
   ASSERT_TRUE(ids != nullptr && greedy != nullptr);
   ASSERT_EQ(ids->dtype, models::StDType::kI32);
-  std::vector<int32_t> prompt(static_cast<size_t>(ids->num_elements()));
-  std::memcpy(prompt.data(), ids->data, prompt.size() * sizeof(int32_t));
-  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  const int64_t steps = greedy->num_elements();
-  const int64_t vocab = config->vocab_size;
+  f.prompt.resize(static_cast<size_t>(ids->num_elements()));
+  std::memcpy(f.prompt.data(), ids->data, f.prompt.size() * sizeof(int32_t));
+  f.steps = greedy->num_elements();
+  f.options.batch = 1;
+  f.options.max_seq = f.prompt_len() + f.steps + extra_context;
+  f.options.threads = 2;
+}
 
-  auto primitive_graph = models::LowerModel(*config);
+std::vector<int32_t> Iota(int64_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (size_t t = 0; t < v.size(); ++t) v[t] = static_cast<int32_t>(t);
+  return v;
+}
+
+// Decode steps on the caches each backend filled, fed the primitive graph's greedy tokens
+// (starting from the argmax of `want`, the primitive's last logits).
+void ExpectDecodeAgrees(runtime::cpu::CpuBackend& primitive, runtime::cpu::CpuBackend& plan,
+                        const Fixture& f, std::vector<float> want) {
+  for (int64_t k = 0; k + 1 < f.steps; ++k) {
+    const int32_t next = LastArgmax(want, f.config.vocab_size);
+    const int32_t position = static_cast<int32_t>(f.prompt_len() + k);
+    auto w = primitive.Run({next}, {position});
+    auto got = plan.Run({next}, {position});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(RelativeDiff(*got, *w), kTolerance) << "decode step " << k;
+    want = *std::move(w);
+  }
+}
+
+TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), 0, f));
+  auto primitive_graph = models::LowerModel(f.config);
   ASSERT_TRUE(primitive_graph.ok()) << primitive_graph.status();
-  runtime::cpu::CpuBackend::Options options;
-  options.batch = 1;
-  options.max_seq = prompt_len + steps;
-  options.threads = 2;
   planner::PipelineOptions plan_options;
-  plan_options.tokens = prompt_len;
-  plan_options.batch = options.batch;
-  plan_options.cache_capacity = options.max_seq;
+  plan_options.tokens = f.prompt_len();
+  plan_options.batch = f.options.batch;
+  plan_options.cache_capacity = f.options.max_seq;
   auto planned = planner::PlanPhases(*primitive_graph, plan_options);
   ASSERT_TRUE(planned.ok()) << planned.status();
   // The planner did rewrite both graphs, so the comparison is not of a graph with itself.
@@ -80,30 +116,62 @@ TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
                             [](const ir::Region& r) { return !r.fused_from.empty(); }));
   }
 
-  auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, **checkpoint, options);
+  auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, *f.checkpoint, f.options);
   ASSERT_TRUE(primitive.ok()) << primitive.status();
   auto plan = runtime::cpu::CpuBackend::CreatePhased(planned->prefill, planned->decode,
-                                                     **checkpoint, options);
+                                                     *f.checkpoint, f.options);
   ASSERT_TRUE(plan.ok()) << plan.status();
 
-  std::vector<int32_t> positions(prompt.size());
-  for (size_t t = 0; t < positions.size(); ++t) positions[t] = static_cast<int32_t>(t);
-  auto want = (*primitive)->Run(prompt, positions);
-  auto got = (*plan)->Run(prompt, positions);
+  const std::vector<int32_t> positions = Iota(f.prompt_len());
+  auto want = (*primitive)->Run(f.prompt, positions);
+  auto got = (*plan)->Run(f.prompt, positions);
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "prompt";
+  ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
+}
 
-  // Decode steps on the caches each backend filled, fed the primitive graph's greedy tokens.
-  for (int64_t k = 0; k + 1 < steps; ++k) {
-    const int32_t next = LastArgmax(*want, vocab);
-    const int32_t position = static_cast<int32_t>(prompt_len + k);
-    want = (*primitive)->Run({next}, {position});
-    got = (*plan)->Run({next}, {position});
-    ASSERT_TRUE(want.ok()) << want.status();
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "decode step " << k;
-  }
+// The prefill planned with last_token_logits, run as the GPU runtime runs a prompt shorter
+// than its bucket (the padding first, at positions after the prompt): its logits are the
+// primitive graph's for the prompt's last token, and decoding on the cache it filled agrees.
+TEST_P(PlanParityTest, LastTokenLogitsWithThePaddingFirst) {
+  constexpr int64_t kPad = 3;
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), kPad, f));
+  const int64_t bucket = f.prompt_len() + kPad;
+  auto primitive_graph = models::LowerModel(f.config);
+  ASSERT_TRUE(primitive_graph.ok()) << primitive_graph.status();
+  planner::PipelineOptions plan_options;
+  plan_options.tokens = bucket;
+  plan_options.batch = f.options.batch;
+  plan_options.cache_capacity = f.options.max_seq;
+  plan_options.last_token_logits = true;
+  auto planned = planner::PlanPhases(*primitive_graph, plan_options);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const ir::Value& logits = planned->prefill.value(planned->prefill.outputs()[0]);
+  ASSERT_EQ(logits.type.dims.size(), 3u);
+  EXPECT_EQ(logits.type.dims[1], ir::Dim::Static(1)) << logits.type.ToString();
+
+  auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, *f.checkpoint, f.options);
+  ASSERT_TRUE(primitive.ok()) << primitive.status();
+  auto plan = runtime::cpu::CpuBackend::CreatePhased(planned->prefill, planned->decode,
+                                                     *f.checkpoint, f.options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  std::vector<int32_t> tokens(static_cast<size_t>(kPad), 0), positions;
+  for (int64_t i = 0; i < kPad; ++i) positions.push_back(static_cast<int32_t>(f.prompt_len() + i));
+  tokens.insert(tokens.end(), f.prompt.begin(), f.prompt.end());
+  for (int32_t p : Iota(f.prompt_len())) positions.push_back(p);
+
+  auto want = (*primitive)->Run(f.prompt, Iota(f.prompt_len()));
+  auto got = (*plan)->Run(tokens, positions);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  const int64_t vocab = f.config.vocab_size;
+  ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
+  const std::vector<float> want_last(want->end() - vocab, want->end());
+  EXPECT_LE(RelativeDiff(*got, want_last), kTolerance) << "the prompt's last token";
+  ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanParityTest, ::testing::ValuesIn(Fixtures()),

@@ -58,9 +58,15 @@ def main():
     header = ["config", "phase", "size", "batch", "ms"]
     header += [f"x {v}" for v in VARIANTS] + ["floor ms", "% floor"]
     rows = []
+    theirs_logits = torch.get("settings", {}).get("prefill_logits", "all")
     for i, path in enumerate(args.tileplan):
         ours = load(path)
         label = args.label[i] if args.label else os.path.basename(path)
+        ours_logits = ours.get("prefill_logits", "all")
+        if ours_logits != theirs_logits and any(r["phase"] == "prefill"
+                                                for r in ours.get("results", [])):
+            fail(f"{path} computes prefill logits for '{ours_logits}' tokens, the PyTorch "
+                 f"references for '{theirs_logits}': not the same work")
         batch = ours.get("batch", 1)
         for r in ours.get("results", []):
             phase, size, ms = r["phase"], r["size"], r["median_ms"]

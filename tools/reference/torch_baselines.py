@@ -7,7 +7,9 @@ Variants (same weights, bf16, batch --batch):
   compile         the static-cache model's forward under torch.compile(mode="default")
   compile-graphs  the same under torch.compile(mode="reduce-overhead") (CUDA graphs)
 
-Phases: prefill T = one forward of T tokens from an empty cache, logits for every token;
+Phases: prefill T = one forward of T tokens from an empty cache, logits for every token
+(--prefill-logits last: for each sequence's last token only, transformers' logits_to_keep=1,
+as generation computes them);
 decode at context C = one forward of one new token per sequence at position C-1, the cache
 holding C-1 tokens (filled once by a prefill; the DynamicCache is cropped back to C-1 and
 the static cache's length reset to C-1 before every timed step). Each figure is the median
@@ -269,6 +271,16 @@ def crop_to(cache, n):
         cache.crop(-extra)
 
 
+def logits_kwargs(model, args):
+    """The prefill forward's extra arguments for --prefill-logits."""
+    if args.prefill_logits == "all":
+        return {}
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        raise BaselineError(f"{type(model).__name__}.forward takes no logits_to_keep: "
+                            f"--prefill-logits last cannot be honoured")
+    return {"logits_to_keep": 1}
+
+
 def run_dynamic(model, args, inputs, report):
     """HF eager: DynamicCache, positions derived by the model from the cache."""
     records = []
@@ -279,8 +291,10 @@ def run_dynamic(model, args, inputs, report):
 
     for t in args.prefill_sizes:
         x = inputs["prefill"][t]
+        keep = logits_kwargs(model, args)
         stats, first_s = time_call(
-            lambda x=x: model(input_ids=x, past_key_values=holder["cache"], use_cache=True),
+            lambda x=x: model(input_ids=x, past_key_values=holder["cache"], use_cache=True,
+                              **keep),
             fresh_cache, args.iters, args.warmup)
         expect_length(holder["cache"], t, f"eager prefill {t}")
         records.append(report("prefill", t, stats, first_s))
@@ -341,7 +355,7 @@ def run_static(variant, model, args, inputs, report):
 
     records = []
     for t in args.prefill_sizes:
-        kw = kwargs_at(0, inputs["prefill"][t])
+        kw = dict(kwargs_at(0, inputs["prefill"][t]), **logits_kwargs(model, args))
         stats, first_s = time_call(lambda kw=kw: forward(**kw), lambda: rewind(0), args.iters,
                                    warmup)
         if counted:
@@ -441,6 +455,7 @@ def child_main(args):
 def run_child(args, variant, out_path):
     cmd = [sys.executable, os.path.abspath(__file__), "--config", args.config,
            "--prefill", args.prefill, "--decode", args.decode, "--batch", str(args.batch),
+           "--prefill-logits", args.prefill_logits,
            "--iters", str(args.iters), "--warmup", str(args.warmup), "--seed", str(args.seed),
            "--child", variant, "--child-out", out_path]
     if args.model:
@@ -534,6 +549,8 @@ def parse_args():
     ap.add_argument("--prefill", default="128,512,2048", help="prefill token counts")
     ap.add_argument("--decode", default="128,512,2048", help="decode contexts")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prefill-logits", choices=("all", "last"), default="all",
+                    help="prefill logits for every token, or each sequence's last only")
     ap.add_argument("--iters", type=int, default=50, help="timed calls per figure")
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls before them (>= 1)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -587,6 +604,7 @@ def main():
         "model": {"config": args.config, "checkpoint": args.model,
                   "model_type": config.model_type},
         "settings": {"batch": args.batch, "iters": args.iters, "warmup": args.warmup,
+                     "prefill_logits": args.prefill_logits,
                      "prefill": args.prefill_sizes, "decode": args.decode_sizes,
                      "variants": args.variant_list, "static_cache_len": longest + 1},
         "floors": {}, "records": [], "variants": {}, "errors": {}, "warnings": [],
