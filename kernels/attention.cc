@@ -3,8 +3,10 @@
 //
 // attention_prefill is flash style on tensor cores: a CTA owns `tile_q` query rows of one
 // head, streams the cache in `tile_kv`-row tiles through a `stages`-deep shared-memory
-// pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). It is
-// instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
+// pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). With
+// `pack_gqa` 1 a CTA's rows are instead the (token, query head) pairs of one kv head, so one
+// pass over the cache serves the whole GQA group and a decode step's few tokens still fill
+// the MMA rows. It is instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
 //
 // attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
 // every `splits`-th chunk of `kv_chunk` cache rows of kv head h for all the queries that share
@@ -88,13 +90,15 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
 class AttentionPrefillFamily final : public FamilyBase {
  public:
   AttentionPrefillFamily()
-      : FamilyBase("attention_prefill", 1, {"attention"},
-                   {"stages", "tile_kv", "tile_q", "warps"}) {}
+      : FamilyBase("attention_prefill", 2, {"attention"},
+                   {"pack_gqa", "stages", "tile_kv", "tile_q", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
+    const bool packed = t.params.at("pack_gqa") != 0;
     LaunchGeometry g;
-    g.grid = {CeilDiv(s.tokens, t.params.at("tile_q")), s.q_heads, s.batch};
+    g.grid = {CeilDiv(Rows(s, packed), t.params.at("tile_q")), packed ? s.kv_heads : s.q_heads,
+              s.batch};
     g.block = {32 * t.params.at("warps"), 1, 1};
     g.dynamic_shared_memory_bytes =
         SharedMemory(t.params.at("tile_q"), t.params.at("tile_kv"), t.params.at("stages"), s);
@@ -124,7 +128,10 @@ class AttentionPrefillFamily final : public FamilyBase {
       if (candidate.arch == arch) row = candidate;
     }
     const AttentionShape s = ShapeOf(r);
-    int64_t tile_q = std::min(row.tile_q, std::max<int64_t>(16, NextPowerOfTwo(s.tokens)));
+    // Decode-sized steps of a GQA model pack the group's heads into the query rows.
+    const bool packed = s.group() > 1 && s.tokens <= kMaxPackedTokens;
+    const int64_t rows = Rows(s, packed);
+    int64_t tile_q = std::min(row.tile_q, std::max<int64_t>(16, NextPowerOfTwo(rows)));
     int64_t tile_kv = row.tile_kv, stages = row.stages;
     // Shrink to the row's shared memory: the K/V tile first, then the pipeline, then q.
     while (SharedMemory(tile_q, tile_kv, stages, s) > shared_memory) {
@@ -139,18 +146,25 @@ class AttentionPrefillFamily final : public FamilyBase {
       }
     }
     // Smaller query tiles while the grid leaves SMs idle (short prompts, few heads).
-    while (tile_q > 16 && CeilDiv(s.tokens, tile_q) * s.q_heads * s.batch < target.sm_count()) {
+    while (tile_q > 16 && CeilDiv(rows, tile_q) * (packed ? s.kv_heads : s.q_heads) * s.batch <
+                              target.sm_count()) {
       tile_q /= 2;
     }
     const int64_t warps = std::min(row.warps, tile_q / 16);
-    return MakeTactic(
-        {{"stages", stages}, {"tile_kv", tile_kv}, {"tile_q", tile_q}, {"warps", warps}});
+    return MakeTactic({{"pack_gqa", packed ? 1 : 0},
+                       {"stages", stages},
+                       {"tile_kv", tile_kv},
+                       {"tile_q", tile_q},
+                       {"warps", warps}});
   }
-  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
-    return {{"stages", {1, 2, 3}},
+  std::vector<TunableParam> Tunables(const BoundRegion& r, const TargetDescription&) const override {
+    std::vector<int64_t> pack = {0};
+    if (ShapeOf(r).group() > 1) pack.push_back(1);
+    return {{"pack_gqa", pack},
+            {"stages", {1, 2, 3}},
             {"tile_kv", {32, 64, 128}},
-            {"tile_q", {64, 128}},
-            {"warps", {4, 8}}};
+            {"tile_q", {16, 64, 128}},
+            {"warps", {1, 4, 8}}};
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
@@ -158,6 +172,11 @@ class AttentionPrefillFamily final : public FamilyBase {
     const int64_t tile_kv = t.params.at("tile_kv");
     const int64_t stages = t.params.at("stages");
     const int64_t warps = t.params.at("warps");
+    const int64_t pack_gqa = t.params.at("pack_gqa");
+    if (pack_gqa != 0 && pack_gqa != 1) return BadParam("pack_gqa", pack_gqa, "0 or 1");
+    if (pack_gqa == 1 && ShapeOf(r).group() == 1) {
+      return BadParam("pack_gqa", pack_gqa, "0 without GQA (as many kv heads as query heads)");
+    }
     if (!IsPowerOfTwo(tile_q) || tile_q < 16 || tile_q > 256) {
       return BadParam("tile_q", tile_q, "a power of two in [16, 256]");
     }
@@ -178,6 +197,13 @@ class AttentionPrefillFamily final : public FamilyBase {
   }
 
  private:
+  // Steps of at most this many tokens pack the GQA group by default (decode and speculative
+  // steps); longer prompts keep one head per CTA unless measured otherwise.
+  static constexpr int64_t kMaxPackedTokens = 16;
+  // Query rows per (batch, CTA head): tokens, or tokens times the group when packed.
+  static int64_t Rows(const AttentionShape& s, bool packed) {
+    return packed ? s.tokens * s.group() : s.tokens;
+  }
   // The q tile plus `stages` K and V tiles.
   static int64_t SharedMemory(int64_t tile_q, int64_t tile_kv, int64_t stages,
                               const AttentionShape& s) {

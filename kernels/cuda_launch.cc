@@ -412,6 +412,7 @@ absl::Status Builder::Attention(bool decode) {
   TP_ASSIGN_OR_RETURN(const int64_t tile_kv, Param("tile_kv"));
   TP_ASSIGN_OR_RETURN(const int64_t stages, Param("stages"));
   TP_ASSIGN_OR_RETURN(const int64_t warps, Param("warps"));
+  TP_ASSIGN_OR_RETURN(const int64_t pack_gqa, Param("pack_gqa"));
   if (dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) {
     return Error("tensor-core attention needs bf16 or f16, got ", ir::DTypeName(dtype));
   }
@@ -420,9 +421,12 @@ absl::Status Builder::Attention(bool decode) {
   args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
   args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
   instance.source = "attention_prefill_flash.cuh";
+  // Packed, a CTA's rows are (token, group member) pairs of one kv head.
+  const int64_t rows = pack_gqa != 0 ? tokens * (q_heads / kv_heads) : tokens;
   Launch(absl::StrCat("tileplan::attention_prefill_flash<", type, ", ", dim, ", ", tile_q, ", ",
-                      tile_kv, ", ", stages, ", ", warps, ">"),
-         {CeilDiv(tokens, tile_q), q_heads, batch}, {32 * warps, 1, 1},
+                      tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false",
+                      ">"),
+         {CeilDiv(rows, tile_q), pack_gqa != 0 ? kv_heads : q_heads, batch}, {32 * warps, 1, 1},
          (tile_q + 2 * stages * tile_kv) * dim * es, std::move(args));
   return absl::OkStatus();
 }

@@ -14,6 +14,12 @@
 // accumulator layout of S is the A-operand layout of P V). Shared-memory rows are stored
 // with their 16-byte chunks XOR-swizzled by the row index, which keeps ldmatrix and cp.async
 // free of bank conflicts without padding.
+//
+// kPackGqa: CTA (m, kvh, b) instead owns rows [m * kTileQ, (m + 1) * kTileQ) of the
+// tokens * group rows (t, g) -> query head kvh * group + g of token t (group = q_heads /
+// kv_heads) that read kv head kvh, so each K/V tile serves the whole group: decode steps with
+// large GQA groups (Qwen2-7B: 7 query heads per kv head) fill the 16-row MMA tiles with the
+// group's heads instead of one token's single row.
 #pragma once
 
 #include "primitives.cuh"
@@ -37,12 +43,14 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // kHeadDim]; positions: [batch * tokens]. Rows whose position lies outside [0, capacity)
 // get zeros.
 //
-// Launch: grid (ceil(tokens / kTileQ), q_heads, batch), block 32 * kWarps, dynamic shared
+// Launch: grid (ceil(tokens / kTileQ), q_heads, batch), or with kPackGqa
+// (ceil(tokens * group / kTileQ), kv_heads, batch); block 32 * kWarps, dynamic shared
 // memory flash_prefill_smem_bytes(kHeadDim, kTileQ, kTileKv, kStages, sizeof(T)) (above
 // 48 KiB the launcher raises the kernel's limit).
 // REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
 // to 16 bytes.
-template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps>
+template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps,
+          bool kPackGqa>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_prefill_flash(const T* __restrict__ q, long long q_stride,
                             const T* __restrict__ k_cache, const T* __restrict__ v_cache,
@@ -70,21 +78,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     return tile + row * kHeadDim + ((((col >> 3) ^ (row & kMask)) << 3) | (col & 7));
   };
 
-  const int h = blockIdx.y;
+  const int group = q_heads / kv_heads;
   const int b = blockIdx.z;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
-  const int kvh = h / (q_heads / kv_heads);
+  const int kvh = kPackGqa ? blockIdx.y : blockIdx.y / group;
+  // Query rows: tokens, or (token, group member) pairs with kPackGqa.
+  const int rows = kPackGqa ? tokens * group : tokens;
+  // Row r's token and query head.
+  auto row_token = [&](int r) { return kPackGqa ? r / group : r; };
+  auto row_head = [&](int r) {
+    return kPackGqa ? kvh * group + r % group : static_cast<int>(blockIdx.y);
+  };
   const long long kv_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity * kHeadDim;
   const int cta_row0 = blockIdx.x * kTileQ;
   const int warp_row0 = warp * kMTiles * 16;  // within the CTA tile
 
-  // The position of query row t, or -1 when there is no such row or it is out of range.
-  auto row_position = [&](int t) {
-    if (t >= tokens) return -1;
-    const int p = positions[static_cast<long long>(b) * tokens + t];
+  // The position of query row r, or -1 when there is no such row or it is out of range.
+  auto row_position = [&](int r) {
+    if (r >= rows) return -1;
+    const int p = positions[static_cast<long long>(b) * tokens + row_token(r)];
     return p < 0 || p >= capacity ? -1 : p;
   };
   if (threadIdx.x == 0) {
@@ -112,13 +127,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     p_row[mt][1] = row_position(cta_row0 + warp_row0 + mt * 16 + g + 8);
   }
 
-  // Q tile (rows past `tokens` zero-filled).
+  // Q tile (rows past `rows` zero-filled).
   for (int c = threadIdx.x; c < kTileQ * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
-    const int t = cta_row0 + r;
-    const bool ok = t < tokens;
-    const T* src =
-        q + (static_cast<long long>(b) * tokens + (ok ? t : 0)) * q_stride + h * kHeadDim + col;
+    const int row = cta_row0 + r;
+    const bool ok = row < rows;
+    const int t = ok ? row_token(row) : 0;
+    const T* src = q + (static_cast<long long>(b) * tokens + t) * q_stride +
+                   (ok ? row_head(row) : 0) * kHeadDim + col;
     cp_async_16(at(q_s, r, col), src, ok);
   }
   // Stages keys [j0, j0 + kTileKv) of K and V; rows at or past kv_end are zero-filled.
@@ -273,9 +289,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int half = 0; half < 2; ++half) {
       const float l = group_sum<4>(l_row[mt][half]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int t = cta_row0 + warp_row0 + mt * 16 + g + 8 * half;
-      if (t >= tokens) continue;
-      T* dst = out + ((static_cast<long long>(b) * tokens + t) * q_heads + h) * kHeadDim;
+      const int row = cta_row0 + warp_row0 + mt * 16 + g + 8 * half;
+      if (row >= rows) continue;
+      T* dst = out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads +
+                      row_head(row)) *
+                         kHeadDim;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         *reinterpret_cast<unsigned int*>(dst + dt * 8 + 2 * qd) =

@@ -266,13 +266,15 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   absl::StatusOr<CandidateTable> h200 = flash.Candidates(a, MustTarget("h200"));
   ASSERT_TRUE(h200.ok());
   // 128 tokens of 8 heads: query tiles of 16 rows give 64 CTAs, the most there can be.
-  EXPECT_EQ(h200->default_tactic.ParamsString(), "stages=2,tile_kv=128,tile_q=16,warps=1");
+  EXPECT_EQ(h200->default_tactic.ParamsString(),
+            "pack_gqa=0,stages=2,tile_kv=128,tile_q=16,warps=1");
   EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
             (16 + 2 * 2 * 128) * 128 * 2);
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
-  EXPECT_EQ(rtx->default_tactic.ParamsString(), "stages=2,tile_kv=64,tile_q=16,warps=1");
+  EXPECT_EQ(rtx->default_tactic.ParamsString(),
+            "pack_gqa=0,stages=2,tile_kv=64,tile_q=16,warps=1");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;

@@ -751,9 +751,42 @@ std::vector<Case> AttentionPrefillFlashCases() {
     const std::vector<int32_t> second = Iota(s.tokens, s.first + 3);
     positions.insert(positions.end(), second.begin(), second.end());
     c.ints["positions"] = positions;
-    c.tactics = {{{"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-                 {{"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
-                 {{"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}}};
+    c.tactics = {
+        {{"pack_gqa", 0}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+        {{"pack_gqa", 0}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
+        {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
+        {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The flash kernel with the GQA group packed into the query rows: decode-sized steps of a
+// 7-heads-per-kv-head model (Qwen2-7B's grouping) at batch 3 with contexts in different
+// tiles, a window, two new tokens, and a prefill of an odd length whose tiles mix tokens.
+std::vector<Case> AttentionPrefillPackedGqaCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int batch, tokens, q_heads, kv_heads, dim, window;
+    std::vector<int32_t> positions;
+  };
+  const std::vector<Shape> shapes = {
+      {3, 1, 14, 2, 128, 0, {0, 130, 299}},
+      {3, 1, 14, 2, 128, 50, {17, 200, 64}},
+      {2, 2, 8, 2, 64, 0, {40, 41, 250, 251}},
+      {1, 37, 8, 2, 128, 0, Iota(37, 11)},
+  };
+  for (const Shape& s : shapes) {
+    Case c;
+    c.graph = AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, 300, s.dim, "bf16", s.window);
+    c.family = "attention_prefill";
+    c.context = *std::max_element(s.positions.begin(), s.positions.end()) + 1;
+    c.ints["positions"] = s.positions;
+    c.tactics = {
+        {{"pack_gqa", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
+        {{"pack_gqa", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+        {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
+        {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -805,6 +838,7 @@ const CaseGroup kCaseGroups[] = {
     {"AttentionDecodeSplitKv", &AttentionDecodeSplitKvCases},
     {"AttentionDecodeSeveralTokensAndHeadDims", &AttentionDecodeSeveralTokensAndHeadDimsCases},
     {"AttentionPrefillFlash", &AttentionPrefillFlashCases},
+    {"AttentionPrefillPackedGqa", &AttentionPrefillPackedGqaCases},
     {"ArgmaxOddVocab", &ArgmaxOddVocabCases},
 };
 
