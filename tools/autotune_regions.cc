@@ -304,8 +304,14 @@ absl::StatusOr<int> RunWorker(const Args& args) {
     const kernels::BoundRegion region(*work.bound[item.plan][item.phase],
                                       phase.steps(item.step).region());
     const kernels::KernelFamily& family = *registry.Find(item.family);
-    std::vector<kernels::Tactic> all =
-        tuner::EnumerateCandidates(family, region, target, args.max_candidates);
+    absl::StatusOr<std::vector<kernels::Tactic>> listed =
+        region_tuner.Candidates(family, region, args.max_candidates);
+    if (!listed.ok()) {
+      std::printf("%s: no library configurations (%s); measuring the family's own candidates\n",
+                  item.label.c_str(), std::string(listed.status().message()).c_str());
+      listed = tuner::EnumerateCandidates(family, region, target, args.max_candidates);
+    }
+    const std::vector<kernels::Tactic>& all = *listed;
     std::printf("begin %d %zu\n", index, all.size());
     std::fflush(stdout);
     // Candidates that faulted an earlier worker are recorded, not run again.

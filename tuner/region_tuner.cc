@@ -382,7 +382,8 @@ class Session {
 
 std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
                                         const BoundRegion& region,
-                                        const planner::TargetDescription& target, int max_count) {
+                                        const planner::TargetDescription& target, int max_count,
+                                        const std::vector<Tactic>& library_configs) {
   std::vector<Tactic> out;
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
   if (!table.ok()) return out;
@@ -393,6 +394,7 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
     out.push_back(t);
   };
   add(table->default_tactic);
+  for (const Tactic& t : library_configs) add(t);
   if (family.name() == "cublaslt_gemm") return out;
   for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
   // The product of the tunables, last parameter fastest.
@@ -432,6 +434,18 @@ void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
       m.winner_us = c.median_us;
     }
   }
+}
+
+absl::StatusOr<std::vector<Tactic>> RegionTuner::Candidates(const kernels::KernelFamily& family,
+                                                            const BoundRegion& region,
+                                                            int max_count) {
+  std::vector<Tactic> library_configs;
+  if (family.name() == "cublaslt_gemm") {
+    TP_ASSIGN_OR_RETURN(const Tactic base, family.DefaultTactic(region, *target_));
+    TP_ASSIGN_OR_RETURN(library_configs,
+                        blas_->Candidates(region, base, std::clamp(max_count, 1, 1024)));
+  }
+  return EnumerateCandidates(family, region, *target_, max_count, library_configs);
 }
 
 void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic>& candidates) {

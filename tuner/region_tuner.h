@@ -35,14 +35,16 @@
 namespace tileplan::tuner {
 
 // The candidates of `family` for `region` on `target`, deduplicated, in order: the default
-// tactic, the other ByTarget rows' tactics, then the product of the tunable lists (last
-// parameter fastest); each accepted by ValidateTactic; at most `max_count`. cublaslt_gemm
-// offers its default tactic only (cuBLASLt's heuristic pick; its Hopper algos have no tile
-// the tactic format can name yet).
-std::vector<kernels::Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
-                                                 const kernels::BoundRegion& region,
-                                                 const planner::TargetDescription& target,
-                                                 int max_count);
+// tactic, then the configurations a library offers for the exact problem
+// (`library_configs`, in their order; for cublaslt_gemm the heuristic's answers as raw
+// configs, CublasLtRunner::Candidates), then for the template families the other ByTarget
+// rows' tactics and the product of the tunable lists (last parameter fastest); each accepted
+// by ValidateTactic; at most `max_count`. cublaslt_gemm offers no rows or products (its
+// tunables describe the cost model's tiles, not configurations cuBLASLt is known to run).
+std::vector<kernels::Tactic> EnumerateCandidates(
+    const kernels::KernelFamily& family, const kernels::BoundRegion& region,
+    const planner::TargetDescription& target, int max_count,
+    const std::vector<kernels::Tactic>& library_configs = {});
 
 // Sets m.winner and m.winner_us to the fastest kOk candidate (the first of equal ones), and
 // m.default_us to the first candidate's median when `first_is_default` and it is kOk (the
@@ -65,6 +67,15 @@ class RegionTuner {
   RegionTuner(const device::Device& device, kernels::KernelLoader& loader,
               kernels::CublasLtRunner& blas, const planner::TargetDescription& target)
       : device_(&device), loader_(&loader), blas_(&blas), target_(&target) {}
+
+  // EnumerateCandidates with the library configurations of this device: for cublaslt_gemm,
+  // the heuristic's answers for the region (asked for max_count of them). The list is the
+  // same on every call for one region, device and library, so an index names a candidate
+  // across processes. An error when the library cannot list them (the caller may fall back
+  // to EnumerateCandidates without them).
+  absl::StatusOr<std::vector<kernels::Tactic>> Candidates(const kernels::KernelFamily& family,
+                                                          const kernels::BoundRegion& region,
+                                                          int max_count);
 
   // Compiles every template instance of `candidates` for the device on all host cores (into
   // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
