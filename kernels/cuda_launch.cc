@@ -691,4 +691,6 @@ KernelInstance DecodeAdvanceInstance() {
   return {"runtime_support.cuh", {"tileplan::decode_advance"}};
 }
 
+KernelInstance TrapFaultInstance() { return {"runtime_support.cuh", {"tileplan::trap_fault"}}; }
+
 }  // namespace tileplan::kernels

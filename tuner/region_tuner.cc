@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -308,6 +309,16 @@ class Session {
 
   Storage& copy0() { return copies_[0]; }
 
+  // TuneOptions::inject_fault: a kernel that executes __trap() on the stream, synchronized.
+  // Returns the fault as Sync does (the context is gone).
+  absl::Status InjectFault() {
+    TP_RETURN_IF_ERROR(loader_.LaunchTrapFault(stream_));
+    TP_ASSIGN_OR_RETURN(std::optional<std::string> error, Sync());
+    return absl::InternalError(
+        error.has_value() ? absl::StrCat("the trap kernel failed without a fault: ", *error)
+                          : "the trap kernel ran without a fault");
+  }
+
   // Completion counters start each candidate at zero (a failed candidate may leave some).
   absl::Status ResetCounters() {
     if (counters_.size() == 0) return absl::OkStatus();
@@ -420,6 +431,20 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   return out;
 }
 
+absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view text) {
+  const size_t colon = text.rfind(':');
+  FaultInjection f;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &f.candidate) || f.candidate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inject-fault takes REGION:CANDIDATE (a text of the region's label or key, "
+                     "a candidate index >= 0), not '",
+                     text, "'"));
+  }
+  f.region = std::string(text.substr(0, colon));
+  return f;
+}
+
 void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
   m.winner.reset();
   m.winner_us = 0;
@@ -470,6 +495,10 @@ absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(
   std::vector<std::string> reference;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (before_each) before_each(static_cast<int>(i));
+    if (static_cast<int>(i) == options.inject_fault) {
+      const absl::Status fault = session.InjectFault();
+      return absl::Status(fault.code(), absl::StrCat("injected fault: ", fault.message()));
+    }
     const Tactic& tactic = candidates[i];
     Prepared prepared;
     if (std::optional<CandidateMeasurement> failed = session.Prepare(tactic, prepared)) {

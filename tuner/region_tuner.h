@@ -14,17 +14,20 @@
 //
 // Failures are results, not errors: a candidate that does not compile, cannot launch, needs
 // too much shared memory or computes a wrong result is recorded with the reason. A fault
-// that poisons the CUDA context (an illegal address) is reported as an error: the caller
-// (autotune_regions) runs regions in a worker process and restarts it without that candidate.
+// that poisons the CUDA context (an illegal address, a trap) is reported as an error: the
+// caller (autotune_regions) runs regions in a worker process and restarts it without that
+// candidate. TuneOptions::inject_fault makes such a fault on purpose, for testing that path.
 #ifndef TILEPLAN_TUNER_REGION_TUNER_H_
 #define TILEPLAN_TUNER_REGION_TUNER_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/bound_graph.h"
 #include "kernels/cublaslt_runner.h"
 #include "kernels/kernel_family.h"
@@ -59,7 +62,22 @@ struct TuneOptions {
   // Time replays of a captured CUDA Graph of `repeats` runs (decode) instead of runs
   // launched one by one.
   bool graph_replay = false;
+  // A testing aid: when candidate `inject_fault` (an index into Tune's `candidates`) is
+  // reached, a kernel that executes __trap() runs on the tuning stream first, so the CUDA
+  // context dies as under a candidate that faults and Tune returns that fault. -1: none.
+  int inject_fault = -1;
 };
+
+// autotune_regions --inject-fault=REGION:CANDIDATE (a testing aid): the first region to
+// tune whose progress label or key contains `region` gets a fault injected before its
+// candidate number `candidate` (TuneOptions::inject_fault).
+struct FaultInjection {
+  std::string region;
+  int candidate = 0;
+};
+// Parses "REGION:CANDIDATE": REGION a non-empty text (it may hold ':'; the index follows the
+// last one), CANDIDATE an index >= 0. InvalidArgument saying what is expected otherwise.
+absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view text);
 
 class RegionTuner {
  public:
@@ -85,7 +103,9 @@ class RegionTuner {
 
   // Measures `candidates` (the first is the reference; normally the default tactic).
   // `before_each(i)` is called before candidate i runs (progress, fault attribution).
-  // An error only for a poisoned CUDA context or a region that cannot be set up.
+  // An error only for a poisoned CUDA context (Internal "... the GPU faulted (<CUDA error>)",
+  // "injected fault: ..." when options.inject_fault made it) or a region that cannot be set
+  // up.
   absl::StatusOr<std::vector<CandidateMeasurement>> Tune(
       const kernels::BoundRegion& region, const kernels::KernelFamily& family,
       const std::vector<kernels::Tactic>& candidates, const TuneOptions& options,
