@@ -4,19 +4,33 @@
 // epilogue, so linear_swiglu runs the GEMM into a workspace [M, 2F] and then the elementwise
 // family's swiglu kernel: two launches.
 //
-// The tactic is a self-describing algo configuration: tile_m, tile_n, stages, split_k,
-// reduction_scheme (cublasLtReductionScheme_t: 0 none, 1 in place, 2 compute type, 4 output
-// type; non-zero exactly when split_k > 1) and swizzle; a measured tactic adds algo_id. The
-// runtime (kernels/cublaslt_runner.h) runs a tactic with algo_id as that algo under this
-// configuration (cublasLtMatmulAlgoCheck must accept it, else InvalidArgument naming the
-// region and tactic); a tactic without one, like every default tactic, runs cuBLASLt's top
-// heuristic answer for the exact problem within the runner's workspace, and its other
-// parameters are then only the cost model's assumption. Never an index into the
-// heuristic's answer.
+// The tactic is a self-describing algo configuration, never an index into the heuristic's
+// answer. Every tactic has tile_m, tile_n, stages, split_k, reduction_scheme
+// (cublasLtReductionScheme_t: 0 none, 1 in place, 2 compute type, 4 output type) and swizzle.
+// Three forms (kernels/cublaslt_runner.h runs them):
+//   default      none of the optional parameters: cuBLASLt's top heuristic answer for the
+//                exact problem runs, and the parameters are only the cost model's
+//                assumption (tile_m and tile_n 64, 128 or 256, stages 1 to 8, split_k 1, 2,
+//                4, 8 or 16, a reduction scheme exactly when split);
+//   algo_id      that algo under the tactic's tile, stages, split-K, scheme and swizzle, with
+//                the same rules;
+//   raw config   algo_id with tile_id, stages_id, inner_shape_id, cluster_shape_id and
+//                custom_option: cuBLASLt's configuration fields as the library reports them
+//                (a heuristic answer read back), set exactly. tile_id is any
+//                cublasLtMatmulTile_t (kernels/cublaslt_config.h) and tile_m / tile_n are
+//                its real size (its cols / rows: cuBLASLt's m is the weight's N), or, for an
+//                algo without tile ids (tile_id 0), a nominal 64, 128 or 256; stages is the
+//                stage count of stages_id (0 for its xAUTO ids and UNDEFINED); split_k is
+//                any count up to K, with a reduction scheme when split.
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "kernels/cublaslt_config.h"
 #include "kernels/families.h"
 #include "kernels/family_base.h"
 
@@ -45,6 +59,9 @@ const Row& RowOf(absl::string_view arch) {
 
 constexpr int64_t kTiles[] = {64, 128, 256};
 constexpr int64_t kReductionSchemes[] = {0, 1, 2, 4};
+// The fields of a raw configuration besides algo_id (which it needs too), sorted.
+constexpr const char* kRawConfigParams[] = {"cluster_shape_id", "custom_option", "inner_shape_id",
+                                            "stages_id", "tile_id"};
 
 struct GemmShape {
   int64_t m = 0, k = 0, n_w = 0, n_out = 0;
@@ -68,9 +85,10 @@ bool OneOf(int64_t v, std::initializer_list<int64_t> set) {
 class CublasLtGemmFamily final : public FamilyBase {
  public:
   CublasLtGemmFamily()
-      : FamilyBase("cublaslt_gemm", 1, {"linear", "linear_residual", "linear_swiglu", "lm_head"},
+      : FamilyBase("cublaslt_gemm", 2, {"linear", "linear_residual", "linear_swiglu", "lm_head"},
                    {"reduction_scheme", "split_k", "stages", "swizzle", "tile_m", "tile_n"},
-                   {"algo_id"}) {}
+                   {"algo_id", "cluster_shape_id", "custom_option", "inner_shape_id", "stages_id",
+                    "tile_id"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemmShape s = ShapeOf(r);
@@ -152,6 +170,35 @@ class CublasLtGemmFamily final : public FamilyBase {
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription&) const override {
     const GemmShape s = ShapeOf(r);
+    const bool raw = t.params.contains("tile_id");
+    for (const char* p : kRawConfigParams) {
+      if (t.params.contains(p) == raw) continue;
+      return absl::InvalidArgumentError(
+          raw ? absl::StrCat(name(), " tactic: a raw configuration (tile_id) needs '", p, "'")
+              : absl::StrCat(name(), " tactic: parameter '", p,
+                             "' belongs to a raw configuration, which has tile_id"));
+    }
+    if (auto it = t.params.find("algo_id");
+        it != t.params.end() && (it->second < 0 || it->second > INT32_MAX)) {
+      return BadParam("algo_id", it->second, "a cuBLASLt algo id >= 0");
+    }
+    if (raw) {
+      if (!t.params.contains("algo_id")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name(), " tactic: a raw configuration (tile_id) needs 'algo_id'"));
+      }
+      TP_RETURN_IF_ERROR(CheckRawConfig(t, s));
+    } else {
+      TP_RETURN_IF_ERROR(CheckAssumedConfig(t, s));
+    }
+    const int64_t swizzle = t.params.at("swizzle");
+    if (swizzle != 0 && swizzle != 1) return BadParam("swizzle", swizzle, "0 or 1");
+    return absl::OkStatus();
+  }
+
+ private:
+  // The default and algo_id forms: the configurations the cost model assumes.
+  absl::Status CheckAssumedConfig(const Tactic& t, const GemmShape& s) const {
     for (const char* p : {"tile_m", "tile_n"}) {
       const int64_t v = t.params.at(p);
       if (std::find(std::begin(kTiles), std::end(kTiles), v) == std::end(kTiles)) {
@@ -165,19 +212,81 @@ class CublasLtGemmFamily final : public FamilyBase {
       return BadParam("split_k", split, "1, 2, 4, 8 or 16 leaving >= 16 of K per slice");
     }
     const int64_t scheme = t.params.at("reduction_scheme");
-    if (std::find(std::begin(kReductionSchemes), std::end(kReductionSchemes), scheme) ==
-            std::end(kReductionSchemes) ||
-        (scheme == 0) != (split == 1)) {
+    if (!IsReductionScheme(scheme) || (scheme == 0) != (split == 1)) {
       return BadParam(
           "reduction_scheme", scheme,
           "0 when split_k is 1, else 1 (in place), 2 (compute type) or 4 (output type)");
     }
-    const int64_t swizzle = t.params.at("swizzle");
-    if (swizzle != 0 && swizzle != 1) return BadParam("swizzle", swizzle, "0 or 1");
-    if (auto it = t.params.find("algo_id"); it != t.params.end() && it->second < 0) {
-      return BadParam("algo_id", it->second, "a cuBLASLt algo id >= 0");
+    return absl::OkStatus();
+  }
+
+  // A raw configuration: valid enum values, and tile_m, tile_n and stages what they say.
+  absl::Status CheckRawConfig(const Tactic& t, const GemmShape& s) const {
+    const int64_t tile_id = t.params.at("tile_id");
+    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
+    if (tile_id == 0) {
+      for (const char* p : {"tile_m", "tile_n"}) {
+        const int64_t v = t.params.at(p);
+        if (std::find(std::begin(kTiles), std::end(kTiles), v) == std::end(kTiles)) {
+          return BadParam(p, v, "64, 128 or 256 (nominal: tile_id 0 names no tile)");
+        }
+      }
+    } else {
+      const std::optional<CublasLtTile> tile = CublasLtTileSize(tile_id);
+      if (!tile.has_value()) {
+        return BadParam("tile_id", tile_id,
+                        absl::StrCat("a cublasLtMatmulTile_t in [0, ", kCublasLtTileEnd, ")"));
+      }
+      const std::string name = CublasLtTileName(tile_id);
+      if (tile_m != tile->cols) {
+        return BadParam("tile_m", tile_m,
+                        absl::StrCat(tile->cols, ", the x rows of tile ", name, " (tile_id ",
+                                     tile_id, ", cuBLASLt's weight rows x x rows)"));
+      }
+      if (tile_n != tile->rows) {
+        return BadParam("tile_n", tile_n,
+                        absl::StrCat(tile->rows, ", the weight rows of tile ", name, " (tile_id ",
+                                     tile_id, ", cuBLASLt's weight rows x x rows)"));
+      }
+    }
+    const int64_t stages_id = t.params.at("stages_id");
+    if (!IsCublasLtStagesId(stages_id)) {
+      return BadParam("stages_id", stages_id, "a cublasLtMatmulStages_t value");
+    }
+    const int64_t stages = t.params.at("stages");
+    if (stages != CublasLtStagesCount(stages_id)) {
+      return BadParam(
+          "stages", stages,
+          absl::StrCat(CublasLtStagesCount(stages_id), ", the stage count of stages_id ", stages_id,
+                       " (", CublasLtStagesName(stages_id), ")"));
+    }
+    const int64_t inner = t.params.at("inner_shape_id");
+    if (!IsCublasLtInnerShapeId(inner)) {
+      return BadParam("inner_shape_id", inner, "a cublasLtMatmulInnerShape_t value");
+    }
+    const int64_t cluster = t.params.at("cluster_shape_id");
+    if (!IsCublasLtClusterShapeId(cluster)) {
+      return BadParam("cluster_shape_id", cluster, "a cublasLtClusterShape_t value");
+    }
+    const int64_t custom = t.params.at("custom_option");
+    if (custom < 0 || custom > UINT32_MAX) {
+      return BadParam("custom_option", custom, "in [0, 2^32)");
+    }
+    const int64_t split = t.params.at("split_k");
+    if (split < 1 || split > std::max<int64_t>(1, s.k)) {
+      return BadParam("split_k", split, absl::StrCat("in [1, K = ", s.k, "]"));
+    }
+    const int64_t scheme = t.params.at("reduction_scheme");
+    if (!IsReductionScheme(scheme) || (split > 1 && scheme == 0)) {
+      return BadParam("reduction_scheme", scheme,
+                      "0, 1 (in place), 2 (compute type) or 4 (output type), not 0 when split");
     }
     return absl::OkStatus();
+  }
+
+  static bool IsReductionScheme(int64_t scheme) {
+    return std::find(std::begin(kReductionSchemes), std::end(kReductionSchemes), scheme) !=
+           std::end(kReductionSchemes);
   }
 };
 

@@ -14,6 +14,13 @@
 namespace tileplan::kernels {
 namespace {
 
+// kernels/cublaslt_config.h holds the enums as numbers; they must be this header's.
+static_assert(kCublasLtTileEnd == CUBLASLT_MATMUL_TILE_END);
+static_assert(kCublasLtStagesEnd == CUBLASLT_MATMUL_STAGES_END);
+static_assert(kCublasLtInnerShapeEnd == CUBLASLT_MATMUL_INNER_SHAPE_END);
+static_assert(kCublasLtClusterShapeEnd == CUBLASLT_CLUSTER_SHAPE_END);
+static_assert(CUBLASLT_MATMUL_TILE_UNDEFINED == 0 && CUBLASLT_MATMUL_STAGES_UNDEFINED == 0);
+
 // cublasStatus_t becomes Status at the boundary, with the expression and its location.
 absl::Status CublasStatusToStatus(cublasStatus_t status, absl::string_view expression,
                                   absl::string_view file, int line) {
@@ -109,18 +116,6 @@ std::string ReductionName(uint32_t scheme) {
   }
 }
 
-struct TileEntry {
-  cublasLtMatmulTile_t id;
-  const char* name;  // cuBLASLt's m x n
-};
-constexpr TileEntry kTiles[] = {
-    {CUBLASLT_MATMUL_TILE_64x64, "64x64"},     {CUBLASLT_MATMUL_TILE_64x128, "64x128"},
-    {CUBLASLT_MATMUL_TILE_128x64, "128x64"},   {CUBLASLT_MATMUL_TILE_64x256, "64x256"},
-    {CUBLASLT_MATMUL_TILE_256x64, "256x64"},   {CUBLASLT_MATMUL_TILE_128x128, "128x128"},
-    {CUBLASLT_MATMUL_TILE_128x256, "128x256"}, {CUBLASLT_MATMUL_TILE_256x128, "256x128"},
-    {CUBLASLT_MATMUL_TILE_256x256, "256x256"},
-};
-
 // An array-valued capability of `algo` (tile or stage ids), without the UNDEFINED entry.
 absl::StatusOr<std::vector<uint32_t>> CapIds(const cublasLtMatmulAlgo_t& algo,
                                              cublasLtMatmulAlgoCapAttributes_t attr) {
@@ -171,10 +166,61 @@ absl::Status SetPref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAt
   return TP_CUBLAS_STATUS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
-std::string IdsString(const std::vector<uint32_t>& ids, std::string (*name)(uint32_t)) {
+std::string IdsString(const std::vector<uint32_t>& ids, std::string (*name)(int64_t)) {
   std::vector<std::string> names;
   for (uint32_t id : ids) names.push_back(name(id));
   return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+// The alignment C has: the residual's, else D's (C is D then).
+int64_t CAlignment(const GemmProblem& p) {
+  return p.residual.has_value() ? p.residual->alignment : p.d.alignment;
+}
+
+// cuBLASLt's (m, n, k) of the problem and what else shapes it, for messages.
+std::string ProblemString(const GemmProblem& p) {
+  return absl::StrCat("m=", p.n, " n=", p.m, " k=", p.k, " (", ir::DTypeName(p.input_dtype), " -> ",
+                      ir::DTypeName(p.output_dtype), ", lda ", p.w.ld, ", ldb ", p.x.ld, ", ldd ",
+                      p.d.ld, p.bias_operand >= 0 ? ", bias" : "",
+                      p.residual.has_value() ? ", residual" : "", ")");
+}
+
+// InvalidArgument naming the first matrix `algo` needs more aligned than the region
+// guarantees.
+absl::Status CheckAlignments(const cublasLtMatmulAlgo_t& algo, const GemmProblem& p) {
+  const std::pair<cublasLtMatmulAlgoCapAttributes_t, int64_t> alignments[] = {
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, p.w.alignment},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, p.x.alignment},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CAlignment(p)},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, p.d.alignment}};
+  const char* const matrices[] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; ++i) {
+    TP_ASSIGN_OR_RETURN(const uint32_t need, Cap<uint32_t>(algo, alignments[i].first));
+    if (need > alignments[i].second) {
+      return absl::InvalidArgumentError(absl::StrCat("the algo needs ", matrices[i], " aligned to ",
+                                                     need, " bytes, the region guarantees ",
+                                                     alignments[i].second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The configuration fields of `algo` (workspace_bytes and from_heuristic left unset).
+absl::StatusOr<ResolvedAlgo> ReadConfig(const cublasLtMatmulAlgo_t& algo) {
+  ResolvedAlgo r;
+  TP_ASSIGN_OR_RETURN(r.algo_id, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
+  TP_ASSIGN_OR_RETURN(r.tile_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
+  TP_ASSIGN_OR_RETURN(r.stages_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
+  TP_ASSIGN_OR_RETURN(r.split_k, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+  TP_ASSIGN_OR_RETURN(r.reduction_scheme,
+                      Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+  TP_ASSIGN_OR_RETURN(r.swizzle, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+  TP_ASSIGN_OR_RETURN(r.custom_option, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
+  TP_ASSIGN_OR_RETURN(r.inner_shape_id,
+                      Config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID));
+  TP_ASSIGN_OR_RETURN(r.cluster_shape_id,
+                      Config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+  return r;
 }
 
 }  // namespace
@@ -266,71 +312,6 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
   return p;
 }
 
-std::string CublasLtTileName(uint32_t tile_id) {
-  if (tile_id == CUBLASLT_MATMUL_TILE_UNDEFINED) return "undefined";
-  for (const TileEntry& t : kTiles) {
-    if (static_cast<uint32_t>(t.id) == tile_id) return t.name;
-  }
-  return absl::StrCat("tile id ", tile_id);
-}
-
-std::optional<uint32_t> CublasLtTileFor(int64_t tile_m, int64_t tile_n) {
-  const std::string name = absl::StrCat(tile_n, "x", tile_m);
-  for (const TileEntry& t : kTiles) {
-    if (name == t.name) return static_cast<uint32_t>(t.id);
-  }
-  return std::nullopt;
-}
-
-namespace {
-
-// Width (elements of K per stage) and count of a stages id; count 0 for AUTO, width 0 for
-// undefined or unknown ids.
-std::pair<int, int> StagesOf(uint32_t id) {
-  if (id >= CUBLASLT_MATMUL_STAGES_16x1 && id <= CUBLASLT_MATMUL_STAGES_128x6) {
-    return {16 << ((id - 1) / 6), static_cast<int>((id - 1) % 6) + 1};
-  }
-  switch (id) {
-    case CUBLASLT_MATMUL_STAGES_32x10:
-      return {32, 10};
-    case CUBLASLT_MATMUL_STAGES_8x4:
-      return {8, 4};
-    case CUBLASLT_MATMUL_STAGES_16x10:
-      return {16, 10};
-    case CUBLASLT_MATMUL_STAGES_8x5:
-      return {8, 5};
-    case CUBLASLT_MATMUL_STAGES_8x3:
-      return {8, 3};
-    case CUBLASLT_MATMUL_STAGES_8xAUTO:
-      return {8, 0};
-    case CUBLASLT_MATMUL_STAGES_16xAUTO:
-      return {16, 0};
-    case CUBLASLT_MATMUL_STAGES_32xAUTO:
-      return {32, 0};
-    case CUBLASLT_MATMUL_STAGES_64xAUTO:
-      return {64, 0};
-    case CUBLASLT_MATMUL_STAGES_128xAUTO:
-      return {128, 0};
-    case CUBLASLT_MATMUL_STAGES_256xAUTO:
-      return {256, 0};
-    case CUBLASLT_MATMUL_STAGES_768xAUTO:
-      return {768, 0};
-    default:
-      return {0, 0};
-  }
-}
-
-}  // namespace
-
-std::string CublasLtStagesName(uint32_t stages_id) {
-  if (stages_id == CUBLASLT_MATMUL_STAGES_UNDEFINED) return "undefined";
-  const auto [width, count] = StagesOf(stages_id);
-  if (width == 0) return absl::StrCat("stages id ", stages_id);
-  return count == 0 ? absl::StrCat(width, "xAUTO") : absl::StrCat(width, "x", count);
-}
-
-int CublasLtStagesCount(uint32_t stages_id) { return StagesOf(stages_id).second; }
-
 // The swiglu step of linear_swiglu: a one-region graph over the [M, 2F] workspace.
 struct PreparedGemm::Swiglu {
   std::unique_ptr<ir::Graph> graph;
@@ -354,12 +335,33 @@ std::string PreparedGemm::Describe() const {
       algo_.from_heuristic ? " (heuristic)" : " (tactic)", ", tile ",
       CublasLtTileName(algo_.tile_id), ", stages ", CublasLtStagesName(algo_.stages_id),
       ", split_k ", algo_.split_k, ", reduction ", ReductionName(algo_.reduction_scheme),
-      ", swizzle ", algo_.swizzle, ", workspace ", algo_.workspace_bytes, " bytes");
+      ", swizzle ", algo_.swizzle, ", custom option ", algo_.custom_option, ", inner shape ",
+      algo_.inner_shape_id, ", cluster shape ", algo_.cluster_shape_id, ", workspace ",
+      algo_.workspace_bytes, " bytes");
   if (swiglu_ != nullptr) {
     absl::StrAppend(&text, ", then ", swiglu_->name_expression, " (",
                     swiglu_->tactic.ParamsString(), ")");
   }
   return text;
+}
+
+Tactic ConfigTactic(const ResolvedAlgo& algo, const Tactic& base) {
+  Tactic t = base;
+  t.params["algo_id"] = algo.algo_id;
+  t.params["tile_id"] = algo.tile_id;
+  t.params["stages_id"] = algo.stages_id;
+  t.params["split_k"] = algo.split_k;
+  t.params["reduction_scheme"] = algo.reduction_scheme;
+  t.params["swizzle"] = algo.swizzle;
+  t.params["custom_option"] = algo.custom_option;
+  t.params["inner_shape_id"] = algo.inner_shape_id;
+  t.params["cluster_shape_id"] = algo.cluster_shape_id;
+  t.params["stages"] = CublasLtStagesCount(algo.stages_id);
+  if (const std::optional<CublasLtTile> tile = CublasLtTileSize(algo.tile_id)) {
+    t.params["tile_m"] = tile->cols;  // cuBLASLt's n is x's rows
+    t.params["tile_n"] = tile->rows;
+  }
+  return t;
 }
 
 absl::StatusOr<std::unique_ptr<CublasLtRunner>> CublasLtRunner::Create(const device::Device& device,
@@ -378,8 +380,8 @@ CublasLtRunner::~CublasLtRunner() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::Prepare(const BoundRegion& region,
-                                                                      const Tactic& tactic) {
+absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::CreateGemm(
+    const BoundRegion& region, const Tactic& tactic) const {
   const std::string label = region.Label();
   if (tactic.family != "cublaslt_gemm") {
     return absl::InvalidArgumentError(
@@ -420,191 +422,293 @@ absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::Prepare(const Boun
   }();
   TP_RETURN_IF_ERROR(Prefixed(label, status));
   gemm->beta_ = p.residual.has_value() ? 1.0f : 0.0f;
-  TP_RETURN_IF_ERROR(ResolveAlgo(tactic, *gemm));
-  if (p.swiglu) TP_RETURN_IF_ERROR(PrepareSwiglu(*gemm));
   return gemm;
 }
 
+absl::StatusOr<std::unique_ptr<PreparedGemm>> CublasLtRunner::Prepare(const BoundRegion& region,
+                                                                      const Tactic& tactic) {
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGemm> gemm, CreateGemm(region, tactic));
+  TP_RETURN_IF_ERROR(ResolveAlgo(tactic, *gemm));
+  if (gemm->problem_.swiglu) TP_RETURN_IF_ERROR(PrepareSwiglu(*gemm));
+  return gemm;
+}
+
+absl::StatusOr<std::vector<Tactic>> CublasLtRunner::Candidates(const BoundRegion& region,
+                                                               const Tactic& base, int limit) {
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGemm> gemm, CreateGemm(region, base));
+  TP_ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                      Heuristic(*gemm, std::max(1, limit)));
+  std::vector<Tactic> out;
+  for (const cublasLtMatmulHeuristicResult_t& result : results) {
+    absl::StatusOr<ResolvedAlgo> config = ReadConfig(result.algo);
+    if (!config.ok()) return Prefixed(gemm->label_, config.status());
+    Tactic tactic = ConfigTactic(*config, base);
+    if (std::find(out.begin(), out.end(), tactic) == out.end()) out.push_back(std::move(tactic));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> CublasLtRunner::Heuristic(
+    const PreparedGemm& gemm, int count) const {
+  const GemmProblem& p = gemm.problem_;
+  cublasLtMatmulPreference_t pref = nullptr;
+  TP_RETURN_IF_ERROR(
+      Prefixed(gemm.label_, TP_CUBLAS_STATUS(cublasLtMatmulPreferenceCreate(&pref))));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+  int returned = 0;
+  absl::Status status = [&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(SetPref<uint64_t>(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         static_cast<uint64_t>(workspace_.size())));
+    TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                         static_cast<uint32_t>(p.w.alignment)));
+    TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                         static_cast<uint32_t>(p.x.alignment)));
+    TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                         static_cast<uint32_t>(CAlignment(p))));
+    TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                         static_cast<uint32_t>(p.d.alignment)));
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_,
+                                       pref, count, results.data(), &returned);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {  // no heuristic for this configuration
+      returned = 0;
+      return absl::OkStatus();
+    }
+    return TP_CUBLAS_STATUS(s);
+  }();
+  cublasLtMatmulPreferenceDestroy(pref);
+  TP_RETURN_IF_ERROR(Prefixed(gemm.label_, status));
+  results.resize(static_cast<size_t>(std::clamp(returned, 0, count)));
+  results.erase(std::remove_if(results.begin(), results.end(),
+                               [](const cublasLtMatmulHeuristicResult_t& r) {
+                                 return r.state != CUBLAS_STATUS_SUCCESS;
+                               }),
+                results.end());
+  return results;
+}
+
 absl::Status CublasLtRunner::ResolveAlgo(const Tactic& tactic, PreparedGemm& gemm) const {
+  ResolvedAlgo& resolved = gemm.algo_;
+  if (tactic.params.contains("tile_id")) {
+    TP_RETURN_IF_ERROR(ResolveRawConfig(tactic, gemm));
+  } else if (tactic.params.contains("algo_id")) {
+    TP_RETURN_IF_ERROR(ResolveAlgoId(tactic, gemm));
+  } else {
+    TP_ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                        Heuristic(gemm, 1));
+    if (results.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          gemm.label_, ": cuBLASLt's heuristic has no algorithm for ", ProblemString(gemm.problem_),
+          " within ", workspace_.size(), " bytes of workspace"));
+    }
+    gemm.cublas_algo_ = results.front().algo;
+    resolved.workspace_bytes = static_cast<int64_t>(results.front().workspaceSize);
+  }
+  // What cuBLASLt will run, read back.
+  absl::StatusOr<ResolvedAlgo> config = ReadConfig(gemm.cublas_algo_);
+  if (!config.ok()) return Prefixed(gemm.label_, config.status());
+  const int64_t workspace_bytes = resolved.workspace_bytes;
+  resolved = *config;
+  resolved.from_heuristic = !tactic.params.contains("algo_id");
+  resolved.workspace_bytes = workspace_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CublasLtRunner::ResolveAlgoId(const Tactic& tactic, PreparedGemm& gemm) const {
   const GemmProblem& p = gemm.problem_;
   const cudaDataType_t in = CudaType(p.input_dtype), out = CudaType(p.output_dtype);
-  const int64_t c_alignment = p.residual.has_value() ? p.residual->alignment : p.d.alignment;
   cublasLtMatmulAlgo_t& algo = gemm.cublas_algo_;
-  ResolvedAlgo& resolved = gemm.algo_;
-  const std::string problem = absl::StrCat(
-      "m=", p.n, " n=", p.m, " k=", p.k, " (", ir::DTypeName(p.input_dtype), " -> ",
-      ir::DTypeName(p.output_dtype), ", lda ", p.w.ld, ", ldb ", p.x.ld, ", ldd ", p.d.ld,
-      p.bias_operand >= 0 ? ", bias" : "", p.residual.has_value() ? ", residual" : "", ")");
-
-  auto algo_id = tactic.params.find("algo_id");
-  if (algo_id == tactic.params.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    TP_RETURN_IF_ERROR(
-        Prefixed(gemm.label_, TP_CUBLAS_STATUS(cublasLtMatmulPreferenceCreate(&pref))));
-    cublasLtMatmulHeuristicResult_t result = {};
-    int count = 0;
-    absl::Status status = [&]() -> absl::Status {
-      TP_RETURN_IF_ERROR(SetPref<uint64_t>(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           static_cast<uint64_t>(workspace_.size())));
-      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                           static_cast<uint32_t>(p.w.alignment)));
-      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                           static_cast<uint32_t>(p.x.alignment)));
-      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                           static_cast<uint32_t>(c_alignment)));
-      TP_RETURN_IF_ERROR(SetPref<uint32_t>(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                           static_cast<uint32_t>(p.d.alignment)));
-      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
-          handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_, pref, 1, &result, &count);
-      if (s == CUBLAS_STATUS_NOT_SUPPORTED) {  // no heuristic for this configuration
-        count = 0;
-        return absl::OkStatus();
-      }
-      return TP_CUBLAS_STATUS(s);
-    }();
-    cublasLtMatmulPreferenceDestroy(pref);
-    TP_RETURN_IF_ERROR(Prefixed(gemm.label_, status));
-    if (count < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(gemm.label_, ": cuBLASLt's heuristic has no algorithm for ", problem,
-                       " within ", workspace_.size(), " bytes of workspace"));
-    }
-    algo = result.algo;
-    resolved.from_heuristic = true;
-    resolved.workspace_bytes = static_cast<int64_t>(result.workspaceSize);
-  } else {
-    auto reject = [&](auto... args) {
-      return absl::InvalidArgumentError(absl::StrCat(gemm.label_, ": cuBLASLt rejects tactic ",
-                                                     tactic.ParamsString(), " for ", problem, ": ",
-                                                     args...));
-    };
-    auto param = [&](absl::string_view name) -> absl::StatusOr<int64_t> {
-      absl::StatusOr<int64_t> v = tactic.Param(name);
-      if (!v.ok()) return Prefixed(gemm.label_, v.status());
-      return v;
-    };
-    TP_ASSIGN_OR_RETURN(const int64_t tile_m, param("tile_m"));
-    TP_ASSIGN_OR_RETURN(const int64_t tile_n, param("tile_n"));
-    TP_ASSIGN_OR_RETURN(const int64_t stages, param("stages"));
-    TP_ASSIGN_OR_RETURN(const int64_t split_k, param("split_k"));
-    TP_ASSIGN_OR_RETURN(const int64_t scheme, param("reduction_scheme"));
-    TP_ASSIGN_OR_RETURN(const int64_t swizzle, param("swizzle"));
-    if (algo_id->second < 0 || algo_id->second > INT32_MAX) {
-      return reject("algo_id ", algo_id->second, " is not a cuBLASLt algo id");
-    }
-    const absl::Status init = TP_CUBLAS_STATUS(
-        cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out,
-                               static_cast<int>(algo_id->second), &algo));
-    if (!init.ok()) return reject(init.message());
-    const std::optional<uint32_t> tile = CublasLtTileFor(tile_m, tile_n);
-    if (!tile.has_value()) return reject("no cuBLASLt tile is ", tile_n, "x", tile_m);
-
-    // Capability queries and the configuration of `algo`: any error, cuBLASLt's or a
-    // capability the tactic needs and the algo lacks, rejects the tactic.
-    auto lacks = [](auto... args) { return absl::InvalidArgumentError(absl::StrCat(args...)); };
-    std::vector<uint32_t> stage_candidates;
-    absl::Status configured = [&]() -> absl::Status {
-      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles,
-                          CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
-      uint32_t tile_id = CUBLASLT_MATMUL_TILE_UNDEFINED;  // the algo has no tile choice
-      if (!tiles.empty()) {
-        if (std::find(tiles.begin(), tiles.end(), *tile) == tiles.end()) {
-          return lacks("algo ", algo_id->second, " offers tiles ",
-                       IdsString(tiles, &CublasLtTileName), ", not ", CublasLtTileName(*tile));
-        }
-        tile_id = *tile;
-      }
-      // Stages: the offered ids of `stages` stages, else the library-chosen depths (xAUTO)
-      // the algo offers; none offered: the algo has no stage choice. The first candidate
-      // cublasLtMatmulAlgoCheck accepts is taken.
-      TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> stage_ids,
-                          CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS));
-      for (uint32_t id : stage_ids) {
-        if (CublasLtStagesCount(id) == stages) stage_candidates.push_back(id);
-      }
-      if (stage_candidates.empty()) {
-        for (uint32_t id : stage_ids) {
-          if (StagesOf(id).first != 0 && StagesOf(id).second == 0) stage_candidates.push_back(id);
-        }
-      }
-      if (stage_ids.empty()) stage_candidates.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
-      if (stage_candidates.empty()) {
-        return lacks("algo ", algo_id->second, " offers stages ",
-                     IdsString(stage_ids, &CublasLtStagesName), ", none of ", stages);
-      }
-      if (split_k > 1) {
-        TP_ASSIGN_OR_RETURN(const int32_t split_support,
-                            Cap<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT));
-        if (split_support == 0) return lacks("algo ", algo_id->second, " has no split-K");
-        TP_ASSIGN_OR_RETURN(const uint32_t schemes,
-                            Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK));
-        if ((schemes & static_cast<uint32_t>(scheme)) != static_cast<uint32_t>(scheme)) {
-          return lacks("algo ", algo_id->second, " has no reduction scheme ", scheme, " (mask ",
-                       schemes, ")");
-        }
-      }
-      if (swizzle != 0) {
-        TP_ASSIGN_OR_RETURN(const uint32_t swizzling,
-                            Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT));
-        if (swizzling == 0) return lacks("algo ", algo_id->second, " has no CTA swizzling");
-      }
-      const std::pair<cublasLtMatmulAlgoCapAttributes_t, int64_t> alignments[] = {
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, p.w.alignment},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, p.x.alignment},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, c_alignment},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, p.d.alignment}};
-      const char* const matrices[] = {"A", "B", "C", "D"};
-      for (int i = 0; i < 4; ++i) {
-        TP_ASSIGN_OR_RETURN(const uint32_t need, Cap<uint32_t>(algo, alignments[i].first));
-        if (need > alignments[i].second) {
-          return lacks("algo ", algo_id->second, " needs ", matrices[i], " aligned to ", need,
-                       " bytes, the region guarantees ", alignments[i].second);
-        }
-      }
-      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile_id));
-      TP_RETURN_IF_ERROR(
-          SetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, static_cast<int32_t>(split_k)));
-      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                             static_cast<uint32_t>(scheme)));
-      TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
-                                             static_cast<uint32_t>(swizzle)));
-      return absl::OkStatus();
-    }();
-    if (!configured.ok()) return reject(configured.message());
-    cublasLtMatmulHeuristicResult_t check = {};
-    absl::Status checked;
-    for (uint32_t stages_id : stage_candidates) {
-      const absl::Status set = SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, stages_id);
-      if (!set.ok()) return reject(set.message());
-      checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(handle_, gemm.desc_, gemm.a_, gemm.b_,
-                                                         gemm.c_, gemm.d_, &algo, &check));
-      if (checked.ok()) break;
-    }
-    if (!checked.ok()) {
-      return reject("stages ", IdsString(stage_candidates, &CublasLtStagesName), ": ",
-                    checked.message());
-    }
-    if (check.workspaceSize > static_cast<size_t>(workspace_.size())) {
-      return reject("the algo needs ", check.workspaceSize, " bytes of workspace, the runner has ",
-                    workspace_.size());
-    }
-    resolved.from_heuristic = false;
-    resolved.workspace_bytes = static_cast<int64_t>(check.workspaceSize);
+  const int64_t algo_id = tactic.params.at("algo_id");
+  auto reject = [&](auto... args) {
+    return absl::InvalidArgumentError(absl::StrCat(gemm.label_, ": cuBLASLt rejects tactic ",
+                                                   tactic.ParamsString(), " for ", ProblemString(p),
+                                                   ": ", args...));
+  };
+  auto param = [&](absl::string_view name) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<int64_t> v = tactic.Param(name);
+    if (!v.ok()) return Prefixed(gemm.label_, v.status());
+    return v;
+  };
+  TP_ASSIGN_OR_RETURN(const int64_t tile_m, param("tile_m"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_n, param("tile_n"));
+  TP_ASSIGN_OR_RETURN(const int64_t stages, param("stages"));
+  TP_ASSIGN_OR_RETURN(const int64_t split_k, param("split_k"));
+  TP_ASSIGN_OR_RETURN(const int64_t scheme, param("reduction_scheme"));
+  TP_ASSIGN_OR_RETURN(const int64_t swizzle, param("swizzle"));
+  if (algo_id < 0 || algo_id > INT32_MAX) {
+    return reject("algo_id ", algo_id, " is not a cuBLASLt algo id");
   }
+  const absl::Status init = TP_CUBLAS_STATUS(cublasLtMatmulAlgoInit(
+      handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out, static_cast<int>(algo_id), &algo));
+  if (!init.ok()) return reject(init.message());
+  const std::optional<uint32_t> tile = CublasLtTileFor(tile_m, tile_n);
+  if (!tile.has_value()) return reject("no cuBLASLt tile is ", tile_n, "x", tile_m);
 
-  // What cuBLASLt will run, read back.
-  absl::Status read = [&]() -> absl::Status {
-    TP_ASSIGN_OR_RETURN(resolved.algo_id, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
-    TP_ASSIGN_OR_RETURN(resolved.tile_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
-    TP_ASSIGN_OR_RETURN(resolved.stages_id, Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
-    TP_ASSIGN_OR_RETURN(resolved.split_k, Config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
-    TP_ASSIGN_OR_RETURN(resolved.reduction_scheme,
-                        Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
-    TP_ASSIGN_OR_RETURN(resolved.swizzle,
-                        Config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+  // Capability queries and the configuration of `algo`: any error, cuBLASLt's or a
+  // capability the tactic needs and the algo lacks, rejects the tactic.
+  auto lacks = [](auto... args) { return absl::InvalidArgumentError(absl::StrCat(args...)); };
+  std::vector<uint32_t> stage_candidates;
+  absl::Status configured = [&]() -> absl::Status {
+    TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> tiles,
+                        CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS));
+    uint32_t tile_id = CUBLASLT_MATMUL_TILE_UNDEFINED;  // the algo has no tile choice
+    if (!tiles.empty()) {
+      if (std::find(tiles.begin(), tiles.end(), *tile) == tiles.end()) {
+        return lacks("algo ", algo_id, " offers tiles ", IdsString(tiles, &CublasLtTileName),
+                     ", not ", CublasLtTileName(*tile));
+      }
+      tile_id = *tile;
+    }
+    // Stages: the offered ids of `stages` stages, else the library-chosen depths (xAUTO)
+    // the algo offers; none offered: the algo has no stage choice. The first candidate
+    // cublasLtMatmulAlgoCheck accepts is taken.
+    TP_ASSIGN_OR_RETURN(const std::vector<uint32_t> stage_ids,
+                        CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS));
+    for (uint32_t id : stage_ids) {
+      if (CublasLtStagesCount(id) == stages) stage_candidates.push_back(id);
+    }
+    if (stage_candidates.empty()) {
+      for (uint32_t id : stage_ids) {
+        if (IsCublasLtAutoStagesId(id)) stage_candidates.push_back(id);
+      }
+    }
+    if (stage_ids.empty()) stage_candidates.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
+    if (stage_candidates.empty()) {
+      return lacks("algo ", algo_id, " offers stages ", IdsString(stage_ids, &CublasLtStagesName),
+                   ", none of ", stages);
+    }
+    if (split_k > 1) {
+      TP_ASSIGN_OR_RETURN(const int32_t split_support,
+                          Cap<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT));
+      if (split_support == 0) return lacks("algo ", algo_id, " has no split-K");
+      TP_ASSIGN_OR_RETURN(const uint32_t schemes,
+                          Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK));
+      if ((schemes & static_cast<uint32_t>(scheme)) != static_cast<uint32_t>(scheme)) {
+        return lacks("algo ", algo_id, " has no reduction scheme ", scheme, " (mask ", schemes,
+                     ")");
+      }
+    }
+    if (swizzle != 0) {
+      TP_ASSIGN_OR_RETURN(const uint32_t swizzling,
+                          Cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT));
+      if (swizzling == 0) return lacks("algo ", algo_id, " has no CTA swizzling");
+    }
+    TP_RETURN_IF_ERROR(CheckAlignments(algo, p));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile_id));
+    TP_RETURN_IF_ERROR(
+        SetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, static_cast<int32_t>(split_k)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                           static_cast<uint32_t>(scheme)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                           static_cast<uint32_t>(swizzle)));
     return absl::OkStatus();
   }();
-  return Prefixed(gemm.label_, read);
+  if (!configured.ok()) return reject(configured.message());
+  cublasLtMatmulHeuristicResult_t check = {};
+  absl::Status checked;
+  for (uint32_t stages_id : stage_candidates) {
+    const absl::Status set = SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, stages_id);
+    if (!set.ok()) return reject(set.message());
+    checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(handle_, gemm.desc_, gemm.a_, gemm.b_,
+                                                       gemm.c_, gemm.d_, &algo, &check));
+    if (checked.ok()) break;
+  }
+  if (!checked.ok()) {
+    return reject("stages ", IdsString(stage_candidates, &CublasLtStagesName), ": ",
+                  checked.message());
+  }
+  if (check.workspaceSize > static_cast<size_t>(workspace_.size())) {
+    return reject("the algo needs ", check.workspaceSize, " bytes of workspace, the runner has ",
+                  workspace_.size());
+  }
+  gemm.algo_.workspace_bytes = static_cast<int64_t>(check.workspaceSize);
+  return absl::OkStatus();
+}
+
+absl::Status CublasLtRunner::ResolveRawConfig(const Tactic& tactic, PreparedGemm& gemm) const {
+  const GemmProblem& p = gemm.problem_;
+  const cudaDataType_t in = CudaType(p.input_dtype), out = CudaType(p.output_dtype);
+  cublasLtMatmulAlgo_t& algo = gemm.cublas_algo_;
+  auto reject = [&](auto... args) {
+    return absl::FailedPreconditionError(absl::StrCat(gemm.label_, ": cuBLASLt rejects config ",
+                                                      tactic.ParamsString(), " for ",
+                                                      ProblemString(p), ": ", args...));
+  };
+  // Every field, range-checked for the type cuBLASLt stores it in.
+  struct Field {
+    const char* name;
+    int64_t max;
+    int64_t value = 0;
+  };
+  Field fields[] = {{"algo_id", INT32_MAX},           {"tile_id", UINT32_MAX},
+                    {"stages_id", UINT32_MAX},        {"split_k", INT32_MAX},
+                    {"reduction_scheme", UINT32_MAX}, {"swizzle", UINT32_MAX},
+                    {"custom_option", UINT32_MAX},    {"inner_shape_id", UINT16_MAX},
+                    {"cluster_shape_id", UINT16_MAX}};
+  for (Field& f : fields) {
+    absl::StatusOr<int64_t> v = tactic.Param(f.name);
+    if (!v.ok()) return Prefixed(gemm.label_, v.status());
+    if (*v < 0 || *v > f.max) return reject(f.name, " ", *v, " is out of range");
+    f.value = *v;
+  }
+  const int64_t algo_id = fields[0].value;
+  const absl::Status init = TP_CUBLAS_STATUS(cublasLtMatmulAlgoInit(
+      handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, out, out, static_cast<int>(algo_id), &algo));
+  if (!init.ok()) return reject(init.message());
+  absl::Status configured = [&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(CheckAlignments(algo, p));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID,
+                                           static_cast<uint32_t>(fields[1].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                           static_cast<uint32_t>(fields[2].value)));
+    TP_RETURN_IF_ERROR(SetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                          static_cast<int32_t>(fields[3].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                           static_cast<uint32_t>(fields[4].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                           static_cast<uint32_t>(fields[5].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                           static_cast<uint32_t>(fields[6].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+                                           static_cast<uint16_t>(fields[7].value)));
+    TP_RETURN_IF_ERROR(SetConfig<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                           static_cast<uint16_t>(fields[8].value)));
+    return absl::OkStatus();
+  }();
+  if (!configured.ok()) return reject(configured.message());
+  cublasLtMatmulHeuristicResult_t check = {};
+  const absl::Status checked = TP_CUBLAS_STATUS(cublasLtMatmulAlgoCheck(
+      handle_, gemm.desc_, gemm.a_, gemm.b_, gemm.c_, gemm.d_, &algo, &check));
+  if (!checked.ok()) {
+    // What the algo offers, to tell a config of another library or GPU from a typo.
+    std::string offers;
+    absl::StatusOr<std::vector<uint32_t>> tiles = CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+    absl::StatusOr<std::vector<uint32_t>> stages = CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    if (tiles.ok() && stages.ok()) {
+      offers =
+          absl::StrCat("; algo ", algo_id, " offers tiles ", IdsString(*tiles, &CublasLtTileName),
+                       " and stages ", IdsString(*stages, &CublasLtStagesName));
+    }
+    return reject(checked.message(), offers);
+  }
+  if (check.workspaceSize > static_cast<size_t>(workspace_.size())) {
+    return reject("the algo needs ", check.workspaceSize, " bytes of workspace, the runner has ",
+                  workspace_.size());
+  }
+  // cuBLASLt must run exactly the configuration asked for.
+  absl::StatusOr<ResolvedAlgo> set = ReadConfig(algo);
+  if (!set.ok()) return Prefixed(gemm.label_, set.status());
+  const int64_t read[] = {set->algo_id,       set->tile_id,          set->stages_id,
+                          set->split_k,       set->reduction_scheme, set->swizzle,
+                          set->custom_option, set->inner_shape_id,   set->cluster_shape_id};
+  for (size_t i = 0; i < std::size(fields); ++i) {
+    if (read[i] != fields[i].value) {
+      return reject("cuBLASLt holds ", fields[i].name, " ", read[i], " after it was set to ",
+                    fields[i].value);
+    }
+  }
+  gemm.algo_.workspace_bytes = static_cast<int64_t>(check.workspaceSize);
+  return absl::OkStatus();
 }
 
 absl::Status CublasLtRunner::PrepareSwiglu(PreparedGemm& gemm) {

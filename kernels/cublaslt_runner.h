@@ -14,12 +14,21 @@
 //                    then the elementwise family's swiglu kernel writes the result
 //   lm_head          float32 D from 16-bit x and w
 //
-// Algo resolution (Prepare): a tactic with `algo_id` is that algo configured with the
-// tactic's tile, split-K, reduction scheme and CTA swizzling and the first of its stage ids
-// of `stages` stages (else of its xAUTO depths) that cublasLtMatmulAlgoCheck accepts; a
-// tactic without one runs cuBLASLt's top heuristic answer for
-// the exact problem (shapes, leading dims, dtypes, epilogue, alignments) within the
-// runner's workspace, and its other parameters are then only the cost model's assumption.
+// Algo resolution (Prepare), by the tactic's form (kernels/cublaslt_gemm.cc):
+//   raw config  (tile_id and the other raw fields): cublasLtMatmulAlgoInit of algo_id, then
+//               every configuration field set exactly as the tactic has it (tile, stages,
+//               split-K, reduction scheme, CTA swizzling, custom option, inner shape and
+//               cluster shape ids); cublasLtMatmulAlgoCheck must accept it, else
+//               FailedPrecondition naming the region, the config and the problem. Never a
+//               fallback to the heuristic;
+//   algo_id     that algo configured with the tactic's tile, split-K, reduction scheme and
+//               CTA swizzling and the first of its stage ids of `stages` stages (else of its
+//               xAUTO depths) that cublasLtMatmulAlgoCheck accepts, else InvalidArgument;
+//   default     cuBLASLt's top heuristic answer for the exact problem (shapes, leading dims,
+//               dtypes, epilogue, alignments) within the runner's workspace; the tactic's
+//               other parameters are then only the cost model's assumption.
+// Candidates lists the heuristic's answers as raw configs, which is how the tuner measures
+// more than its top pick.
 #ifndef TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
 #define TILEPLAN_KERNELS_CUBLASLT_RUNNER_H_
 
@@ -30,10 +39,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/bound_graph.h"
+#include "kernels/cublaslt_config.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/kernel_family.h"
 #include "kernels/kernel_loader.h"
@@ -77,20 +88,8 @@ struct GemmProblem {
 // refused rather than run in TF32).
 absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& region);
 
-// "128x256" for a cublasLtMatmulTile_t id, "tile id N" for ids outside the tiles the
-// family's tactics name, "undefined" for CUBLASLT_MATMUL_TILE_UNDEFINED.
-std::string CublasLtTileName(uint32_t tile_id);
-// The cublasLtMatmulTile_t of a tactic's tile_m (x rows) by tile_n (w rows); cuBLASLt
-// names tiles m-by-n of its own (N, M) problem, so this is CUBLASLT_MATMUL_TILE_<n>x<m>.
-// nullopt for sizes other than 64, 128 and 256.
-std::optional<uint32_t> CublasLtTileFor(int64_t tile_m, int64_t tile_n);
-// "64x4" for a cublasLtMatmulStages_t id ("16xAUTO" for the library-chosen depths,
-// "undefined", "stages id N" for unknown ids), and the stage count it carries (0 for AUTO,
-// undefined and unknown ids).
-std::string CublasLtStagesName(uint32_t stages_id);
-int CublasLtStagesCount(uint32_t stages_id);
-
-// The algo a PreparedGemm runs, as read back from cuBLASLt.
+// The algo a PreparedGemm runs, as read back from cuBLASLt: its id and every configuration
+// field (kernels/cublaslt_config.h names the ids).
 struct ResolvedAlgo {
   bool from_heuristic = false;
   int32_t algo_id = -1;
@@ -99,8 +98,17 @@ struct ResolvedAlgo {
   int32_t split_k = 1;
   uint32_t reduction_scheme = 0;  // cublasLtReductionScheme_t
   uint32_t swizzle = 0;
-  int64_t workspace_bytes = 0;  // cuBLASLt's own workspace need (within the runner's)
+  uint32_t custom_option = 0;
+  uint16_t inner_shape_id = 0;    // cublasLtMatmulInnerShape_t
+  uint16_t cluster_shape_id = 0;  // cublasLtClusterShape_t
+  int64_t workspace_bytes = 0;    // cuBLASLt's own workspace need (within the runner's)
 };
+
+// `base` (a cublaslt_gemm tactic, normally the region's default) as the raw config of
+// `algo`: algo_id and every configuration field, stages the stage count of its stages id,
+// and tile_m / tile_n the tile's size in row-major terms (kept from `base` when the algo
+// has no tile id).
+Tactic ConfigTactic(const ResolvedAlgo& algo, const Tactic& base);
 
 // Everything host-side about one region under one tactic: the matmul descriptor, the
 // layouts, the epilogue, the resolved algo and, for linear_swiglu, the loaded swiglu
@@ -115,7 +123,8 @@ class PreparedGemm {
   const GemmProblem& problem() const { return problem_; }
   const ResolvedAlgo& algo() const { return algo_; }
   // "region #3 'linear' (%y): cuBLASLt algo 66 (heuristic), tile 128x256, stages 64x4,
-  // split_k 1, reduction none, swizzle 0, workspace 0 bytes [+ swiglu <instance>]".
+  // split_k 1, reduction none, swizzle 0, custom option 0, inner shape 0, cluster shape 2,
+  // workspace 0 bytes[, then <swiglu instance> (<its tactic>)]".
   std::string Describe() const;
 
  private:
@@ -151,10 +160,20 @@ class CublasLtRunner {
   // Everything host-side, done once per (region, tactic): the problem, descriptor, layouts,
   // epilogue, algo resolution (the header comment) and, for linear_swiglu, compiling and
   // loading the swiglu kernel. Errors name the region: InvalidArgument for a tactic of
-  // another family or one cuBLASLt rejects (naming the tactic), FailedPrecondition for
-  // dtypes it does not run or a problem the heuristic has no algo for.
+  // another family or an algo_id tactic cuBLASLt rejects (naming the tactic),
+  // FailedPrecondition for a raw config it rejects (naming the config), dtypes it does not
+  // run or a problem the heuristic has no algo for.
   absl::StatusOr<std::unique_ptr<PreparedGemm>> Prepare(const BoundRegion& region,
                                                         const Tactic& tactic);
+
+  // The configurations cuBLASLt's heuristic offers for the region's exact problem (as
+  // Prepare asks it: shapes, leading dims, dtypes, epilogue, alignments) within the
+  // runner's workspace, `limit` answers asked for: each as ConfigTactic(answer, base), in
+  // the heuristic's order (its top pick first), without duplicates. Empty when it has none;
+  // errors as Prepare's.
+  static constexpr int kCandidateLimit = 64;
+  absl::StatusOr<std::vector<Tactic>> Candidates(const BoundRegion& region, const Tactic& base,
+                                                 int limit = kCandidateLimit);
 
   // Enqueues the GEMM (and the swiglu kernel) on `stream` only: no synchronization, no
   // device allocation, no host-device copy, so it may be captured into a CUDA Graph.
@@ -174,7 +193,16 @@ class CublasLtRunner {
                  device::DeviceBuffer workspace)
       : device_(&device), loader_(&loader), handle_(handle), workspace_(std::move(workspace)) {}
 
+  // The problem, descriptor and layouts of `region`; `tactic` must be cublaslt_gemm's.
+  absl::StatusOr<std::unique_ptr<PreparedGemm>> CreateGemm(const BoundRegion& region,
+                                                           const Tactic& tactic) const;
+  // The heuristic's successful answers among the first `count`, in its order.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Heuristic(const PreparedGemm& gemm,
+                                                                         int count) const;
+  // Sets gemm's cuBLASLt algo and ResolvedAlgo (read back) from the tactic's form.
   absl::Status ResolveAlgo(const Tactic& tactic, PreparedGemm& gemm) const;
+  absl::Status ResolveAlgoId(const Tactic& tactic, PreparedGemm& gemm) const;
+  absl::Status ResolveRawConfig(const Tactic& tactic, PreparedGemm& gemm) const;
   absl::Status PrepareSwiglu(PreparedGemm& gemm);
 
   const device::Device* device_;

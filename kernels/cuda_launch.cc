@@ -695,4 +695,6 @@ KernelInstance DecodeAdvanceInstance() {
   return {"runtime_support.cuh", {"tileplan::decode_advance"}};
 }
 
+KernelInstance TrapFaultInstance() { return {"runtime_support.cuh", {"tileplan::trap_fault"}}; }
+
 }  // namespace tileplan::kernels

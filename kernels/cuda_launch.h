@@ -105,9 +105,11 @@ absl::StatusOr<std::vector<PreparedLaunch>> PrepareLaunches(const KernelFamily& 
 bool NeedsRopeFrequencies(absl::string_view kind);
 
 // The runtime's own kernels (cuda/runtime_support.cuh): random weights of a float dtype
-// generated on the device, and the step that chains greedy decode steps in one CUDA Graph.
+// generated on the device, the step that chains greedy decode steps in one CUDA Graph, and
+// a kernel that executes __trap() (a testing aid: it kills the CUDA context).
 KernelInstance FillUniformInstance(ir::DType dtype);
 KernelInstance DecodeAdvanceInstance();
+KernelInstance TrapFaultInstance();
 
 // Host encoding of floating-point elements as the device stores them (little-endian; bf16
 // and f16 round to nearest even, NaN kept); i32 is not a floating-point dtype.

@@ -97,4 +97,12 @@ absl::Status KernelLoader::FillUniform(void* out, ir::DType dtype, int64_t n, ui
   return Run(FillUniformInstance(dtype), launches);
 }
 
+absl::Status KernelLoader::LaunchTrapFault(cudaStream_t stream) {
+  std::vector<PreparedLaunch> launches(1);
+  launches.front().config.grid = {1, 1, 1};
+  launches.front().config.block = {1, 1, 1};
+  launches.front().config.stream = stream;
+  return Run(TrapFaultInstance(), launches);
+}
+
 }  // namespace tileplan::kernels

@@ -56,6 +56,11 @@ class KernelLoader {
   absl::Status FillUniform(void* out, ir::DType dtype, int64_t n, uint64_t seed, float scale,
                            float offset, cudaStream_t stream);
 
+  // Enqueues a kernel that executes __trap() on `stream` (cuda/runtime_support.cuh
+  // trap_fault): the launch fails and the device's CUDA context is unusable afterwards, for
+  // this whole process. A testing aid for the paths that must survive a faulting kernel.
+  absl::Status LaunchTrapFault(cudaStream_t stream);
+
   const device::Device& device() const { return *device_; }
 
  private:

@@ -3,9 +3,10 @@
 //
 //   autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]
 //       [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N] [--freeze]
-//       [--prefill-logits all|last]
+//       [--prefill-logits all|last] [--inject-fault REGION:CANDIDATE]
 //   autotune_regions --cache FILE --export FILE
 //   autotune_regions --cache FILE --import FILE
+//   autotune_regions --help
 //
 // For each batch it plans the model with the cost model (prefill phases per T, one decode
 // phase at the largest context), then collects the regions to tune: per step and per kernel
@@ -13,13 +14,17 @@
 // family and version); identical layers share a key. Keys the store already answers are
 // skipped, so a second run on a warm cache only plans. The measuring runs in a worker
 // process (this binary with --worker): a candidate that faults the GPU kills only the worker,
-// which is restarted without that candidate (recorded as a fault). One progress line per
-// region, then a summary. --freeze turns any key still to tune into an error.
+// which is restarted without that candidate (recorded as a fault, with why the worker died).
+// One progress line per region, then a summary. --freeze turns any key still to tune into an
+// error. --inject-fault (a testing aid) makes the worker run a kernel that executes __trap()
+// when it reaches the given candidate of the first region to tune whose label or key
+// contains REGION, so that the restart path runs on a real fault.
 // --prefill-logits plans the prefill phases as benchmark_transformer does with the same flag
 // (last: the LM head of each sequence's last token only), so their keys match its plans.
 //
-// Exit status: 0 done; 1 some region could not be tuned at all; 2 bad arguments, no GPU, or
-// an unusable store.
+// Exit status: 0 done; 1 some region could not be tuned at all; 2 bad arguments, no GPU, an
+// unusable store, or an --inject-fault that matched no region or was never reached; 3 every
+// region tuned, but a candidate faulted the GPU (recorded as a fault, its worker restarted).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -39,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,14 +76,52 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitIncomplete = 1;
 constexpr int kExitBad = 2;
+constexpr int kExitFaulted = 3;
 
 constexpr const char* kUsage =
     "usage: autotune_regions --model DIR|NAME --cache FILE [--prefill T,...] [--decode C,...]\n"
     "           [--batch B,...] [--target NAME|FILE] [--repeats N] [--max-candidates N]\n"
-    "           [--freeze] [--prefill-logits all|last]\n"
-    "       autotune_regions --cache FILE --export FILE | --import FILE";
+    "           [--freeze] [--prefill-logits all|last] [--inject-fault REGION:CANDIDATE]\n"
+    "       autotune_regions --cache FILE --export FILE | --import FILE\n"
+    "       autotune_regions --help";
+
+constexpr const char* kHelp =
+    "Measures every candidate tactic of every region of a model's plans on this GPU and keeps\n"
+    "the winners in a tactic store (docs/tuner.md).\n"
+    "\n"
+    "  --model DIR|NAME        a checkpoint directory or a bundled config name\n"
+    "  --cache FILE            the SQLite tactic store (created when missing)\n"
+    "  --prefill T,...         prefill token counts to plan (default 128,512)\n"
+    "  --decode C,...          decode contexts; the largest is planned (default 128,512)\n"
+    "  --batch B,...           batch sizes (default 1)\n"
+    "  --target NAME|FILE      the target description (default: this GPU's)\n"
+    "  --repeats N             timed runs per candidate (default 20)\n"
+    "  --max-candidates N      candidates per region, the default tactic included (default\n"
+    "                          256); cuBLASLt's heuristic is asked for as many configurations\n"
+    "  --freeze                fail when any region still has to be tuned\n"
+    "  --prefill-logits all|last\n"
+    "                          plan the prefill phases with every token's logits (default)\n"
+    "                          or each sequence's last token's, as benchmark_transformer\n"
+    "                          --prefill-logits does, so the keys match its plans\n"
+    "  --inject-fault REGION:CANDIDATE\n"
+    "                          a testing aid: when the worker reaches candidate number\n"
+    "                          CANDIDATE (0 is the default tactic) of the first region to tune\n"
+    "                          whose label or key contains REGION, it first runs a kernel that\n"
+    "                          executes __trap(), which kills its CUDA context as a faulting\n"
+    "                          candidate would; the candidate is recorded as a fault and the\n"
+    "                          worker restarted\n"
+    "  --export FILE           write the store as sorted textproto\n"
+    "  --import FILE           add the entries of an exported file\n"
+    "\n"
+    "Exit status: 0 done; 1 some region without any valid candidate; 2 bad arguments, no GPU,\n"
+    "an unusable store, or an --inject-fault that matched no region or was never reached;\n"
+    "3 every region tuned, but a candidate faulted the GPU (recorded, its worker restarted).\n";
+
+// A (work item, candidate index) pair.
+using Candidate = std::pair<int, int>;
 
 struct Args {
+  bool help = false;
   std::string model;
   std::string cache;
   std::vector<int64_t> prefill = {128, 512};
@@ -87,13 +132,30 @@ struct Args {
   int max_candidates = 256;
   bool freeze = false;
   bool prefill_last_logits = false;
+  std::optional<tuner::FaultInjection> inject_fault;
   std::string export_path, import_path;
-  // Worker mode: the items to measure and the candidates to skip ("item:candidate").
+  // Worker mode: the items to measure, the candidates to skip with why they faulted
+  // (--skip ITEM:CANDIDATE:REASON, once per candidate) and where to inject a fault
+  // (--inject-fault-at ITEM:CANDIDATE).
   bool worker = false;
   std::vector<int> items;
-  std::set<std::pair<int, int>> skip;
+  std::map<Candidate, std::string> skip;
+  std::optional<Candidate> inject_at;
   std::vector<std::string> raw;  // the arguments other than the worker's, for restarts
 };
+
+// "ITEM:CANDIDATE[:REST]" of the worker's flags; REST is empty when absent.
+absl::StatusOr<std::pair<Candidate, std::string>> ParseCandidate(absl::string_view flag,
+                                                                 absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, absl::MaxSplits(':', 2));
+  int item = 0, candidate = 0;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &item) ||
+      !absl::SimpleAtoi(parts[1], &candidate)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad ", flag, " '", text, "'"));
+  }
+  return std::make_pair(Candidate{item, candidate},
+                        parts.size() > 2 ? std::string(parts[2]) : std::string());
+}
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   Args args;
@@ -104,9 +166,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     }
-    if (flag == "--freeze" || flag == "--worker") {
+    if (flag == "--freeze" || flag == "--worker" || flag == "--help") {
       if (value) return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
-      (flag == "--freeze" ? args.freeze : args.worker) = true;
+      (flag == "--freeze" ? args.freeze : flag == "--worker" ? args.worker : args.help) = true;
       if (flag == "--freeze") args.raw.push_back(flag);
       continue;
     }
@@ -114,7 +176,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       if (k + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
       value = argv[++k];
     }
-    if (flag != "--items" && flag != "--skip") {
+    // What a worker is given anew at each start, or only the parent acts on.
+    if (flag != "--items" && flag != "--skip" && flag != "--inject-fault" &&
+        flag != "--inject-fault-at") {
       args.raw.push_back(flag);
       args.raw.push_back(*value);
     }
@@ -147,18 +211,18 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         args.items.push_back(v);
       }
     } else if (flag == "--skip") {
-      for (absl::string_view part : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
-        std::vector<absl::string_view> ab = absl::StrSplit(part, ':');
-        int a = 0, b = 0;
-        if (ab.size() != 2 || !absl::SimpleAtoi(ab[0], &a) || !absl::SimpleAtoi(ab[1], &b)) {
-          return absl::InvalidArgumentError("bad --skip");
-        }
-        args.skip.insert({a, b});
-      }
+      TP_ASSIGN_OR_RETURN(auto skipped, ParseCandidate(flag, *value));
+      args.skip[skipped.first] = skipped.second;
+    } else if (flag == "--inject-fault-at") {
+      TP_ASSIGN_OR_RETURN(auto at, ParseCandidate(flag, *value));
+      args.inject_at = at.first;
+    } else if (flag == "--inject-fault") {
+      TP_ASSIGN_OR_RETURN(args.inject_fault, tuner::ParseFaultInjection(*value));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
     }
   }
+  if (args.help) return args;
   if (args.cache.empty()) return absl::InvalidArgumentError("--cache is required");
   const bool store_only = !args.export_path.empty() || !args.import_path.empty();
   if (store_only && !args.model.empty()) {
@@ -168,6 +232,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError("--export and --import: one at a time");
   }
   if (!store_only && args.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (store_only && args.inject_fault) {
+    return absl::InvalidArgumentError(
+        "--inject-fault needs regions to tune, not --export/--import");
+  }
   return args;
 }
 
@@ -286,7 +354,17 @@ absl::StatusOr<Gpu> OpenGpu(const Args& args) {
   return gpu;
 }
 
-// The worker: measures the given items and records each in the store.
+// One line of text: a reason as the worker protocol carries it.
+std::string OneLine(absl::string_view text) {
+  std::string line(text);
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return line;
+}
+
+// The worker: measures the given items and records each in the store. Protocol on stdout,
+// one line each: "begin ITEM COUNT", "candidate ITEM C" before candidate C runs, "fault
+// ITEM C PARAMS REASON" when it faulted the GPU (the worker then exits with status 2), "done
+// ITEM CANDIDATES VALID BEST_US DEFAULT_US WINNER"; any other line is a note for the user.
 absl::StatusOr<int> RunWorker(const Args& args) {
   TP_ASSIGN_OR_RETURN(Gpu gpu, OpenGpu(args));
   const device::Device* const device = gpu.device.get();
@@ -311,38 +389,57 @@ absl::StatusOr<int> RunWorker(const Args& args) {
     const kernels::BoundRegion region(*work.bound[item.plan][item.phase],
                                       phase.steps(item.step).region());
     const kernels::KernelFamily& family = *registry.Find(item.family);
-    std::vector<kernels::Tactic> all =
-        tuner::EnumerateCandidates(family, region, target, args.max_candidates);
+    absl::StatusOr<std::vector<kernels::Tactic>> listed =
+        region_tuner.Candidates(family, region, args.max_candidates);
+    if (!listed.ok()) {
+      std::printf("%s: no library configurations (%s); measuring the family's own candidates\n",
+                  item.label.c_str(), OneLine(listed.status().message()).c_str());
+      listed = tuner::EnumerateCandidates(family, region, target, args.max_candidates);
+    }
+    const std::vector<kernels::Tactic>& all = *listed;
     std::printf("begin %d %zu\n", index, all.size());
     std::fflush(stdout);
     // Candidates that faulted an earlier worker are recorded, not run again.
     std::vector<kernels::Tactic> run;
     std::vector<int> run_index;
     std::vector<tuner::CandidateMeasurement> faulted;
+    tuner::TuneOptions options;
     for (size_t c = 0; c < all.size(); ++c) {
-      if (args.skip.contains({index, static_cast<int>(c)})) {
-        faulted.push_back({all[c], tuner::CandidateStatus::kFault,
-                           "faulted the GPU (the worker measuring it died)", 0});
-      } else {
-        run.push_back(all[c]);
-        run_index.push_back(static_cast<int>(c));
+      const Candidate candidate{index, static_cast<int>(c)};
+      if (auto it = args.skip.find(candidate); it != args.skip.end()) {
+        faulted.push_back(
+            {all[c], tuner::CandidateStatus::kFault,
+             absl::StrCat("faulted the GPU: the worker measuring it died: ", it->second), 0});
+        continue;
       }
+      if (args.inject_at == candidate) options.inject_fault = static_cast<int>(run.size());
+      run.push_back(all[c]);
+      run_index.push_back(static_cast<int>(c));
     }
     region_tuner.Precompile(region, run);
-    tuner::TuneOptions options;
     options.repeats = args.repeats;
     options.rotate_bytes = 2 * device->properties().l2_bytes;
     options.graph_replay = phase.kind() == planner::proto::Phase::KIND_DECODE;
-    TP_ASSIGN_OR_RETURN(std::vector<tuner::CandidateMeasurement> measured,
-                        region_tuner.Tune(region, family, run, options, [&](int i) {
-                          std::printf("candidate %d %d\n", index,
-                                      run_index[static_cast<size_t>(i)]);
-                          std::fflush(stdout);
-                        }));
+    int current = -1;  // the candidate running, an index into `all`
+    absl::StatusOr<std::vector<tuner::CandidateMeasurement>> measured =
+        region_tuner.Tune(region, family, run, options, [&](int i) {
+          current = run_index[static_cast<size_t>(i)];
+          std::printf("candidate %d %d\n", index, current);
+          std::fflush(stdout);
+        });
+    if (!measured.ok()) {
+      if (current >= 0) {
+        std::printf("fault %d %d %s %s\n", index, current,
+                    all[static_cast<size_t>(current)].ParamsString().c_str(),
+                    OneLine(measured.status().message()).c_str());
+        std::fflush(stdout);
+      }
+      return measured.status();
+    }
     tuner::RegionMeasurement m;
     m.key = item.key;
     m.environment = environment;
-    m.candidates = std::move(measured);
+    m.candidates = *std::move(measured);
     m.candidates.insert(m.candidates.end(), faulted.begin(), faulted.end());
     tuner::ChooseWinner(m, !run.empty() && run_index[0] == 0);
     int valid = 0;
@@ -357,24 +454,31 @@ absl::StatusOr<int> RunWorker(const Args& args) {
   return kExitOk;
 }
 
-// The item and candidate a worker was measuring when it died.
-using Death = std::optional<std::pair<int, int>>;
+// The candidate a worker was measuring when it died, and how it ended: "exit 2" or "signal
+// 11 (Segmentation fault)".
+struct Death {
+  Candidate candidate;
+  std::string how;
+};
 
-// Runs a worker over `items`; returns the index of the item and candidate it was measuring
-// when it died, or nullopt when it finished. Progress lines go to `on_line`.
-absl::StatusOr<Death> SpawnWorker(const char* self, const Args& args, const std::vector<int>& items,
-                                  const std::set<std::pair<int, int>>& skip,
-                                  const std::function<void(const std::string&)>& on_line,
-                                  int* exit_code) {
+// Runs a worker over `items`, without the candidates of `skip` (each recorded as a fault
+// with its reason), injecting a fault at `inject_at` when set; returns where it died, or
+// nullopt when it finished. Progress lines go to `on_line`.
+absl::StatusOr<std::optional<Death>> SpawnWorker(
+    const char* self, const Args& args, const std::vector<int>& items,
+    const std::map<Candidate, std::string>& skip, const std::optional<Candidate>& inject_at,
+    const std::function<void(const std::string&)>& on_line) {
   std::vector<std::string> argv_s = {self, "--worker"};
   argv_s.insert(argv_s.end(), args.raw.begin(), args.raw.end());
   argv_s.push_back("--items");
   argv_s.push_back(absl::StrJoin(items, ","));
-  if (!skip.empty()) {
-    std::vector<std::string> parts;
-    for (const auto& [a, b] : skip) parts.push_back(absl::StrCat(a, ":", b));
+  for (const auto& [candidate, reason] : skip) {
     argv_s.push_back("--skip");
-    argv_s.push_back(absl::StrJoin(parts, ","));
+    argv_s.push_back(absl::StrCat(candidate.first, ":", candidate.second, ":", reason));
+  }
+  if (inject_at.has_value()) {
+    argv_s.push_back("--inject-fault-at");
+    argv_s.push_back(absl::StrCat(inject_at->first, ":", inject_at->second));
   }
   std::vector<char*> argv;
   for (std::string& s : argv_s) argv.push_back(s.data());
@@ -394,7 +498,7 @@ absl::StatusOr<Death> SpawnWorker(const char* self, const Args& args, const std:
     return absl::InternalError(absl::StrCat("cannot start the worker ", self));
   }
   FILE* in = fdopen(fds[0], "r");
-  std::optional<std::pair<int, int>> current;
+  std::optional<Candidate> current;
   char line[4096];
   while (std::fgets(line, sizeof(line), in) != nullptr) {
     std::string text(line);
@@ -403,7 +507,7 @@ absl::StatusOr<Death> SpawnWorker(const char* self, const Args& args, const std:
     int a = 0, b = 0;
     if (words.size() >= 3 && words[0] == "candidate" && absl::SimpleAtoi(words[1], &a) &&
         absl::SimpleAtoi(words[2], &b)) {
-      current = {a, b};
+      current = Candidate{a, b};
     } else if (words.size() >= 2 && words[0] == "done") {
       current.reset();
     }
@@ -412,13 +516,14 @@ absl::StatusOr<Death> SpawnWorker(const char* self, const Args& args, const std:
   fclose(in);
   int status = 0;
   waitpid(pid, &status, 0);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (*exit_code == 0) return std::optional<std::pair<int, int>>();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::optional<Death>();
+  const std::string how = WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
+                                            : absl::StrCat("signal ", WTERMSIG(status), " (",
+                                                           strsignal(WTERMSIG(status)), ")");
   if (!current.has_value()) {
-    return absl::InternalError(
-        absl::StrCat("the worker stopped (exit ", *exit_code, ") outside a candidate"));
+    return absl::InternalError(absl::StrCat("the worker stopped (", how, ") outside a candidate"));
   }
-  return current;
+  return Death{*current, how};
 }
 
 absl::StatusOr<int> Run(const Args& args, const char* self) {
@@ -478,13 +583,37 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
   }
   store.reset();  // the worker writes
 
+  // --inject-fault: the first region to tune that matches.
+  std::optional<Candidate> inject_at;
+  if (args.inject_fault.has_value()) {
+    for (int index : todo) {
+      const Item& item = work.items[static_cast<size_t>(index)];
+      if (absl::StrContains(item.label, args.inject_fault->region) ||
+          absl::StrContains(item.key.ToString(), args.inject_fault->region)) {
+        inject_at = Candidate{index, args.inject_fault->candidate};
+        break;
+      }
+    }
+    if (!inject_at.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--inject-fault: no region to tune has '", args.inject_fault->region,
+          "' in its label or key",
+          todo.empty() ? " (none is left to tune)"
+                       : absl::StrCat(" (labels read like '",
+                                      work.items[static_cast<size_t>(todo.front())].label, "')")));
+    }
+    std::cout << "injecting a fault (testing aid) at candidate " << inject_at->second << " of "
+              << work.items[static_cast<size_t>(inject_at->first)].label << "\n";
+  }
+
   // Measure, restarting the worker without a candidate that killed it.
-  std::set<std::pair<int, int>> skip;
+  std::map<Candidate, std::string> skip;         // faulted candidates and why
+  std::map<Candidate, std::string> fault_notes;  // "PARAMS REASON" from the worker's fault lines
+  std::map<int, int> candidate_counts;           // item -> candidates, from "begin" lines
   std::vector<int> remaining = todo;
   int done = 0, incomplete = 0;
   std::map<int, std::pair<double, double>> measured;  // item -> (best, cost-model pick) us
   while (!remaining.empty()) {
-    int exit_code = 0;
     auto on_line = [&](const std::string& line) {
       std::vector<std::string> w = absl::StrSplit(line, ' ');
       if (w.size() >= 7 && w[0] == "done") {
@@ -504,21 +633,53 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
             "%s  %s\n",
             done, todo.size(), item.label, candidates, valid, best, def,
             def > 0 && best > 0 ? absl::StrFormat("  (%.2fx)", def / best) : "", w[6]);
+      } else if (w.size() >= 3 && w[0] == "begin") {
+        int index = 0, count = 0;
+        if (absl::SimpleAtoi(w[1], &index) && absl::SimpleAtoi(w[2], &count)) {
+          candidate_counts[index] = count;
+        }
+      } else if (w.size() >= 4 && w[0] == "fault") {
+        int index = 0, candidate = 0;
+        if (absl::SimpleAtoi(w[1], &index) && absl::SimpleAtoi(w[2], &candidate)) {
+          fault_notes[{index, candidate}] = absl::StrJoin(w.begin() + 3, w.end(), " ");
+        }
       } else if (!line.empty() && w[0] != "begin" && w[0] != "candidate") {
         std::cout << "  worker: " << line << "\n";
       }
     };
-    TP_ASSIGN_OR_RETURN(Death died, SpawnWorker(self, args, remaining, skip, on_line, &exit_code));
+    TP_ASSIGN_OR_RETURN(std::optional<Death> died,
+                        SpawnWorker(self, args, remaining, skip, inject_at, on_line));
     if (!died.has_value()) break;
-    std::cout << "  the worker died (exit " << exit_code << ") measuring candidate " << died->second
-              << " of " << work.items[static_cast<size_t>(died->first)].label
-              << "; restarting without it\n";
-    skip.insert(*died);
-    auto it = std::find(remaining.begin(), remaining.end(), died->first);
+    const Candidate at = died->candidate;
+    const std::string& label = work.items[static_cast<size_t>(at.first)].label;
+    // The worker's own account (the CUDA error) when it gave one, else how it ended.
+    std::string reason = died->how;
+    if (auto it = fault_notes.find(at); it != fault_notes.end()) {
+      const size_t space = it->second.find(' ');
+      reason = absl::StrCat(space == std::string::npos ? "" : it->second.substr(space + 1), " (",
+                            died->how, ")");
+    }
+    std::cout << "  the worker died (" << died->how << ") measuring candidate " << at.second
+              << " of " << label << "; restarting without it\n";
+    skip[at] = reason;
+    if (inject_at == at) inject_at.reset();
+    auto it = std::find(remaining.begin(), remaining.end(), at.first);
     remaining.erase(remaining.begin(), it);
   }
-  std::cout << absl::StrFormat("tuned %d regions in %.1f s (%d without any valid candidate)\n",
-                               done, seconds(), incomplete);
+  std::cout << absl::StrFormat(
+      "tuned %d regions in %.1f s (%d without any valid candidate, %d candidates faulted the "
+      "GPU)\n",
+      done, seconds(), incomplete, skip.size());
+  for (const auto& [at, reason] : skip) {
+    auto note = fault_notes.find(at);
+    std::cout << absl::StrFormat(
+        "  faulted: %s, candidate %d%s: %s\n", work.items[static_cast<size_t>(at.first)].label,
+        at.second,
+        note == fault_notes.end()
+            ? ""
+            : absl::StrCat(" (", note->second.substr(0, note->second.find(' ')), ")"),
+        reason);
+  }
   // Every step of every phase, from what this run measured: the cost model's family and
   // tactic against the fastest family's winner.
   if (!measured.empty()) {
@@ -555,7 +716,16 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
     std::cout << "(sums of the steps' medians measured one region at a time, cold L2; launch "
                  "gaps not included)\n";
   }
-  return incomplete > 0 ? kExitIncomplete : kExitOk;
+  if (inject_at.has_value()) {
+    const Item& item = work.items[static_cast<size_t>(inject_at->first)];
+    auto count = candidate_counts.find(inject_at->first);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--inject-fault: nothing faulted: ", item.label, " has ",
+        count == candidate_counts.end() ? std::string("no") : absl::StrCat(count->second),
+        " candidates, no candidate ", inject_at->second));
+  }
+  if (incomplete > 0) return kExitIncomplete;
+  return skip.empty() ? kExitOk : kExitFaulted;
 }
 
 }  // namespace
@@ -567,6 +737,10 @@ int main(int argc, char** argv) {
     std::cerr << "autotune_regions: " << args.status().message() << "\n"
               << tileplan::kUsage << "\n";
     return tileplan::kExitBad;
+  }
+  if (args->help) {
+    std::cout << tileplan::kUsage << "\n\n" << tileplan::kHelp;
+    return tileplan::kExitOk;
   }
   absl::StatusOr<int> result =
       args->worker ? tileplan::RunWorker(*args) : tileplan::Run(*args, "/proc/self/exe");

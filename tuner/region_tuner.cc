@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -308,6 +309,16 @@ class Session {
 
   Storage& copy0() { return copies_[0]; }
 
+  // TuneOptions::inject_fault: a kernel that executes __trap() on the stream, synchronized.
+  // Returns the fault as Sync does (the context is gone).
+  absl::Status InjectFault() {
+    TP_RETURN_IF_ERROR(loader_.LaunchTrapFault(stream_));
+    TP_ASSIGN_OR_RETURN(std::optional<std::string> error, Sync());
+    return absl::InternalError(
+        error.has_value() ? absl::StrCat("the trap kernel failed without a fault: ", *error)
+                          : "the trap kernel ran without a fault");
+  }
+
   // Completion counters start each candidate at zero (a failed candidate may leave some).
   absl::Status ResetCounters() {
     if (counters_.size() == 0) return absl::OkStatus();
@@ -382,7 +393,8 @@ class Session {
 
 std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
                                         const BoundRegion& region,
-                                        const planner::TargetDescription& target, int max_count) {
+                                        const planner::TargetDescription& target, int max_count,
+                                        const std::vector<Tactic>& library_configs) {
   std::vector<Tactic> out;
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
   if (!table.ok()) return out;
@@ -393,6 +405,7 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
     out.push_back(t);
   };
   add(table->default_tactic);
+  for (const Tactic& t : library_configs) add(t);
   if (family.name() == "cublaslt_gemm") return out;
   for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
   // The product of the tunables, last parameter fastest.
@@ -418,6 +431,20 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   return out;
 }
 
+absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view text) {
+  const size_t colon = text.rfind(':');
+  FaultInjection f;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &f.candidate) || f.candidate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inject-fault takes REGION:CANDIDATE (a text of the region's label or key, "
+                     "a candidate index >= 0), not '",
+                     text, "'"));
+  }
+  f.region = std::string(text.substr(0, colon));
+  return f;
+}
+
 void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
   m.winner.reset();
   m.winner_us = 0;
@@ -432,6 +459,18 @@ void ChooseWinner(RegionMeasurement& m, bool first_is_default) {
       m.winner_us = c.median_us;
     }
   }
+}
+
+absl::StatusOr<std::vector<Tactic>> RegionTuner::Candidates(const kernels::KernelFamily& family,
+                                                            const BoundRegion& region,
+                                                            int max_count) {
+  std::vector<Tactic> library_configs;
+  if (family.name() == "cublaslt_gemm") {
+    TP_ASSIGN_OR_RETURN(const Tactic base, family.DefaultTactic(region, *target_));
+    TP_ASSIGN_OR_RETURN(library_configs,
+                        blas_->Candidates(region, base, std::clamp(max_count, 1, 1024)));
+  }
+  return EnumerateCandidates(family, region, *target_, max_count, library_configs);
 }
 
 void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic>& candidates) {
@@ -456,6 +495,10 @@ absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(
   std::vector<std::string> reference;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (before_each) before_each(static_cast<int>(i));
+    if (static_cast<int>(i) == options.inject_fault) {
+      const absl::Status fault = session.InjectFault();
+      return absl::Status(fault.code(), absl::StrCat("injected fault: ", fault.message()));
+    }
     const Tactic& tactic = candidates[i];
     Prepared prepared;
     if (std::optional<CandidateMeasurement> failed = session.Prepare(tactic, prepared)) {

@@ -14,17 +14,20 @@
 //
 // Failures are results, not errors: a candidate that does not compile, cannot launch, needs
 // too much shared memory or computes a wrong result is recorded with the reason. A fault
-// that poisons the CUDA context (an illegal address) is reported as an error: the caller
-// (autotune_regions) runs regions in a worker process and restarts it without that candidate.
+// that poisons the CUDA context (an illegal address, a trap) is reported as an error: the
+// caller (autotune_regions) runs regions in a worker process and restarts it without that
+// candidate. TuneOptions::inject_fault makes such a fault on purpose, for testing that path.
 #ifndef TILEPLAN_TUNER_REGION_TUNER_H_
 #define TILEPLAN_TUNER_REGION_TUNER_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/bound_graph.h"
 #include "kernels/cublaslt_runner.h"
 #include "kernels/kernel_family.h"
@@ -35,14 +38,16 @@
 namespace tileplan::tuner {
 
 // The candidates of `family` for `region` on `target`, deduplicated, in order: the default
-// tactic, the other ByTarget rows' tactics, then the product of the tunable lists (last
-// parameter fastest); each accepted by ValidateTactic; at most `max_count`. cublaslt_gemm
-// offers its default tactic only (cuBLASLt's heuristic pick; its Hopper algos have no tile
-// the tactic format can name yet).
-std::vector<kernels::Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
-                                                 const kernels::BoundRegion& region,
-                                                 const planner::TargetDescription& target,
-                                                 int max_count);
+// tactic, then the configurations a library offers for the exact problem
+// (`library_configs`, in their order; for cublaslt_gemm the heuristic's answers as raw
+// configs, CublasLtRunner::Candidates), then for the template families the other ByTarget
+// rows' tactics and the product of the tunable lists (last parameter fastest); each accepted
+// by ValidateTactic; at most `max_count`. cublaslt_gemm offers no rows or products (its
+// tunables describe the cost model's tiles, not configurations cuBLASLt is known to run).
+std::vector<kernels::Tactic> EnumerateCandidates(
+    const kernels::KernelFamily& family, const kernels::BoundRegion& region,
+    const planner::TargetDescription& target, int max_count,
+    const std::vector<kernels::Tactic>& library_configs = {});
 
 // Sets m.winner and m.winner_us to the fastest kOk candidate (the first of equal ones), and
 // m.default_us to the first candidate's median when `first_is_default` and it is kOk (the
@@ -57,7 +62,22 @@ struct TuneOptions {
   // Time replays of a captured CUDA Graph of `repeats` runs (decode) instead of runs
   // launched one by one.
   bool graph_replay = false;
+  // A testing aid: when candidate `inject_fault` (an index into Tune's `candidates`) is
+  // reached, a kernel that executes __trap() runs on the tuning stream first, so the CUDA
+  // context dies as under a candidate that faults and Tune returns that fault. -1: none.
+  int inject_fault = -1;
 };
+
+// autotune_regions --inject-fault=REGION:CANDIDATE (a testing aid): the first region to
+// tune whose progress label or key contains `region` gets a fault injected before its
+// candidate number `candidate` (TuneOptions::inject_fault).
+struct FaultInjection {
+  std::string region;
+  int candidate = 0;
+};
+// Parses "REGION:CANDIDATE": REGION a non-empty text (it may hold ':'; the index follows the
+// last one), CANDIDATE an index >= 0. InvalidArgument saying what is expected otherwise.
+absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view text);
 
 class RegionTuner {
  public:
@@ -65,6 +85,15 @@ class RegionTuner {
   RegionTuner(const device::Device& device, kernels::KernelLoader& loader,
               kernels::CublasLtRunner& blas, const planner::TargetDescription& target)
       : device_(&device), loader_(&loader), blas_(&blas), target_(&target) {}
+
+  // EnumerateCandidates with the library configurations of this device: for cublaslt_gemm,
+  // the heuristic's answers for the region (asked for max_count of them). The list is the
+  // same on every call for one region, device and library, so an index names a candidate
+  // across processes. An error when the library cannot list them (the caller may fall back
+  // to EnumerateCandidates without them).
+  absl::StatusOr<std::vector<kernels::Tactic>> Candidates(const kernels::KernelFamily& family,
+                                                          const kernels::BoundRegion& region,
+                                                          int max_count);
 
   // Compiles every template instance of `candidates` for the device on all host cores (into
   // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
@@ -74,7 +103,9 @@ class RegionTuner {
 
   // Measures `candidates` (the first is the reference; normally the default tactic).
   // `before_each(i)` is called before candidate i runs (progress, fault attribution).
-  // An error only for a poisoned CUDA context or a region that cannot be set up.
+  // An error only for a poisoned CUDA context (Internal "... the GPU faulted (<CUDA error>)",
+  // "injected fault: ..." when options.inject_fault made it) or a region that cannot be set
+  // up.
   absl::StatusOr<std::vector<CandidateMeasurement>> Tune(
       const kernels::BoundRegion& region, const kernels::KernelFamily& family,
       const std::vector<kernels::Tactic>& candidates, const TuneOptions& options,

@@ -1,5 +1,6 @@
 // Kernels of the runtime itself rather than of a region kind: random weights generated on the
-// device, and the bookkeeping step that chains greedy decode steps inside one CUDA Graph.
+// device, the bookkeeping step that chains greedy decode steps inside one CUDA Graph, and a
+// kernel that faults on purpose (a testing aid).
 #pragma once
 
 #include "primitives.cuh"
@@ -48,5 +49,10 @@ __global__ void decode_advance(const int* __restrict__ tokens, int* __restrict__
   }
   if (b == 0) *step = s + 1;
 }
+
+// Executes __trap(): the launch fails and the CUDA context is unusable afterwards, as after
+// a kernel that faults. A testing aid for the paths that must survive such a kernel (the
+// tuner's worker restart, autotune_regions --inject-fault). Launch: grid 1, block 1.
+__global__ void trap_fault() { __trap(); }
 
 }  // namespace tileplan

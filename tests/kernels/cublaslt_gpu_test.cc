@@ -7,10 +7,12 @@
 //
 // Covered: linear with and without bias for M in {1, 7, 128, 300}, odd N and K a multiple
 // of 8, a strided view as x, f16; linear_residual writing over its residual; linear_swiglu
-// with bias; lm_head's float logits; an explicit algo_id (the heuristic's own configuration
-// written as a tactic) and one cuBLASLt rejects; a Launch captured into a CUDA graph and
-// replayed. Without a usable GPU the device tests skip with the reason;
-// CublasLtCasesTest still checks every case on the CPU. Label: gpu.
+// with bias; lm_head's float logits; the heuristic's own configuration written as a raw
+// config (algo_id and every configuration field) and every candidate configuration the
+// heuristic offers for several shapes, each run against the reference; a rejected algo_id
+// and a rejected raw config; a Launch captured into a CUDA graph and replayed. Without a usable GPU
+// the device tests skip with the reason; CublasLtCasesTest still checks every case on the CPU.
+// Label: gpu.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -312,11 +315,10 @@ void RunOnDevice(const PreparedCase& p, const Case& c, const Tactic& tactic) {
 }
 
 std::string LinearGraph(int m, bool bias, const char* dtype = "bf16") {
-  return absl::StrCat("graph @g {\n  input %x: ", dtype, "[", m, ",136]\n  weight %w: ", dtype,
-                      "[200,136] = \"w\"\n",
-                      bias ? absl::StrCat("  weight %b: ", dtype, "[200] = \"b\"\n") : "",
-                      "  %y: ", dtype, "[", m, ",200] = linear(%x, %w", bias ? ", %b" : "",
-                      ")\n  output %y\n}\n");
+  return absl::StrCat(
+      "graph @g {\n  input %x: ", dtype, "[", m, ",136]\n  weight %w: ", dtype,
+      "[200,136] = \"w\"\n", bias ? absl::StrCat("  weight %b: ", dtype, "[200] = \"b\"\n") : "",
+      "  %y: ", dtype, "[", m, ",200] = linear(%x, %w", bias ? ", %b" : "", ")\n  output %y\n}\n");
 }
 
 std::vector<Case> Cases() {
@@ -400,9 +402,26 @@ TEST_P(CublasLtGpuTest, MatchesTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CublasLtGpuTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
-// The heuristic's own configuration, written as a tactic with its algo_id, runs that algo.
+// Expects `algo` to be exactly the raw config `tactic` names.
+void ExpectRunsConfig(const ResolvedAlgo& algo, const Tactic& tactic) {
+  EXPECT_FALSE(algo.from_heuristic);
+  EXPECT_EQ(algo.algo_id, tactic.params.at("algo_id"));
+  EXPECT_EQ(algo.tile_id, tactic.params.at("tile_id"));
+  EXPECT_EQ(algo.stages_id, tactic.params.at("stages_id"));
+  EXPECT_EQ(algo.split_k, tactic.params.at("split_k"));
+  EXPECT_EQ(algo.reduction_scheme, tactic.params.at("reduction_scheme"));
+  EXPECT_EQ(algo.swizzle, tactic.params.at("swizzle"));
+  EXPECT_EQ(algo.custom_option, tactic.params.at("custom_option"));
+  EXPECT_EQ(algo.inner_shape_id, tactic.params.at("inner_shape_id"));
+  EXPECT_EQ(algo.cluster_shape_id, tactic.params.at("cluster_shape_id"));
+}
+
+// The heuristic's own configuration, written as a raw config (its algo_id and every
+// configuration field read back), runs exactly that algo, whatever its tile and stages.
 TEST(CublasLtGpuDeviceTest, ExplicitAlgoIdRunsThatAlgo) {
   TP_REQUIRE_GPU();
   const Case& c = CaseNamed("LinearBiasM300");
@@ -415,49 +434,94 @@ TEST(CublasLtGpuDeviceTest, ExplicitAlgoIdRunsThatAlgo) {
   ASSERT_TRUE(heuristic.ok()) << heuristic.status();
   const ResolvedAlgo h = (*heuristic)->algo();
   EXPECT_TRUE(h.from_heuristic);
-  Tactic tactic = p.default_tactic;
-  tactic.params["algo_id"] = h.algo_id;
-  if (h.tile_id != CUBLASLT_MATMUL_TILE_UNDEFINED) {
-    bool found = false;
-    for (int64_t tm : {64, 128, 256}) {
-      for (int64_t tn : {64, 128, 256}) {
-        if (CublasLtTileFor(tm, tn) == h.tile_id) {
-          tactic.params["tile_m"] = tm;
-          tactic.params["tile_n"] = tn;
-          found = true;
-        }
-      }
-    }
-    if (!found) {
-      GTEST_SKIP() << "the heuristic's tile " << CublasLtTileName(h.tile_id)
-                   << " is none a tactic names: " << (*heuristic)->Describe();
-    }
-  }
-  // A count no stage id carries (8) selects the algo's AUTO depth, as the heuristic's may be.
-  const int count = CublasLtStagesCount(h.stages_id);
-  tactic.params["stages"] = count > 0 ? count : 8;
-  tactic.params["split_k"] = h.split_k;
-  tactic.params["reduction_scheme"] = h.reduction_scheme;
-  tactic.params["swizzle"] = h.swizzle;
+  const Tactic tactic = ConfigTactic(h, p.default_tactic);
+  const absl::Status valid = Family().ValidateTactic(tactic, region, GpuEnvironment::Target());
+  ASSERT_TRUE(valid.ok()) << valid << "\nheuristic: " << (*heuristic)->Describe();
   absl::StatusOr<std::unique_ptr<PreparedGemm>> explicit_algo =
       GpuEnvironment::runner().Prepare(region, tactic);
-  ASSERT_TRUE(explicit_algo.ok()) << explicit_algo.status() << "\nheuristic: "
-                                  << (*heuristic)->Describe();
-  const ResolvedAlgo& e = (*explicit_algo)->algo();
-  EXPECT_FALSE(e.from_heuristic);
-  EXPECT_EQ(e.algo_id, h.algo_id);
-  if (h.tile_id != CUBLASLT_MATMUL_TILE_UNDEFINED) {
-    EXPECT_EQ(e.tile_id, h.tile_id);
-  }
-  if (count > 0) {
-    EXPECT_EQ(CublasLtStagesCount(e.stages_id), count);
-  }
-  EXPECT_EQ(e.split_k, h.split_k);
-  EXPECT_EQ(e.reduction_scheme, h.reduction_scheme);
-  EXPECT_EQ(e.swizzle, h.swizzle);
+  ASSERT_TRUE(explicit_algo.ok()) << explicit_algo.status()
+                                  << "\nheuristic: " << (*heuristic)->Describe();
+  ExpectRunsConfig((*explicit_algo)->algo(), tactic);
+  // Describe reads back the configuration of the heuristic's pick (the workspace each
+  // reports aside).
+  auto config = [](const PreparedGemm& gemm) {
+    std::string text = gemm.Describe();
+    text = text.substr(0, text.find(", workspace "));
+    const size_t from = text.find(" (heuristic)");
+    if (from != std::string::npos) text.replace(from, 12, " (tactic)");
+    return text;
+  };
+  EXPECT_EQ(config(**explicit_algo), config(**heuristic));
   EXPECT_THAT((*explicit_algo)->Describe(),
-              HasSubstr(absl::StrCat("cuBLASLt algo ", h.algo_id, " (tactic)")));
+              HasSubstr(absl::StrCat("cuBLASLt algo ", h.algo_id, " (tactic), tile ",
+                                     CublasLtTileName(h.tile_id))));
   RunOnDevice(p, c, tactic);
+}
+
+// Every configuration the heuristic offers, as a raw config: valid for the family, run as
+// itself, and as right as the CPU reference.
+TEST(CublasLtGpuDeviceTest, EveryHeuristicCandidateMatchesTheCpuReference) {
+  TP_REQUIRE_GPU();
+  for (const char* name : {"LinearBiasM300", "LinearM1", "LinearM7", "LinearF16",
+                           "LinearResidualInPlace", "LinearSwigluWithBias", "LmHeadFloatLogits"}) {
+    SCOPED_TRACE(name);
+    const Case& c = CaseNamed(name);
+    PreparedCase p;
+    PrepareCase(c, GpuEnvironment::Target(), 11, p);
+    ASSERT_TRUE(p.ok);
+    const BoundRegion region(*p.bound, p.region);
+    absl::StatusOr<std::vector<Tactic>> candidates =
+        GpuEnvironment::runner().Candidates(region, p.default_tactic);
+    ASSERT_TRUE(candidates.ok()) << candidates.status();
+    ASSERT_FALSE(candidates->empty());
+    std::printf("%s: %zu heuristic candidates\n", name, candidates->size());
+    // The heuristic's top pick first.
+    absl::StatusOr<std::unique_ptr<PreparedGemm>> heuristic =
+        GpuEnvironment::runner().Prepare(region, p.default_tactic);
+    ASSERT_TRUE(heuristic.ok()) << heuristic.status();
+    EXPECT_EQ(candidates->front(), ConfigTactic((*heuristic)->algo(), p.default_tactic));
+    std::set<std::string> seen;
+    for (const Tactic& tactic : *candidates) {
+      SCOPED_TRACE(tactic.ParamsString());
+      EXPECT_TRUE(seen.insert(tactic.ParamsString()).second) << "a duplicate";
+      const absl::Status valid = Family().ValidateTactic(tactic, region, GpuEnvironment::Target());
+      EXPECT_TRUE(valid.ok()) << valid;
+      absl::StatusOr<std::unique_ptr<PreparedGemm>> gemm =
+          GpuEnvironment::runner().Prepare(region, tactic);
+      ASSERT_TRUE(gemm.ok()) << gemm.status();
+      ExpectRunsConfig((*gemm)->algo(), tactic);
+      RunOnDevice(p, c, tactic);
+    }
+    // A limit of one is the top pick alone.
+    absl::StatusOr<std::vector<Tactic>> one =
+        GpuEnvironment::runner().Candidates(region, p.default_tactic, 1);
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_EQ(one->size(), 1u);
+    EXPECT_EQ(one->front(), candidates->front());
+  }
+}
+
+// A raw config cuBLASLt does not take is FailedPrecondition naming the config, never the
+// heuristic's algo instead.
+TEST(CublasLtGpuDeviceTest, RejectedRawConfigNamesTheConfig) {
+  TP_REQUIRE_GPU();
+  PreparedCase p;
+  PrepareCase(CaseNamed("LinearM7"), GpuEnvironment::Target(), 1, p);
+  ASSERT_TRUE(p.ok);
+  const BoundRegion region(*p.bound, p.region);
+  absl::StatusOr<std::unique_ptr<PreparedGemm>> heuristic =
+      GpuEnvironment::runner().Prepare(region, p.default_tactic);
+  ASSERT_TRUE(heuristic.ok()) << heuristic.status();
+  Tactic tactic = ConfigTactic((*heuristic)->algo(), p.default_tactic);
+  tactic.params["algo_id"] = 1000000;
+  absl::StatusOr<std::unique_ptr<PreparedGemm>> gemm =
+      GpuEnvironment::runner().Prepare(region, tactic);
+  ASSERT_FALSE(gemm.ok());
+  EXPECT_EQ(gemm.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(gemm.status().message());
+  EXPECT_THAT(message, HasSubstr("'linear' (%y)"));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("cuBLASLt rejects config ", tactic.ParamsString(),
+                                              " for m=200 n=7 k=136")));
 }
 
 TEST(CublasLtGpuDeviceTest, RejectedAlgoIdNamesTheRegionAndTactic) {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -148,8 +149,9 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
 })");
   const BoundGraph small_prefill = MustBind(small, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(small_prefill, 0), h200);
-  EXPECT_THAT(s.message(),
-              HasSubstr("head_dim 80 is not one of the instantiated head dims 16, 32, 64, 96, 128"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("head_dim 80 is not one of the instantiated head dims 16, 32, 64, 96, 128"));
   const BoundGraph small_decode = MustBind(small, kDecode, 10);
   EXPECT_TRUE(
       registry.Find("attention_decode")->CanImplement(BoundRegion(small_decode, 0), h200).ok());
@@ -364,6 +366,103 @@ TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
   split.params["split_k"] = 2;
   EXPECT_THAT(lt.ValidateTactic(split, y, MustTarget("h200")).message(),
               HasSubstr("reduction_scheme"));
+}
+
+// Raw configs (tile_id and the other cuBLASLt configuration fields, read back from the
+// library) may name any tile of cublasLtMatmulTile_t, with tile_m and tile_n its real size;
+// without tile_id the cost model's rules hold.
+TEST(KernelFamiliesTest, CublasLtRawConfigsNameAnyTileAndCheckEveryField) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,1024]
+  weight %w: bf16[4096,1024] = "w"
+  %y: bf16[B,T,4096] = linear(%x, %w)
+  output %y
+})");
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const BoundRegion y(prefill, 0);
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& lt = *GlobalKernelRegistry().Find("cublaslt_gemm");
+  EXPECT_EQ(lt.version(), 2);
+  absl::StatusOr<Tactic> def = lt.DefaultTactic(y, h200);
+  ASSERT_TRUE(def.ok()) << def.status();
+  // CUBLASLT_MATMUL_TILE_192x128 (31): 192 weight rows by 128 x rows; stages 64xAUTO (35).
+  Tactic raw = *def;
+  raw.params.insert({{"algo_id", 66},
+                     {"tile_id", 31},
+                     {"stages_id", 35},
+                     {"inner_shape_id", 0},
+                     {"cluster_shape_id", 3},
+                     {"custom_option", 0}});
+  raw.params["tile_m"] = 128;
+  raw.params["tile_n"] = 192;
+  raw.params["stages"] = 0;
+  raw.params["split_k"] = 1;
+  raw.params["reduction_scheme"] = 0;
+  {
+    const absl::Status ok = lt.ValidateTactic(raw, y, h200);
+    EXPECT_TRUE(ok.ok()) << ok;
+  }
+  // The tile's grid: 4096 / 192 weight-row tiles by 128 / 128 x-row tiles.
+  EXPECT_THAT(lt.Geometry(raw, y).grid, ElementsAre(22, 1, 1));
+
+  auto rejects = [&](std::initializer_list<std::pair<const char*, int64_t>> changes,
+                     const std::string& what) {
+    Tactic t = raw;
+    for (const auto& [name, value] : changes) t.params[name] = value;
+    const absl::Status s = lt.ValidateTactic(t, y, h200);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << t.ParamsString();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(what)) << t.ParamsString();
+  };
+  rejects({{"tile_m", 192}, {"tile_n", 128}},
+          "'tile_m' is 192, expected 128, the x rows of tile 192x128");
+  rejects({{"tile_n", 128}}, "'tile_n' is 128, expected 192");
+  rejects({{"tile_id", 635}}, "'tile_id' is 635, expected a cublasLtMatmulTile_t");
+  rejects({{"stages_id", 29}}, "'stages_id' is 29");
+  rejects({{"stages_id", 16}}, "'stages' is 0, expected 4, the stage count of stages_id 16 (64x4)");
+  rejects({{"inner_shape_id", 5}}, "'inner_shape_id' is 5");
+  rejects({{"cluster_shape_id", 1}}, "'cluster_shape_id' is 1");
+  rejects({{"custom_option", -1}}, "'custom_option' is -1");
+  rejects({{"split_k", 2}}, "'reduction_scheme' is 0");
+  rejects({{"split_k", 1025}, {"reduction_scheme", 2}},
+          "'split_k' is 1025, expected in [1, K = 1024]");
+  rejects({{"algo_id", -1}}, "'algo_id' is -1");
+  // Any split up to K with a scheme, and tile_id 0 (an algo without tile ids) with a
+  // nominal tile of the cost model's sizes.
+  for (const auto& [changes, label] :
+       std::vector<std::pair<std::map<std::string, int64_t>, std::string>>{
+           {{{"split_k", 3}, {"reduction_scheme", 4}}, "split 3"},
+           {{{"tile_id", 0}, {"tile_m", 64}, {"tile_n", 256}}, "untiled"}}) {
+    Tactic t = raw;
+    for (const auto& [name, value] : changes) t.params[name] = value;
+    const absl::Status s = lt.ValidateTactic(t, y, h200);
+    EXPECT_TRUE(s.ok()) << label << ": " << s;
+  }
+  rejects({{"tile_id", 0}}, "'tile_n' is 192, expected 64, 128 or 256 (nominal");
+  // A raw config is whole, and its fields need tile_id.
+  Tactic partial = raw;
+  partial.params.erase("cluster_shape_id");
+  EXPECT_THAT(lt.ValidateTactic(partial, y, h200).message(),
+              HasSubstr("a raw configuration (tile_id) needs 'cluster_shape_id'"));
+  partial = raw;
+  partial.params.erase("algo_id");
+  EXPECT_THAT(lt.ValidateTactic(partial, y, h200).message(),
+              HasSubstr("a raw configuration (tile_id) needs 'algo_id'"));
+  Tactic stray = *def;
+  stray.params["stages_id"] = 16;
+  EXPECT_THAT(lt.ValidateTactic(stray, y, h200).message(),
+              HasSubstr("parameter 'stages_id' belongs to a raw configuration"));
+  // Without tile_id: 64, 128 or 256 tiles, 1 to 8 stages, power-of-two splits.
+  Tactic assumed = *def;
+  assumed.params["tile_n"] = 192;
+  EXPECT_THAT(lt.ValidateTactic(assumed, y, h200).message(),
+              HasSubstr("'tile_n' is 192, expected 64, 128 or 256"));
+  assumed = *def;
+  assumed.params["stages"] = 0;
+  EXPECT_THAT(lt.ValidateTactic(assumed, y, h200).message(), HasSubstr("'stages' is 0"));
+  assumed = *def;
+  assumed.params["split_k"] = 3;
+  assumed.params["reduction_scheme"] = 2;
+  EXPECT_THAT(lt.ValidateTactic(assumed, y, h200).message(), HasSubstr("'split_k' is 3"));
 }
 
 TEST(KernelFamiliesTest, ValidateTacticNamesTheProblem) {

@@ -44,6 +44,7 @@ const std::set<KernelInstance>& AllInstances() {
       set->insert(FillUniformInstance(dtype));
     }
     set->insert(DecodeAdvanceInstance());
+    set->insert(TrapFaultInstance());
     return set;
   }();
   return *instances;

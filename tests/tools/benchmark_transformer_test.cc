@@ -1,19 +1,15 @@
 // benchmark_transformer end to end: --show-plan for the bundled configs on a machine without
 // a GPU, its machine-readable forms, and the documented refusals (exit status 2).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
+#include "tests/testing/tool_run.h"
 
 namespace tileplan {
 namespace {
@@ -22,39 +18,20 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = testing::ToolResult;
 
 // A scratch directory private to this process and test.
-fs::path Scratch() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) /
-                 absl::StrCat("benchmark_transformer_test.", getpid(), ".", info->name());
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path Scratch() { return testing::ScratchDir("benchmark_transformer_test"); }
 
 // Runs the tool with every GPU hidden (these tests are about planning; a GPU would add a
 // benchmark at real size to every run that shows a plan).
 Result RunTool(const std::string& args, const std::string& env = "CUDA_VISIBLE_DEVICES=") {
-  const fs::path log = Scratch() / "output.txt";
-  const std::string command = absl::StrCat(env, " '", BENCHMARK_TRANSFORMER_PATH, "' ", args,
-                                           " > '", log.string(), "' 2>&1");
-  const int status = std::system(command.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.output = ss.str();
-  return r;
+  return testing::RunTool(BENCHMARK_TRANSFORMER_PATH, args, Scratch() / "output.txt", env);
 }
 
 TEST(BenchmarkTransformerTest, PrintAfterShowsThePassOutputOfEveryPhase) {
-  const Result r = RunTool(
-      "--model qwen3-0.6b --show-plan --prefill 128 --print-after=fuse_residual");
+  const Result r =
+      RunTool("--model qwen3-0.6b --show-plan --prefill 128 --print-after=fuse_residual");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("// ===== prefill T=128\n// ----- IR after fuse_residual "
                                   "(pass 5 of 7)\ngraph @qwen3 {"));
@@ -175,8 +152,10 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
 TEST(BenchmarkTransformerTest, AForeignTacticStoreWarnsAndPlansWithTheCostModel) {
   const fs::path junk = Scratch() / "junk.db";
   std::ofstream(junk) << std::string(4096, 'x');
-  const std::string base = absl::StrCat("--model qwen3-0.6b --prefill 16 --decode 16 --show-plan "
-                                        "--tactic-cache '", junk.string(), "'");
+  const std::string base = absl::StrCat(
+      "--model qwen3-0.6b --prefill 16 --decode 16 --show-plan "
+      "--tactic-cache '",
+      junk.string(), "'");
   Result r = RunTool(base);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("is treated as empty and will not be written"));

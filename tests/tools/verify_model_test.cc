@@ -1,14 +1,10 @@
 // verify_model end to end: a committed fixture passes, and corrupted references, models and
 // arguments give the documented exit status (1 numerical mismatch, 2 bad input) with a
 // message naming the problem.
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +13,7 @@
 #include "models/safetensors.h"
 #include "tests/models/safetensors_builder.h"
 #include "tests/testing/random_weights.h"
+#include "tests/testing/tool_run.h"
 
 namespace tileplan {
 namespace {
@@ -26,24 +23,11 @@ using ::testing::HasSubstr;
 
 const fs::path kFixture = fs::path(TILEPLAN_SOURCE_DIR) / "tests/data/smollm2-tiny";
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = testing::ToolResult;
 
 Result RunVerifyModel(const std::string& args, const fs::path& scratch,
                       const std::string& env = "") {
-  const fs::path log = scratch / "output.txt";
-  const std::string command = absl::StrCat(env, " '", VERIFY_MODEL_PATH, "' ", args, " > '",
-                                           log.string(), "' 2>&1");
-  const int status = std::system(command.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.output = ss.str();
-  return r;
+  return testing::RunTool(VERIFY_MODEL_PATH, args, scratch / "output.txt", env);
 }
 
 // The fixture's reference tensors, to be modified and written elsewhere.
@@ -216,10 +200,10 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
 
 TEST_F(VerifyModelTest, GpuBackendWithoutAGpuSaysSo) {
   // Every GPU hidden: the GPU backend stops with the reason, before any numerical check.
-  const Result r = RunVerifyModel(
-      absl::StrCat("--model '", kFixture.string(), "' --reference '",
-                   (kFixture / "reference.safetensors").string(), "' --backend gpu"),
-      dir_, "CUDA_VISIBLE_DEVICES=");
+  const Result r =
+      RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+                                  (kFixture / "reference.safetensors").string(), "' --backend gpu"),
+                     dir_, "CUDA_VISIBLE_DEVICES=");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("no CUDA device"));
 }

@@ -1,5 +1,6 @@
 // Candidate enumeration of the tuner (no GPU): the default tactic first, every candidate
-// valid for the region and target, no duplicates, the cap respected.
+// valid for the region and target, no duplicates, the cap respected; cuBLASLt's candidates
+// are its default and the library's configurations.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cublaslt_runner.h"
 #include "kernels/kernel_family.h"
 #include "tests/kernels/kernels_testing.h"
 #include "tuner/region_tuner.h"
@@ -54,7 +56,7 @@ TEST(EnumerateCandidatesTest, DefaultFirstEveryCandidateValidNoDuplicates) {
   EXPECT_TRUE(std::equal(capped.begin(), capped.end(), all.begin()));
 }
 
-TEST(EnumerateCandidatesTest, CublasLtOffersItsDefaultOnly) {
+TEST(EnumerateCandidatesTest, CublasLtWithoutLibraryConfigsOffersItsDefaultOnly) {
   const ir::Graph graph = MustParseVerified(kLinear);
   const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
   const BoundRegion region(prefill, 0);
@@ -63,6 +65,46 @@ TEST(EnumerateCandidatesTest, CublasLtOffersItsDefaultOnly) {
   const std::vector<kernels::Tactic> all = EnumerateCandidates(lt, region, h200, 1000);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all.front(), *lt.DefaultTactic(region, h200));
+}
+
+// The heuristic's answers (as CublasLtRunner::Candidates gives them) follow the default in
+// their order; one the family does not accept, and a repeated one, are left out.
+TEST(EnumerateCandidatesTest, CublasLtOffersTheLibraryConfigsAfterItsDefault) {
+  const ir::Graph graph = MustParseVerified(kLinear);
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
+  const BoundRegion region(prefill, 0);
+  const planner::TargetDescription h200 = MustTarget("h200");
+  const kernels::KernelFamily& lt = *kernels::GlobalKernelRegistry().Find("cublaslt_gemm");
+  const kernels::Tactic def = *lt.DefaultTactic(region, h200);
+  std::vector<kernels::Tactic> configs;
+  for (uint32_t tile :
+       {CUBLASLT_MATMUL_TILE_192x128, CUBLASLT_MATMUL_TILE_64x96, CUBLASLT_MATMUL_TILE_256x128}) {
+    kernels::ResolvedAlgo algo;
+    algo.algo_id = 66;
+    algo.tile_id = tile;
+    algo.stages_id = CUBLASLT_MATMUL_STAGES_64xAUTO;
+    algo.cluster_shape_id = CUBLASLT_CLUSTER_SHAPE_1x1x1;
+    configs.push_back(kernels::ConfigTactic(algo, def));
+  }
+  configs.insert(configs.begin() + 1, configs.front());  // a duplicate
+  kernels::Tactic wrong = configs.back();
+  wrong.params["tile_m"] = 96;  // not the tile's size
+  configs.insert(configs.begin() + 2, wrong);
+
+  const std::vector<kernels::Tactic> all = EnumerateCandidates(lt, region, h200, 1000, configs);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0], def);
+  EXPECT_EQ(all[1], configs[0]);
+  EXPECT_EQ(all[2].params.at("tile_id"), CUBLASLT_MATMUL_TILE_64x96);
+  EXPECT_EQ(all[2].params.at("tile_m"), 96);
+  EXPECT_EQ(all[2].params.at("tile_n"), 64);
+  EXPECT_EQ(all[3].params.at("tile_id"), CUBLASLT_MATMUL_TILE_256x128);
+  for (const kernels::Tactic& t : all) {
+    EXPECT_TRUE(lt.ValidateTactic(t, region, h200).ok()) << t.ParamsString();
+  }
+  const std::vector<kernels::Tactic> capped = EnumerateCandidates(lt, region, h200, 2, configs);
+  ASSERT_EQ(capped.size(), 2u);
+  EXPECT_EQ(capped[1], configs[0]);
 }
 
 TEST(EnumerateCandidatesTest, AFamilyThatCannotImplementTheRegionOffersNothing) {

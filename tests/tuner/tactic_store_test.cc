@@ -388,6 +388,64 @@ TEST_F(TacticStoreTest, ExportImportExportIsIdentical) {
   EXPECT_EQ(copy->num_winners(), source->num_winners());
 }
 
+// A measured cuBLASLt tactic is a raw config (the heuristic's answer read back, any tile):
+// stored, looked up, exported with every parameter named, imported and exported again
+// unchanged.
+TEST_F(TacticStoreTest, RawCublasLtConfigRoundTrips) {
+  RegionMeasurement m;
+  m.environment = TestEnvironment();
+  m.key.environment = m.environment.Fingerprint();
+  m.key.region_signature = "linear(bf16[1,512,1024], bf16[4096,1024]) -> (bf16[1,512,4096]) {}";
+  m.key.shape_bucket = "B=1,Smax=512,T=512";
+  m.key.phase = ir::Phase::kPrefill;
+  m.key.family = "cublaslt_gemm";
+  m.key.family_version = 2;
+  const kernels::Tactic def{"cublaslt_gemm",
+                            2,
+                            {{"reduction_scheme", 0},
+                             {"split_k", 1},
+                             {"stages", 4},
+                             {"swizzle", 0},
+                             {"tile_m", 128},
+                             {"tile_n", 256}}};
+  kernels::Tactic raw = def;
+  raw.params = {{"algo_id", 66},       {"cluster_shape_id", 3}, {"custom_option", 1},
+                {"inner_shape_id", 0}, {"reduction_scheme", 0}, {"split_k", 1},
+                {"stages", 0},         {"stages_id", 35},       {"swizzle", 1},
+                {"tile_id", 31},       {"tile_m", 128},         {"tile_n", 192}};
+  m.candidates = {{def, CandidateStatus::kOk, "", 12.5}, {raw, CandidateStatus::kOk, "", 10.25}};
+  m.winner = raw;
+  m.winner_us = 10.25;
+  m.default_us = 12.5;
+  std::unique_ptr<TacticStore> source = MustOpen(Path("source.db"));
+  ASSERT_NE(source, nullptr);
+  const absl::Status recorded = source->Record(m);
+  ASSERT_TRUE(recorded.ok()) << recorded;
+  ASSERT_TRUE(source->Lookup(m.key).has_value());
+  EXPECT_EQ(source->Lookup(m.key)->tactic, raw);
+  source.reset();
+  source = MustOpen(Path("source.db"));
+  ASSERT_NE(source, nullptr);
+  ASSERT_TRUE(source->Lookup(m.key).has_value());
+  EXPECT_EQ(source->Lookup(m.key)->tactic, raw);
+
+  ASSERT_TRUE(source->Export(Path("first.textproto")).ok());
+  const std::string text = ReadBytes(Path("first.textproto"));
+  for (const char* param :
+       {"algo_id", "cluster_shape_id", "custom_option", "inner_shape_id", "stages_id", "tile_id"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("name: \"", param, "\"")));
+  }
+  EXPECT_THAT(text, HasSubstr("name: \"tile_id\"\n          value: 31"));
+  std::unique_ptr<TacticStore> copy = MustOpen(Path("copy.db"));
+  ASSERT_NE(copy, nullptr);
+  const absl::Status imported = copy->Import(Path("first.textproto"));
+  ASSERT_TRUE(imported.ok()) << imported;
+  ASSERT_TRUE(copy->Lookup(m.key).has_value());
+  EXPECT_EQ(copy->Lookup(m.key)->tactic, raw);
+  ASSERT_TRUE(copy->Export(Path("second.textproto")).ok());
+  EXPECT_EQ(ReadBytes(Path("second.textproto")), text);
+}
+
 TEST_F(TacticStoreTest, MalformedImportNamesTheLineAndWritesNothing) {
   std::unique_ptr<TacticStore> source = MustOpen(Path("source.db"));
   ASSERT_NE(source, nullptr);
