@@ -28,6 +28,9 @@ std::vector<PassInfo> BuiltinPasses() {
        Plain<CreateDcePass>},
       {"specialize_phase", "binds T (and B, Smax) and sets every region's phase",
        CreateSpecializePhasePass},
+      {"fuse_norm_linear",
+       "decode rms_norm -> linear / linear_swiglu of few rows -> rms_norm_linear(_swiglu)",
+       CreateFuseNormLinearPass},
   };
 }
 

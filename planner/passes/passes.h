@@ -29,6 +29,8 @@ std::unique_ptr<Pass> CreateFuseResidualPass();
 std::unique_ptr<Pass> CreateDcePass();
 // InvalidArgument when the phase is not prefill or decode or an extent is not positive.
 absl::StatusOr<std::unique_ptr<Pass>> CreateSpecializePhasePass(const PassOptions& options);
+// InvalidArgument when norm_linear_max_rows is negative.
+absl::StatusOr<std::unique_ptr<Pass>> CreateFuseNormLinearPass(const PassOptions& options);
 
 }  // namespace tileplan::planner
 
