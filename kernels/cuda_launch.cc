@@ -308,15 +308,25 @@ absl::Status Builder::Gemv() {
   TP_ASSIGN_OR_RETURN(const int64_t split_k, Param("split_k"));
   TP_ASSIGN_OR_RETURN(const int64_t vec, Param("vec"));
   const std::string& kind = r_.kind();
+  // Operands: x, [norm,] w, then the residual and the bias as the kind has them.
+  const bool norm = kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu";
   const bool residual = kind == "linear_residual";
-  const bool swiglu = kind == "linear_swiglu";
-  const int bias_index = kind == "lm_head" ? -1 : residual ? 3 : 2;
+  const bool swiglu = kind == "linear_swiglu" || kind == "rms_norm_linear_swiglu";
+  const int w_index = norm ? 2 : 1;
+  const int bias_index = kind == "lm_head" ? -1 : residual ? 3 : w_index + 1;
   const bool has_bias = bias_index >= 0 && bias_index < r_.num_operands();
   TP_ASSIGN_OR_RETURN(const std::string x_type, TypeName(r_.operand_dtype(0), "x"));
-  TP_ASSIGN_OR_RETURN(const std::string w_type, TypeName(r_.operand_dtype(1), "the weight"));
+  TP_ASSIGN_OR_RETURN(const std::string w_type, TypeName(r_.operand_dtype(w_index), "the weight"));
   TP_ASSIGN_OR_RETURN(const std::string out_type, TypeName(r_.result_dtype(0), "the result"));
+  std::string norm_type = "void";
+  double eps = 0;
+  if (norm) {
+    TP_ASSIGN_OR_RETURN(norm_type, TypeName(r_.operand_dtype(1), "the norm weight"));
+    TP_RETURN_IF_ERROR(RequireContiguous(r_.operand(1), "the norm weight"));
+    TP_ASSIGN_OR_RETURN(eps, r_.region().attrs.GetFloat("eps"));
+  }
   TP_ASSIGN_OR_RETURN(const Matrix x, AsMatrix(r_.operand(0), "x"));
-  TP_RETURN_IF_ERROR(RequireContiguous(r_.operand(1), "the weight"));
+  TP_RETURN_IF_ERROR(RequireContiguous(r_.operand(w_index), "the weight"));
   TP_RETURN_IF_ERROR(RequireContiguous(r_.result(0), "the result"));
   Matrix res;
   if (residual) {
@@ -329,7 +339,8 @@ absl::Status Builder::Gemv() {
     return Error("x rows of ", x.cols, " (stride ", x.stride, ") do not split into vec ", vec);
   }
   TP_RETURN_IF_ERROR(CheckOperands(vec * ir::DTypeSize(r_.operand_dtype(0)), {0}));
-  TP_RETURN_IF_ERROR(CheckOperands(vec * ir::DTypeSize(r_.operand_dtype(1)), {1}));
+  if (norm) TP_RETURN_IF_ERROR(CheckOperands(vec * ir::DTypeSize(r_.operand_dtype(1)), {1}));
+  TP_RETURN_IF_ERROR(CheckOperands(vec * ir::DTypeSize(r_.operand_dtype(w_index)), {w_index}));
   if (residual) TP_RETURN_IF_ERROR(CheckOperands(ir::DTypeSize(r_.operand_dtype(2)), {2}));
   if (has_bias)
     TP_RETURN_IF_ERROR(CheckOperands(ir::DTypeSize(r_.operand_dtype(bias_index)), {bias_index}));
@@ -343,7 +354,8 @@ absl::Status Builder::Gemv() {
                          : swiglu ? "tileplan::kGemvSwiglu"
                                   : "tileplan::kGemvPlain";
   KernelArgs args;
-  args.Add(Operand(0)).Add(static_cast<long long>(x.stride)).Add(Operand(1));
+  args.Add(Operand(0)).Add(static_cast<long long>(x.stride));
+  args.Add(norm ? Operand(1) : nullptr).Add(static_cast<float>(eps)).Add(Operand(w_index));
   args.Add(has_bias ? Operand(bias_index) : nullptr);
   args.Add(residual ? Operand(2) : nullptr).Add(static_cast<long long>(residual ? res.stride : 0));
   args.Add(Result(0)).Add(Split(split_k, &RegionBuffers::workspace));
@@ -351,9 +363,10 @@ absl::Status Builder::Gemv() {
   args.Add(static_cast<int>(x.rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(x.cols));
   Launch(absl::StrCat("tileplan::gemv_split_k<", x_type, ", ", w_type, ", ", out_type, ", ",
                       Pow2Ceil(x.rows), ", ", threads, ", ", rows_per_cta, ", ", split_k, ", ", vec,
-                      ", ", epilogue, ">"),
+                      ", ", epilogue, ", ", norm_type, ">"),
          {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1},
-         threads / 32 * rows_per_cta * x.rows * (swiglu ? 2 : 1) * 4, std::move(args));
+         threads / 32 * (rows_per_cta * (swiglu ? 2 : 1) + (norm ? 1 : 0)) * x.rows * 4,
+         std::move(args));
   return absl::OkStatus();
 }
 

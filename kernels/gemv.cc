@@ -5,6 +5,9 @@
 // writes float partials to the workspace and the last CTA of a row tile to finish (a counter,
 // reset by that CTA) sums them and runs the epilogue (bias, residual, SwiGLU, float logits),
 // so every step is one launch. linear_swiglu computes gate row j and up row F + j together.
+// rms_norm_linear(_swiglu) add an RMSNorm prologue: every CTA also sums the squares of the
+// whole x rows (reading x at the other split_k - 1 slices too) and scales its sums by
+// rsqrt(mean + eps) in the epilogue.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -27,28 +30,37 @@ constexpr Row kRows[] = {{"sm_80", 128, 4},
                          {"sm_120", 128, 4},
                          {"default", 128, 2}};
 
+// Whether the region's kind has the RMSNorm prologue (operands x, norm, w[, bias]).
+bool HasNorm(const BoundRegion& r) {
+  return r.kind() == "rms_norm_linear" || r.kind() == "rms_norm_linear_swiglu";
+}
+
 struct GemvShape {
   int64_t m = 0;      // rows of x
   int64_t k = 0;      // reduction length
   int64_t n_w = 0;    // weight rows
-  int64_t n_out = 0;  // output features (n_w / 2 for linear_swiglu)
+  int64_t n_out = 0;  // output features (n_w / 2 with SwiGLU)
   bool swiglu = false;
+  bool norm = false;  // the RMSNorm prologue
 };
 
 GemvShape ShapeOf(const BoundRegion& r) {
   GemvShape s;
+  s.norm = HasNorm(r);
   s.m = Rows(r.operand(0).shape);
   s.k = r.operand(0).shape.back();
-  s.n_w = r.operand(1).shape[0];
+  s.n_w = r.operand(s.norm ? 2 : 1).shape[0];
   s.n_out = r.result(0).shape.back();
-  s.swiglu = r.kind() == "linear_swiglu";
+  s.swiglu = r.kind() == "linear_swiglu" || r.kind() == "rms_norm_linear_swiglu";
   return s;
 }
 
 class GemvFamily final : public FamilyBase {
  public:
   GemvFamily()
-      : FamilyBase("gemv", 1, {"linear", "linear_residual", "linear_swiglu", "lm_head"},
+      : FamilyBase("gemv", 2,
+                   {"linear", "linear_residual", "linear_swiglu", "lm_head", "rms_norm_linear",
+                    "rms_norm_linear_swiglu"},
                    {"rows_per_cta", "split_k", "threads", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -59,12 +71,18 @@ class GemvFamily final : public FamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t, s);
     return g;
   }
-  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     WorkEstimate w;
     for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
     w.bytes += r.result_bytes(0);
     const GemvShape s = ShapeOf(r);
     w.flops = 2 * s.m * s.n_w * s.k;
+    if (s.norm) {
+      // Every CTA also reads x at the other split_k - 1 slices for its sums of squares.
+      const int64_t split = t.params.at("split_k");
+      const int64_t tiles = CeilDiv(s.n_out, t.params.at("rows_per_cta"));
+      w.bytes += tiles * (split - 1) * s.m * s.k / split * ir::DTypeSize(r.operand_dtype(0));
+    }
     return w;
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
@@ -113,10 +131,8 @@ class GemvFamily final : public FamilyBase {
            s.k / (2 * split) >= threads * vec) {
       split *= 2;
     }
-    return MakeTactic({{"rows_per_cta", rows},
-                       {"split_k", split},
-                       {"threads", threads},
-                       {"vec", vec}});
+    return MakeTactic(
+        {{"rows_per_cta", rows}, {"split_k", split}, {"threads", threads}, {"vec", vec}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
                                      const TargetDescription&) const override {
@@ -153,14 +169,19 @@ class GemvFamily final : public FamilyBase {
   }
 
  private:
-  // Float partial sums of every warp for every (row, output) pair of the CTA.
+  // Float partial sums of every warp for every (row, output) pair of the CTA, and with the
+  // norm prologue every warp's sum of squares of every row.
   static int64_t SharedMemory(const Tactic& t, const GemvShape& s) {
-    return t.params.at("threads") / 32 * t.params.at("rows_per_cta") * s.m * (s.swiglu ? 2 : 1) * 4;
+    const int64_t per_warp = t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0);
+    return t.params.at("threads") / 32 * per_warp * s.m * 4;
   }
+  // One 16-byte load of the weight, dividing K and the offsets and strides of x (and of the
+  // norm weight).
   static int64_t Vec(const BoundRegion& r) {
-    std::vector<int64_t> extents = AlignmentExtents(r, {0});
+    const bool norm = HasNorm(r);
+    std::vector<int64_t> extents = norm ? AlignmentExtents(r, {0, 1}) : AlignmentExtents(r, {0});
     extents.push_back(r.operand(0).shape.back());
-    return VectorWidth(r.operand_dtype(1), extents);
+    return VectorWidth(r.operand_dtype(norm ? 2 : 1), extents);
   }
 };
 

@@ -38,7 +38,8 @@ class Pass {
   virtual absl::StatusOr<bool> Run(ir::Graph& graph) = 0;
 };
 
-// Parameters pass factories may read. Only specialize_phase reads any of them.
+// Parameters pass factories may read: specialize_phase reads the phase and the extents,
+// fuse_norm_linear its row limit; no other pass reads any.
 struct PassOptions {
   // The phase specialize_phase specializes for: kPrefill or kDecode.
   ir::Phase phase = ir::Phase::kDecode;
@@ -48,6 +49,10 @@ struct PassOptions {
   // Extents bound to B (batch) and Smax (KV-cache capacity); the symbols stay when unset.
   std::optional<int64_t> batch;
   std::optional<int64_t> cache_capacity;
+  // fuse_norm_linear fuses an rms_norm into a decode linear of at most this many rows
+  // (batch x new tokens); larger decode linears run on cuBLASLt, which has no norm
+  // prologue. Must be >= 0 (0 fuses nothing).
+  int64_t norm_linear_max_rows = 4;
 };
 
 // Creates a pass; fails with InvalidArgument when the options do not suit it.

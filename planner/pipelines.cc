@@ -10,7 +10,7 @@ namespace {
 // Both pipelines, in run order (see pipelines.h).
 constexpr const char* kPipelinePasses[] = {
     "pack_qkv",      "pack_gate_up", "fuse_swiglu",      "fuse_qk_norm_rope_kv_write",
-    "fuse_residual", "dce",          "specialize_phase",
+    "fuse_residual", "dce",          "specialize_phase", "fuse_norm_linear",
 };
 
 absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::Phase phase,

@@ -39,22 +39,32 @@ absl::Status CheckEps(const Attributes& attrs) {
       .status();
 }
 
-// The operands of a linear: x: X[...,K] at 0, w: W[<n>,K] at 1, and, when present, bias:
-// W[<n>] at `bias_index`. Returns the output features (w's dim 0). `n` names dim 0 of w in
-// messages ("N", "2F").
-absl::StatusOr<Dim> CheckLinear(const KindArgs& a, int bias_index, absl::string_view n) {
+// The operands of a linear: x: X[...,K] at 0, w: W[<n>,K] at `w_index`, and, when
+// present, bias: W[<n>] at `bias_index`. Returns the output features (w's dim 0). `n` names
+// dim 0 of w in messages ("N", "2F").
+absl::StatusOr<Dim> CheckLinear(const KindArgs& a, int w_index, int bias_index,
+                                absl::string_view n) {
   const std::string w_pattern = absl::StrCat("[", n, ",K]");
   const std::string bias_pattern = absl::StrCat("[", n, "]");
   TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,K]"));
-  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, w_pattern));
-  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, a.operands[0].dims.back(), w_pattern, "K"));
-  const Dim& out = a.operands[1].dims[0];
+  TP_RETURN_IF_ERROR(ExpectRank(a, w_index, Element::kFloat, 2, w_pattern));
+  TP_RETURN_IF_ERROR(ExpectDim(a, w_index, 1, a.operands[0].dims.back(), w_pattern, "K"));
+  const Dim& out = a.operands[static_cast<size_t>(w_index)].dims[0];
   if (static_cast<int>(a.operands.size()) > bias_index) {
     TP_RETURN_IF_ERROR(ExpectRank(a, bias_index, Element::kFloat, 1, bias_pattern));
-    TP_RETURN_IF_ERROR(ExpectSameDType(a, bias_index, 1, bias_pattern));
+    TP_RETURN_IF_ERROR(ExpectSameDType(a, bias_index, w_index, bias_pattern));
     TP_RETURN_IF_ERROR(ExpectDim(a, bias_index, 0, out, bias_pattern, n));
   }
   return out;
+}
+
+// The result of linear_swiglu over a [2F,K] weight at `w_index`: X[...,F].
+Results SwigluOfLinear(const KindArgs& a, const Dim& two_f, int w_index) {
+  if (!IsPositiveEven(two_f)) {
+    return a.OperandError(w_index, "[2F,K] with 2F static, even and > 0");
+  }
+  const TensorType& x = a.operands[0];
+  return One(MakeType(x.dtype, WithLast(x.dims, Dim::Static(two_f.extent() / 2))));
 }
 
 // swiglu: split + silu + mul.
@@ -69,15 +79,27 @@ Results InferSwiglu(const KindArgs& a) {
 
 // linear_swiglu: linear + split + silu + mul.
 Results InferLinearSwiglu(const KindArgs& a) {
-  TP_ASSIGN_OR_RETURN(const Dim two_f, CheckLinear(a, 2, "2F"));
-  if (!IsPositiveEven(two_f)) return a.OperandError(1, "[2F,K] with 2F static, even and > 0");
+  TP_ASSIGN_OR_RETURN(const Dim two_f, CheckLinear(a, 1, 2, "2F"));
+  return SwigluOfLinear(a, two_f, 1);
+}
+
+// rms_norm_linear (rms_norm + linear) and rms_norm_linear_swiglu (rms_norm + linear + split
+// + silu + mul; `swiglu`). Operands x: X[...,K], norm: W[K], w, [bias]; the normalized x
+// has x's type, so the linear's rules apply to x itself.
+Results InferRmsNormLinear(const KindArgs& a, bool swiglu) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,K]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[K]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, a.operands[0].dims.back(), "[K]", "K"));
+  TP_ASSIGN_OR_RETURN(const Dim out, CheckLinear(a, 2, 3, swiglu ? "2F" : "N"));
+  TP_RETURN_IF_ERROR(CheckEps(a.attrs));
+  if (swiglu) return SwigluOfLinear(a, out, 2);
   const TensorType& x = a.operands[0];
-  return One(MakeType(x.dtype, WithLast(x.dims, Dim::Static(two_f.extent() / 2))));
+  return One(MakeType(x.dtype, WithLast(x.dims, out)));
 }
 
 // linear_residual: linear + add; the residual has the linear result's type.
 Results InferLinearResidual(const KindArgs& a) {
-  TP_ASSIGN_OR_RETURN(const Dim n, CheckLinear(a, 3, "N"));
+  TP_ASSIGN_OR_RETURN(const Dim n, CheckLinear(a, 1, 3, "N"));
   const TensorType& x = a.operands[0];
   TensorType out = MakeType(x.dtype, WithLast(x.dims, n));
   if (!(a.operands[2] == out)) {
@@ -161,6 +183,16 @@ std::vector<AttrSpec> RopeKvWriteAttrs(bool norms) {
   return attrs;
 }
 
+// rms_norm_linear, or rms_norm_linear_swiglu (`swiglu`).
+KindSpec RmsNormLinearSpec(bool swiglu) {
+  return {.name = swiglu ? "rms_norm_linear_swiglu" : "rms_norm_linear",
+          .operands = {"x", "norm", "w", "bias"},
+          .optional_operands = 1,
+          .attrs = {{"eps", AttrType::kFloat}},
+          .infer = [swiglu](const KindArgs& a) { return InferRmsNormLinear(a, swiglu); },
+          .fused = true};
+}
+
 }  // namespace
 
 absl::Status RegisterFusedKinds(KindRegistry& registry) {
@@ -181,6 +213,8 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .attrs = {{"eps", AttrType::kFloat}},
        .infer = InferAddRmsNorm,
        .fused = true},
+      RmsNormLinearSpec(false),
+      RmsNormLinearSpec(true),
       {.name = "qk_norm_rope_kv_write",
        .operands = {"qkv", "q_norm", "k_norm", "k_cache", "v_cache", "positions"},
        .attrs = RopeKvWriteAttrs(true),

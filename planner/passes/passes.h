@@ -30,6 +30,8 @@ std::unique_ptr<Pass> CreateDcePass();
 std::unique_ptr<Pass> CreateLastTokenLogitsPass();
 // InvalidArgument when the phase is not prefill or decode or an extent is not positive.
 absl::StatusOr<std::unique_ptr<Pass>> CreateSpecializePhasePass(const PassOptions& options);
+// InvalidArgument when norm_linear_max_rows is negative.
+absl::StatusOr<std::unique_ptr<Pass>> CreateFuseNormLinearPass(const PassOptions& options);
 
 }  // namespace tileplan::planner
 

@@ -518,9 +518,8 @@ absl::Status Swiglu(KernelContext& ctx) {
 }
 
 // The result of a fused region's linear step, x [...,K] · w [N,K]ᵀ: a scratch [...,N].
-absl::StatusOr<TensorArg> LinearTemp(Composite& c, const KernelContext& ctx) {
-  const TensorArg& x = ctx.operands[0];
-  const TensorArg& w = ctx.operands[1];
+absl::StatusOr<TensorArg> LinearTemp(Composite& c, const KernelContext& ctx, const TensorArg& x,
+                                     const TensorArg& w) {
   TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
   TP_RETURN_IF_ERROR(ExpectRank(ctx, w, 2, "weight"));
   return c.Temp(WithLastDim(x.shape, w.shape[0]));
@@ -528,15 +527,35 @@ absl::StatusOr<TensorArg> LinearTemp(Composite& c, const KernelContext& ctx) {
 
 absl::Status LinearSwiglu(KernelContext& ctx) {
   Composite c(ctx);
-  TP_ASSIGN_OR_RETURN(const TensorArg gate_up, LinearTemp(c, ctx));
+  TP_ASSIGN_OR_RETURN(const TensorArg gate_up,
+                      LinearTemp(c, ctx, ctx.operands[0], ctx.operands[1]));
   TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", ctx.operands, {gate_up}));
   return SwigluSteps(c, ctx, gate_up, ctx.results[0]);
 }
 
+// rms_norm_linear (`swiglu` false) and rms_norm_linear_swiglu. Operands x, norm, w[, bias]:
+// the rms_norm of x into a scratch, then the linear kind's steps on it.
+absl::Status RmsNormLinearSteps(KernelContext& ctx, bool swiglu) {
+  Composite c(ctx);
+  const TensorArg& x = ctx.operands[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  const TensorArg normed = c.Temp(x.shape);
+  TP_RETURN_IF_ERROR(c.Run(&RmsNorm, "rms_norm", {x, ctx.operands[1]}, {normed}));
+  std::vector<TensorArg> linear_operands = {normed, ctx.operands[2]};
+  if (ctx.operands.size() == 4) linear_operands.push_back(ctx.operands[3]);
+  if (!swiglu) return c.Run(&Linear, "linear", std::move(linear_operands), {ctx.results[0]});
+  TP_ASSIGN_OR_RETURN(const TensorArg gate_up, LinearTemp(c, ctx, x, ctx.operands[2]));
+  TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", std::move(linear_operands), {gate_up}));
+  return SwigluSteps(c, ctx, gate_up, ctx.results[0]);
+}
+
+absl::Status RmsNormLinear(KernelContext& ctx) { return RmsNormLinearSteps(ctx, false); }
+absl::Status RmsNormLinearSwiglu(KernelContext& ctx) { return RmsNormLinearSteps(ctx, true); }
+
 // Operands x, w, residual[, bias].
 absl::Status LinearResidual(KernelContext& ctx) {
   Composite c(ctx);
-  TP_ASSIGN_OR_RETURN(const TensorArg y, LinearTemp(c, ctx));
+  TP_ASSIGN_OR_RETURN(const TensorArg y, LinearTemp(c, ctx, ctx.operands[0], ctx.operands[1]));
   std::vector<TensorArg> linear_operands = {ctx.operands[0], ctx.operands[1]};
   if (ctx.operands.size() == 4) linear_operands.push_back(ctx.operands[3]);
   TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", std::move(linear_operands), {y}));
@@ -610,6 +629,8 @@ constexpr KindInfo kKinds[] = {
     {"qk_norm_rope_kv_write", 6, 6, 3, &QkNormRopeKvWrite},
     {"reshape", 1, 1, 1, &Reshape},
     {"rms_norm", 2, 2, 1, &RmsNorm},
+    {"rms_norm_linear", 3, 4, 1, &RmsNormLinear},
+    {"rms_norm_linear_swiglu", 3, 4, 1, &RmsNormLinearSwiglu},
     {"rope", 2, 2, 1, &Rope},
     {"rope_kv_write", 4, 4, 3, &RopeKvWrite},
     {"silu", 1, 1, 1, &Silu},

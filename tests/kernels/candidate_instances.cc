@@ -1,6 +1,8 @@
 #include "tests/kernels/candidate_instances.h"
 
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -30,6 +32,12 @@ void TunableProduct(const std::string& family, int32_t version,
   }
 }
 
+// Regions whose tactics Coverage::kEachValue varies separately within a family: the
+// norm-prologue GEMVs instantiate code the family's other kinds do not.
+bool NormPrologue(const std::string& kind) {
+  return kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu";
+}
+
 }  // namespace
 
 // The target whose default tactics Coverage::kEachValue varies: the sm_90 machine.
@@ -48,7 +56,8 @@ CandidateSet TypicalCandidates(Coverage coverage) {
     set.bound_graphs.push_back(MustBind(*set.graph, bindings, context));
   }
   const KernelRegistry& registry = GlobalKernelRegistry();
-  std::set<std::pair<std::string, int>> varied;  // (family, bound graph) already varied
+  // (family, bound graph, norm prologue) already varied
+  std::set<std::tuple<std::string, int, bool>> varied;
   for (int g = 0; g < static_cast<int>(set.bound_graphs.size()); ++g) {
     const BoundGraph& bound = set.bound_graphs[static_cast<size_t>(g)];
     for (int i = 0; i < static_cast<int>(set.graph->regions().size()); ++i) {
@@ -67,7 +76,8 @@ CandidateSet TypicalCandidates(Coverage coverage) {
             TunableProduct(std::string(family->name()), family->version(), table->tunables,
                            tactics);
           } else if (target_name == kVariedTarget &&
-                     varied.insert({std::string(family->name()), g}).second) {
+                     varied.insert({std::string(family->name()), g, NormPrologue(region.kind())})
+                         .second) {
             for (const TunableParam& tunable : table->tunables) {
               for (int64_t value : tunable.values) {
                 Tactic varied = table->default_tactic;

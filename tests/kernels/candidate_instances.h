@@ -37,8 +37,9 @@ enum class Coverage {
   kFullProduct,
   // Every row default of every target for every region, and every value of every tunable
   // varied alone from the sm_90 (h200) default of the family's first region in each shape
-  // bucket (when the family validates it): each template, dtype, epilogue and parameter
-  // value at least once, without the product.
+  // bucket (when the family validates it), and likewise of its first norm-prologue region
+  // (rms_norm_linear, rms_norm_linear_swiglu: gemv's other code path): each template,
+  // dtype, epilogue and parameter value at least once, without the product.
   kEachValue,
 };
 

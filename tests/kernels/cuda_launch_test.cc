@@ -61,7 +61,16 @@ TEST(CudaLaunchTest, InstancesNameTheTemplateArguments) {
   EXPECT_EQ(instance->source, "gemv_split_k.cuh");
   EXPECT_THAT(instance->name_expressions,
               ::testing::ElementsAre("tileplan::gemv_split_k<tileplan::bf16, tileplan::bf16, "
-                                     "tileplan::bf16, 4, 256, 4, 2, 8, tileplan::kGemvSwiglu>"));
+                                     "tileplan::bf16, 4, 256, 4, 2, 8, tileplan::kGemvSwiglu, "
+                                     "void>"));
+  // With the norm prologue the last argument is the norm weight's type.
+  const BoundRegion normed(bound, testing::RegionNamed(graph, "nact"));
+  instance = InstanceFor(normed, gemv);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_THAT(instance->name_expressions,
+              ::testing::ElementsAre("tileplan::gemv_split_k<tileplan::bf16, tileplan::bf16, "
+                                     "tileplan::bf16, 4, 256, 4, 2, 8, tileplan::kGemvSwiglu, "
+                                     "tileplan::bf16>"));
 }
 
 TEST(CudaLaunchTest, RefusesOtherFamiliesAndMissingParameters) {

@@ -57,6 +57,10 @@ struct Case {
   ShapeBindings bindings;
   int64_t context = 1;
   std::map<std::string, std::vector<int32_t>> ints;
+  // Float declarations whose rows (along the last dim) are scaled, row r by factor
+  // r % size: rows of different magnitudes, so a kernel that mixes up per-row statistics
+  // (an RMSNorm factor) shows.
+  std::map<std::string, std::vector<float>> row_scales;
   std::vector<Params> tactics;
 };
 
@@ -111,7 +115,14 @@ void PrepareCase(const Case& c, const TargetDescription& target, unsigned seed, 
       t = HostTensor::Int(shape, c.ints.at(v.name));
     } else {
       std::vector<float> data(static_cast<size_t>(out.bound->layout(id).NumElements()));
-      for (float& x : data) x = RoundToDType(v.type.dtype, uniform(rng));
+      const std::vector<float>* scales =
+          c.row_scales.count(v.name) ? &c.row_scales.at(v.name) : nullptr;
+      const int64_t cols = shape.empty() ? 1 : shape.back();
+      for (size_t k = 0; k < data.size(); ++k) {
+        const float scale =
+            scales == nullptr ? 1.0f : (*scales)[static_cast<size_t>(k / cols) % scales->size()];
+        data[k] = RoundToDType(v.type.dtype, scale * uniform(rng));
+      }
       t = HostTensor::Float(shape, std::move(data));
       t.dtype = v.type.dtype;
     }
@@ -589,6 +600,92 @@ std::vector<Case> LmHeadFloatLogitsCases() {
   return cases;
 }
 
+// gemv cases over `graphs`, their tactics kGemvTactics, with the rows of %x (or of %xx, the
+// input %x is a view of) scaled by `scales`.
+std::vector<Case> ScaledRowGemvCases(const std::vector<float>& scales,
+                                     const std::vector<std::string>& graphs) {
+  std::vector<Case> cases;
+  for (const std::string& graph : graphs) {
+    Case c;
+    c.graph = graph;
+    c.family = "gemv";
+    c.row_scales = {{"x", scales}, {"xx", scales}};
+    c.tactics = kGemvTactics;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The RMSNorm prologue (rms_norm_linear, rms_norm_linear_swiglu): one row (batch 1), 2 to 4
+// rows and 16 (the kernel's bound), rows whose magnitudes differ by up to 32x, so every
+// row's own factor must be used (the results do not depend on a row's scale); with and
+// without bias; split_k 1 and above (every CTA sums the squares of the whole row, not just
+// its slice, also past the end of a shorter last slice: K = 1000 at vec 4 and split_k 16);
+// several feature passes (rows_per_cta 16); a norm weight in bf16 and in f32; x a strided
+// view.
+std::vector<Case> RmsNormLinearCases() {
+  const std::vector<std::string> graphs = {
+      R"(graph @g {
+  input %x: bf16[1,1,1000]
+  weight %norm: bf16[1000] = "norm"
+  weight %w: bf16[37,1000] = "w"
+  weight %bias: bf16[37] = "bias"
+  %y: bf16[1,1,37] = rms_norm_linear(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[3,1,1024]
+  weight %norm: f32[1024] = "norm"
+  weight %w: bf16[130,1024] = "w"
+  %y: bf16[3,1,130] = rms_norm_linear(%x, %norm, %w) {eps = 1e-05} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %xx: bf16[2,1,1536]
+  weight %norm: bf16[512] = "norm"
+  weight %w: bf16[300,512] = "w"
+  weight %bias: bf16[300] = "bias"
+  %a: bf16[2,1,1024] view(%xx), %x: bf16[2,1,512] view(%xx) = split(%xx) {sizes = [1024, 512]}
+  %y: bf16[2,1,300] = rms_norm_linear(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[16,1,256]
+  weight %norm: bf16[256] = "norm"
+  weight %w: bf16[70,256] = "w"
+  %y: bf16[16,1,70] = rms_norm_linear(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})"};
+  return ScaledRowGemvCases({1.0f, 8.0f, 0.25f, 3.0f}, graphs);
+}
+
+std::vector<Case> RmsNormLinearSwigluCases() {
+  const std::vector<std::string> graphs = {
+      R"(graph @g {
+  input %x: bf16[1,1,512]
+  weight %norm: bf16[512] = "norm"
+  weight %w: bf16[600,512] = "w"
+  %y: bf16[1,1,300] = rms_norm_linear_swiglu(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[4,1,1000]
+  weight %norm: bf16[1000] = "norm"
+  weight %w: bf16[250,1000] = "w"
+  weight %bias: bf16[250] = "bias"
+  %y: bf16[4,1,125] = rms_norm_linear_swiglu(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[2,1,768]
+  weight %norm: f32[768] = "norm"
+  weight %w: bf16[1000,768] = "w"
+  %y: bf16[2,1,500] = rms_norm_linear_swiglu(%x, %norm, %w) {eps = 1e-05} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})"};
+  return ScaledRowGemvCases({0.5f, 16.0f, 1.0f, 4.0f}, graphs);
+}
+
 // ---- rope_kv_write ----------------------------------------------------------------------
 
 std::vector<Case> RopeDefaultAndLlama3Cases() {
@@ -740,9 +837,9 @@ std::vector<Case> AttentionPrefillFlashCases() {
     int tokens, first, dim, window;
     const char* dtype;
   };
-  for (const Shape& s : {Shape{37, 0, 64, 0, "bf16"}, Shape{37, 20, 128, 0, "bf16"},
-                         Shape{100, 0, 96, 16, "bf16"}, Shape{64, 5, 128, 0, "f16"},
-                         Shape{24, 0, 16, 6, "bf16"}, Shape{50, 3, 32, 0, "bf16"}}) {
+  for (const Shape& s :
+       {Shape{37, 0, 64, 0, "bf16"}, Shape{37, 20, 128, 0, "bf16"}, Shape{100, 0, 96, 16, "bf16"},
+        Shape{64, 5, 128, 0, "f16"}, Shape{24, 0, 16, 6, "bf16"}, Shape{50, 3, 32, 0, "bf16"}}) {
     Case c;
     c.graph = AttentionGraph(2, s.tokens, 4, 2, 160, s.dim, s.dtype, s.window);
     c.family = "attention_prefill";
@@ -831,6 +928,8 @@ const CaseGroup kCaseGroups[] = {
     {"LinearResidual", &LinearResidualCases},
     {"LinearSwigluWithBias", &LinearSwigluWithBiasCases},
     {"LmHeadFloatLogits", &LmHeadFloatLogitsCases},
+    {"RmsNormLinear", &RmsNormLinearCases},
+    {"RmsNormLinearSwiglu", &RmsNormLinearSwigluCases},
     {"RopeDefaultAndLlama3", &RopeDefaultAndLlama3Cases},
     {"KvWriteOfAView", &KvWriteOfAViewCases},
     {"RopeKvWriteGqa", &RopeKvWriteGqaCases},

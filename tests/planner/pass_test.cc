@@ -2,6 +2,7 @@
 // composition.
 #include "planner/pass.h"
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -64,8 +65,9 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
-              ElementsAre("dce", "fuse_qk_norm_rope_kv_write", "fuse_residual", "fuse_swiglu",
-                          "last_token_logits", "pack_gate_up", "pack_qkv", "specialize_phase"));
+              ElementsAre("dce", "fuse_norm_linear", "fuse_qk_norm_rope_kv_write", "fuse_residual",
+                          "fuse_swiglu", "last_token_logits", "pack_gate_up", "pack_qkv",
+                          "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
     EXPECT_FALSE(GlobalPassRegistry().Summary(name).empty()) << name;
     absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create(name, PassOptions());
@@ -108,6 +110,12 @@ TEST(PassRegistryTest, FactoryErrorsNameThePass) {
   options.batch = 0;
   EXPECT_THAT(GlobalPassRegistry().Create("specialize_phase", options).status().message(),
               HasSubstr("the batch (B) must be positive, got 0"));
+  options = PassOptions();
+  options.norm_linear_max_rows = -1;
+  pass = GlobalPassRegistry().Create("fuse_norm_linear", options);
+  EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pass.status().message(),
+              HasSubstr("pass 'fuse_norm_linear': norm_linear_max_rows must be >= 0, got -1"));
 }
 
 TEST(PassPipelineTest, ReportsWhetherAnyPassChanged) {
@@ -194,14 +202,14 @@ TEST(PassPipelineTest, RejectsBadPrintOptions) {
   EXPECT_EQ(pipeline.Run(g, print).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(PipelinesTest, RunTheFusionPassesThenSpecialize) {
+TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   PipelineOptions options;
   options.tokens = 32;
   absl::StatusOr<PassPipeline> prefill = BuildPrefillPipeline(options);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   const std::vector<std::string> expected = {
-      "pack_qkv",      "pack_gate_up", "fuse_swiglu",     "fuse_qk_norm_rope_kv_write",
-      "fuse_residual", "dce",          "specialize_phase"};
+      "pack_qkv",      "pack_gate_up", "fuse_swiglu",      "fuse_qk_norm_rope_kv_write",
+      "fuse_residual", "dce",          "specialize_phase", "fuse_norm_linear"};
   EXPECT_EQ(prefill->PassNames(), expected);
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
@@ -218,7 +226,8 @@ TEST(PipelinesTest, LastTokenLogitsEndsThePrefillPipelineOnly) {
   EXPECT_EQ(prefill->PassNames().back(), "last_token_logits");
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(options);
   ASSERT_TRUE(decode.ok()) << decode.status();
-  EXPECT_EQ(decode->PassNames().back(), "specialize_phase");
+  const std::vector<std::string> names = decode->PassNames();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "last_token_logits"), 0);
 }
 
 TEST(PipelinesTest, PrefillNeedsAPositiveBucket) {

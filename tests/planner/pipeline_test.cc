@@ -2,6 +2,7 @@
 // verify, apply every fusion, and leave the expected regions per decoder layer.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,20 +53,56 @@ std::map<int, std::vector<std::string>> LayerKinds(const ir::Graph& g) {
   return kinds;
 }
 
-class BundledPipelineTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(BundledPipelineTest, DecodeAppliesEveryFusion) {
-  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
+// The non-view kinds of every decoder layer after the decode pipeline for `batch` (unbound
+// when absent), and the kinds outside the layers.
+void ExpectDecodeLayers(const std::string& model, std::optional<int64_t> batch,
+                        const std::vector<std::string>& layer_kinds) {
+  SCOPED_TRACE(absl::StrCat(model, " decode B=", batch ? absl::StrCat(*batch) : "B"));
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<ir::Graph> g = models::LowerModel(*config);
   ASSERT_TRUE(g.ok()) << g.status();
-  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(PipelineOptions());
+  PipelineOptions options;
+  options.batch = batch;
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   absl::StatusOr<bool> changed = pipeline->Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
   ASSERT_TRUE(ir::Verify(*g).ok());
+  const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
+  for (int layer = 0; layer < config->num_layers; ++layer) {
+    ASSERT_TRUE(kinds.count(layer)) << "layer " << layer;
+    EXPECT_THAT(kinds.at(layer), ElementsAreArray(layer_kinds)) << "layer " << layer;
+  }
+  EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
+  for (const ir::Region& r : g->regions()) {
+    EXPECT_EQ(r.phase, ir::Phase::kDecode) << ir::PrintRegion(*g, r);
+  }
+  EXPECT_EQ(g->value(g->FindValue("tokens")).type.ToString(),
+            batch ? absl::StrCat("i32[", *batch, ",1]") : "i32[B,1]");
+}
 
+class BundledPipelineTest : public ::testing::TestWithParam<std::string> {};
+
+// Batch 1 (up to the norm_linear_max_rows of 4): both norms of a layer fold into the GEMVs
+// after them, six kernels per layer.
+TEST_P(BundledPipelineTest, SmallBatchDecodeAppliesEveryFusion) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string rope = config->qk_norm ? "qk_norm_rope_kv_write" : "rope_kv_write";
+  for (int64_t batch : {1, 4}) {
+    ExpectDecodeLayers(GetParam(), batch,
+                       {"rms_norm_linear", rope, "attention", "linear_residual",
+                        "rms_norm_linear_swiglu", "linear_residual"});
+  }
+}
+
+// A batch above the limit, or one left unbound (its rows are unknown), keeps the norms:
+// eight kernels per layer.
+TEST_P(BundledPipelineTest, LargeOrUnboundBatchDecodeKeepsTheNorms) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
+  ASSERT_TRUE(config.ok()) << config.status();
   const std::vector<std::string> expected = {
       "rms_norm",
       "linear",
@@ -75,16 +112,9 @@ TEST_P(BundledPipelineTest, DecodeAppliesEveryFusion) {
       "rms_norm",
       "linear_swiglu",
       "linear_residual"};
-  const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
-  for (int layer = 0; layer < config->num_layers; ++layer) {
-    ASSERT_TRUE(kinds.count(layer)) << "layer " << layer;
-    EXPECT_THAT(kinds.at(layer), ElementsAreArray(expected)) << "layer " << layer;
-  }
-  EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
-  for (const ir::Region& r : g->regions()) {
-    EXPECT_EQ(r.phase, ir::Phase::kDecode) << ir::PrintRegion(*g, r);
-  }
-  EXPECT_EQ(g->value(g->FindValue("tokens")).type.ToString(), "i32[B,1]");
+  ExpectDecodeLayers(GetParam(), 5, expected);
+  ExpectDecodeLayers(GetParam(), 16, expected);
+  ExpectDecodeLayers(GetParam(), std::nullopt, expected);
 }
 
 TEST_P(BundledPipelineTest, PrefillVerifiesWithBoundBucket) {
@@ -98,6 +128,10 @@ TEST_P(BundledPipelineTest, PrefillVerifiesWithBoundBucket) {
   ASSERT_TRUE(pipeline->Run(*g).ok());
   EXPECT_EQ(g->value(g->FindValue("positions")).type.ToString(), "i32[2,64]");
   EXPECT_EQ(g->value(g->FindValue("logits")).type.dims[1].extent(), 64);
+  // Prefill keeps its norms (its linears run on cuBLASLt).
+  for (const ir::Region& r : g->regions()) {
+    EXPECT_FALSE(absl::StartsWith(r.kind, "rms_norm_linear")) << ir::PrintRegion(*g, r);
+  }
   // A second run finds nothing left to do.
   absl::StatusOr<bool> again = pipeline->Run(*g);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -114,11 +148,13 @@ INSTANTIATE_TEST_SUITE_P(Configs, BundledPipelineTest,
                            return name;
                          });
 
-// Qwen3-0.6B decode: the layer of docs/planner.md, region by region.
-TEST(Qwen3DecodeTest, LayerHasTheEightExpectedKernels) {
+// Qwen3-0.6B decode at batch 1: the layer of docs/planner.md, region by region.
+TEST(Qwen3DecodeTest, LayerHasTheSixExpectedKernels) {
   absl::StatusOr<ir::Graph> g = Lower("qwen3-0.6b");
   ASSERT_TRUE(g.ok()) << g.status();
-  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(PipelineOptions());
+  PipelineOptions options;
+  options.batch = 1;
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   ASSERT_TRUE(pipeline->Run(*g).ok());
 
@@ -131,11 +167,11 @@ TEST(Qwen3DecodeTest, LayerHasTheEightExpectedKernels) {
   }
   EXPECT_THAT(
       layer0,
-      ElementsAre("rms_norm <- []", "linear <- []",
+      ElementsAre("rms_norm_linear <- [rms_norm, linear]",
                   "qk_norm_rope_kv_write <- [split, reshape, reshape, reshape, rms_norm, "
                   "rms_norm, rope, rope, kv_write, kv_write]",
                   "attention <- []", "reshape (view) <- []", "linear_residual <- [linear, add]",
-                  "rms_norm <- []", "linear_swiglu <- [linear, split, silu, mul]",
+                  "rms_norm_linear_swiglu <- [rms_norm, linear, split, silu, mul]",
                   "linear_residual <- [linear, add]"));
 
   const ir::Value& qkv = g->value(g->FindValue("model.layers.0.self_attn.qkv_proj.weight"));

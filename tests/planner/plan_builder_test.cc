@@ -49,7 +49,7 @@ const proto::Phase* FindPhase(const proto::ExecutionPlan& plan, absl::string_vie
   return nullptr;
 }
 
-TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinEightLaunchesPerLayer) {
+TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinSixLaunchesPerLayer) {
   PlanOptions options;
   options.model_name = "qwen3-0.6b";
   options.prefill_tokens = {128};
@@ -72,20 +72,22 @@ TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinEightLaunchesPerLayer) 
     EXPECT_GE(s.estimated_us(), 0) << s.name();
     EXPECT_FALSE(s.provenance().cache_key().empty()) << s.name();
   }
-  // 28 layers of rms_norm | linear(packed qkv) | qk_norm_rope_kv_write | attention |
-  // linear_residual | rms_norm | linear_swiglu | linear_residual, plus embedding, the final
+  // 28 layers of rms_norm_linear(packed qkv) | qk_norm_rope_kv_write | attention |
+  // linear_residual | rms_norm_linear_swiglu | linear_residual, plus embedding, the final
   // norm and the LM head.
   EXPECT_EQ(kinds["qk_norm_rope_kv_write"], 28);
-  EXPECT_EQ(kinds["linear_swiglu"], 28);
+  EXPECT_EQ(kinds["rms_norm_linear_swiglu"], 28);
   EXPECT_EQ(kinds["linear_residual"], 56);
-  EXPECT_EQ(kinds["linear"], 28);
+  EXPECT_EQ(kinds["rms_norm_linear"], 28);
   EXPECT_EQ(kinds["attention"], 28);
-  EXPECT_EQ(kinds["rms_norm"], 57);
+  EXPECT_EQ(kinds["rms_norm"], 1);
+  EXPECT_EQ(kinds.count("linear"), 0u);
+  EXPECT_EQ(kinds.count("linear_swiglu"), 0u);
   EXPECT_EQ(kinds.count("add"), 0u);
   EXPECT_EQ(kinds.count("silu"), 0u);
   EXPECT_EQ(kinds.count("kv_write"), 0u);
   EXPECT_EQ(decode->launches(), launches);
-  EXPECT_LE(launches, 8 * 28 + 3);
+  EXPECT_EQ(launches, 6 * 28 + 3);
   // Packed q/k/v and gate/up weights of every layer, each with its checkpoint tensors in order.
   EXPECT_EQ(plan.weight_packing_size(), 56);
   for (const proto::PackedWeight& w : plan.weight_packing()) {
@@ -108,6 +110,42 @@ TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinEightLaunchesPerLayer) 
   EXPECT_TRUE(prefill_families.count("attention_prefill"));
   EXPECT_TRUE(prefill_families.count("cublaslt_gemm"));
   EXPECT_FALSE(prefill_families.count("gemv"));
+  // Prefill keeps its norms: 2 per layer and the final one.
+  int prefill_norms = 0;
+  for (const proto::Step& s : prefill->steps()) {
+    EXPECT_EQ(s.kind().rfind("rms_norm_linear", 0), std::string::npos) << s.name();
+    if (s.kind() == "rms_norm") ++prefill_norms;
+  }
+  EXPECT_EQ(prefill_norms, 57);
+}
+
+// A decode step of batch 16 runs its linears on cuBLASLt, which has no norm prologue: its
+// norms stay, as in prefill; the same model at batch 1 folds them.
+TEST(PlanBuilderTest, Qwen2LargeBatchDecodeKeepsItsNorms) {
+  PlanOptions options;
+  options.prefill_tokens = {};
+  options.decode_batches = {1, 16};
+  options.max_context = 1024;
+  const proto::ExecutionPlan plan = MustPlan("qwen2-7b", "h200", options);
+  const proto::Phase* b16 = FindPhase(plan, "decode B=16");
+  const proto::Phase* b1 = FindPhase(plan, "decode B=1");
+  ASSERT_TRUE(b16 != nullptr && b1 != nullptr);
+  std::map<std::string, int> kinds16, kinds1;
+  for (const proto::Step& s : b16->steps()) ++kinds16[s.kind()];
+  for (const proto::Step& s : b1->steps()) ++kinds1[s.kind()];
+  EXPECT_EQ(kinds16["rms_norm"], 2 * 28 + 1);
+  EXPECT_EQ(kinds16["linear"], 28);
+  EXPECT_EQ(kinds16["linear_swiglu"], 28);
+  EXPECT_EQ(kinds16.count("rms_norm_linear"), 0u);
+  EXPECT_EQ(kinds16.count("rms_norm_linear_swiglu"), 0u);
+  EXPECT_EQ(kinds1["rms_norm"], 1);
+  EXPECT_EQ(kinds1["rms_norm_linear"], 28);
+  EXPECT_EQ(kinds1["rms_norm_linear_swiglu"], 28);
+  for (const proto::Step& s : b1->steps()) {
+    if (s.kind().rfind("rms_norm_linear", 0) == 0) {
+      EXPECT_EQ(s.tactic().family(), "gemv") << s.name();
+    }
+  }
 }
 
 TEST(PlanBuilderTest, StepsBindEveryOperandAndResult) {
@@ -192,19 +230,20 @@ TEST(PlanBuilderTest, TableShowsStepsLaunchesAndMemory) {
   EXPECT_THAT(table, HasSubstr("linear,split,silu,mul"));
   EXPECT_THAT(table, HasSubstr("split,reshape*3,rms_norm*2,rope*2,kv_write*2"));
   EXPECT_THAT(table, HasSubstr("launches per prefill step: "));
-  EXPECT_THAT(table, HasSubstr("launches per decode step: 227\n"));
+  EXPECT_THAT(table, HasSubstr("rms_norm,linear,split,silu,mul"));
+  EXPECT_THAT(table, HasSubstr("launches per decode step: 171\n"));
   EXPECT_THAT(table, HasSubstr("memory: arena "));
   EXPECT_THAT(table, HasSubstr(", KV cache 56.00 MiB, weights "));
   EXPECT_THAT(table, HasSubstr("cost model"));
 }
 
-// Answers a hit for every decode linear_swiglu on gemv.
+// Answers a hit for every decode rms_norm_linear_swiglu on gemv.
 class SwigluCache : public TacticCache {
  public:
   std::optional<MeasuredTactic> Lookup(const TacticKey& key) const override {
     ++lookups_;
     if (key.phase != ir::Phase::kDecode || key.family != "gemv" ||
-        key.region_signature.rfind("linear_swiglu(", 0) != 0) {
+        key.region_signature.rfind("rms_norm_linear_swiglu(", 0) != 0) {
       return std::nullopt;
     }
     return MeasuredTactic{{"gemv",
@@ -225,7 +264,7 @@ TEST(PlanBuilderTest, CachedTacticsAreTunedAndTheRestCostModel) {
       if (s.source() != proto::Step::SOURCE_TUNED) continue;
       ++tuned;
       EXPECT_EQ(phase.kind(), proto::Phase::KIND_DECODE);
-      EXPECT_EQ(s.kind(), "linear_swiglu");
+      EXPECT_EQ(s.kind(), "rms_norm_linear_swiglu");
       EXPECT_EQ(s.measured_us(), 1.25);
       EXPECT_EQ(s.tactic().family(), "gemv");
       EXPECT_EQ(s.launch().grid(0), 3072 / 8);

@@ -68,11 +68,27 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
       PrimitiveKindNames(),
       (std::vector<std::string>{"add", "argmax", "attention", "embedding", "kv_write", "linear",
                                 "lm_head", "mul", "reshape", "rms_norm", "rope", "silu", "split"}));
-  EXPECT_EQ(KindNames(),
-            (std::vector<std::string>{
-                "add", "add_rms_norm", "argmax", "attention", "embedding", "kv_write", "linear",
-                "linear_residual", "linear_swiglu", "lm_head", "mul", "qk_norm_rope_kv_write",
-                "reshape", "rms_norm", "rope", "rope_kv_write", "silu", "split", "swiglu"}));
+  EXPECT_EQ(KindNames(), (std::vector<std::string>{"add",
+                                                   "add_rms_norm",
+                                                   "argmax",
+                                                   "attention",
+                                                   "embedding",
+                                                   "kv_write",
+                                                   "linear",
+                                                   "linear_residual",
+                                                   "linear_swiglu",
+                                                   "lm_head",
+                                                   "mul",
+                                                   "qk_norm_rope_kv_write",
+                                                   "reshape",
+                                                   "rms_norm",
+                                                   "rms_norm_linear",
+                                                   "rms_norm_linear_swiglu",
+                                                   "rope",
+                                                   "rope_kv_write",
+                                                   "silu",
+                                                   "split",
+                                                   "swiglu"}));
   const std::vector<std::string> primitive = PrimitiveKindNames();
   for (const std::string& name : KindNames()) {
     const bool is_primitive =
@@ -364,6 +380,45 @@ TEST(KindsTest, AddRmsNorm) {
       "attribute 'eps' is -1.0, expected a finite float >= 0");
   EXPECT_EQ(InferOne("add_rms_norm", {"bf16[B,T,64]", "bf16[B,T,64]", "f32[64]"}),
             "missing required attribute 'eps' (float)");
+}
+
+TEST(KindsTest, RmsNormLinear) {
+  const Attributes eps = Attrs({{"eps", 1e-6}});
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "f32[64]", "bf16[96,64]"}, eps),
+            "bf16[B,T,96]");
+  EXPECT_EQ(
+      InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[64]", "bf16[96,64]", "bf16[96]"}, eps),
+      "bf16[B,T,96]");
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[32]", "bf16[96,64]"}, eps),
+            "operand 1 has type bf16[32], expected [K] with K = 64");
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[64]", "bf16[96,32]"}, eps),
+            "operand 2 has type bf16[96,32], expected [N,K] with K = 64");
+  EXPECT_EQ(
+      InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[64]", "bf16[96,64]", "f32[96]"}, eps),
+      "operand 3 has type f32[96], expected bf16[N] (the dtype of operand 2)");
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[64]", "bf16[96,64]"},
+                     Attrs({{"eps", -1.0}})),
+            "attribute 'eps' is -1.0, expected a finite float >= 0");
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[64]", "bf16[96,64]"}),
+            "missing required attribute 'eps' (float)");
+  EXPECT_EQ(InferOne("rms_norm_linear", {"bf16[B,T,64]", "bf16[96,64]"}, eps),
+            "expects 3 to 4 operands (x, norm, w[, bias]), got 2");
+}
+
+TEST(KindsTest, RmsNormLinearSwiglu) {
+  const Attributes eps = Attrs({{"eps", 1e-6}});
+  EXPECT_EQ(InferOne("rms_norm_linear_swiglu", {"bf16[B,T,64]", "bf16[64]", "bf16[256,64]"}, eps),
+            "bf16[B,T,128]");
+  EXPECT_EQ(InferOne("rms_norm_linear_swiglu",
+                     {"f32[B,T,64]", "f32[64]", "bf16[256,64]", "bf16[256]"}, eps),
+            "f32[B,T,128]");
+  EXPECT_EQ(InferOne("rms_norm_linear_swiglu", {"bf16[B,T,64]", "bf16[64]", "bf16[255,64]"}, eps),
+            "operand 2 has type bf16[255,64], expected [2F,K] with 2F static, even and > 0");
+  EXPECT_EQ(InferOne("rms_norm_linear_swiglu",
+                     {"bf16[B,T,64]", "bf16[64]", "bf16[256,64]", "bf16[128]"}, eps),
+            "operand 3 has type bf16[128], expected [2F] with 2F = 256");
+  EXPECT_EQ(InferOne("rms_norm_linear_swiglu", {"bf16[B,T,64]", "i32[64]", "bf16[256,64]"}, eps),
+            "operand 1 has type i32[64], expected a floating-point tensor [K]");
 }
 
 Attributes RopeKvAttrs(bool eps, int64_t hq = 4, int64_t hkv = 2) {

@@ -235,7 +235,7 @@ class ValidGraphBuilder {
   }
 
   void AddRandomRegion() {
-    switch (rnd_.Int(0, 18)) {
+    switch (rnd_.Int(0, 20)) {
       case 0:
         return Embedding();
       case 1:
@@ -272,6 +272,10 @@ class ValidGraphBuilder {
         return AddRmsNorm();
       case 17:
         return RopeKvWrite(/*norms=*/true);
+      case 18:
+        return RmsNormLinear(/*swiglu=*/false);
+      case 19:
+        return RmsNormLinear(/*swiglu=*/true);
       default:
         return RopeKvWrite(/*norms=*/false);
     }
@@ -565,6 +569,21 @@ class ValidGraphBuilder {
     operands.push_back(Pick(OfType(out), [out] { return out; }));
     if (rnd_.Chance(0.5)) operands.push_back(Bias(operands[1]));
     Emit1("linear_residual", operands, out);
+  }
+
+  // rms_norm_linear or rms_norm_linear_swiglu: x, a norm weight [K], a weight [n,K] and a
+  // bias half the time.
+  void RmsNormLinear(bool swiglu) {
+    const int64_t f = rnd_.Int(1, 8);
+    std::vector<ValueId> operands = LinearOperands(swiglu ? S(2 * f) : Extent(1, 16));
+    const TensorType xt = g_.value(operands[0]).type;
+    operands.insert(operands.begin() + 1, Weight(MakeType(Float(), {xt.dims.back()})));
+    if (rnd_.Chance(0.5)) operands.push_back(Bias(operands[2]));
+    const Dim out = swiglu ? S(f) : g_.value(operands[2]).type.dims[0];
+    Attributes attrs;
+    attrs.Set("eps", rnd_.NonNegativeFloat());
+    Emit1(swiglu ? "rms_norm_linear_swiglu" : "rms_norm_linear", operands,
+          MakeType(xt.dtype, shape::WithLast(xt.dims, out)), std::move(attrs));
   }
 
   void AddRmsNorm() {

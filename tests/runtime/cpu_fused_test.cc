@@ -208,6 +208,41 @@ TEST(CpuFused, AddRmsNormIsAddThenRmsNorm) {
                     {{{"a", rnd.Float({1, 4, 10})}, {"b", rnd.Float({1, 4, 10})}}});
 }
 
+TEST(CpuFused, RmsNormLinearIsRmsNormThenLinear) {
+  for (bool swiglu : {false, true}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(swiglu ? "swiglu" : "plain", bias ? " with bias" : ""));
+      const std::string b_decl = bias ? "  weight %b: f32[16] = \"b\"\n" : "";
+      const std::string b_op = bias ? ", %b" : "";
+      const std::string head = R"(
+  input %x: f32[B,T,12]
+  weight %norm: f32[12] = "norm"
+  weight %w: f32[16,12] = "w"
+)";
+      const std::string fused =
+          swiglu ? absl::StrCat("  %y: f32[B,T,8] = rms_norm_linear_swiglu(%x, %norm, %w", b_op,
+                                ") {eps = 1e-05} fused(rms_norm, linear, split, silu, mul)\n")
+                 : absl::StrCat("  %y: f32[B,T,16] = rms_norm_linear(%x, %norm, %w", b_op,
+                                ") {eps = 1e-05} fused(rms_norm, linear)\n");
+      std::string primitive =
+          absl::StrCat("  %n: f32[B,T,12] = rms_norm(%x, %norm) {eps = 1e-05}\n", "  %",
+                       swiglu ? "gu" : "y", ": f32[B,T,16] = linear(%n, %w", b_op, ")\n");
+      if (swiglu) {
+        primitive +=
+            R"(  %g: f32[B,T,8] view(%gu), %u: f32[B,T,8] view(%gu) = split(%gu) {sizes = [8, 8]}
+  %a: f32[B,T,8] = silu(%g)
+  %y: f32[B,T,8] = mul(%a, %u)
+)";
+      }
+      Random rnd(6);
+      ExpectSameOutputs(
+          absl::StrCat("graph @fused {", head, b_decl, fused, "  output %y\n}\n"),
+          absl::StrCat("graph @primitive {", head, b_decl, primitive, "  output %y\n}\n"),
+          {{{"x", rnd.Float({1, 3, 12}, 3.0)}}, {{"x", rnd.Float({1, 1, 12}, 0.1)}}});
+    }
+  }
+}
+
 // A prefill of 3 tokens at positions 0..2 into a cache of 6, then one decode step at 5 (so
 // the cache holds rows written by both runs).
 std::vector<std::map<std::string, HostTensor>> QkvRuns(int64_t width) {

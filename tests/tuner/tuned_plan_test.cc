@@ -27,10 +27,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+int32_t GemvVersion() { return kernels::GlobalKernelRegistry().Find("gemv")->version(); }
+
 kernels::Tactic Gemv(int64_t rows, int64_t threads) {
   kernels::Tactic t;
   t.family = "gemv";
-  t.family_version = 1;
+  t.family_version = GemvVersion();
   t.params = {{"rows_per_cta", rows}, {"split_k", 1}, {"threads", threads}, {"vec", 8}};
   return t;
 }
@@ -95,7 +97,7 @@ class TunedPlanTest : public ::testing::Test {
     key.shape_bucket = kernels::BindingsString(bound_->bindings());
     key.phase = ir::Phase::kDecode;
     key.family = "gemv";
-    key.family_version = 1;
+    key.family_version = GemvVersion();
     return key;
   }
 
