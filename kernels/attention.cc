@@ -201,7 +201,7 @@ constexpr DecodeRow kDecodeRows[] = {{"sm_80", 128, 4},
 class AttentionDecodeFamily final : public FamilyBase {
  public:
   AttentionDecodeFamily()
-      : FamilyBase("attention_decode", 1, {"attention"}, {"kv_chunk", "splits", "warps"}) {}
+      : FamilyBase("attention_decode", 2, {"attention"}, {"kv_chunk", "splits", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
