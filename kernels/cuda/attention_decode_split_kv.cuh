@@ -21,8 +21,9 @@
 // log-sum-exp weights in one pass over them (a running max, rescaling the sums as it rises)
 // and writes the output: one launch per step.
 //
-// The body after the queries are staged (split_kv_attend) is a device function of its own,
-// for kernels that stage their queries differently.
+// The body after the queries are staged (split_kv_attend) is shared with
+// attention_decode_rope.cuh, whose CTAs stage RoPE-rotated queries and write the new cache
+// rows themselves.
 #pragma once
 
 #include "primitives.cuh"

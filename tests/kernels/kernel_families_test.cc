@@ -32,12 +32,19 @@ std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& fam
   return names;
 }
 
+// Kinds the planner forms for decode phases only (docs/planner.md): their families serve a
+// few new tokens per sequence, so the prefill binding of the typical graph has none.
+bool IsDecodeOnlyKind(absl::string_view kind) {
+  return kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention";
+}
+
 TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
   const ir::Graph graph = TestGraph("typical_regions.tpir");
   const KernelRegistry& registry = GlobalKernelRegistry();
   for (const ShapeBindings& bindings : {kDecode, kPrefill}) {
     const BoundGraph g = MustBind(graph, bindings, bindings.at("T"));
     for (const std::string& kind : ir::KindNames()) {
+      if (bindings.at("T") > 1 && IsDecodeOnlyKind(kind)) continue;
       SCOPED_TRACE(kind + " with " + BindingsString(bindings));
       int instances = 0;
       for (int i = 0; i < static_cast<int>(graph.regions().size()); ++i) {
@@ -99,6 +106,10 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
               ElementsAre("attention_decode", "attention_prefill"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write")), ElementsAre("rope_kv_write"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("qk_norm_rope_kv_write_attention")),
+              ElementsAre("attention_decode"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write_attention")),
+              ElementsAre("attention_decode"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("swiglu")), ElementsAre("elementwise"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("add_rms_norm")), ElementsAre("rms_norm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear_swiglu")),
@@ -148,8 +159,9 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
 })");
   const BoundGraph small_prefill = MustBind(small, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(small_prefill, 0), h200);
-  EXPECT_THAT(s.message(),
-              HasSubstr("head_dim 80 is not one of the instantiated head dims 16, 32, 64, 96, 128"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("head_dim 80 is not one of the instantiated head dims 16, 32, 64, 96, 128"));
   const BoundGraph small_decode = MustBind(small, kDecode, 10);
   EXPECT_TRUE(
       registry.Find("attention_decode")->CanImplement(BoundRegion(small_decode, 0), h200).ok());
@@ -321,6 +333,46 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
     EXPECT_EQ(*t->default_tactic.Param("splits"), 4);
   }
+}
+
+TEST(KernelFamiliesTest, RopeKvWriteAttentionRunsOnTheSplitKvGrid) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
+  const BoundRegion attn(decode, RegionNamed(graph, "attn"));
+  absl::StatusOr<CandidateTable> attn_table = family.Candidates(attn, h200);
+  ASSERT_TRUE(attn_table.ok()) << attn_table.status();
+  const WorkEstimate attn_work = family.Work(attn_table->default_tactic, attn);
+  for (const char* name : {"ha", "ia"}) {
+    SCOPED_TRACE(name);
+    const BoundRegion fused(decode, RegionNamed(graph, name));
+    absl::StatusOr<CandidateTable> table = family.Candidates(fused, h200);
+    ASSERT_TRUE(table.ok()) << table.status();
+    // The attention's tactic, grid, shared memory and split-KV scratch.
+    EXPECT_EQ(table->default_tactic, attn_table->default_tactic);
+    const LaunchGeometry g = family.Geometry(table->default_tactic, fused);
+    const LaunchGeometry a = family.Geometry(attn_table->default_tactic, attn);
+    EXPECT_EQ(g.grid, a.grid);
+    EXPECT_EQ(g.block, a.block);
+    EXPECT_EQ(g.dynamic_shared_memory_bytes, a.dynamic_shared_memory_bytes);
+    EXPECT_EQ(family.WorkspaceBytes(table->default_tactic, fused),
+              family.WorkspaceBytes(attn_table->default_tactic, attn));
+    EXPECT_EQ(family.CounterBytes(table->default_tactic, fused),
+              family.CounterBytes(attn_table->default_tactic, attn));
+    // Reads qkv (512 bytes) instead of q (256), writes one k and one v row (256), reads the
+    // norms (2 × 128) with them; rotates 2 q and 1 k heads of 64 (and normalizes them).
+    const bool norms = std::string(name) == "ha";
+    const WorkEstimate w = family.Work(table->default_tactic, fused);
+    EXPECT_EQ(w.bytes, attn_work.bytes - 256 + 512 + 256 + (norms ? 256 : 0));
+    EXPECT_EQ(w.flops, attn_work.flops + 3 * 3 * 64 + (norms ? 4 * 3 * 64 : 0));
+    EXPECT_FALSE(w.tensor_core);
+  }
+  // Decode only: a prefill-sized instance is refused like the attention's.
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const absl::Status s = family.CanImplement(BoundRegion(prefill, RegionNamed(graph, "ha")), h200);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("T = 128 new tokens exceed 16"));
 }
 
 TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
