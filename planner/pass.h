@@ -38,7 +38,8 @@ class Pass {
   virtual absl::StatusOr<bool> Run(ir::Graph& graph) = 0;
 };
 
-// Parameters pass factories may read. Only specialize_phase reads any of them.
+// Parameters pass factories may read: specialize_phase reads them all,
+// fuse_rope_kv_write_attention the phase (it refuses any but decode).
 struct PassOptions {
   // The phase specialize_phase specializes for: kPrefill or kDecode.
   ir::Phase phase = ir::Phase::kDecode;
