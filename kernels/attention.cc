@@ -13,7 +13,10 @@
 // it (T · Hq/Hkv), reading the live context length from device memory so that one grid serves
 // every context under CUDA Graph replay (chunks past the context exit at once). Each CTA
 // writes (max, sum, accumulator) partials to the workspace; the last CTA of (b, h) merges
-// them (log-sum-exp weights) and writes the output, so a step is one launch.
+// them (log-sum-exp weights) and writes the output, so a step is one launch. It also serves
+// the decode-only fused kinds rope_kv_write_attention and qk_norm_rope_kv_write_attention:
+// the same grid, whose CTAs first build their RoPE-rotated (and normalized) queries from the
+// packed qkv and write the new cache rows that fall in their chunks.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -40,10 +43,20 @@ struct AttentionShape {
   }
 };
 
+// The fused RoPE + KV-write + attention kinds (decode only).
+bool IsRopeAttention(const BoundRegion& r) {
+  return r.kind() == "rope_kv_write_attention" || r.kind() == "qk_norm_rope_kv_write_attention";
+}
+
+// The k_cache operand: 1 for attention and rope_kv_write_attention, 3 with the norms.
+int CacheOperand(const BoundRegion& r) {
+  return r.kind() == "qk_norm_rope_kv_write_attention" ? 3 : 1;
+}
+
 AttentionShape ShapeOf(const BoundRegion& r) {
   AttentionShape s;
-  const auto& q = r.operand(0).shape;
-  const auto& cache = r.operand(1).shape;
+  const auto& q = r.result(0).shape;  // [B,T,Hq,D], the queries' shape for every kind
+  const auto& cache = r.operand(CacheOperand(r)).shape;
   s.batch = q[0];
   s.tokens = q[1];
   s.q_heads = q[2];
@@ -52,24 +65,38 @@ AttentionShape ShapeOf(const BoundRegion& r) {
   s.capacity = cache[2];
   s.window = r.region().attrs.GetIntOr("sliding_window", 0).value_or(0);
   s.context = std::min(std::max(r.bound_graph().context(), s.tokens), s.capacity);
-  s.es = ir::DTypeSize(r.operand_dtype(0));
+  s.es = ir::DTypeSize(r.result_dtype(0));
   return s;
 }
 
-// Bytes and flops shared by both families: q read, output written, K and V rows read once.
+// Bytes and flops shared by both families: q (or qkv) read, output written, K and V rows
+// read once, positions read. The fused kinds also write the new K and V rows, read the norm
+// weights, and rotate (and normalize) the q and k heads.
 WorkEstimate AttentionWork(const BoundRegion& r, bool tensor_core) {
   const AttentionShape s = ShapeOf(r);
+  const int positions = r.num_operands() - 1;
   WorkEstimate w;
-  w.bytes = r.operand_bytes(0) + r.result_bytes(0) + r.operand_bytes(3) +
+  w.bytes = r.operand_bytes(0) + r.result_bytes(0) + r.operand_bytes(positions) +
             2 * s.batch * s.kv_heads * s.keys() * s.head_dim * s.es;
   w.flops = 4 * s.batch * s.q_heads * s.head_dim *
             CausalPairs(s.first_position(), s.last_position(), s.window);
+  if (IsRopeAttention(r)) {
+    const int64_t rows = s.batch * s.tokens * s.head_dim;  // one head of every new token
+    const int64_t rotated = (s.q_heads + s.kv_heads) * rows;
+    w.bytes += 2 * s.kv_heads * rows * s.es;
+    w.flops += 3 * rotated;
+    if (r.kind() == "qk_norm_rope_kv_write_attention") {
+      w.bytes += r.operand_bytes(1) + r.operand_bytes(2);
+      w.flops += 4 * rotated;
+    }
+  }
   w.tensor_core = tensor_core;
   return w;
 }
 
 absl::Status CheckLayouts(const BoundRegion& r) {
-  for (int i : {1, 2}) {
+  const int cache = CacheOperand(r);
+  for (int i : {cache, cache + 1}) {
     if (!r.operand(i).IsContiguous()) {
       return Refuse(absl::StrCat(OperandLabel(r, i), " is not a contiguous cache"));
     }
@@ -157,7 +184,8 @@ class AttentionPrefillFamily final : public FamilyBase {
                        {"tile_q", tile_q},
                        {"warps", warps}});
   }
-  std::vector<TunableParam> Tunables(const BoundRegion& r, const TargetDescription&) const override {
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
     std::vector<int64_t> pack = {0};
     if (ShapeOf(r).group() > 1) pack.push_back(1);
     return {{"pack_gqa", pack},
@@ -227,7 +255,9 @@ constexpr DecodeRow kDecodeRows[] = {{"sm_80", 128, 4},
 class AttentionDecodeFamily final : public FamilyBase {
  public:
   AttentionDecodeFamily()
-      : FamilyBase("attention_decode", 1, {"attention"}, {"kv_chunk", "splits", "warps"}) {}
+      : FamilyBase("attention_decode", 2,
+                   {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
+                   {"kv_chunk", "splits", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);

@@ -136,6 +136,7 @@ class Builder {
   absl::Status Elementwise();
   absl::Status Gemv();
   absl::Status Attention(bool decode);
+  absl::Status AttentionRope();
   absl::Status Rope();
   absl::Status Argmax();
 
@@ -436,11 +437,89 @@ absl::Status Builder::Attention(bool decode) {
   instance.source = "attention_prefill_flash.cuh";
   // Packed, a CTA's rows are (token, group member) pairs of one kv head.
   const int64_t rows = pack_gqa != 0 ? tokens * (q_heads / kv_heads) : tokens;
-  Launch(absl::StrCat("tileplan::attention_prefill_flash<", type, ", ", dim, ", ", tile_q, ", ",
-                      tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false",
-                      ">"),
-         {CeilDiv(rows, tile_q), pack_gqa != 0 ? kv_heads : q_heads, batch}, {32 * warps, 1, 1},
-         (tile_q + 2 * stages * tile_kv) * dim * es, std::move(args));
+  Launch(
+      absl::StrCat("tileplan::attention_prefill_flash<", type, ", ", dim, ", ", tile_q, ", ",
+                   tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false", ">"),
+      {CeilDiv(rows, tile_q), pack_gqa != 0 ? kv_heads : q_heads, batch}, {32 * warps, 1, 1},
+      (tile_q + 2 * stages * tile_kv) * dim * es, std::move(args));
+  return absl::OkStatus();
+}
+
+// qk_norm_rope_kv_write_attention and rope_kv_write_attention on attention_decode's grid.
+absl::Status Builder::AttentionRope() {
+  TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, Param("kv_chunk"));
+  TP_ASSIGN_OR_RETURN(const int64_t splits, Param("splits"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps, Param("warps"));
+  const bool norm = r_.kind() == "qk_norm_rope_kv_write_attention";
+  const int k_index = norm ? 3 : 1;
+  const int positions = k_index + 2;
+  const Layout& qkv = r_.operand(0);
+  const Layout& k = r_.operand(k_index);
+  const int64_t batch = qkv.shape[0], tokens = qkv.shape[1];
+  const int64_t dim = k.shape[3], capacity = k.shape[2];
+  TP_ASSIGN_OR_RETURN(const int64_t q_heads, r_.region().attrs.GetInt("num_heads"));
+  TP_ASSIGN_OR_RETURN(const int64_t kv_heads, r_.region().attrs.GetInt("num_kv_heads"));
+  const ir::DType dtype = r_.operand_dtype(0);
+  TP_ASSIGN_OR_RETURN(const std::string type, TypeName(dtype, "qkv"));
+  TP_ASSIGN_OR_RETURN(const int64_t stride, TokenStride(0, 2));
+  TP_RETURN_IF_ERROR(RequireContiguous(k, "k_cache"));
+  TP_RETURN_IF_ERROR(RequireContiguous(r_.operand(k_index + 1), "v_cache"));
+  TP_RETURN_IF_ERROR(RequireContiguous(r_.operand(positions), "positions"));
+  TP_RETURN_IF_ERROR(RequireContiguous(r_.result(0), "the result"));
+  if (kv_heads <= 0 || q_heads % kv_heads != 0) {
+    return Error("query heads ", q_heads, " are not a multiple of kv heads ", kv_heads);
+  }
+  if (tokens > 16) return Error(tokens, " new tokens exceed the 16 of split-KV decode");
+  const int64_t es = ir::DTypeSize(dtype);
+  if ((dim * es) % 16 != 0 || dim > 256) {
+    return Error("head dim ", dim, " must be whole 16-byte vectors, at most 256");
+  }
+  TP_ASSIGN_OR_RETURN(const double scale, r_.region().attrs.GetFloat("scale"));
+  TP_ASSIGN_OR_RETURN(const int64_t window, r_.region().attrs.GetIntOr("sliding_window", 0));
+  // rope_kv_write's vector: whole lanes on each half of a head, dividing the row layout.
+  const int64_t rope_vec = WidestDividing(
+      std::min<int64_t>(16 / es, std::max<int64_t>(1, dim / 64)), {dim / 2, stride, qkv.offset});
+  TP_RETURN_IF_ERROR(CheckOperands(rope_vec * es, {0}));
+  TP_RETURN_IF_ERROR(CheckOperands(16, {k_index, k_index + 1}));
+  TP_RETURN_IF_ERROR(CheckOperands(4, {positions}));
+  std::string w_type = type;
+  if (norm) {
+    TP_ASSIGN_OR_RETURN(w_type, TypeName(r_.operand_dtype(1), "q_norm"));
+    TP_RETURN_IF_ERROR(CheckOperands(rope_vec * ir::DTypeSize(r_.operand_dtype(1)), {1, 2}));
+  }
+  TP_RETURN_IF_ERROR(CheckResults(16, {0, 1, 2}));
+  if (buffers_ != nullptr && buffers_->rope_inv_freq == nullptr) {
+    return Error("no rope frequencies (RegionBuffers::rope_inv_freq)");
+  }
+  if (buffers_ != nullptr && splits > 1) {
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
+  }
+  KernelArgs args;
+  args.Add(Operand(0)).Add(static_cast<long long>(stride));
+  args.Add(norm ? Operand(1) : nullptr).Add(norm ? Operand(2) : nullptr);
+  float eps = 0.f;
+  if (norm) {
+    TP_ASSIGN_OR_RETURN(const double e, r_.region().attrs.GetFloat("eps"));
+    eps = static_cast<float>(e);
+  }
+  args.Add(eps).Add(Operand(positions));
+  args.Add(buffers_ != nullptr ? buffers_->rope_inv_freq : nullptr);
+  args.Add(Result(1)).Add(Result(2)).Add(Result(0));
+  args.Add(Split(splits, &RegionBuffers::workspace));
+  args.Add(Split(splits, &RegionBuffers::counters));
+  args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
+  args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
+  args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
+  args.Add(buffers_ != nullptr ? buffers_->error : nullptr);
+  const int64_t queries = tokens * (q_heads / kv_heads);
+  instance.source = "attention_decode_rope.cuh";
+  Launch(absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
+                      kv_chunk, ", ", splits, ", ", warps, ", ",
+                      std::min<int64_t>(8, Pow2Ceil(queries)), ", ", rope_vec, ", ",
+                      norm ? "true" : "false", ">"),
+         {splits, kv_heads, batch}, {32 * warps, 1, 1},
+         (queries * dim + warps * queries * (dim + 2)) * 4, std::move(args));
   return absl::OkStatus();
 }
 
@@ -552,7 +631,9 @@ absl::Status Builder::Build() {
   if (family == "rms_norm") return RmsNorm();
   if (family == "elementwise") return Elementwise();
   if (family == "gemv") return Gemv();
-  if (family == "attention_decode") return Attention(true);
+  if (family == "attention_decode") {
+    return r_.kind() == "attention" ? Attention(true) : AttentionRope();
+  }
   if (family == "attention_prefill") return Attention(false);
   if (family == "rope_kv_write") return Rope();
   if (family == "argmax") return Argmax();
@@ -694,7 +775,8 @@ float RoundToDType(ir::DType dtype, float value) {
 }
 
 bool NeedsRopeFrequencies(absl::string_view kind) {
-  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write";
+  return kind == "rope" || kind == "rope_kv_write" || kind == "qk_norm_rope_kv_write" ||
+         kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention";
 }
 
 KernelInstance FillUniformInstance(ir::DType dtype) {

@@ -100,8 +100,8 @@ absl::StatusOr<std::vector<PreparedLaunch>> PrepareLaunches(const KernelFamily& 
                                                             const Tactic& tactic,
                                                             const RegionBuffers& buffers);
 
-// Whether launching a region of `kind` needs RegionBuffers::rope_inv_freq (rope and the
-// fused RoPE + KV-write kinds).
+// Whether launching a region of `kind` needs RegionBuffers::rope_inv_freq (rope, the fused
+// RoPE + KV-write kinds and their _attention forms).
 bool NeedsRopeFrequencies(absl::string_view kind);
 
 // The runtime's own kernels (cuda/runtime_support.cuh): random weights of a float dtype

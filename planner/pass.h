@@ -39,7 +39,8 @@ class Pass {
 };
 
 // Parameters pass factories may read: specialize_phase reads the phase and the extents,
-// fuse_norm_linear its row limit; no other pass reads any.
+// fuse_norm_linear its row limit, fuse_rope_kv_write_attention the phase (it refuses any but
+// decode); no other pass reads any.
 struct PassOptions {
   // The phase specialize_phase specializes for: kPrefill or kDecode.
   ir::Phase phase = ir::Phase::kDecode;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/string_view.h"
+
 #include "base/status_macros.h"
 
 namespace tileplan::planner {
@@ -11,6 +13,11 @@ namespace {
 constexpr const char* kPipelinePasses[] = {
     "pack_qkv",      "pack_gate_up", "fuse_swiglu",      "fuse_qk_norm_rope_kv_write",
     "fuse_residual", "dce",          "specialize_phase", "fuse_norm_linear",
+};
+
+// Passes only the decode pipeline runs, each right after the pass named first.
+constexpr std::pair<const char*, const char*> kDecodeOnlyPasses[] = {
+    {"fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention"},
 };
 
 absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::Phase phase,
@@ -23,6 +30,12 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   PassPipeline pipeline;
   for (const char* name : kPipelinePasses) {
     TP_RETURN_IF_ERROR(pipeline.Add(name, pass_options));
+    if (phase != ir::Phase::kDecode) continue;
+    for (const auto& [after, decode_pass] : kDecodeOnlyPasses) {
+      if (absl::string_view(after) == name) {
+        TP_RETURN_IF_ERROR(pipeline.Add(decode_pass, pass_options));
+      }
+    }
   }
   if (phase == ir::Phase::kPrefill && options.last_token_logits) {
     TP_RETURN_IF_ERROR(pipeline.Add("last_token_logits", pass_options));

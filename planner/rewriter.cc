@@ -134,6 +134,23 @@ void RegionEmitter::Bind(ir::ValueId source, ir::ValueId value) {
   rw_.map_[static_cast<size_t>(source)] = value;
 }
 
+absl::Status RegionEmitter::EmitFused(std::string kind, const std::vector<ir::ValueId>& operands,
+                                      const std::vector<ir::ValueId>& exported,
+                                      const std::vector<ir::ResultAlias>& aliases,
+                                      ir::Attributes attrs, std::vector<std::string> fused_from) {
+  TP_ASSIGN_OR_RETURN(std::vector<ir::ValueId> new_operands, MapAll(operands));
+  std::vector<ir::ResultSpec> results;
+  for (size_t j = 0; j < exported.size(); ++j) {
+    const ir::Value& r = source().value(exported[j]);
+    results.push_back(ir::ResultSpec{r.name, r.type, aliases[j]});
+  }
+  TP_ASSIGN_OR_RETURN(std::vector<ir::ValueId> ids,
+                      Emit(std::move(kind), std::move(new_operands), std::move(results),
+                           std::move(attrs), std::move(fused_from)));
+  for (size_t j = 0; j < exported.size(); ++j) Bind(exported[j], ids[j]);
+  return absl::OkStatus();
+}
+
 GraphRewriter::GraphRewriter(const ir::Graph& source) : source_(source) {}
 
 absl::StatusOr<int> GraphRewriter::ReplaceWeights(const std::vector<ir::ValueId>& parts,

@@ -101,6 +101,15 @@ class RegionEmitter {
   // From here on, source value `source` stands for new value `value`.
   void Bind(ir::ValueId source, ir::ValueId value);
 
+  // The usual fused replacement: Emit of one region of `kind` on the new values of the
+  // source values `operands`, whose results take the names and types of the source values
+  // `exported` with `aliases` (parallel to `exported`), then Bind of each exported value to
+  // its result.
+  absl::Status EmitFused(std::string kind, const std::vector<ir::ValueId>& operands,
+                         const std::vector<ir::ValueId>& exported,
+                         const std::vector<ir::ResultAlias>& aliases, ir::Attributes attrs,
+                         std::vector<std::string> fused_from);
+
  private:
   friend class GraphRewriter;
   RegionEmitter(GraphRewriter& rewriter, int index) : rw_(rewriter), index_(index) {}

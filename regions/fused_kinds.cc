@@ -193,6 +193,27 @@ KindSpec RmsNormLinearSpec(bool swiglu) {
           .fused = true};
 }
 
+// qk_norm_rope_kv_write_attention (`norms`) and rope_kv_write_attention: the RoPE + KV-write
+// kind above followed by the attention that reads its q and the caches it updated. Operands
+// as the RoPE + KV-write kind; results the attention output and the two updated caches.
+Results InferRopeKvWriteAttention(const KindArgs& a, bool norms) {
+  TP_ASSIGN_OR_RETURN(std::vector<InferredResult> results, InferRopeKvWrite(a, norms));
+  TP_ASSIGN_OR_RETURN(const int64_t hq, a.attrs.GetInt("num_heads"));
+  TP_ASSIGN_OR_RETURN(const int64_t hkv, a.attrs.GetInt("num_kv_heads"));
+  if (hq % hkv != 0) {
+    return AttrError("num_heads", PrintAttrValue(hq),
+                     absl::StrCat("a multiple of num_kv_heads = ", hkv, " (GQA)"));
+  }
+  TP_RETURN_IF_ERROR(shape::CheckAttentionAttrs(a.attrs));
+  return results;
+}
+
+std::vector<AttrSpec> RopeKvWriteAttentionAttrs(bool norms) {
+  std::vector<AttrSpec> attrs = RopeKvWriteAttrs(norms);
+  for (AttrSpec& spec : shape::AttentionAttrSpecs()) attrs.push_back(std::move(spec));
+  return attrs;
+}
+
 }  // namespace
 
 absl::Status RegisterFusedKinds(KindRegistry& registry) {
@@ -224,6 +245,16 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .operands = {"qkv", "k_cache", "v_cache", "positions"},
        .attrs = RopeKvWriteAttrs(false),
        .infer = [](const KindArgs& a) { return InferRopeKvWrite(a, false); },
+       .fused = true},
+      {.name = "qk_norm_rope_kv_write_attention",
+       .operands = {"qkv", "q_norm", "k_norm", "k_cache", "v_cache", "positions"},
+       .attrs = RopeKvWriteAttentionAttrs(true),
+       .infer = [](const KindArgs& a) { return InferRopeKvWriteAttention(a, true); },
+       .fused = true},
+      {.name = "rope_kv_write_attention",
+       .operands = {"qkv", "k_cache", "v_cache", "positions"},
+       .attrs = RopeKvWriteAttentionAttrs(false),
+       .infer = [](const KindArgs& a) { return InferRopeKvWriteAttention(a, false); },
        .fused = true},
   };
   for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));

@@ -170,13 +170,7 @@ Results InferAttention(const KindArgs& a) {
   }
   TP_RETURN_IF_ERROR(ExpectSameType(a, 2, 1));
   TP_RETURN_IF_ERROR(ExpectPositions(a, 3, q.dims[0], q.dims[1]));
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         a.attrs, "scale", [](double) { return true; }, "a finite float")
-                         .status());
-  TP_ASSIGN_OR_RETURN(int64_t window, a.attrs.GetInt("sliding_window"));
-  if (window < 0) {
-    return AttrError("sliding_window", PrintAttrValue(window), ">= 0 (0 = no window)");
-  }
+  TP_RETURN_IF_ERROR(shape::CheckAttentionAttrs(a.attrs));
   return One(q);
 }
 
@@ -233,7 +227,7 @@ absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
       {.name = "kv_write", .operands = {"cache", "x", "positions"}, .infer = InferKvWrite},
       {.name = "attention",
        .operands = {"q", "k_cache", "v_cache", "positions"},
-       .attrs = {{"scale", AttrType::kFloat}, {"sliding_window", AttrType::kInt}},
+       .attrs = shape::AttentionAttrSpecs(),
        .infer = InferAttention},
       {.name = "add", .operands = {"a", "b"}, .infer = InferElementwiseBinary},
       {.name = "mul", .operands = {"a", "b"}, .infer = InferElementwiseBinary},

@@ -183,4 +183,19 @@ absl::Status CheckRopeAttrs(const Attributes& attrs) {
   return absl::OkStatus();
 }
 
+std::vector<AttrSpec> AttentionAttrSpecs() {
+  return {{"scale", AttrType::kFloat}, {"sliding_window", AttrType::kInt}};
+}
+
+absl::Status CheckAttentionAttrs(const Attributes& attrs) {
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         attrs, "scale", [](double) { return true; }, "a finite float")
+                         .status());
+  TP_ASSIGN_OR_RETURN(int64_t window, attrs.GetInt("sliding_window"));
+  if (window < 0) {
+    return AttrError("sliding_window", PrintAttrValue(window), ">= 0 (0 = no window)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tileplan::ir::shape

@@ -66,6 +66,12 @@ std::vector<AttrSpec> RopeAttrSpecs();
 // factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0).
 absl::Status CheckRopeAttrs(const Attributes& attrs);
 
+// attention's attributes (docs/ir.md): scale and sliding_window, which kinds that embed an
+// attention (rope_kv_write_attention, ...) append to theirs.
+std::vector<AttrSpec> AttentionAttrSpecs();
+// scale finite; sliding_window >= 0 (0 = no window).
+absl::Status CheckAttentionAttrs(const Attributes& attrs);
+
 }  // namespace tileplan::ir::shape
 
 #endif  // TILEPLAN_REGIONS_SHAPE_RULES_H_

@@ -18,7 +18,12 @@
 //
 // With kSplits > 1 each CTA writes (o, m, l) per query to the workspace, and the last CTA of
 // (b, kvh) to finish (an atomic counter, re-armed to zero) merges the splits with
-// log-sum-exp weights and writes the output: one launch per step.
+// log-sum-exp weights in one pass over them (a running max, rescaling the sums as it rises)
+// and writes the output: one launch per step.
+//
+// The body after the queries are staged (split_kv_attend) is shared with
+// attention_decode_rope.cuh, whose CTAs stage RoPE-rotated queries and write the new cache
+// rows themselves.
 #pragma once
 
 #include "primitives.cuh"
@@ -28,26 +33,62 @@ namespace tileplan {
 // The most new tokens per sequence the kernel serves.
 constexpr int kDecodeMaxTokens = 16;
 
-// q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
-// out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
-// kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
-// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1, else null):
-// batch * kv_heads unsigned completion counters, zero before the first launch and left zero
-// by every launch. A position outside [0, capacity) gives a zero output row.
-//
-// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
-// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
-// REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
-// == 0; pointers aligned to 16 bytes.
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
+// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
+// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
+                                                    float l2, float acc2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == neg_inf()) return;
+  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
+  l = l * c1 + l2 * c2;
+  acc = acc * c1 + acc2 * c2;
+  m = mx;
+}
+
+// The cache rows [first, last] a token at position p sees (window 0: no window); an empty
+// range (first > last) when p addresses no cache row.
+__device__ __forceinline__ void decode_key_range(int p, int capacity, int window, int& first,
+                                                 int& last) {
+  const bool ok = p >= 0 && p < capacity;
+  first = ok ? (window > 0 ? max(0, p - window + 1) : 0) : 1;
+  last = ok ? p : 0;
+}
+
+// CTA (split, kvh, b) of the split-KV grid and the queries it serves: the group of q heads
+// that read kv head kvh, for every new token of sequence b.
+struct SplitKvCta {
+  int split, kvh, b;
+  int group;  // q heads per kv head
+  int num_q;  // tokens * group
+  __device__ SplitKvCta(int tokens, int q_heads, int kv_heads)
+      : split(blockIdx.x),
+        kvh(blockIdx.y),
+        b(blockIdx.z),
+        group(q_heads / kv_heads),
+        num_q(tokens * (q_heads / kv_heads)) {}
+};
+
+// The split-KV attention of CTA (split, kvh, b) once its queries are staged: q_s holds the
+// num_q = tokens * group queries of kv head kvh (query qi = t * group + g is q head
+// kvh * group + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
+// s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
+// q_s. With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and
+// the last CTA of (b, kvh) merges them into out. The caches are plain pointers: a kernel may
+// have written rows of them earlier in the launch (visible to its own block after a
+// __syncthreads), so their loads must not take the read-only data path.
+// REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
+// write of q_s, s_first and s_last.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
-__global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_split_kv(const T* __restrict__ q, long long q_stride,
-                              const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                              const int* __restrict__ positions, T* __restrict__ out,
-                              float* __restrict__ workspace, unsigned int* __restrict__ counters,
-                              int tokens, int q_heads, int kv_heads, int capacity, float scale,
-                              int window) {
-  grid_dependency_sync();
+__device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s, const int* s_first,
+                                                const int* s_last, const T* k_cache,
+                                                const T* v_cache, T* __restrict__ out,
+                                                float* __restrict__ workspace,
+                                                unsigned int* __restrict__ counters,
+                                                const SplitKvCta& cta, int tokens, int q_heads,
+                                                int kv_heads, int capacity) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
   constexpr int kKeysPerWarp = 32 / kLanes;
@@ -55,38 +96,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kInFlight = 2;
   constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
-  extern __shared__ float smem[];
-  __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
-
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y;
-  const int b = blockIdx.z;
-  const int group = q_heads / kv_heads;
-  const int num_q = tokens * group;
-  float* q_s = smem;                        // [num_q][kHeadDim], scaled
-  float* part_s = smem + num_q * kHeadDim;  // [kWarps][num_q][kPart]
+  const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int slot = lane / kLanes;
   const int d0 = (lane % kLanes) * kVec;
   const bool has_dims = d0 < kHeadDim;
 
-  // Key range [first, last] of each token (empty when its position is invalid).
-  if (threadIdx.x < tokens) {
-    const int p = positions[b * tokens + threadIdx.x];
-    const bool ok = p >= 0 && p < capacity;
-    s_first[threadIdx.x] = ok ? (window > 0 ? max(0, p - window + 1) : 0) : 1;
-    s_last[threadIdx.x] = ok ? p : 0;
-  }
-  const float log2e_scale = scale * 1.4426950408889634f;
-  for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
-    const int qi = i / kHeadDim, d = i % kHeadDim;
-    const int t = qi / group, g = qi % group;
-    q_s[i] = to_float(q[(static_cast<long long>(b) * tokens + t) * q_stride +
-                        (kvh * group + g) * kHeadDim + d]) *
-             log2e_scale;
-  }
-  __syncthreads();
   int lo = 0x7fffffff, hi = -1;
   for (int t = 0; t < tokens; ++t) {
     if (s_first[t] <= s_last[t]) {
@@ -204,18 +220,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       kSplits > 1 ? workspace + static_cast<long long>(pair) * kSplits * num_q * kPart : nullptr;
   for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
     const int qi = i / kHeadDim, d = i % kHeadDim;
-    float mx = neg_inf();
+    float mx = neg_inf(), sum = 0.f, acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, part_s[(w * num_q + qi) * kPart + kHeadDim]);
-    float sum = 0.f, acc = 0.f;
-    if (mx != neg_inf()) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float* part = part_s + (w * num_q + qi) * kPart;
-        const float c = exp2f(part[kHeadDim] - mx);
-        sum += part[kHeadDim + 1] * c;
-        acc += part[d] * c;
-      }
+    for (int w = 0; w < kWarps; ++w) {
+      const float* part = part_s + (w * num_q + qi) * kPart;
+      merge_softmax_state(mx, sum, acc, part[kHeadDim], part[kHeadDim + 1], part[d]);
     }
     if constexpr (kSplits == 1) {
       const int t = qi / group, g = qi % group;
@@ -238,20 +247,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+    // One pass over the splits: every load is independent of the merge before it, so the
+    // unrolled loop keeps several splits' loads in flight.
     for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
       const int qi = i / kHeadDim, d = i % kHeadDim;
-      float mx = neg_inf();
+      float mx = neg_inf(), sum = 0.f, acc = 0.f;
+#pragma unroll 8
       for (int s = 0; s < kSplits; ++s) {
-        mx = fmaxf(mx, load_cg(ws + (static_cast<long long>(s) * num_q + qi) * kPart + kHeadDim));
-      }
-      float sum = 0.f, acc = 0.f;
-      if (mx != neg_inf()) {
-        for (int s = 0; s < kSplits; ++s) {
-          const float* part = ws + (static_cast<long long>(s) * num_q + qi) * kPart;
-          const float c = exp2f(load_cg(part + kHeadDim) - mx);
-          sum += load_cg(part + kHeadDim + 1) * c;
-          acc += load_cg(part + d) * c;
-        }
+        const float* part = ws + (static_cast<long long>(s) * num_q + qi) * kPart;
+        merge_softmax_state(mx, sum, acc, load_cg(part + kHeadDim), load_cg(part + kHeadDim + 1),
+                            load_cg(part + d));
       }
       const int t = qi / group, g = qi % group;
       out[((static_cast<long long>(b) * tokens + t) * q_heads + kvh * group + g) * kHeadDim + d] =
@@ -259,6 +264,58 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if (threadIdx.x == 0) counters[pair] = 0u;
   }
+}
+
+// q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
+// out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
+// kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
+// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1, else null):
+// batch * kv_heads unsigned completion counters, zero before the first launch and left zero
+// by every launch. A position outside [0, capacity) gives a zero output row.
+//
+// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
+// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
+// REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
+// == 0; pointers aligned to 16 bytes.
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_split_kv(const T* __restrict__ q, long long q_stride,
+                              const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                              const int* __restrict__ positions, T* __restrict__ out,
+                              float* __restrict__ workspace, unsigned int* __restrict__ counters,
+                              int tokens, int q_heads, int kv_heads, int capacity, float scale,
+                              int window) {
+  grid_dependency_sync();
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kHeadVecs = kHeadDim / kVec;
+  extern __shared__ float smem[];
+  __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
+
+  const SplitKvCta cta(tokens, q_heads, kv_heads);
+  const int kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  float* q_s = smem;  // [num_q][kHeadDim], scaled
+
+  // The position loads go out first and the q loads right after, before anything waits.
+  const int p = threadIdx.x < tokens ? positions[b * tokens + threadIdx.x] : 0;
+  const float log2e_scale = scale * kLog2e;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < num_q * kHeadVecs; i += kWarps * 32) {
+    const int qi = i / kHeadVecs, d = (i % kHeadVecs) * kVec;
+    const int t = qi / group, g = qi % group;
+    float v[kVec];
+    load_floats<T, kVec>(
+        q + (static_cast<long long>(b) * tokens + t) * q_stride + (kvh * group + g) * kHeadDim + d,
+        v);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) q_s[qi * kHeadDim + d + e] = v[e] * log2e_scale;
+  }
+  if (threadIdx.x < tokens) {
+    decode_key_range(p, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
+  }
+  __syncthreads();
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+      q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
+      cta, tokens, q_heads, kv_heads, capacity);
 }
 
 }  // namespace tileplan

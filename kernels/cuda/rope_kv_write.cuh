@@ -31,12 +31,14 @@
 
 namespace tileplan {
 
-// One warp rotates one head from src to dst (which may be equal), kVec elements of each
-// half per lane and step. With kNorm the head is first RMS normalized over kHeadDim and
-// scaled by `norm` (float32 throughout).
-template <typename T, typename W, int kHeadDim, int kVec, bool kNorm>
-__device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __restrict__ inv_freq,
-                                          int p, const W* __restrict__ norm, float eps, int lane) {
+// One warp rotates one head of src, kVec elements of each half per lane and step, and hands
+// the rotated elements to store(i, lo, hi): lo[e] is element i + e of the first half, hi[e]
+// element kHeadDim / 2 + i + e, for every i the lane owns. With kNorm the head is first RMS
+// normalized over kHeadDim and scaled by `norm` (float32 throughout).
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm, typename Store>
+__device__ __forceinline__ void rope_head_apply(const T* src, const float* __restrict__ inv_freq,
+                                                int p, const W* __restrict__ norm, float eps,
+                                                int lane, Store store) {
   constexpr int kHalf = kHeadDim / 2;
   constexpr int kSteps = (kHalf + 32 * kVec - 1) / (32 * kVec);
   static_assert(kHeadDim % 2 == 0 && kHeadDim <= 256 && kHalf % kVec == 0, "head dim");
@@ -79,9 +81,20 @@ __device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __r
       out_lo[e] = lo[s][e] * cs - hi[s][e] * sn;
       out_hi[e] = hi[s][e] * cs + lo[s][e] * sn;
     }
-    store_floats<T, kVec>(dst + i, out_lo);
-    store_floats<T, kVec>(dst + kHalf + i, out_hi);
+    store(i, out_lo, out_hi);
   }
+}
+
+// rope_head_apply storing the rotated head to dst (which may equal src) in T.
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm>
+__device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __restrict__ inv_freq,
+                                          int p, const W* __restrict__ norm, float eps, int lane) {
+  rope_head_apply<T, W, kHeadDim, kVec, kNorm>(
+      src, inv_freq, p, norm, eps, lane,
+      [dst](int i, const float(&lo)[kVec], const float(&hi)[kVec]) {
+        store_floats<T, kVec>(dst + i, lo);
+        store_floats<T, kVec>(dst + kHeadDim / 2 + i, hi);
+      });
 }
 
 template <typename T, int kHeadDim, int kVec>
@@ -89,14 +102,20 @@ __device__ __forceinline__ void copy_head(const T* src, T* dst, int lane) {
   for (int c = lane * kVec; c < kHeadDim; c += 32 * kVec) copy_vec<T, kVec>(dst + c, src + c);
 }
 
+// Position p of token bt when it addresses a cache row; otherwise -1, after raising *error to
+// at least bt + 1 when `report` (one thread per report), or trapping without an error word.
+__device__ __forceinline__ int checked_cache_position(int p, int bt, int capacity, int* error,
+                                                      bool report) {
+  if (p >= 0 && p < capacity) return p;
+  if (error == nullptr) __trap();
+  if (report) atomicMax(error, bt + 1);
+  return -1;
+}
+
 // The token's position when it addresses a cache row; otherwise reports it and returns -1.
 __device__ __forceinline__ int cache_position(const int* __restrict__ positions, int bt,
                                               int capacity, int* error) {
-  const int p = positions[bt];
-  if (p >= 0 && p < capacity) return p;
-  if (error == nullptr) __trap();
-  if (threadIdx.x == 0) atomicMax(error, bt + 1);
-  return -1;
+  return checked_cache_position(positions[bt], bt, capacity, error, threadIdx.x == 0);
 }
 
 // x: [tokens, heads, kHeadDim] rows at x + bt * x_stride -> out (contiguous; may alias x

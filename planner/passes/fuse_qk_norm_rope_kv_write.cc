@@ -166,20 +166,12 @@ class FuseQkNormRopeKvWritePass : public Pass {
       fused_from.push_back(region(index).kind);
       if (index != anchor) TP_RETURN_IF_ERROR(rewriter.Drop(index));
     }
-    return rewriter.Replace(anchor, [=](RegionEmitter& out) -> absl::Status {
-      TP_ASSIGN_OR_RETURN(std::vector<ir::ValueId> new_operands, out.MapAll(operands));
-      std::vector<ir::ResultSpec> results;
-      for (size_t j = 0; j < exported.size(); ++j) {
-        const ir::Value& r = out.source().value(exported[j]);
-        ir::ResultAlias alias;
-        if (j > 0) alias = {ir::AliasKind::kInPlace, cache_operand + static_cast<int>(j) - 1};
-        results.push_back(ir::ResultSpec{r.name, r.type, alias});
-      }
-      TP_ASSIGN_OR_RETURN(
-          std::vector<ir::ValueId> ids,
-          out.Emit(kind, std::move(new_operands), std::move(results), attrs, fused_from));
-      for (size_t j = 0; j < exported.size(); ++j) out.Bind(exported[j], ids[j]);
-      return absl::OkStatus();
+    std::vector<ir::ResultAlias> aliases(exported.size());
+    for (size_t j = 1; j < exported.size(); ++j) {
+      aliases[j] = {ir::AliasKind::kInPlace, cache_operand + static_cast<int>(j) - 1};
+    }
+    return rewriter.Replace(anchor, [=](RegionEmitter& out) {
+      return out.EmitFused(kind, operands, exported, aliases, attrs, fused_from);
     });
   }
 };

@@ -22,6 +22,10 @@ std::vector<PassInfo> BuiltinPasses() {
       {"fuse_qk_norm_rope_kv_write",
        "split + reshapes [+ q/k rms_norm] + ropes + kv_writes -> (qk_norm_)rope_kv_write",
        Plain<CreateFuseQkNormRopeKvWritePass>},
+      {"fuse_rope_kv_write_attention",
+       "(qk_norm_)rope_kv_write + the attention of its q -> (qk_norm_)rope_kv_write_attention "
+       "(decode only)",
+       CreateFuseRopeKvWriteAttentionPass},
       {"fuse_residual", "add(linear, r) -> linear_residual; add feeding rms_norm -> add_rms_norm",
        Plain<CreateFuseResidualPass>},
       {"dce", "removes regions whose results are unused (state writes are live)",

@@ -613,6 +613,28 @@ absl::Status RopeKvWriteSteps(KernelContext& ctx, bool norms) {
 absl::Status QkNormRopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, true); }
 absl::Status RopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, false); }
 
+// qk_norm_rope_kv_write_attention (`norms`) and rope_kv_write_attention: the RoPE + KV-write
+// kind into a scratch q, then the attention of that q over the updated caches. Operands as
+// the RoPE + KV-write kind; results out, k_cache', v_cache' (in place).
+absl::Status RopeKvWriteAttentionSteps(KernelContext& ctx, bool norms) {
+  const TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, out, 4, "result"));
+  Composite c(ctx);
+  const TensorArg q = c.Temp(out.shape);
+  TP_RETURN_IF_ERROR(c.Run(norms ? &QkNormRopeKvWrite : &RopeKvWrite,
+                           norms ? "qk_norm_rope_kv_write" : "rope_kv_write", ctx.operands,
+                           {q, ctx.results[1], ctx.results[2]}));
+  return c.Run(&Attention, "attention", {q, ctx.results[1], ctx.results[2], ctx.operands.back()},
+               {out});
+}
+
+absl::Status QkNormRopeKvWriteAttention(KernelContext& ctx) {
+  return RopeKvWriteAttentionSteps(ctx, true);
+}
+absl::Status RopeKvWriteAttention(KernelContext& ctx) {
+  return RopeKvWriteAttentionSteps(ctx, false);
+}
+
 // Sorted by kind.
 constexpr KindInfo kKinds[] = {
     {"add", 2, 2, 1, &Add},
@@ -627,12 +649,14 @@ constexpr KindInfo kKinds[] = {
     {"lm_head", 2, 2, 1, &LmHead},
     {"mul", 2, 2, 1, &Mul},
     {"qk_norm_rope_kv_write", 6, 6, 3, &QkNormRopeKvWrite},
+    {"qk_norm_rope_kv_write_attention", 6, 6, 3, &QkNormRopeKvWriteAttention},
     {"reshape", 1, 1, 1, &Reshape},
     {"rms_norm", 2, 2, 1, &RmsNorm},
     {"rms_norm_linear", 3, 4, 1, &RmsNormLinear},
     {"rms_norm_linear_swiglu", 3, 4, 1, &RmsNormLinearSwiglu},
     {"rope", 2, 2, 1, &Rope},
     {"rope_kv_write", 4, 4, 3, &RopeKvWrite},
+    {"rope_kv_write_attention", 4, 4, 3, &RopeKvWriteAttention},
     {"silu", 1, 1, 1, &Silu},
     {"split", 1, 1, -1, &Split},
     {"swiglu", 1, 1, 1, &Swiglu},

@@ -33,10 +33,12 @@ std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& fam
   return names;
 }
 
-// Kinds only decode graphs hold (fuse_norm_linear forms them for a few rows): no family
-// implements their prefill-sized instances.
-bool DecodeOnly(const std::string& kind) {
-  return kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu";
+// Kinds the planner forms for decode phases only (docs/planner.md): fuse_norm_linear's GEMV
+// prologues for a few rows and the RoPE + KV-write attention; their families serve a few new
+// tokens per sequence, so the prefill binding of the typical graph has none.
+bool IsDecodeOnlyKind(absl::string_view kind) {
+  return kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu" ||
+         kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention";
 }
 
 TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
@@ -45,7 +47,7 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
   for (const ShapeBindings& bindings : {kDecode, kPrefill}) {
     const BoundGraph g = MustBind(graph, bindings, bindings.at("T"));
     for (const std::string& kind : ir::KindNames()) {
-      if (DecodeOnly(kind) && bindings.at("T") > 1) continue;
+      if (bindings.at("T") > 1 && IsDecodeOnlyKind(kind)) continue;
       SCOPED_TRACE(kind + " with " + BindingsString(bindings));
       int instances = 0;
       for (int i = 0; i < static_cast<int>(graph.regions().size()); ++i) {
@@ -107,6 +109,10 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
               ElementsAre("attention_decode", "attention_prefill"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write")), ElementsAre("rope_kv_write"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("qk_norm_rope_kv_write_attention")),
+              ElementsAre("attention_decode"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write_attention")),
+              ElementsAre("attention_decode"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("swiglu")), ElementsAre("elementwise"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("add_rms_norm")), ElementsAre("rms_norm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear_swiglu")),
@@ -339,8 +345,7 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
-  EXPECT_EQ(rtx->default_tactic.ParamsString(),
-            "pack_gqa=0,stages=2,tile_kv=64,tile_q=16,warps=1");
+  EXPECT_EQ(rtx->default_tactic.ParamsString(), "pack_gqa=0,stages=2,tile_kv=64,tile_q=16,warps=1");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;
@@ -389,6 +394,46 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
     EXPECT_EQ(*t->default_tactic.Param("splits"), 4);
   }
+}
+
+TEST(KernelFamiliesTest, RopeKvWriteAttentionRunsOnTheSplitKvGrid) {
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  const BoundGraph decode = MustBind(graph, kDecode, 100);
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
+  const BoundRegion attn(decode, RegionNamed(graph, "attn"));
+  absl::StatusOr<CandidateTable> attn_table = family.Candidates(attn, h200);
+  ASSERT_TRUE(attn_table.ok()) << attn_table.status();
+  const WorkEstimate attn_work = family.Work(attn_table->default_tactic, attn);
+  for (const char* name : {"ha", "ia"}) {
+    SCOPED_TRACE(name);
+    const BoundRegion fused(decode, RegionNamed(graph, name));
+    absl::StatusOr<CandidateTable> table = family.Candidates(fused, h200);
+    ASSERT_TRUE(table.ok()) << table.status();
+    // The attention's tactic, grid, shared memory and split-KV scratch.
+    EXPECT_EQ(table->default_tactic, attn_table->default_tactic);
+    const LaunchGeometry g = family.Geometry(table->default_tactic, fused);
+    const LaunchGeometry a = family.Geometry(attn_table->default_tactic, attn);
+    EXPECT_EQ(g.grid, a.grid);
+    EXPECT_EQ(g.block, a.block);
+    EXPECT_EQ(g.dynamic_shared_memory_bytes, a.dynamic_shared_memory_bytes);
+    EXPECT_EQ(family.WorkspaceBytes(table->default_tactic, fused),
+              family.WorkspaceBytes(attn_table->default_tactic, attn));
+    EXPECT_EQ(family.CounterBytes(table->default_tactic, fused),
+              family.CounterBytes(attn_table->default_tactic, attn));
+    // Reads qkv (512 bytes) instead of q (256), writes one k and one v row (256), reads the
+    // norms (2 × 128) with them; rotates 2 q and 1 k heads of 64 (and normalizes them).
+    const bool norms = std::string(name) == "ha";
+    const WorkEstimate w = family.Work(table->default_tactic, fused);
+    EXPECT_EQ(w.bytes, attn_work.bytes - 256 + 512 + 256 + (norms ? 256 : 0));
+    EXPECT_EQ(w.flops, attn_work.flops + 3 * 3 * 64 + (norms ? 4 * 3 * 64 : 0));
+    EXPECT_FALSE(w.tensor_core);
+  }
+  // Decode only: a prefill-sized instance is refused like the attention's.
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const absl::Status s = family.CanImplement(BoundRegion(prefill, RegionNamed(graph, "ha")), h200);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("T = 128 new tokens exceed 16"));
 }
 
 TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {

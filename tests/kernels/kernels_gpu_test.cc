@@ -848,11 +848,10 @@ std::vector<Case> AttentionPrefillFlashCases() {
     const std::vector<int32_t> second = Iota(s.tokens, s.first + 3);
     positions.insert(positions.end(), second.begin(), second.end());
     c.ints["positions"] = positions;
-    c.tactics = {
-        {{"pack_gqa", 0}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-        {{"pack_gqa", 0}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
-        {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
-        {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}}};
+    c.tactics = {{{"pack_gqa", 0}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 0}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
+                 {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -875,15 +874,135 @@ std::vector<Case> AttentionPrefillPackedGqaCases() {
   };
   for (const Shape& s : shapes) {
     Case c;
-    c.graph = AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, 300, s.dim, "bf16", s.window);
+    c.graph =
+        AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, 300, s.dim, "bf16", s.window);
     c.family = "attention_prefill";
     c.context = *std::max_element(s.positions.begin(), s.positions.end()) + 1;
     c.ints["positions"] = s.positions;
-    c.tactics = {
-        {{"pack_gqa", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
-        {{"pack_gqa", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-        {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
-        {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}}};
+    c.tactics = {{{"pack_gqa", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
+                 {{"pack_gqa", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
+                 {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// ---- attention_decode: RoPE + KV write + attention ------------------------------------
+
+// One region of qk_norm_rope_kv_write_attention (`norms`) or rope_kv_write_attention: `batch`
+// sequences of `tokens` new tokens, `q_heads` and `kv_heads` heads of `dim`, a cache of
+// `capacity` rows. With `pad` > 0 the qkv rows are a view of wider rows (`pad` more
+// elements per token), so the token stride differs from the row width. Outputs: the
+// attention result and both caches whole (the new rows and every row left alone).
+std::string RopeAttentionGraph(bool norms, int batch, int tokens, int q_heads, int kv_heads,
+                               int capacity, int dim, const std::string& dtype, int window,
+                               const std::string& rope, int pad = 0) {
+  const int width = (q_heads + 2 * kv_heads) * dim;
+  const std::string cache =
+      absl::StrCat(dtype, "[", batch, ",", kv_heads, ",", capacity, ",", dim, "]");
+  const std::string bt = absl::StrCat(batch, ",", tokens);
+  std::string text = "graph @g {\n";
+  if (pad > 0) {
+    absl::StrAppend(&text, "  input %rows: ", dtype, "[", bt, ",", width + pad, "]\n");
+  } else {
+    absl::StrAppend(&text, "  input %qkv: ", dtype, "[", bt, ",", width, "]\n");
+  }
+  if (norms) {
+    absl::StrAppend(&text, "  weight %q_norm: ", dtype, "[", dim, "] = \"q_norm\"\n",
+                    "  weight %k_norm: ", dtype, "[", dim, "] = \"k_norm\"\n");
+  }
+  absl::StrAppend(&text, "  input %k_cache: ", cache, "\n  input %v_cache: ", cache,
+                  "\n  input %positions: i32[", bt, "]\n");
+  if (pad > 0) {
+    absl::StrAppend(&text, "  %qkv: ", dtype, "[", bt, ",", width, "] view(%rows), %pad: ", dtype,
+                    "[", bt, ",", pad, "] view(%rows) = split(%rows) {sizes = [", width, ", ", pad,
+                    "]}\n");
+  }
+  absl::StrAppend(&text, "  %o: ", dtype, "[", bt, ",", q_heads, ",", dim, "], %kc: ", cache,
+                  " inplace(%k_cache), %vc: ", cache, " inplace(%v_cache) = ",
+                  norms ? "qk_norm_rope_kv_write_attention(%qkv, %q_norm, %k_norm, "
+                        : "rope_kv_write_attention(%qkv, ",
+                  "%k_cache, %v_cache, %positions) {", norms ? "eps = 1e-06, " : "",
+                  "num_heads = ", q_heads, ", num_kv_heads = ", kv_heads, ", ", rope,
+                  ", scale = ", 1.0 / std::sqrt(static_cast<double>(dim)),
+                  ", sliding_window = ", window, "}\n  output %o\n  output %kc\n  output %vc\n}\n");
+  return text;
+}
+
+constexpr char kQwenRope[] = R"(rope_type = "default", theta = 1000000.0)";
+constexpr char kLlama3Rope[] =
+    R"(factor = 8.0, high_freq_factor = 4.0, low_freq_factor = 1.0, original_max_position_embeddings = 8192, rope_type = "llama3", theta = 500000.0)";
+
+// Qwen3-0.6B's attention (head_dim 128, 16 q heads over 8 kv heads, QK-norm) at contexts 1,
+// 37 and 600: the new row lands in the first chunk, inside a later one, and past several
+// splits' worth of chunks.
+std::vector<Case> RopeKvWriteAttentionQwen3ContextsCases() {
+  std::vector<Case> cases;
+  for (int context : {1, 37, 600}) {
+    Case c;
+    c.graph = RopeAttentionGraph(true, 1, 1, 16, 8, 640, 128, "bf16", 0, kQwenRope);
+    c.family = "attention_decode";
+    c.context = context;
+    c.ints["positions"] = {context - 1};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
+                 {{"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
+                 {{"kv_chunk", 256}, {"splits", 3}, {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Two new tokens per sequence whose rows fall in different chunks (63 | 64 with 32-row
+// chunks: written by different CTAs, and token 64 attends to row 63), a sliding window, GQA
+// groups of 4 and 1, batch 2, with and without norms, head_dim 64 and 128.
+std::vector<Case> RopeKvWriteAttentionTwoTokensAcrossChunksCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    bool norms;
+    int q_heads, kv_heads, dim, window;
+  };
+  for (const Shape& s : {Shape{false, 4, 1, 64, 16}, Shape{true, 4, 1, 64, 0},
+                         Shape{true, 4, 4, 128, 40}, Shape{false, 6, 3, 128, 0}}) {
+    Case c;
+    c.graph = RopeAttentionGraph(s.norms, 2, 2, s.q_heads, s.kv_heads, 640, s.dim, "bf16", s.window,
+                                 kQwenRope);
+    c.family = "attention_decode";
+    c.context = 600;
+    c.ints["positions"] = {63, 64, 598, 599};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
+                 {{"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
+                 {{"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                 {{"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Short contexts (rows 0 and 36, one token per sequence), llama3 RoPE, f16 and f32, a qkv
+// that is a strided view of wider rows (the rope vector narrows to the stride).
+std::vector<Case> RopeKvWriteAttentionDtypesAndViewsCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    bool norms;
+    int q_heads, kv_heads, dim, pad;
+    const char* dtype;
+    const char* rope;
+  };
+  for (const Shape& s :
+       {Shape{true, 8, 4, 128, 0, "f16", kQwenRope},
+        Shape{false, 8, 2, 128, 0, "bf16", kLlama3Rope}, Shape{true, 4, 2, 64, 0, "f32", kQwenRope},
+        Shape{true, 8, 4, 64, 8, "bf16", kQwenRope},
+        Shape{false, 2, 1, 128, 2, "bf16", kLlama3Rope}}) {
+    Case c;
+    c.graph = RopeAttentionGraph(s.norms, 2, 1, s.q_heads, s.kv_heads, 48, s.dim, s.dtype, 0,
+                                 s.rope, s.pad);
+    c.family = "attention_decode";
+    c.context = 37;
+    c.ints["positions"] = {0, 36};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
+                 {{"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -938,6 +1057,9 @@ const CaseGroup kCaseGroups[] = {
     {"AttentionDecodeSeveralTokensAndHeadDims", &AttentionDecodeSeveralTokensAndHeadDimsCases},
     {"AttentionPrefillFlash", &AttentionPrefillFlashCases},
     {"AttentionPrefillPackedGqa", &AttentionPrefillPackedGqaCases},
+    {"RopeKvWriteAttentionQwen3Contexts", &RopeKvWriteAttentionQwen3ContextsCases},
+    {"RopeKvWriteAttentionTwoTokensAcrossChunks", &RopeKvWriteAttentionTwoTokensAcrossChunksCases},
+    {"RopeKvWriteAttentionDtypesAndViews", &RopeKvWriteAttentionDtypesAndViewsCases},
     {"ArgmaxOddVocab", &ArgmaxOddVocabCases},
 };
 
@@ -1041,6 +1163,80 @@ TEST(KernelsGpuDeviceTest, BadTokenIdsAndPositionsRaiseTheErrorWord) {
     const uint16_t want = (t == 1 || t == 3) ? 0 : 0x3f3f;  // bad ids give zero rows
     EXPECT_EQ(rows[static_cast<size_t>(t) * 64], want) << "token " << t;
     EXPECT_EQ(rows[static_cast<size_t>(t) * 64 + 63], want) << "token " << t;
+  }
+}
+
+// The fused RoPE + KV-write + attention kernel keeps rope_kv_write's contract for a position
+// outside the cache: that token writes no cache row and raises the error word (token 1 of 2:
+// the word reads 2), its output row is zero, and the other token is served as usual.
+TEST(KernelsGpuDeviceTest, RopeKvWriteAttentionReportsPositionsOutsideTheCache) {
+  TP_REQUIRE_GPU();
+  constexpr int kCapacity = 16, kDim = 64, kQHeads = 2;
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(
+      RopeAttentionGraph(false, 1, 2, kQHeads, 1, kCapacity, kDim, "bf16", 0, kQwenRope));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<BoundGraph> bound = BoundGraph::Create(*graph, {}, kCapacity);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  const BoundRegion region(*bound, 0);
+  const KernelFamily* family = GlobalKernelRegistry().Find("attention_decode");
+  const Tactic tactic{
+      "attention_decode", family->version(), {{"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
+  const Device& device = GpuEnvironment::device();
+  const int64_t cache_bytes = kCapacity * kDim * 2;
+  absl::StatusOr<DeviceBuffer> qkv = DeviceBuffer::Allocate(device, 2 * 4 * kDim * 2);
+  absl::StatusOr<DeviceBuffer> k_cache = DeviceBuffer::Allocate(device, cache_bytes);
+  absl::StatusOr<DeviceBuffer> v_cache = DeviceBuffer::Allocate(device, cache_bytes);
+  absl::StatusOr<DeviceBuffer> positions = DeviceBuffer::Allocate(device, 8);
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, 2 * kQHeads * kDim * 2);
+  absl::StatusOr<DeviceBuffer> inv_freq = DeviceBuffer::Allocate(device, kDim / 2 * 4);
+  absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
+  ASSERT_TRUE(qkv.ok() && k_cache.ok() && v_cache.ok() && positions.ok() && out.ok() &&
+              inv_freq.ok() && error.ok());
+  const int32_t host_positions[2] = {5, kCapacity};
+  ASSERT_TRUE(positions->CopyFromHost(host_positions, 8).ok());
+  ASSERT_TRUE(qkv->Fill(0x40).ok());  // bf16 3.0
+  ASSERT_TRUE(k_cache->Fill(0x3f).ok());
+  ASSERT_TRUE(v_cache->Fill(0x3f).ok());
+  ASSERT_TRUE(out->Fill(0xff).ok());
+  ASSERT_TRUE(error->Fill(0).ok());
+  absl::StatusOr<runtime::cpu::RopeParams> rope =
+      runtime::cpu::RopeParamsFromAttributes(region.region().attrs);
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  const std::vector<float> freqs = runtime::cpu::RopeInvFreq(*rope, kDim);
+  ASSERT_TRUE(inv_freq->CopyFromHost(freqs.data(), kDim / 2 * 4).ok());
+  RegionBuffers buffers;
+  buffers.operands = {qkv->data(), k_cache->data(), v_cache->data(), positions->data()};
+  buffers.results = {out->data(), k_cache->data(), v_cache->data()};
+  buffers.rope_inv_freq = inv_freq->as<float>();
+  buffers.error = error->as<int>();
+  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+      PrepareLaunches(*family, region, tactic, buffers);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  absl::StatusOr<KernelInstance> instance = InstanceFor(region, tactic);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  ASSERT_TRUE(GpuEnvironment::loader().Run(*instance, *launches).ok());
+  ASSERT_TRUE(device.Synchronize().ok());
+  int error_word = 0;
+  ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
+  EXPECT_EQ(error_word, 2);
+  std::vector<uint16_t> k(kCapacity * kDim), v(kCapacity * kDim), o(2 * kQHeads * kDim);
+  ASSERT_TRUE(k_cache->CopyToHost(k.data(), cache_bytes).ok());
+  ASSERT_TRUE(v_cache->CopyToHost(v.data(), cache_bytes).ok());
+  ASSERT_TRUE(out->CopyToHost(o.data(), static_cast<int64_t>(o.size()) * 2).ok());
+  for (int row = 0; row < kCapacity; ++row) {
+    const uint16_t k0 = k[static_cast<size_t>(row) * kDim];
+    const uint16_t v0 = v[static_cast<size_t>(row) * kDim];
+    if (row == 5) {
+      EXPECT_NE(k0, 0x3f3f) << "the rotated k row of token 0";
+      EXPECT_EQ(v0, 0x4040) << "the v row of token 0";
+    } else {
+      EXPECT_EQ(k0, 0x3f3f) << "row " << row;
+      EXPECT_EQ(v0, 0x3f3f) << "row " << row;
+    }
+  }
+  for (size_t e = 0; e < kQHeads * kDim; ++e) {
+    EXPECT_NE(o[e] & 0x7f80, 0x7f80) << "token 0, element " << e << " is not finite";
+    EXPECT_EQ(o[kQHeads * kDim + e], 0) << "token 1, element " << e;
   }
 }
 

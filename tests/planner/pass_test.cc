@@ -66,8 +66,8 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
               ElementsAre("dce", "fuse_norm_linear", "fuse_qk_norm_rope_kv_write", "fuse_residual",
-                          "fuse_swiglu", "last_token_logits", "pack_gate_up", "pack_qkv",
-                          "specialize_phase"));
+                          "fuse_rope_kv_write_attention", "fuse_swiglu", "last_token_logits",
+                          "pack_gate_up", "pack_qkv", "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
     EXPECT_FALSE(GlobalPassRegistry().Summary(name).empty()) << name;
     absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create(name, PassOptions());
@@ -207,13 +207,27 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   options.tokens = 32;
   absl::StatusOr<PassPipeline> prefill = BuildPrefillPipeline(options);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
-  const std::vector<std::string> expected = {
-      "pack_qkv",      "pack_gate_up", "fuse_swiglu",      "fuse_qk_norm_rope_kv_write",
-      "fuse_residual", "dce",          "specialize_phase", "fuse_norm_linear"};
-  EXPECT_EQ(prefill->PassNames(), expected);
+  EXPECT_THAT(prefill->PassNames(),
+              ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
+                          "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+  // Decode also fuses the RoPE + KV-write region into the attention that follows it.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
-  EXPECT_EQ(decode->PassNames(), expected);
+  EXPECT_THAT(decode->PassNames(),
+              ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
+                          "fuse_rope_kv_write_attention", "fuse_residual", "dce",
+                          "specialize_phase", "fuse_norm_linear"));
+}
+
+TEST(PipelinesTest, RopeKvWriteAttentionFusionServesDecodeOnly) {
+  PassOptions options;
+  options.phase = ir::Phase::kPrefill;
+  options.tokens = 16;
+  absl::StatusOr<std::unique_ptr<Pass>> pass =
+      GlobalPassRegistry().Create("fuse_rope_kv_write_attention", options);
+  EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pass.status().message(),
+              HasSubstr("forms decode kernels; it does not run for the prefill phase"));
 }
 
 TEST(PipelinesTest, LastTokenLogitsEndsThePrefillPipelineOnly) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,12 +81,14 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "lm_head",
                                                    "mul",
                                                    "qk_norm_rope_kv_write",
+                                                   "qk_norm_rope_kv_write_attention",
                                                    "reshape",
                                                    "rms_norm",
                                                    "rms_norm_linear",
                                                    "rms_norm_linear_swiglu",
                                                    "rope",
                                                    "rope_kv_write",
+                                                   "rope_kv_write_attention",
                                                    "silu",
                                                    "split",
                                                    "swiglu"}));
@@ -500,6 +503,61 @@ TEST(KindsTest, RopeKvWrite) {
   EXPECT_EQ(
       InferOne("rope_kv_write", {"f16[2,T,64]", "f16[2,1,Smax,16]"}, RopeKvAttrs(false, 2, 1)),
       "expects 4 operands (qkv, k_cache, v_cache, positions), got 2");
+}
+
+Attributes RopeKvAttentionAttrs(bool eps, int64_t hq = 4, int64_t hkv = 2) {
+  Attributes attrs = RopeKvAttrs(eps, hq, hkv);
+  attrs.Set("scale", 0.25);
+  attrs.Set("sliding_window", int64_t{0});
+  return attrs;
+}
+
+TEST(KindsTest, QkNormRopeKvWriteAttention) {
+  const std::vector<std::string> ok = {"bf16[B,T,128]",     "bf16[16]",          "f32[16]",
+                                       "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"};
+  auto r = Infer("qk_norm_rope_kv_write_attention", ok, RopeKvAttentionAttrs(true));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,T,4,16]");
+  EXPECT_EQ((*r)[0].alias, ResultAlias{});
+  EXPECT_EQ((*r)[1].type.ToString(), "bf16[B,2,Smax,16]");
+  EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 3}));
+  EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 4}));
+  // The RoPE + KV-write rules hold, and the attention's.
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention", ok, RopeKvAttrs(true)),
+            "missing required attribute 'scale' (float)");
+  Attributes window = RopeKvAttentionAttrs(true);
+  window.Set("sliding_window", int64_t{-1});
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention", ok, window),
+            "attribute 'sliding_window' is -1, expected >= 0 (0 = no window)");
+  Attributes scale = RopeKvAttentionAttrs(true);
+  scale.Set("scale", std::numeric_limits<double>::infinity());
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention", ok, scale),
+            "attribute 'scale' is inf, expected a finite float");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention", ok, RopeKvAttentionAttrs(false)),
+            "missing required attribute 'eps' (float)");
+  EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention",
+                     {"bf16[B,T,112]", "bf16[16]", "f32[16]", "bf16[B,2,Smax,16]",
+                      "bf16[B,2,Smax,16]", "i32[B,T]"},
+                     RopeKvAttentionAttrs(true, 3, 2)),
+            "attribute 'num_heads' is 3, expected a multiple of num_kv_heads = 2 (GQA)");
+}
+
+TEST(KindsTest, RopeKvWriteAttention) {
+  const std::vector<std::string> ok = {"f16[2,T,64]", "f16[2,1,Smax,16]", "f16[2,1,Smax,16]",
+                                       "i32[2,T]"};
+  auto r = Infer("rope_kv_write_attention", ok, RopeKvAttentionAttrs(false, 2, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].type.ToString(), "f16[2,T,2,16]");
+  EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 1}));
+  EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 2}));
+  EXPECT_EQ(InferOne("rope_kv_write_attention", ok, RopeKvAttentionAttrs(false, 4, 1)),
+            "operand 0 has type f16[2,T,64], expected [B,T,(Hq+2*Hkv)*D] with Hq = 4, Hkv = 1, "
+            "D = 16");
+  EXPECT_EQ(InferOne("rope_kv_write_attention", {"f16[2,T,64]", "f16[2,1,Smax,16]"},
+                     RopeKvAttentionAttrs(false, 2, 1)),
+            "expects 4 operands (qkv, k_cache, v_cache, positions), got 2");
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ class ValidGraphBuilder {
   }
 
   void AddRandomRegion() {
-    switch (rnd_.Int(0, 20)) {
+    switch (rnd_.Int(0, 22)) {
       case 0:
         return Embedding();
       case 1:
@@ -271,13 +271,17 @@ class ValidGraphBuilder {
       case 16:
         return AddRmsNorm();
       case 17:
-        return RopeKvWrite(/*norms=*/true);
+        return RopeKvWrite(/*norms=*/true, /*attention=*/false);
       case 18:
-        return RmsNormLinear(/*swiglu=*/false);
+        return RopeKvWrite(/*norms=*/false, /*attention=*/false);
       case 19:
+        return RopeKvWrite(/*norms=*/true, /*attention=*/true);
+      case 20:
+        return RmsNormLinear(/*swiglu=*/false);
+      case 21:
         return RmsNormLinear(/*swiglu=*/true);
       default:
-        return RopeKvWrite(/*norms=*/false);
+        return RopeKvWrite(/*norms=*/false, /*attention=*/true);
     }
   }
 
@@ -615,7 +619,8 @@ class ValidGraphBuilder {
     return NewState(MakeType(dtype, {b, S(hkv), AnyDim(), S(d)}));
   }
 
-  void RopeKvWrite(bool norms) {
+  // (qk_norm_)rope_kv_write, or with `attention` its _attention form.
+  void RopeKvWrite(bool norms, bool attention) {
     const int64_t hkv = rnd_.Int(1, 3);
     const int64_t hq = hkv * rnd_.Int(1, 3);
     const int64_t d = 2 * rnd_.Int(1, 4);
@@ -639,9 +644,14 @@ class ValidGraphBuilder {
       attrs.Set("eps", rnd_.NonNegativeFloat());
     }
     SetRopeAttrs(attrs);
+    if (attention) {
+      attrs.Set("scale", rnd_.NonNegativeFloat());
+      attrs.Set("sliding_window", static_cast<int64_t>(rnd_.Int(0, 8)));
+    }
     const int32_t k_index = static_cast<int32_t>(operands.size());
     operands.insert(operands.end(), {k_cache, v_cache, Positions(b_, t_)});
-    Emit(norms ? "qk_norm_rope_kv_write" : "rope_kv_write", operands,
+    const std::string kind = norms ? "qk_norm_rope_kv_write" : "rope_kv_write";
+    Emit(attention ? kind + "_attention" : kind, operands,
          {MakeType(qkv_type.dtype, {b_, t_, S(hq), S(d)}), ct, ct},
          {ResultAlias{}, ResultAlias{AliasKind::kInPlace, k_index},
           ResultAlias{AliasKind::kInPlace, k_index + 1}},

@@ -164,7 +164,7 @@ TEST(TileplanOptTest, PrintsAfterPassesOnStderr) {
   const RunResult one =
       RunOpt(absl::StrCat("--pipeline=decode --print-after=specialize_phase '", path, "'"));
   EXPECT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 7 of 8)\n", one.out));
+  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 8 of 9)\n", one.out));
 }
 
 TEST(TileplanOptTest, PlansABundledModel) {
@@ -174,7 +174,7 @@ TEST(TileplanOptTest, PlansABundledModel) {
                                "\"model.layers.0.self_attn.k_proj.weight\", "
                                "\"model.layers.0.self_attn.v_proj.weight\")"));
   EXPECT_THAT(r.out, HasSubstr("%l0.qkv: bf16[4,1,4096] = rms_norm_linear(%"));
-  EXPECT_THAT(r.out, HasSubstr("= qk_norm_rope_kv_write(%l0.qkv, "));
+  EXPECT_THAT(r.out, HasSubstr("= qk_norm_rope_kv_write_attention(%l0.qkv, "));
   EXPECT_THAT(r.out, HasSubstr("%l27.out: bf16[4,1,1024] = linear_residual("));
   EXPECT_EQ(r.err, "");
   const RunResult primitive = RunOpt("--model=qwen3-0.6b");

@@ -337,6 +337,51 @@ TEST(CpuFused, RopeKvWriteIsSplitReshapeRopeKvWrite) {
   }
 }
 
+// PrimitiveQkv followed by the attention of q over the updated caches (scale 0.35, the
+// given window); outputs the attention result and the updated caches.
+std::string PrimitiveQkvAttention(bool norms, const std::string& rope_attrs, int window) {
+  std::string text = PrimitiveQkv(norms, rope_attrs);
+  const std::string q_output = "  output %qr\n";
+  text.replace(text.find(q_output), q_output.size(),
+               absl::StrCat("  %o: f32[B,T,4,8] = attention(%qr, %kc, %vc, %positions) {scale = "
+                            "0.35, sliding_window = ",
+                            window, "}\n  output %o\n"));
+  return text;
+}
+
+TEST(CpuFused, RopeKvWriteAttentionIsRopeKvWriteThenAttention) {
+  for (bool norms : {true, false}) {
+    for (int window : {0, 2}) {
+      for (const char* rope : {kDefaultRope, kLlama3Rope}) {
+        SCOPED_TRACE(absl::StrCat(norms ? "norms" : "no norms", ", window ", window, ", ", rope));
+        const std::string norm_decls = norms ? R"(  weight %q_norm: f32[8] = "q_norm"
+  weight %k_norm: f32[8] = "k_norm"
+)"
+                                             : "";
+        ExpectSameOutputs(
+            absl::StrCat(R"(graph @fused {
+  input %qkv: f32[B,T,64]
+  input %positions: i32[B,T]
+)",
+                         norm_decls, R"(  state %k_cache: f32[B,2,Smax,8]
+  state %v_cache: f32[B,2,Smax,8]
+  %o: f32[B,T,4,8], %kc: f32[B,2,Smax,8] inplace(%k_cache), %vc: f32[B,2,Smax,8] inplace(%v_cache) = )",
+                         norms ? "qk_norm_rope_kv_write_attention(%qkv, %q_norm, %k_norm, "
+                               : "rope_kv_write_attention(%qkv, ",
+                         "%k_cache, %v_cache, %positions) {", norms ? "eps = 1e-06, " : "",
+                         "num_heads = 4, num_kv_heads = 2, ", rope,
+                         ", scale = 0.35, sliding_window = ", window, R"(}
+  output %o
+  output %kc
+  output %vc
+}
+)"),
+            PrimitiveQkvAttention(norms, rope, window), QkvRuns(64), /*max_seq=*/6);
+      }
+    }
+  }
+}
+
 TEST(CpuFused, RopeKvWriteReportsPositionsOutsideTheCache) {
   const ir::Graph g = Parse(absl::StrCat(R"(graph @fused {
   input %qkv: f32[B,T,64]
