@@ -54,6 +54,12 @@ struct PassOptions {
   // (batch x new tokens); larger decode linears run on cuBLASLt, which has no norm
   // prologue. Must be >= 0 (0 fuses nothing).
   int64_t norm_linear_max_rows = 4;
+  // fuse_rope_kv_write_attention leaves a decode graph whose bound batch exceeds this alone:
+  // at large batches the attention's own families (the tensor-core attention_prefill with
+  // the GQA group packed into its rows) beat the split-KV kernel that the fused kind is
+  // limited to, and the RoPE + KV write it saves is a small share of such a step. An unbound
+  // batch fuses. Must be >= 0.
+  int64_t rope_attention_max_batch = 4;
 };
 
 // Creates a pass; fails with InvalidArgument when the options do not suit it.

@@ -6,7 +6,9 @@
 //   out, k_cache', v_cache' = (qk_norm_)rope_kv_write_attention(qkv, [...,] k_cache, v_cache, p)
 // whose kernel rotates q, writes the new cache rows and attends in one launch. Decode only:
 // the fused kind's kernel serves a few new tokens per sequence, so the factory refuses the
-// prefill phase and a site already specialized for prefill is an error.
+// prefill phase and a site already specialized for prefill is an error. A bound batch above
+// PassOptions::rope_attention_max_batch is left alone (the attention then stays free to take
+// the tensor-core family).
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +25,10 @@ class FuseRopeKvWriteAttentionPass : public Pass {
  public:
   absl::string_view name() const override { return "fuse_rope_kv_write_attention"; }
 
+  explicit FuseRopeKvWriteAttentionPass(bool enabled) : enabled_(enabled) {}
+
   absl::StatusOr<bool> Run(ir::Graph& graph) override {
+    if (!enabled_) return false;
     const UseMap uses(graph);
     GraphRewriter rewriter(graph);
     for (size_t i = 0; i < graph.regions().size(); ++i) {
@@ -46,6 +51,8 @@ class FuseRopeKvWriteAttentionPass : public Pass {
   }
 
  private:
+  bool enabled_;
+
   static absl::Status Fuse(const ir::Graph& g, const UseMap& uses, int write_index,
                            int attention_index, GraphRewriter& rewriter) {
     const ir::Region& write = g.regions()[static_cast<size_t>(write_index)];
@@ -98,7 +105,12 @@ absl::StatusOr<std::unique_ptr<Pass>> CreateFuseRopeKvWriteAttentionPass(
         absl::StrCat("fuse_rope_kv_write_attention forms decode kernels; it does not run for the ",
                      ir::PhaseName(options.phase), " phase"));
   }
-  return std::make_unique<FuseRopeKvWriteAttentionPass>();
+  if (options.rope_attention_max_batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rope_attention_max_batch must be >= 0, got ",
+                                                   options.rope_attention_max_batch));
+  }
+  return std::make_unique<FuseRopeKvWriteAttentionPass>(
+      !options.batch.has_value() || *options.batch <= options.rope_attention_max_batch);
 }
 
 }  // namespace tileplan::planner

@@ -99,22 +99,21 @@ TEST_P(BundledPipelineTest, SmallBatchDecodeAppliesEveryFusion) {
   }
 }
 
-// A batch above the limit, or one left unbound (its rows are unknown), keeps the norms:
-// seven kernels per layer.
+// A batch above the limits keeps the norms and the attention apart (eight kernels per layer:
+// its linears and attention take the families made for many rows); a batch left unbound
+// keeps the norms (its rows are unknown) but fuses the attention: seven.
 TEST_P(BundledPipelineTest, LargeOrUnboundBatchDecodeKeepsTheNorms) {
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
   ASSERT_TRUE(config.ok()) << config.status();
-  const std::vector<std::string> expected = {
-      "rms_norm",
-      "linear",
-      config->qk_norm ? "qk_norm_rope_kv_write_attention" : "rope_kv_write_attention",
-      "linear_residual",
-      "rms_norm",
-      "linear_swiglu",
+  const std::string rope = config->qk_norm ? "qk_norm_rope_kv_write" : "rope_kv_write";
+  const std::vector<std::string> large = {
+      "rms_norm", "linear", rope, "attention", "linear_residual", "rms_norm", "linear_swiglu",
       "linear_residual"};
-  ExpectDecodeLayers(GetParam(), 5, expected);
-  ExpectDecodeLayers(GetParam(), 16, expected);
-  ExpectDecodeLayers(GetParam(), std::nullopt, expected);
+  ExpectDecodeLayers(GetParam(), 5, large);
+  ExpectDecodeLayers(GetParam(), 16, large);
+  ExpectDecodeLayers(GetParam(), std::nullopt,
+                     {"rms_norm", "linear", rope + "_attention", "linear_residual", "rms_norm",
+                      "linear_swiglu", "linear_residual"});
 }
 
 TEST_P(BundledPipelineTest, PrefillVerifiesWithBoundBucket) {
