@@ -212,8 +212,11 @@ class AttentionPrefillFamily final : public FamilyBase {
       return BadParam("tile_kv", tile_kv, "a power of two in [32, 256]");
     }
     if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
-    if (!IsPowerOfTwo(warps) || warps > 8 || tile_q % (16 * warps) != 0) {
-      return BadParam("warps", warps, "a power of two <= 8 with 16 * warps dividing tile_q");
+    if (!IsPowerOfTwo(warps) || warps > 8 || tile_q % (16 * warps) != 0 ||
+        tile_q > 32 * warps) {
+      return BadParam("warps", warps,
+                      "a power of two <= 8 with 16 * warps dividing tile_q and at most two "
+                      "16-row tiles per warp (each holds its S and O tiles in registers)");
     }
     const int64_t smem = SharedMemory(tile_q, tile_kv, stages, ShapeOf(r));
     if (smem > target.shared_memory_per_block_bytes()) {
