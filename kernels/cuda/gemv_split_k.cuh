@@ -86,7 +86,6 @@ __global__ void __launch_bounds__(kThreads)
                  float eps, const W* __restrict__ w, const W* __restrict__ bias, const T* residual,
                  long long residual_stride, OutT* out, float* __restrict__ workspace,
                  unsigned int* __restrict__ counters, int rows, int cols, int depth) {
-  grid_dependency_sync();
   constexpr bool kNorm = !is_same<NormW, void>::value;
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
@@ -107,6 +106,23 @@ __global__ void __launch_bounds__(kThreads)
   const int per_split = (vecs + kSplitK - 1) / kSplitK;
   const int v_begin = blockIdx.y * per_split;
   const int v_end = min(vecs, v_begin + per_split);
+  // The weights never depend on an earlier kernel: start this CTA's rows of them on their way
+  // into L2 before waiting for that kernel. Under programmatic dependent launch the CTA runs
+  // while its predecessor finishes, so the weight stream overlaps the predecessor's tail.
+  {
+    constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
+    const long long k_begin = static_cast<long long>(v_begin) * kVec;
+    const int lines =
+        static_cast<int>((static_cast<long long>(v_end) * kVec - k_begin + kLine - 1) / kLine);
+    for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
+      const int c = col0 + i / (kWRows * lines);
+      if (c >= cols) break;
+      const int part = (i / lines) % kWRows;
+      const long long wrow = part == 0 ? c : cols + c;
+      prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
+    }
+  }
+  grid_dependency_sync();
   // Offsets into the slice a thread visits: with the norm prologue all of a slice's, even
   // past the end of this CTA's own (shorter last slice), because the same offsets of the
   // other slices complete the sums of squares.
