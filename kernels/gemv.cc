@@ -58,7 +58,7 @@ GemvShape ShapeOf(const BoundRegion& r) {
 class GemvFamily final : public FamilyBase {
  public:
   GemvFamily()
-      : FamilyBase("gemv", 2,
+      : FamilyBase("gemv", 3,
                    {"linear", "linear_residual", "linear_swiglu", "lm_head", "rms_norm_linear",
                     "rms_norm_linear_swiglu"},
                    {"rows_per_cta", "split_k", "threads", "vec"}) {}
