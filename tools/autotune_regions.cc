@@ -265,16 +265,8 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
   Work work;
   std::set<planner::TacticKey> seen;
   for (int64_t batch : args.batch) {
-    planner::PlanOptions options;
-    options.prefill_tokens = args.prefill;
-    options.prefill_batch = batch;
-    options.decode_batches = {batch};
-    options.prefill_last_token_logits = args.prefill_last_logits;
-    int64_t longest = 0;
-    for (int64_t t : args.prefill) longest = std::max(longest, t);
-    for (int64_t c : args.decode) longest = std::max(longest, c);
-    options.max_context = longest;
-    options.decode_context = *std::max_element(args.decode.begin(), args.decode.end());
+    planner::PlanOptions options =
+        tools::BenchmarkPlanOptions(args.prefill, args.decode, batch, args.prefill_last_logits);
     options.environment = environment;
     TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                         planner::BuildExecutionPlan(config, target, options, nullptr));

@@ -399,17 +399,9 @@ absl::StatusOr<int> Run(const Args& args) {
   TP_ASSIGN_OR_RETURN(
       planner::TargetDescription target,
       runtime::gpu::ChooseTarget(args.target, device.ok() ? device->get() : nullptr));
-  planner::PlanOptions options;
+  planner::PlanOptions options = tools::BenchmarkPlanOptions(
+      args.prefill, args.decode, args.batch, args.prefill_last_logits, args.max_context);
   options.model_name = name;
-  options.prefill_tokens = args.prefill;
-  options.prefill_batch = args.batch;
-  options.decode_batches = {args.batch};
-  options.prefill_last_token_logits = args.prefill_last_logits;
-  int64_t longest = 0;
-  for (int64_t t : args.prefill) longest = std::max(longest, t);
-  for (int64_t c : args.decode) longest = std::max(longest, c);
-  options.max_context = args.max_context > 0 ? args.max_context : longest;
-  options.decode_context = *std::max_element(args.decode.begin(), args.decode.end());
   options.print.after_all = args.print_after_all;
   options.print.after = args.print_after;
   options.print.out = &std::cerr;

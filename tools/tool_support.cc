@@ -1,5 +1,6 @@
 #include "tools/tool_support.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -32,6 +33,22 @@ absl::StatusOr<bool> PrefillLastTokenLogits(absl::string_view flag, absl::string
   if (text == "all") return false;
   if (text == "last") return true;
   return absl::InvalidArgumentError(absl::StrCat(flag, " takes 'all' or 'last', got '", text, "'"));
+}
+
+planner::PlanOptions BenchmarkPlanOptions(const std::vector<int64_t>& prefill,
+                                          const std::vector<int64_t>& decode, int64_t batch,
+                                          bool prefill_last_token_logits, int64_t max_context) {
+  planner::PlanOptions options;
+  options.prefill_tokens = prefill;
+  options.prefill_batch = batch;
+  options.decode_batches = {batch};
+  options.prefill_last_token_logits = prefill_last_token_logits;
+  const int64_t longest_decode = *std::max_element(decode.begin(), decode.end());
+  int64_t longest = longest_decode;
+  for (int64_t t : prefill) longest = std::max(longest, t);
+  options.max_context = max_context > 0 ? max_context : longest;
+  options.decode_context = longest_decode;
+  return options;
 }
 
 absl::StatusOr<models::ModelConfig> LoadModelArgument(const std::string& model, std::string* name) {
