@@ -433,10 +433,9 @@ Attributes RopeKvAttrs(bool eps, int64_t hq = 4, int64_t hkv = 2) {
   return attrs;
 }
 
-TEST(KindsTest, QkNormRopeKvWrite) {
-  const std::vector<std::string> ok = {"bf16[B,T,128]",     "bf16[16]",          "f32[16]",
-                                       "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"};
-  auto r = Infer("qk_norm_rope_kv_write", ok, RopeKvAttrs(true));
+// The results of qk_norm_rope_kv_write (or its _attention form) over the operands of the
+// tests below: q (or the attention's output) as [B,T,4,16], the caches updated in place.
+void ExpectQkNormRopeKvWriteResults(const absl::StatusOr<std::vector<InferredResult>>& r) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 3u);
   EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,T,4,16]");
@@ -444,6 +443,13 @@ TEST(KindsTest, QkNormRopeKvWrite) {
   EXPECT_EQ((*r)[1].type.ToString(), "bf16[B,2,Smax,16]");
   EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 3}));
   EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 4}));
+}
+
+TEST(KindsTest, QkNormRopeKvWrite) {
+  const std::vector<std::string> ok = {"bf16[B,T,128]",     "bf16[16]",          "f32[16]",
+                                       "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"};
+  auto r = Infer("qk_norm_rope_kv_write", ok, RopeKvAttrs(true));
+  ExpectQkNormRopeKvWriteResults(r);
 
   auto with = [&ok](int index, std::string type) {
     std::vector<std::string> operands = ok;
@@ -516,13 +522,7 @@ TEST(KindsTest, QkNormRopeKvWriteAttention) {
   const std::vector<std::string> ok = {"bf16[B,T,128]",     "bf16[16]",          "f32[16]",
                                        "bf16[B,2,Smax,16]", "bf16[B,2,Smax,16]", "i32[B,T]"};
   auto r = Infer("qk_norm_rope_kv_write_attention", ok, RopeKvAttentionAttrs(true));
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->size(), 3u);
-  EXPECT_EQ((*r)[0].type.ToString(), "bf16[B,T,4,16]");
-  EXPECT_EQ((*r)[0].alias, ResultAlias{});
-  EXPECT_EQ((*r)[1].type.ToString(), "bf16[B,2,Smax,16]");
-  EXPECT_EQ((*r)[1].alias, (ResultAlias{AliasKind::kInPlace, 3}));
-  EXPECT_EQ((*r)[2].alias, (ResultAlias{AliasKind::kInPlace, 4}));
+  ExpectQkNormRopeKvWriteResults(r);
   // The RoPE + KV-write rules hold, and the attention's.
   EXPECT_EQ(InferOne("qk_norm_rope_kv_write_attention", ok, RopeKvAttrs(true)),
             "missing required attribute 'scale' (float)");
