@@ -846,9 +846,10 @@ absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int3
   }
   TP_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(prompts, batch));
   const int64_t vocab = vocab_size();
+  // Logit rows per prompt: t, or 1 when the plan keeps only the last token's.
+  const int64_t kept = static_cast<int64_t>(logits.size()) / (batch * vocab);
   std::vector<int32_t> first(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t kept = static_cast<int64_t>(logits.size()) / (batch * vocab);  // t or 1
     first[static_cast<size_t>(b)] = ArgMax(logits.data() + ((b + 1) * kept - 1) * vocab, vocab);
   }
   std::vector<int32_t> out(static_cast<size_t>(batch * new_tokens));
