@@ -6,7 +6,10 @@
 // pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). With
 // `pack_gqa` 1 a CTA's rows are instead the (token, query head) pairs of one kv head, so one
 // pass over the cache serves the whole GQA group and a decode step's few tokens still fill
-// the MMA rows. It is instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
+// the MMA rows. With `splits` > 1 the key tiles of each row tile are divided among that many
+// CTAs, whose partial results (unnormalized output, running max and sum) the last of them
+// merges: decode steps and short prompts fill the GPU, and long causal row tiles share
+// their walk. It is instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
 //
 // attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
 // every `splits`-th chunk of `kv_chunk` cache rows of kv head h for all the queries that share
@@ -117,15 +120,14 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
 class AttentionPrefillFamily final : public FamilyBase {
  public:
   AttentionPrefillFamily()
-      : FamilyBase("attention_prefill", 2, {"attention"},
-                   {"pack_gqa", "stages", "tile_kv", "tile_q", "warps"}) {}
+      : FamilyBase("attention_prefill", 3, {"attention"},
+                   {"pack_gqa", "splits", "stages", "tile_kv", "tile_q", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
     const bool packed = t.params.at("pack_gqa") != 0;
     LaunchGeometry g;
-    g.grid = {CeilDiv(Rows(s, packed), t.params.at("tile_q")), packed ? s.kv_heads : s.q_heads,
-              s.batch};
+    g.grid = {RowTiles(t, s) * t.params.at("splits"), packed ? s.kv_heads : s.q_heads, s.batch};
     g.block = {32 * t.params.at("warps"), 1, 1};
     g.dynamic_shared_memory_bytes =
         SharedMemory(t.params.at("tile_q"), t.params.at("tile_kv"), t.params.at("stages"), s);
@@ -133,6 +135,16 @@ class AttentionPrefillFamily final : public FamilyBase {
   }
   WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     return AttentionWork(r, true);
+  }
+  // Split-KV: a (o, max, sum) record per row of every run, and a counter per row tile.
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t splits = t.params.at("splits");
+    if (splits == 1) return 0;
+    const AttentionShape s = ShapeOf(r);
+    return TileCount(t, s) * splits * t.params.at("tile_q") * (s.head_dim + 2) * 4;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    return t.params.at("splits") == 1 ? 0 : TileCount(t, ShapeOf(r)) * 4;
   }
 
  protected:
@@ -158,6 +170,7 @@ class AttentionPrefillFamily final : public FamilyBase {
     // Decode-sized steps of a GQA model pack the group's heads into the query rows.
     const bool packed = s.group() > 1 && s.tokens <= kMaxPackedTokens;
     const int64_t rows = Rows(s, packed);
+    const int64_t heads = packed ? s.kv_heads : s.q_heads;
     int64_t tile_q = std::min(row.tile_q, std::max<int64_t>(16, NextPowerOfTwo(rows)));
     int64_t tile_kv = row.tile_kv, stages = row.stages;
     // Shrink to the row's shared memory: the K/V tile first, then the pipeline, then q.
@@ -173,12 +186,18 @@ class AttentionPrefillFamily final : public FamilyBase {
       }
     }
     // Smaller query tiles while the grid leaves SMs idle (short prompts, few heads).
-    while (tile_q > 16 && CeilDiv(rows, tile_q) * (packed ? s.kv_heads : s.q_heads) * s.batch <
-                              target.sm_count()) {
+    while (tile_q > 16 && CeilDiv(rows, tile_q) * heads * s.batch < target.sm_count()) {
       tile_q /= 2;
     }
+    // Then split the key range while the grid still leaves SMs idle (decode steps), into
+    // runs of equal whole tiles at the context the phase is planned for.
+    const int64_t ctas = CeilDiv(rows, tile_q) * heads * s.batch;
+    const int64_t key_tiles = std::max<int64_t>(1, CeilDiv(s.keys(), tile_kv));
+    const int64_t wanted = std::clamp<int64_t>(CeilDiv(target.sm_count(), ctas), 1, kMaxSplits);
+    const int64_t splits = CeilDiv(key_tiles, CeilDiv(key_tiles, std::min(wanted, key_tiles)));
     const int64_t warps = std::min(row.warps, tile_q / 16);
     return MakeTactic({{"pack_gqa", packed ? 1 : 0},
+                       {"splits", splits},
                        {"stages", stages},
                        {"tile_kv", tile_kv},
                        {"tile_q", tile_q},
@@ -186,13 +205,30 @@ class AttentionPrefillFamily final : public FamilyBase {
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
                                      const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
     std::vector<int64_t> pack = {0};
-    if (ShapeOf(r).group() > 1) pack.push_back(1);
+    if (s.group() > 1) pack.push_back(1);
     return {{"pack_gqa", pack},
+            {"splits", {1, 2, 4, 8, 16}},
             {"stages", {1, 2, 3}},
             {"tile_kv", {32, 64, 128}},
             {"tile_q", {16, 64, 128}},
             {"warps", {1, 4, 8}}};
+  }
+  // Split-KV pays only while the unsplit grid leaves SMs idle, up to as many runs as it
+  // takes to give every SM a CTA (s runs are worth measuring when s / 2 did not fill it) and
+  // to one key tile per run at the planned context (more runs would stay empty); three
+  // pipeline stages only for long walks (8 or more key tiles per run).
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t splits = t.params.at("splits");
+    const int64_t key_tiles = std::max<int64_t>(1, CeilDiv(s.keys(), t.params.at("tile_kv")));
+    if (splits > 1 &&
+        (splits / 2 * TileCount(t, s) >= target.sm_count() || splits > key_tiles)) {
+      return false;
+    }
+    return t.params.at("stages") < 3 || CeilDiv(key_tiles, splits) >= 8;
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
@@ -201,6 +237,7 @@ class AttentionPrefillFamily final : public FamilyBase {
     const int64_t stages = t.params.at("stages");
     const int64_t warps = t.params.at("warps");
     const int64_t pack_gqa = t.params.at("pack_gqa");
+    const int64_t splits = t.params.at("splits");
     if (pack_gqa != 0 && pack_gqa != 1) return BadParam("pack_gqa", pack_gqa, "0 or 1");
     if (pack_gqa == 1 && ShapeOf(r).group() == 1) {
       return BadParam("pack_gqa", pack_gqa, "0 without GQA (as many kv heads as query heads)");
@@ -210,6 +247,9 @@ class AttentionPrefillFamily final : public FamilyBase {
     }
     if (!IsPowerOfTwo(tile_kv) || tile_kv < 32 || tile_kv > 256) {
       return BadParam("tile_kv", tile_kv, "a power of two in [32, 256]");
+    }
+    if (splits < 1 || splits > kMaxSplits) {
+      return BadParam("splits", splits, absl::StrCat("in [1, ", kMaxSplits, "]"));
     }
     if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
     if (!IsPowerOfTwo(warps) || warps > 8 || tile_q % (16 * warps) != 0 ||
@@ -231,9 +271,17 @@ class AttentionPrefillFamily final : public FamilyBase {
   // Steps of at most this many tokens pack the GQA group by default (decode and speculative
   // steps); longer prompts keep one head per CTA unless measured otherwise.
   static constexpr int64_t kMaxPackedTokens = 16;
+  static constexpr int64_t kMaxSplits = 16;
   // Query rows per (batch, CTA head): tokens, or tokens times the group when packed.
   static int64_t Rows(const AttentionShape& s, bool packed) {
     return packed ? s.tokens * s.group() : s.tokens;
+  }
+  // Row tiles per (batch, CTA head), and over the whole grid.
+  static int64_t RowTiles(const Tactic& t, const AttentionShape& s) {
+    return CeilDiv(Rows(s, t.params.at("pack_gqa") != 0), t.params.at("tile_q"));
+  }
+  static int64_t TileCount(const Tactic& t, const AttentionShape& s) {
+    return RowTiles(t, s) * (t.params.at("pack_gqa") != 0 ? s.kv_heads : s.q_heads) * s.batch;
   }
   // The q tile plus `stages` K and V tiles.
   static int64_t SharedMemory(int64_t tile_q, int64_t tile_kv, int64_t stages,

@@ -427,10 +427,17 @@ absl::Status Builder::Attention(bool decode) {
   TP_ASSIGN_OR_RETURN(const int64_t stages, Param("stages"));
   TP_ASSIGN_OR_RETURN(const int64_t warps, Param("warps"));
   TP_ASSIGN_OR_RETURN(const int64_t pack_gqa, Param("pack_gqa"));
+  TP_ASSIGN_OR_RETURN(const int64_t splits, Param("splits"));
   if (dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) {
     return Error("tensor-core attention needs bf16 or f16, got ", ir::DTypeName(dtype));
   }
   if (dim % 16 != 0) return Error("head dim ", dim, " is not a multiple of 16");
+  if (buffers_ != nullptr && splits > 1) {
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
+  }
+  args.Add(Split(splits, &RegionBuffers::workspace));
+  args.Add(Split(splits, &RegionBuffers::counters));
   args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
   args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
   args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
@@ -439,8 +446,10 @@ absl::Status Builder::Attention(bool decode) {
   const int64_t rows = pack_gqa != 0 ? tokens * (q_heads / kv_heads) : tokens;
   Launch(
       absl::StrCat("tileplan::attention_prefill_flash<", type, ", ", dim, ", ", tile_q, ", ",
-                   tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false", ">"),
-      {CeilDiv(rows, tile_q), pack_gqa != 0 ? kv_heads : q_heads, batch}, {32 * warps, 1, 1},
+                   tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false",
+                   ", ", splits, ">"),
+      {CeilDiv(rows, tile_q) * splits, pack_gqa != 0 ? kv_heads : q_heads, batch},
+      {32 * warps, 1, 1},
       (tile_q + 2 * stages * tile_kv) * dim * es, std::move(args));
   return absl::OkStatus();
 }

@@ -141,6 +141,13 @@ class GemvFamily final : public FamilyBase {
             {"threads", {64, 128, 256, 512}},
             {"vec", {Vec(r)}}};
   }
+  // Split-K pays only while the whole-K grid leaves SMs idle, and up to as many slices as it
+  // takes to give every SM a CTA: s slices are worth measuring when s / 2 did not fill it.
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const int64_t ctas = CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta"));
+    return t.params.at("split_k") == 1 || t.params.at("split_k") / 2 * ctas < target.sm_count();
+  }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
     const GemvShape s = ShapeOf(r);

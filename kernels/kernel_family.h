@@ -132,6 +132,15 @@ class KernelFamily {
   // InvalidArgument naming the parameter otherwise.
   virtual absl::Status ValidateTactic(const Tactic& tactic, const BoundRegion& region,
                                       const TargetDescription& target) const = 0;
+  // Whether the tuner should measure `tactic`, a combination of the tunables that
+  // ValidateTactic accepts: false where it cannot pay off on this target (splitting work
+  // across more CTAs when the grid already fills the GPU), which keeps the search short. The
+  // default tactic and the ByTarget rows are measured regardless, and a tactic given
+  // explicitly is never refused for this.
+  virtual bool WorthMeasuring(const Tactic& tactic, const BoundRegion& region,
+                              const TargetDescription& target) const {
+    return true;
+  }
   // REQUIRES: ValidateTactic(tactic, region, target) is OK.
   virtual LaunchGeometry Geometry(const Tactic& tactic, const BoundRegion& region) const = 0;
   virtual WorkEstimate Work(const Tactic& tactic, const BoundRegion& region) const = 0;

@@ -418,7 +418,10 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
     Tactic t = table->default_tactic;
     for (size_t i = 0; i < params.size(); ++i)
       t.params[params[i].name] = params[i].values[index[i]];
-    add(t);
+    if (family.ValidateTactic(t, region, target).ok() &&
+        family.WorthMeasuring(t, region, target)) {
+      add(t);
+    }
     size_t i = params.size();
     while (i > 0) {
       --i;

@@ -41,8 +41,9 @@ namespace tileplan::tuner {
 // tactic, then the configurations a library offers for the exact problem
 // (`library_configs`, in their order; for cublaslt_gemm the heuristic's answers as raw
 // configs, CublasLtRunner::Candidates), then for the template families the other ByTarget
-// rows' tactics and the product of the tunable lists (last parameter fastest); each accepted
-// by ValidateTactic; at most `max_count`. cublaslt_gemm offers no rows or products (its
+// rows' tactics and the product of the tunable lists (last parameter fastest) less the
+// combinations the family finds not worth measuring (KernelFamily::WorthMeasuring); each
+// accepted by ValidateTactic; at most `max_count`. cublaslt_gemm offers no rows or products (its
 // tunables describe the cost model's tiles, not configurations cuBLASLt is known to run).
 std::vector<kernels::Tactic> EnumerateCandidates(
     const kernels::KernelFamily& family, const kernels::BoundRegion& region,

@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                           float* __restrict__ workspace, unsigned int* __restrict__ counters,
                           int tokens, int q_heads, int kv_heads, int capacity, float scale,
                           int window, int* error) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+                                              capacity);
   grid_dependency_sync();
   constexpr int kHalf = kHeadDim / 2;
   extern __shared__ float smem[];

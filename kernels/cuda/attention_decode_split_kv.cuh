@@ -35,19 +35,6 @@ constexpr int kDecodeMaxTokens = 16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
-// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
-// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
-__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
-                                                    float l2, float acc2) {
-  const float mx = fmaxf(m, m2);
-  if (mx == neg_inf()) return;
-  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
-  l = l * c1 + l2 * c2;
-  acc = acc * c1 + acc2 * c2;
-  m = mx;
-}
-
 // The cache rows [first, last] a token at position p sees (window 0: no window); an empty
 // range (first > last) when p addresses no cache row.
 __device__ __forceinline__ void decode_key_range(int p, int capacity, int window, int& first,
@@ -55,6 +42,31 @@ __device__ __forceinline__ void decode_key_range(int p, int capacity, int window
   const bool ok = p >= 0 && p < capacity;
   first = ok ? (window > 0 ? max(0, p - window + 1) : 0) : 1;
   last = ok ? p : 0;
+}
+
+// Before the dependency wait: starts the K and V rows of this CTA's first chunk (split *
+// kKvChunk, ...) on their way into L2, up to the last new token's position, so the cache
+// stream overlaps the previous kernel's tail. The position is read before the wait and may
+// be stale (an earlier kernel of the step could still be writing it), which is harmless: an
+// L2 prefetch returns nothing to the SM and L2 is coherent, so it can only bring the wrong
+// lines, never wrong data. The read bypasses L1 so that no stale line stays there for the
+// kernel's own read of the positions after the wait.
+template <typename T, int kHeadDim, int kKvChunk>
+__device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* v_cache,
+                                                     const int* positions, int tokens,
+                                                     int kv_heads, int capacity) {
+  constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;
+  const int first = blockIdx.x * kKvChunk;
+  const int p = load_cg(positions + blockIdx.z * tokens + tokens - 1);
+  const int rows = min(kKvChunk, min(capacity - 1, p) - first + 1);
+  if (rows <= 0) return;
+  const long long base =
+      ((static_cast<long long>(blockIdx.z) * kv_heads + blockIdx.y) * capacity + first) * kHeadDim;
+  for (int i = threadIdx.x; i < 2 * rows * kRowLines; i += blockDim.x) {
+    const int line = i % (rows * kRowLines);
+    const T* cache = i < rows * kRowLines ? k_cache : v_cache;
+    prefetch_l2(cache + base + static_cast<long long>(line) * (128 / static_cast<int>(sizeof(T))));
+  }
 }
 
 // CTA (split, kvh, b) of the split-KV grid and the queries it serves: the group of q heads
@@ -285,6 +297,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                               float* __restrict__ workspace, unsigned int* __restrict__ counters,
                               int tokens, int q_heads, int kv_heads, int capacity, float scale,
                               int window) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+                                              capacity);
   grid_dependency_sync();
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHeadVecs = kHeadDim / kVec;

@@ -15,6 +15,13 @@
 // with their 16-byte chunks XOR-swizzled by the row index, which keeps ldmatrix and cp.async
 // free of bank conflicts without padding.
 //
+// kSplits > 1 (split-KV): the key tiles of a row tile are divided into kSplits equal runs,
+// one CTA each; every CTA writes its rows' unnormalized output with their running max and
+// sum (log2 domain) to the workspace, and the last CTA of the row tile to finish (an atomic
+// counter, re-armed to zero) merges the runs with log-sum-exp weights and writes the output.
+// Short grids (decode steps, few heads) thus fill the GPU, and long causal row tiles no
+// longer set the critical path alone.
+//
 // kPackGqa: CTA (m, kvh, b) instead owns rows [m * kTileQ, (m + 1) * kTileQ) of the
 // tokens * group rows (t, g) -> query head kvh * group + g of token t (group = q_heads /
 // kv_heads) that read kv head kvh, so each K/V tile serves the whole group: decode steps with
@@ -43,19 +50,26 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // kHeadDim]; positions: [batch * tokens]. Rows whose position lies outside [0, capacity)
 // get zeros.
 //
-// Launch: grid (ceil(tokens / kTileQ), q_heads, batch), or with kPackGqa
-// (ceil(tokens * group / kTileQ), kv_heads, batch); block 32 * kWarps, dynamic shared
-// memory flash_prefill_smem_bytes(kHeadDim, kTileQ, kTileKv, kStages, sizeof(T)) (above
-// 48 KiB the launcher raises the kernel's limit).
+// workspace (kSplits > 1, else null): row tiles * kSplits * kTileQ * (kHeadDim + 2) floats,
+// row tiles = the grid's CTAs / kSplits; counters (kSplits > 1, else null): one unsigned per
+// row tile, zero before the first launch and left zero by every launch.
+//
+// Launch: grid (ceil(tokens / kTileQ) * kSplits, q_heads, batch), or with kPackGqa
+// (ceil(tokens * group / kTileQ) * kSplits, kv_heads, batch) (CTA x is row tile x / kSplits,
+// run x % kSplits); block 32 * kWarps, dynamic shared memory
+// flash_prefill_smem_bytes(kHeadDim, kTileQ, kTileKv, kStages, sizeof(T)) (above 48 KiB the
+// launcher raises the kernel's limit).
 // REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
 // to 16 bytes.
 template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps,
-          bool kPackGqa>
+          bool kPackGqa, int kSplits>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_prefill_flash(const T* __restrict__ q, long long q_stride,
                             const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                            const int* __restrict__ positions, T* __restrict__ out, int tokens,
-                            int q_heads, int kv_heads, int capacity, float scale, int window) {
+                            const int* __restrict__ positions, T* __restrict__ out,
+                            float* __restrict__ workspace, unsigned int* __restrict__ counters,
+                            int tokens, int q_heads, int kv_heads, int capacity, float scale,
+                            int window) {
   grid_dependency_sync();
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp
@@ -68,6 +82,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   static_assert(kHeadDim % 16 == 0 && kTileKv % 16 == 0, "mma tile multiples");
   static_assert(kMTiles >= 1 && kTileQ % (16 * kWarps) == 0, "16 * kWarps divides kTileQ");
   static_assert(kStages >= 1 && kStages <= 4, "stages");
+  static_assert(kSplits >= 1, "splits");
+  // Q's A fragments stay in registers for the whole walk when they fit beside the S and O
+  // tiles (one 16-row tile per warp); otherwise they are re-read from shared memory per tile.
+  constexpr bool kQInRegisters = kMTiles == 1 && kKSteps * 4 + kDTiles * 4 + kNTiles * 4 <= 160;
 
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* q_s = reinterpret_cast<T*>(smem_bytes);  // [kTileQ][kHeadDim]
@@ -93,7 +111,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     return kPackGqa ? kvh * group + r % group : static_cast<int>(blockIdx.y);
   };
   const long long kv_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity * kHeadDim;
-  const int cta_row0 = blockIdx.x * kTileQ;
+  const int row_tile = blockIdx.x / kSplits;
+  const int split = blockIdx.x % kSplits;
+  const int cta_row0 = row_tile * kTileQ;
   const int warp_row0 = warp * kMTiles * 16;  // within the CTA tile
 
   // The position of query row r, or -1 when there is no such row or it is out of range.
@@ -117,7 +137,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   const int kv_begin = s_range[0];
   const int kv_end = s_range[1] + 1;
-  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileKv - 1) / kTileKv : 0;
+  const int all_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileKv - 1) / kTileKv : 0;
+  // This CTA's run of key tiles: [tile0, tile0 + n_tiles).
+  const int per_split = (all_tiles + kSplits - 1) / kSplits;
+  const int tile0 = min(all_tiles, split * per_split);
+  const int n_tiles = min(all_tiles, tile0 + per_split) - tile0;
 
   // Rows g and g + 8 of each of this warp's row tiles.
   int p_row[kMTiles][2];
@@ -137,11 +161,12 @@ __global__ void __launch_bounds__(kWarps * 32)
                    (ok ? row_head(row) : 0) * kHeadDim + col;
     cp_async_16(at(q_s, r, col), src, ok);
   }
-  // Stages keys [j0, j0 + kTileKv) of K and V; rows at or past kv_end are zero-filled.
+  // Stages keys [j0, j0 + kTileKv) of K and V (tile counts from this CTA's first); rows at
+  // or past kv_end are zero-filled.
   auto load_tile = [&](int stage, int tile) {
     T* kt = kv_s + stage * 2 * kTileKv * kHeadDim;
     T* vt = kt + kTileKv * kHeadDim;
-    const int j0 = kv_begin + tile * kTileKv;
+    const int j0 = kv_begin + (tile0 + tile) * kTileKv;
     for (int c = threadIdx.x; c < kTileKv * kChunks; c += kThreads) {
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const int j = j0 + r;
@@ -174,6 +199,26 @@ __global__ void __launch_bounds__(kWarps * 32)
     l_row[mt][0] = l_row[mt][1] = 0.f;
   }
   const float log2e_scale = scale * 1.4426950408889634f;
+  // The last key every row of this warp sees and the first key all of them see without the
+  // window: a tile inside both needs no mask (warp-uniform, so the branch does not diverge).
+  int all_see_to = 0x7fffffff, all_see_from = -1;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int p = p_row[mt][half];
+      all_see_to = min(all_see_to, p);  // -1 (no row): every tile needs the mask
+      all_see_from = max(all_see_from, window > 0 ? p - window + 1 : 0);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    all_see_to = min(all_see_to, __shfl_xor_sync(0xffffffffu, all_see_to, o));
+    all_see_from = max(all_see_from, __shfl_xor_sync(0xffffffffu, all_see_from, o));
+  }
+  // Q's fragments when they stay in registers: read in the first iteration, after the wait
+  // that covers the cp.async group carrying Q.
+  [[maybe_unused]] unsigned int qa[kQInRegisters ? kKSteps : 1][4];
 
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kStages == 1) {
@@ -192,7 +237,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     T* kt = kv_s + (kStages == 1 ? 0 : it % kStages) * 2 * kTileKv * kHeadDim;
     T* vt = kt + kTileKv * kHeadDim;
-    const int j0 = kv_begin + it * kTileKv;
+    const int j0 = kv_begin + (tile0 + it) * kTileKv;
+    if constexpr (kQInRegisters) {
+      if (it == 0) {
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          const int row = warp_row0 + ((lane / 8) % 2) * 8 + lane % 8;
+          ldmatrix_x4(qa[ks], at(q_s, row, ks * 16 + (lane / 16) * 8));
+        }
+      }
+    }
 
     float s[kMTiles][kNTiles][4];
 #pragma unroll
@@ -208,32 +262,53 @@ __global__ void __launch_bounds__(kWarps * 32)
       unsigned int a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        const int row = warp_row0 + mt * 16 + ((lane / 8) % 2) * 8 + lane % 8;
-        ldmatrix_x4(a[mt], at(q_s, row, ks * 16 + (lane / 16) * 8));
+        if constexpr (kQInRegisters) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mt][e] = qa[ks][e];
+        } else {
+          const int row = warp_row0 + mt * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+          ldmatrix_x4(a[mt], at(q_s, row, ks * 16 + (lane / 16) * 8));
+        }
       }
+      // Two n-tiles of K per ldmatrix: lanes 0-15 address tile nt, lanes 16-31 tile nt + 1.
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        unsigned int kb[2];
-        ldmatrix_x2(kb, at(kt, nt * 8 + lane % 8, ks * 16 + ((lane / 8) % 2) * 8));
+      for (int nt = 0; nt < kNTiles; nt += 2) {
+        unsigned int kb[4];
+        ldmatrix_x4(kb, at(kt, (nt + lane / 16) * 8 + lane % 8, ks * 16 + ((lane / 8) % 2) * 8));
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) mma_m16n8k16<T>(s[mt][nt], a[mt], kb[0], kb[1]);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<T>(s[mt][nt], a[mt], kb[0], kb[1]);
+          mma_m16n8k16<T>(s[mt][nt + 1], a[mt], kb[2], kb[3]);
+        }
       }
     }
 
+    const bool unmasked = j0 + kTileKv - 1 <= all_see_to && j0 >= all_see_from;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       // Mask, scale and the running max of rows g (half 0) and g + 8 (half 1).
       float mx[2] = {m_row[mt][0], m_row[mt][1]};
+      if (unmasked) {
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int half = e / 2;
-          const int j = j0 + nt * 8 + 2 * qd + (e % 2);
-          const int p = p_row[mt][half];
-          const bool visible = p >= 0 && j <= p && (window <= 0 || j > p - window);
-          s[mt][nt][e] = visible ? s[mt][nt][e] * log2e_scale : neg_inf();
-          mx[half] = fmaxf(mx[half], s[mt][nt][e]);
+          for (int e = 0; e < 4; ++e) {
+            s[mt][nt][e] *= log2e_scale;
+            mx[e / 2] = fmaxf(mx[e / 2], s[mt][nt][e]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int half = e / 2;
+            const int j = j0 + nt * 8 + 2 * qd + (e % 2);
+            const int p = p_row[mt][half];
+            const bool visible = p >= 0 && j <= p && (window <= 0 || j > p - window);
+            s[mt][nt][e] = visible ? s[mt][nt][e] * log2e_scale : neg_inf();
+            mx[half] = fmaxf(mx[half], s[mt][nt][e]);
+          }
         }
       }
       float base[2];
@@ -271,35 +346,104 @@ __global__ void __launch_bounds__(kWarps * 32)
         pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
         pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
+      // Two d-tiles of V per ldmatrix: lanes 0-15 address tile dt, lanes 16-31 tile dt + 1.
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        unsigned int vb[2];
-        ldmatrix_x2_trans(vb, at(vt, kk * 16 + lane % 16, dt * 8));
+      for (int dt = 0; dt < kDTiles; dt += 2) {
+        unsigned int vb[4];
+        ldmatrix_x4_trans(vb, at(vt, kk * 16 + lane % 16, (dt + lane / 16) * 8));
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) mma_m16n8k16<T>(o[mt][dt], pa[mt], vb[0], vb[1]);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<T>(o[mt][dt], pa[mt], vb[0], vb[1]);
+          mma_m16n8k16<T>(o[mt][dt + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
     if constexpr (kStages == 1) __syncthreads();  // before the next load refills the stage
   }
   cp_async_wait<0>();
 
+  // Row r of the output: (token, query head) -> its kHeadDim elements.
+  auto out_row = [&](int row) {
+    return out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads +
+                  row_head(row)) *
+                     kHeadDim;
+  };
+  if constexpr (kSplits == 1) {
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float l = group_sum<4>(l_row[mt][half]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int row = cta_row0 + warp_row0 + mt * 16 + g + 8 * half;
-      if (row >= rows) continue;
-      T* dst = out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads +
-                      row_head(row)) *
-                         kHeadDim;
+      for (int half = 0; half < 2; ++half) {
+        const float l = group_sum<4>(l_row[mt][half]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = cta_row0 + warp_row0 + mt * 16 + g + 8 * half;
+        if (row >= rows) continue;
+        T* dst = out_row(row);
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        *reinterpret_cast<unsigned int*>(dst + dt * 8 + 2 * qd) =
-            pack2<T>(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<unsigned int*>(dst + dt * 8 + 2 * qd) =
+              pack2<T>(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
+        }
       }
     }
+  } else {
+    // This run's rows as (o[kHeadDim], m, l) records, then the merge by the last run.
+    constexpr int kRecord = kHeadDim + 2;
+    const long long tile_index =
+        (static_cast<long long>(b) * gridDim.y + blockIdx.y) * (gridDim.x / kSplits) + row_tile;
+    float* tile_ws = workspace + tile_index * kSplits * kTileQ * kRecord;
+    float* run_ws = tile_ws + static_cast<long long>(split) * kTileQ * kRecord;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float l = group_sum<4>(l_row[mt][half]);
+        const int r = warp_row0 + mt * 16 + g + 8 * half;
+        float* rec = run_ws + r * kRecord;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<float2*>(rec + dt * 8 + 2 * qd) =
+              make_float2(o[mt][dt][2 * half], o[mt][dt][2 * half + 1]);
+        }
+        if (qd == 0) {
+          rec[kHeadDim] = m_row[mt][half];
+          rec[kHeadDim + 1] = l;
+        }
+      }
+    }
+    __shared__ bool is_last;
+    // Publish the records before counting this run as done.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned int tile_counter = static_cast<unsigned int>(tile_index);
+      is_last = atomicAdd(&counters[tile_counter], 1u) == kSplits - 1;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    // Two output elements per item: a 4-byte store of the pair.
+    for (int i = threadIdx.x; i < kTileQ * kHeadDim / 2; i += kThreads) {
+      const int r = i / (kHeadDim / 2), d = (i % (kHeadDim / 2)) * 2;
+      const int row = cta_row0 + r;
+      if (row >= rows) continue;
+      float mx = neg_inf(), sum = 0.f, acc0 = 0.f, acc1 = 0.f;
+#pragma unroll 4
+      for (int sp = 0; sp < kSplits; ++sp) {
+        const float* rec = tile_ws + (static_cast<long long>(sp) * kTileQ + r) * kRecord;
+        const float m2 = load_cg(rec + kHeadDim), l2 = load_cg(rec + kHeadDim + 1);
+        const float a0 = load_cg(rec + d), a1 = load_cg(rec + d + 1);
+        const float m_new = fmaxf(mx, m2);
+        if (m_new == neg_inf()) continue;
+        const float c1 = exp2f(mx - m_new), c2 = exp2f(m2 - m_new);
+        sum = sum * c1 + l2 * c2;
+        acc0 = acc0 * c1 + a0 * c2;
+        acc1 = acc1 * c1 + a1 * c2;
+        mx = m_new;
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      *reinterpret_cast<unsigned int*>(out_row(row) + d) = pack2<T>(acc0 * inv, acc1 * inv);
+    }
+    if (threadIdx.x == 0) counters[static_cast<unsigned int>(tile_index)] = 0u;
   }
 }
 

@@ -192,6 +192,11 @@ __device__ __forceinline__ float load_cg(const float* p) {
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
+__device__ __forceinline__ int load_cg(const int* p) {
+  int v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ unsigned long long load_cg(const unsigned long long* p) {
   unsigned long long v;
   asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p));
@@ -302,11 +307,43 @@ __device__ __forceinline__ void ldmatrix_x2_trans(unsigned int (&r)[2], const vo
                : "r"(shared_address(row)));
 }
 
-// Two floats as a packed pair of 16-bit T (bf16 or f16): `lo` in bits 0-15.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned int (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+// Two floats as a packed pair of 16-bit T (bf16 or f16): `lo` in bits 0-15, each rounded to
+// nearest even as from_float rounds finite values. sm_80 and later convert the pair in one
+// instruction (a NaN becomes the canonical NaN there, keeping no payload).
 template <typename T>
 __device__ __forceinline__ unsigned int pack2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int r;
+  if constexpr (is_same<T, bf16>::value) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    static_assert(is_same<T, f16>::value, "pack2 packs bf16 or f16");
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+#else
   return static_cast<unsigned int>(from_float<T>(lo).bits) |
          (static_cast<unsigned int>(from_float<T>(hi).bits) << 16);
+#endif
+}
+
+// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
+// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
+// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
+                                                    float l2, float acc2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == neg_inf()) return;
+  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
+  l = l * c1 + l2 * c2;
+  acc = acc * c1 + acc2 * c2;
+  m = mx;
 }
 
 // d += a * b on tensor cores: a 16x16 (row), b 16x8 (col), T = bf16 or f16 inputs, f32

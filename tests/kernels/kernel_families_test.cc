@@ -339,18 +339,66 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   ASSERT_TRUE(h200.ok());
   // 128 tokens of 8 heads: query tiles of 16 rows give 64 CTAs, the most there can be.
   EXPECT_EQ(h200->default_tactic.ParamsString(),
-            "pack_gqa=0,stages=2,tile_kv=128,tile_q=16,warps=1");
+            "pack_gqa=0,splits=1,stages=2,tile_kv=128,tile_q=16,warps=1");
   EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
             (16 + 2 * 2 * 128) * 128 * 2);
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
-  EXPECT_EQ(rtx->default_tactic.ParamsString(), "pack_gqa=0,stages=2,tile_kv=64,tile_q=16,warps=1");
+  // Its 64 KV rows per tile leave two key tiles for the 64 CTAs to split over its SMs.
+  EXPECT_EQ(rtx->default_tactic.ParamsString(),
+            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=16,warps=1");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;
   absl::Status s = flash.ValidateTactic(big, a, MustTarget("rtx-pro-6000"));
   EXPECT_THAT(s.message(), HasSubstr("shared memory"));
+}
+
+// A decode step of Qwen2-7B's grouping at batch 16: the packed group's 64 CTAs leave half
+// the H200 idle, so the cost model splits the 512-row context into runs of whole key tiles
+// and sizes the workspace and counters for them; the tuner measures splits only up to the
+// count that fills the GPU.
+TEST(KernelFamiliesTest, AttentionPrefillSplitsTheKeysOfAShortGrid) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %q: bf16[B,T,28,128]
+  input %positions: i32[B,T]
+  state %k: bf16[B,4,Smax,128]
+  state %v: bf16[B,4,Smax,128]
+  %a: bf16[B,T,28,128] = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}
+  output %a
+})");
+  const BoundGraph decode = MustBind(graph, {{"B", 16}, {"T", 1}, {"Smax", 1024}}, 512);
+  const BoundRegion a(decode, 0);
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& flash = *GlobalKernelRegistry().Find("attention_prefill");
+  absl::StatusOr<CandidateTable> table = flash.Candidates(a, h200);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const Tactic& t = table->default_tactic;
+  // 16 x 4 packed tiles of 7 rows; 132 SMs want 3 runs; 4 key tiles of 128 give runs of 2.
+  EXPECT_EQ(t.ParamsString(), "pack_gqa=1,splits=2,stages=2,tile_kv=128,tile_q=16,warps=1");
+  EXPECT_EQ(flash.Geometry(t, a).grid, (std::array<int64_t, 3>{2, 4, 16}));
+  EXPECT_EQ(flash.WorkspaceBytes(t, a), 64 * 2 * 16 * (128 + 2) * 4);
+  EXPECT_EQ(flash.CounterBytes(t, a), 64 * 4);
+  Tactic unsplit = t;
+  unsplit.params["splits"] = 1;
+  EXPECT_EQ(flash.WorkspaceBytes(unsplit, a), 0);
+  EXPECT_EQ(flash.CounterBytes(unsplit, a), 0);
+
+  Tactic probe = t;
+  probe.params["tile_kv"] = 32;  // 16 key tiles
+  for (int64_t splits : {2, 4}) {
+    probe.params["splits"] = splits;
+    EXPECT_TRUE(flash.WorthMeasuring(probe, a, h200)) << splits;
+  }
+  probe.params["splits"] = 8;  // 4 runs already give 256 CTAs
+  EXPECT_FALSE(flash.WorthMeasuring(probe, a, h200));
+  EXPECT_TRUE(flash.ValidateTactic(probe, a, h200).ok());  // valid, just not worth it
+  probe.params["pack_gqa"] = 0;  // 448 CTAs of one head each: no split pays
+  probe.params["splits"] = 2;
+  EXPECT_FALSE(flash.WorthMeasuring(probe, a, h200));
+  probe.params["splits"] = 17;
+  EXPECT_THAT(flash.ValidateTactic(probe, a, h200).message(), HasSubstr("splits"));
 }
 
 TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {

@@ -848,10 +848,14 @@ std::vector<Case> AttentionPrefillFlashCases() {
     const std::vector<int32_t> second = Iota(s.tokens, s.first + 3);
     positions.insert(positions.end(), second.begin(), second.end());
     c.ints["positions"] = positions;
-    c.tactics = {{{"pack_gqa", 0}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 0}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
-                 {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}}};
+    c.tactics = {{{"pack_gqa", 0}, {"splits", 1}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
+                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}},
+                 // Split-KV: runs of whole key tiles, some of them empty on the first row
+                 // tiles, merged by the last CTA of each row tile.
+                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
+                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -879,10 +883,15 @@ std::vector<Case> AttentionPrefillPackedGqaCases() {
     c.family = "attention_prefill";
     c.context = *std::max_element(s.positions.begin(), s.positions.end()) + 1;
     c.ints["positions"] = s.positions;
-    c.tactics = {{{"pack_gqa", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
-                 {{"pack_gqa", 0}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}}};
+    c.tactics = {{{"pack_gqa", 1}, {"splits", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
+                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
+                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
+                 // Split-KV over the packed group (Qwen2-7B's decode form): runs of uneven
+                 // length, empty runs on short contexts, and a split of an unpacked tile.
+                 {{"pack_gqa", 1}, {"splits", 4}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
+                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}}};
     cases.push_back(std::move(c));
   }
   return cases;

@@ -45,15 +45,36 @@ TEST(EnumerateCandidatesTest, DefaultFirstEveryCandidateValidNoDuplicates) {
     EXPECT_TRUE(gemv.ValidateTactic(t, region, h200).ok()) << t.ParamsString();
     EXPECT_TRUE(seen.insert(t.ParamsString()).second) << "duplicate " << t.ParamsString();
   }
-  // rows_per_cta {1..16} x split_k {1..16} x threads {64..512}: most of the 100 combinations
-  // leave a vector of K per slice and fit shared memory.
-  EXPECT_GT(all.size(), 50u);
-  EXPECT_LE(all.size(), 100u + 5u);
+  // rows_per_cta {1..16} x threads {64..512}: 4096 outputs give every SM of the H200 a CTA
+  // even at 16 outputs per CTA, so no split of K is worth measuring (WorthMeasuring).
+  EXPECT_EQ(all.size(), 20u);
+  for (const kernels::Tactic& t : all) EXPECT_EQ(t.params.at("split_k"), 1) << t.ParamsString();
 
   const std::vector<kernels::Tactic> capped = EnumerateCandidates(gemv, region, h200, 7);
   ASSERT_EQ(capped.size(), 7u);
   EXPECT_EQ(capped.front(), *def);
   EXPECT_TRUE(std::equal(capped.begin(), capped.end(), all.begin()));
+}
+
+// 1024 outputs: 16 per CTA leave 64 CTAs for 132 SMs (2 and 4 slices of K are measured),
+// 8 per CTA leave 128 (2 slices), 4 per CTA already fill the GPU (none).
+TEST(EnumerateCandidatesTest, SplitsOfKOnlyWhereTheGridLeavesSmsIdle) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,2048]
+  weight %w: bf16[1024,2048] = "w"
+  %y: bf16[B,T,1024] = linear(%x, %w)
+  output %y
+})");
+  const BoundGraph decode = MustBind(graph, {{"B", 1}, {"T", 1}}, 1);
+  const BoundRegion region(decode, 0);
+  const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
+  std::set<std::pair<int64_t, int64_t>> rows_and_splits;
+  for (const kernels::Tactic& t : EnumerateCandidates(gemv, region, MustTarget("h200"), 1000)) {
+    rows_and_splits.insert({t.params.at("rows_per_cta"), t.params.at("split_k")});
+  }
+  EXPECT_EQ(rows_and_splits,
+            (std::set<std::pair<int64_t, int64_t>>{
+                {1, 1}, {2, 1}, {4, 1}, {8, 1}, {8, 2}, {16, 1}, {16, 2}, {16, 4}}));
 }
 
 TEST(EnumerateCandidatesTest, CublasLtWithoutLibraryConfigsOffersItsDefaultOnly) {
