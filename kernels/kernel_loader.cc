@@ -42,9 +42,11 @@ absl::StatusOr<LoadedInstance*> KernelLoader::Load(const KernelInstance& instanc
                                            absl::StrCat(instance.source, " for ", compiled.arch)));
   for (const std::string& name : compiled.lowered_names) {
     TP_ASSIGN_OR_RETURN(device::Kernel kernel, loaded->module->GetKernel(name));
+    // Without raising the limit, static and dynamic shared memory share 48 KiB.
+    TP_ASSIGN_OR_RETURN(const int64_t static_bytes, kernel.StaticSharedMemoryBytes());
+    loaded->shared_limit.push_back(48 * 1024 - static_bytes);
     loaded->kernels.push_back(std::move(kernel));
   }
-  loaded->shared_limit.assign(loaded->kernels.size(), 48 * 1024);
   LoadedInstance* result = loaded.get();
   loaded_.emplace(instance, std::move(loaded));
   return result;

@@ -22,7 +22,8 @@ namespace tileplan::kernels {
 struct LoadedInstance {
   std::unique_ptr<device::Module> module;
   std::vector<device::Kernel> kernels;
-  // The dynamic shared memory limit raised so far, per kernel (48 KiB needs no raise).
+  // The dynamic shared memory each kernel may use so far: 48 KiB less its static shared
+  // memory, until a launch that needs more raises it.
   std::vector<int64_t> shared_limit;
 };
 

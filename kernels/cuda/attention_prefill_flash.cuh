@@ -50,7 +50,7 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // kHeadDim]; positions: [batch * tokens]. Rows whose position lies outside [0, capacity)
 // get zeros.
 //
-// workspace (kSplits > 1, else null): row tiles * kSplits * kTileQ * (kHeadDim + 2) floats,
+// workspace (kSplits > 1, else null): row tiles * kSplits * kTileQ * (kHeadDim + 4) floats,
 // row tiles = the grid's CTAs / kSplits; counters (kSplits > 1, else null): one unsigned per
 // row tile, zero before the first launch and left zero by every launch.
 //
@@ -386,8 +386,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   } else {
-    // This run's rows as (o[kHeadDim], m, l) records, then the merge by the last run.
-    constexpr int kRecord = kHeadDim + 2;
+    // This run's rows as (o[kHeadDim], m, l, 2 floats of padding) records, 16-byte aligned,
+    // then the merge by the last run.
+    constexpr int kRecord = kHeadDim + 4;
     const long long tile_index =
         (static_cast<long long>(b) * gridDim.y + blockIdx.y) * (gridDim.x / kSplits) + row_tile;
     float* tile_ws = workspace + tile_index * kSplits * kTileQ * kRecord;
@@ -404,10 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           *reinterpret_cast<float2*>(rec + dt * 8 + 2 * qd) =
               make_float2(o[mt][dt][2 * half], o[mt][dt][2 * half + 1]);
         }
-        if (qd == 0) {
-          rec[kHeadDim] = m_row[mt][half];
-          rec[kHeadDim + 1] = l;
-        }
+        if (qd == 0) *reinterpret_cast<float2*>(rec + kHeadDim) = make_float2(m_row[mt][half], l);
       }
     }
     __shared__ bool is_last;
@@ -421,27 +419,50 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    // Two output elements per item: a 4-byte store of the pair.
-    for (int i = threadIdx.x; i < kTileQ * kHeadDim / 2; i += kThreads) {
-      const int r = i / (kHeadDim / 2), d = (i % (kHeadDim / 2)) * 2;
-      const int row = cta_row0 + r;
-      if (row >= rows) continue;
-      float mx = neg_inf(), sum = 0.f, acc0 = 0.f, acc1 = 0.f;
-#pragma unroll 4
-      for (int sp = 0; sp < kSplits; ++sp) {
-        const float* rec = tile_ws + (static_cast<long long>(sp) * kTileQ + r) * kRecord;
-        const float m2 = load_cg(rec + kHeadDim), l2 = load_cg(rec + kHeadDim + 1);
-        const float a0 = load_cg(rec + d), a1 = load_cg(rec + d + 1);
-        const float m_new = fmaxf(mx, m2);
-        if (m_new == neg_inf()) continue;
-        const float c1 = exp2f(mx - m_new), c2 = exp2f(m2 - m_new);
-        sum = sum * c1 + l2 * c2;
-        acc0 = acc0 * c1 + a0 * c2;
-        acc1 = acc1 * c1 + a1 * c2;
-        mx = m_new;
+    // Items of four output elements (r, d..d + 3). Every load of a batch of items over all
+    // runs is issued before any of them is used, so a thread waits about once per batch for
+    // L2 rather than once per item and run.
+    constexpr int kQuads = kHeadDim / 4;
+    constexpr int kItems = kTileQ * kQuads;
+    constexpr int kBatch = kSplits >= 16 ? 1 : 16 / kSplits;
+    for (int i0 = threadIdx.x; i0 < kItems; i0 += kThreads * kBatch) {
+      float4 acc_in[kBatch][kSplits];
+      float2 ml_in[kBatch][kSplits];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = min(i0 + u * kThreads, kItems - 1);
+        const int r = i / kQuads, d = (i % kQuads) * 4;
+#pragma unroll
+        for (int sp = 0; sp < kSplits; ++sp) {
+          const float* rec = tile_ws + (static_cast<long long>(sp) * kTileQ + r) * kRecord;
+          ml_in[u][sp] = load_cg(reinterpret_cast<const float2*>(rec + kHeadDim));
+          acc_in[u][sp] = load_cg(reinterpret_cast<const float4*>(rec + d));
+        }
       }
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      *reinterpret_cast<unsigned int*>(out_row(row) + d) = pack2<T>(acc0 * inv, acc1 * inv);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kThreads;
+        const int r = i / kQuads, d = (i % kQuads) * 4;
+        if (i >= kItems || cta_row0 + r >= rows) continue;
+        float mx = neg_inf();
+#pragma unroll
+        for (int sp = 0; sp < kSplits; ++sp) mx = fmaxf(mx, ml_in[u][sp].x);
+        float sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+        if (mx != neg_inf()) {
+#pragma unroll
+          for (int sp = 0; sp < kSplits; ++sp) {
+            const float w = exp2f(ml_in[u][sp].x - mx);  // 0 for a run that saw no key
+            sum += ml_in[u][sp].y * w;
+            a0 += acc_in[u][sp].x * w;
+            a1 += acc_in[u][sp].y * w;
+            a2 += acc_in[u][sp].z * w;
+            a3 += acc_in[u][sp].w * w;
+          }
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        *reinterpret_cast<uint2*>(out_row(cta_row0 + r) + d) =
+            make_uint2(pack2<T>(a0 * inv, a1 * inv), pack2<T>(a2 * inv, a3 * inv));
+      }
     }
     if (threadIdx.x == 0) counters[static_cast<unsigned int>(tile_index)] = 0u;
   }

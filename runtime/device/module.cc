@@ -40,6 +40,17 @@ absl::Status Kernel::SetMaxDynamicSharedMemory(int64_t bytes) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> Kernel::StaticSharedMemoryBytes() const {
+  cudaFuncAttributes attributes{};
+  absl::Status status =
+      TP_CUDA_STATUS(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(handle_)));
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("kernel ", name_, ": reading its attributes: ",
+                                                    status.message()));
+  }
+  return static_cast<int64_t>(attributes.sharedSizeBytes);
+}
+
 absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
   TP_RETURN_IF_ERROR(CheckDims(config, name_));
   const dim3 grid(static_cast<unsigned>(config.grid[0]), static_cast<unsigned>(config.grid[1]),

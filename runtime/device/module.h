@@ -37,8 +37,11 @@ class Kernel {
   const std::string& name() const { return name_; }  // the lowered (mangled) name
   cudaKernel_t handle() const { return handle_; }
 
-  // Raises the kernel's dynamic shared memory limit (needed above 48 KiB).
+  // Raises the kernel's dynamic shared memory limit (needed when the dynamic and the static
+  // shared memory together exceed 48 KiB).
   absl::Status SetMaxDynamicSharedMemory(int64_t bytes) const;
+  // The shared memory the kernel declares statically, in bytes.
+  absl::StatusOr<int64_t> StaticSharedMemoryBytes() const;
 
   // Launches with `args`, one pointer per kernel parameter in order (cudaLaunchKernel's
   // convention). InvalidArgument for a grid or block outside the CUDA limits or a launch

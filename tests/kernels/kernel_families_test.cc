@@ -337,17 +337,17 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   }
   absl::StatusOr<CandidateTable> h200 = flash.Candidates(a, MustTarget("h200"));
   ASSERT_TRUE(h200.ok());
-  // 128 tokens of 8 heads: query tiles of 16 rows give 64 CTAs, the most there can be.
+  // 128 tokens of 8 heads in 64-row tiles: 16 CTAs, so the two 64-row key tiles of the
+  // context are split into two runs (32 CTAs, all resident at two per SM).
   EXPECT_EQ(h200->default_tactic.ParamsString(),
-            "pack_gqa=0,splits=1,stages=2,tile_kv=128,tile_q=16,warps=1");
+            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=64,warps=4");
   EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
-            (16 + 2 * 2 * 128) * 128 * 2);
+            (64 + 2 * 2 * 64) * 128 * 2);
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
-  // Its 64 KV rows per tile leave two key tiles for the 64 CTAs to split over its SMs.
   EXPECT_EQ(rtx->default_tactic.ParamsString(),
-            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=16,warps=1");
+            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=64,warps=4");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;
@@ -375,10 +375,10 @@ TEST(KernelFamiliesTest, AttentionPrefillSplitsTheKeysOfAShortGrid) {
   absl::StatusOr<CandidateTable> table = flash.Candidates(a, h200);
   ASSERT_TRUE(table.ok()) << table.status();
   const Tactic& t = table->default_tactic;
-  // 16 x 4 packed tiles of 7 rows; 132 SMs want 3 runs; 4 key tiles of 128 give runs of 2.
-  EXPECT_EQ(t.ParamsString(), "pack_gqa=1,splits=2,stages=2,tile_kv=128,tile_q=16,warps=1");
-  EXPECT_EQ(flash.Geometry(t, a).grid, (std::array<int64_t, 3>{2, 4, 16}));
-  EXPECT_EQ(flash.WorkspaceBytes(t, a), 64 * 2 * 16 * (128 + 2) * 4);
+  // 16 x 4 packed tiles of 7 rows; 132 SMs want 3 runs; 8 key tiles of 64 give runs of 3.
+  EXPECT_EQ(t.ParamsString(), "pack_gqa=1,splits=3,stages=2,tile_kv=64,tile_q=64,warps=4");
+  EXPECT_EQ(flash.Geometry(t, a).grid, (std::array<int64_t, 3>{3, 4, 16}));
+  EXPECT_EQ(flash.WorkspaceBytes(t, a), 64 * 3 * 64 * (128 + 4) * 4);
   EXPECT_EQ(flash.CounterBytes(t, a), 64 * 4);
   Tactic unsplit = t;
   unsplit.params["splits"] = 1;

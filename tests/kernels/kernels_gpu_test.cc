@@ -855,7 +855,9 @@ std::vector<Case> AttentionPrefillFlashCases() {
                  // Split-KV: runs of whole key tiles, some of them empty on the first row
                  // tiles, merged by the last CTA of each row tile.
                  {{"pack_gqa", 0}, {"splits", 2}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}}};
+                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 // 16 runs: most of them empty here, one item per merge batch.
+                 {{"pack_gqa", 0}, {"splits", 16}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -891,7 +893,8 @@ std::vector<Case> AttentionPrefillPackedGqaCases() {
                  // length, empty runs on short contexts, and a split of an unpacked tile.
                  {{"pack_gqa", 1}, {"splits", 4}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
                  {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}}};
+                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
+                 {{"pack_gqa", 1}, {"splits", 8}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 128}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
