@@ -337,17 +337,16 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   }
   absl::StatusOr<CandidateTable> h200 = flash.Candidates(a, MustTarget("h200"));
   ASSERT_TRUE(h200.ok());
-  // 128 tokens of 8 heads in 64-row tiles: 16 CTAs, so the two 64-row key tiles of the
-  // context are split into two runs (32 CTAs, all resident at two per SM).
+  // 128 tokens of 8 heads in 64-row tiles of 4 warps, one run over the keys.
   EXPECT_EQ(h200->default_tactic.ParamsString(),
-            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=64,warps=4");
+            "pack_gqa=0,splits=1,stages=2,tile_kv=64,tile_q=64,warps=4");
   EXPECT_EQ(flash.Geometry(h200->default_tactic, a).dynamic_shared_memory_bytes,
             (64 + 2 * 2 * 64) * 128 * 2);
   absl::StatusOr<CandidateTable> rtx = flash.Candidates(a, MustTarget("rtx-pro-6000"));
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->selected_row, "sm_120");
   EXPECT_EQ(rtx->default_tactic.ParamsString(),
-            "pack_gqa=0,splits=2,stages=2,tile_kv=64,tile_q=64,warps=4");
+            "pack_gqa=0,splits=1,stages=2,tile_kv=64,tile_q=64,warps=4");
   // A tactic that needs more shared memory than the target has is rejected.
   Tactic big = h200->default_tactic;
   big.params["stages"] = 4;
@@ -355,11 +354,10 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
   EXPECT_THAT(s.message(), HasSubstr("shared memory"));
 }
 
-// A decode step of Qwen2-7B's grouping at batch 16: the packed group's 64 CTAs leave half
-// the H200 idle, so the cost model splits the 512-row context into runs of whole key tiles
-// and sizes the workspace and counters for them; the tuner measures splits only up to the
-// count that fills the GPU.
-TEST(KernelFamiliesTest, AttentionPrefillSplitsTheKeysOfAShortGrid) {
+// A decode step of Qwen2-7B's grouping at batch 16: the group packed into 64-row tiles, one
+// run over the keys by default; a split tactic sizes its workspace and counters per run and
+// row tile, and the tuner measures splits only up to the count that fills the GPU.
+TEST(KernelFamiliesTest, AttentionPrefillSplitTacticsAndWhichOnesAreMeasured) {
   const ir::Graph graph = MustParseVerified(R"(graph @g {
   input %q: bf16[B,T,28,128]
   input %positions: i32[B,T]
@@ -374,16 +372,17 @@ TEST(KernelFamiliesTest, AttentionPrefillSplitsTheKeysOfAShortGrid) {
   const KernelFamily& flash = *GlobalKernelRegistry().Find("attention_prefill");
   absl::StatusOr<CandidateTable> table = flash.Candidates(a, h200);
   ASSERT_TRUE(table.ok()) << table.status();
-  const Tactic& t = table->default_tactic;
-  // 16 x 4 packed tiles of 7 rows; 132 SMs want 3 runs; 8 key tiles of 64 give runs of 3.
-  EXPECT_EQ(t.ParamsString(), "pack_gqa=1,splits=3,stages=2,tile_kv=64,tile_q=64,warps=4");
+  const Tactic& unsplit = table->default_tactic;
+  EXPECT_EQ(unsplit.ParamsString(), "pack_gqa=1,splits=1,stages=2,tile_kv=64,tile_q=64,warps=4");
+  EXPECT_EQ(flash.Geometry(unsplit, a).grid, (std::array<int64_t, 3>{1, 4, 16}));
+  EXPECT_EQ(flash.WorkspaceBytes(unsplit, a), 0);
+  EXPECT_EQ(flash.CounterBytes(unsplit, a), 0);
+  Tactic t = unsplit;
+  t.params["splits"] = 3;  // 16 x 4 packed tiles of 7 rows, three runs each
+  ASSERT_TRUE(flash.ValidateTactic(t, a, h200).ok());
   EXPECT_EQ(flash.Geometry(t, a).grid, (std::array<int64_t, 3>{3, 4, 16}));
   EXPECT_EQ(flash.WorkspaceBytes(t, a), 64 * 3 * 64 * (128 + 4) * 4);
   EXPECT_EQ(flash.CounterBytes(t, a), 64 * 4);
-  Tactic unsplit = t;
-  unsplit.params["splits"] = 1;
-  EXPECT_EQ(flash.WorkspaceBytes(unsplit, a), 0);
-  EXPECT_EQ(flash.CounterBytes(unsplit, a), 0);
 
   Tactic probe = t;
   probe.params["tile_kv"] = 32;  // 16 key tiles
