@@ -35,6 +35,19 @@ constexpr int kDecodeMaxTokens = 16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
+// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
+// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
+                                                    float l2, float acc2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == neg_inf()) return;
+  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
+  l = l * c1 + l2 * c2;
+  acc = acc * c1 + acc2 * c2;
+  m = mx;
+}
+
 // The cache rows [first, last] a token at position p sees (window 0: no window); an empty
 // range (first > last) when p addresses no cache row.
 __device__ __forceinline__ void decode_key_range(int p, int capacity, int window, int& first,
@@ -252,13 +265,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
     }
   }
   if constexpr (kSplits > 1) {
-    __shared__ bool is_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[pair], 1u) == kSplits - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!last_to_arrive(&counters[pair], kSplits)) return;
     // One pass over the splits: every load is independent of the merge before it, so the
     // unrolled loop keeps several splits' loads in flight.
     for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {

@@ -408,17 +408,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (qd == 0) *reinterpret_cast<float2*>(rec + kHeadDim) = make_float2(m_row[mt][half], l);
       }
     }
-    __shared__ bool is_last;
-    // Publish the records before counting this run as done.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned int tile_counter = static_cast<unsigned int>(tile_index);
-      is_last = atomicAdd(&counters[tile_counter], 1u) == kSplits - 1;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!last_to_arrive(&counters[tile_index], kSplits)) return;
     // Items of four output elements (r, d..d + 3). Every load of a batch of items over all
     // runs is issued before any of them is used, so a thread waits about once per batch for
     // L2 rather than once per item and run.
@@ -464,7 +454,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             make_uint2(pack2<T>(a0 * inv, a1 * inv), pack2<T>(a2 * inv, a3 * inv));
       }
     }
-    if (threadIdx.x == 0) counters[static_cast<unsigned int>(tile_index)] = 0u;
+    if (threadIdx.x == 0) counters[tile_index] = 0u;
   }
 }
 

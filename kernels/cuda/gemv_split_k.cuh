@@ -263,7 +263,6 @@ __global__ void __launch_bounds__(kThreads)
                                         bias, residual, residual_stride, out);
     }
   } else {
-    __shared__ bool is_last;
     const long long slice_floats = static_cast<long long>(rows) * weight_rows;
     float* part = workspace + blockIdx.y * slice_floats;
     for (int i = threadIdx.x; i < items; i += kThreads) {
@@ -274,13 +273,7 @@ __global__ void __launch_bounds__(kThreads)
         part[static_cast<long long>(r) * weight_rows + cols + col0 + c] = warp_total(c, r, 1);
       }
     }
-    // Publish the partials before counting this slice as done.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == kSplitK - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!last_to_arrive(&counters[blockIdx.x], kSplitK)) return;
     for (int i = threadIdx.x; i < items; i += kThreads) {
       const int c = i / rows, r = i % rows;
       const int col = col0 + c;

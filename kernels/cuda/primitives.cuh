@@ -215,6 +215,20 @@ __device__ __forceinline__ unsigned long long load_cg(const unsigned long long* 
   return v;
 }
 
+// The arrival of a CTA at the end of a split reduction: each of the `count` CTAs sharing
+// `counter` writes its partial results, then every thread of its block calls this. It
+// returns true, to every thread of the block, in the last CTA to arrive, which then sees the
+// other CTAs' partials (read them with load_cg) and re-arms the counter to zero when done.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int count) {
+  __shared__ bool last;
+  __threadfence();  // this thread's partials before the arrival
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == count - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // Sum over aligned groups of kWidth consecutive lanes (a power of two <= 32); every lane
 // of the warp must call it, and every lane of a group gets the group's sum.
 template <int kWidth = 32>
@@ -343,19 +357,6 @@ __device__ __forceinline__ unsigned int pack2(float lo, float hi) {
   return static_cast<unsigned int>(from_float<T>(lo).bits) |
          (static_cast<unsigned int>(from_float<T>(hi).bits) << 16);
 #endif
-}
-
-// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
-// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
-// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
-__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
-                                                    float l2, float acc2) {
-  const float mx = fmaxf(m, m2);
-  if (mx == neg_inf()) return;
-  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
-  l = l * c1 + l2 * c2;
-  acc = acc * c1 + acc2 * c2;
-  m = mx;
 }
 
 // d += a * b on tensor cores: a 16x16 (row), b 16x8 (col), T = bf16 or f16 inputs, f32
