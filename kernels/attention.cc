@@ -304,7 +304,7 @@ constexpr DecodeRow kDecodeRows[] = {{"sm_80", 128, 4},
 class AttentionDecodeFamily final : public FamilyBase {
  public:
   AttentionDecodeFamily()
-      : FamilyBase("attention_decode", 2,
+      : FamilyBase("attention_decode", 3,
                    {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
                    {"kv_chunk", "splits", "warps"}) {}
 
