@@ -88,9 +88,22 @@ class Builder {
                ? buffers_->operands[static_cast<size_t>(i)]
                : nullptr;
   }
-  // A workspace or counter buffer, passed only when the reduction is split.
-  void* Split(int64_t splits, void* RegionBuffers::*member) const {
-    return splits > 1 && buffers_ != nullptr ? buffers_->*member : nullptr;
+  // The workspace and counters of a launch split `splits` ways: both null when it is not
+  // split (or no buffers are given), else checked to be present and aligned to 16 and 4
+  // bytes; `what` names the split in errors ("the split-K workspace").
+  struct SplitPointers {
+    void* workspace = nullptr;
+    void* counters = nullptr;
+  };
+  absl::StatusOr<SplitPointers> SplitBuffers(int64_t splits, absl::string_view what) const {
+    SplitPointers p;
+    if (splits <= 1 || buffers_ == nullptr) return p;
+    TP_RETURN_IF_ERROR(
+        CheckPointer(buffers_->workspace, 16, absl::StrCat("the ", what, " workspace")));
+    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, absl::StrCat("the ", what, " counters")));
+    p.workspace = buffers_->workspace;
+    p.counters = buffers_->counters;
+    return p;
   }
   void* Result(int i) const {
     return buffers_ != nullptr && i < static_cast<int>(buffers_->results.size())
@@ -346,10 +359,7 @@ absl::Status Builder::Gemv() {
   if (has_bias)
     TP_RETURN_IF_ERROR(CheckOperands(ir::DTypeSize(r_.operand_dtype(bias_index)), {bias_index}));
   TP_RETURN_IF_ERROR(CheckResults(ir::DTypeSize(r_.result_dtype(0)), {0}));
-  if (buffers_ != nullptr && split_k > 1) {
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-K workspace"));
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-K counters"));
-  }
+  TP_ASSIGN_OR_RETURN(const SplitPointers split, SplitBuffers(split_k, "split-K"));
   instance.source = "gemv_split_k.cuh";
   const char* epilogue = residual ? "tileplan::kGemvResidual"
                          : swiglu ? "tileplan::kGemvSwiglu"
@@ -359,8 +369,7 @@ absl::Status Builder::Gemv() {
   args.Add(norm ? Operand(1) : nullptr).Add(static_cast<float>(eps)).Add(Operand(w_index));
   args.Add(has_bias ? Operand(bias_index) : nullptr);
   args.Add(residual ? Operand(2) : nullptr).Add(static_cast<long long>(residual ? res.stride : 0));
-  args.Add(Result(0)).Add(Split(split_k, &RegionBuffers::workspace));
-  args.Add(Split(split_k, &RegionBuffers::counters));
+  args.Add(Result(0)).Add(split.workspace).Add(split.counters);
   args.Add(static_cast<int>(x.rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(x.cols));
   Launch(absl::StrCat("tileplan::gemv_split_k<", x_type, ", ", w_type, ", ", out_type, ", ",
                       Pow2Ceil(x.rows), ", ", threads, ", ", rows_per_cta, ", ", split_k, ", ", vec,
@@ -405,12 +414,8 @@ absl::Status Builder::Attention(bool decode) {
     TP_ASSIGN_OR_RETURN(const int64_t warps, Param("warps"));
     if (tokens > 16) return Error(tokens, " new tokens exceed the 16 of split-KV decode");
     const int64_t queries = tokens * (q_heads / kv_heads);
-    if (buffers_ != nullptr && splits > 1) {
-      TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
-      TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
-    }
-    args.Add(Split(splits, &RegionBuffers::workspace));
-    args.Add(Split(splits, &RegionBuffers::counters));
+    TP_ASSIGN_OR_RETURN(const SplitPointers split, SplitBuffers(splits, "split-KV"));
+    args.Add(split.workspace).Add(split.counters);
     args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
     args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
     args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
@@ -432,12 +437,8 @@ absl::Status Builder::Attention(bool decode) {
     return Error("tensor-core attention needs bf16 or f16, got ", ir::DTypeName(dtype));
   }
   if (dim % 16 != 0) return Error("head dim ", dim, " is not a multiple of 16");
-  if (buffers_ != nullptr && splits > 1) {
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
-  }
-  args.Add(Split(splits, &RegionBuffers::workspace));
-  args.Add(Split(splits, &RegionBuffers::counters));
+  TP_ASSIGN_OR_RETURN(const SplitPointers split, SplitBuffers(splits, "split-KV"));
+  args.Add(split.workspace).Add(split.counters);
   args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
   args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
   args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
@@ -500,10 +501,7 @@ absl::Status Builder::AttentionRope() {
   if (buffers_ != nullptr && buffers_->rope_inv_freq == nullptr) {
     return Error("no rope frequencies (RegionBuffers::rope_inv_freq)");
   }
-  if (buffers_ != nullptr && splits > 1) {
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the split-KV workspace"));
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the split-KV counters"));
-  }
+  TP_ASSIGN_OR_RETURN(const SplitPointers split, SplitBuffers(splits, "split-KV"));
   KernelArgs args;
   args.Add(Operand(0)).Add(static_cast<long long>(stride));
   args.Add(norm ? Operand(1) : nullptr).Add(norm ? Operand(2) : nullptr);
@@ -515,8 +513,7 @@ absl::Status Builder::AttentionRope() {
   args.Add(eps).Add(Operand(positions));
   args.Add(buffers_ != nullptr ? buffers_->rope_inv_freq : nullptr);
   args.Add(Result(1)).Add(Result(2)).Add(Result(0));
-  args.Add(Split(splits, &RegionBuffers::workspace));
-  args.Add(Split(splits, &RegionBuffers::counters));
+  args.Add(split.workspace).Add(split.counters);
   args.Add(static_cast<int>(tokens)).Add(static_cast<int>(q_heads));
   args.Add(static_cast<int>(kv_heads)).Add(static_cast<int>(capacity));
   args.Add(static_cast<float>(scale)).Add(static_cast<int>(window));
@@ -619,15 +616,11 @@ absl::Status Builder::Argmax() {
   const int64_t vec = WidestDividing(4, {logits.cols, logits.stride, r_.operand(0).offset});
   TP_RETURN_IF_ERROR(CheckOperands(vec * 4, {0}));
   TP_RETURN_IF_ERROR(CheckResults(4, {0}));
-  if (buffers_ != nullptr && splits > 1) {
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->workspace, 16, "the argmax workspace"));
-    TP_RETURN_IF_ERROR(CheckPointer(buffers_->counters, 4, "the argmax counters"));
-  }
+  TP_ASSIGN_OR_RETURN(const SplitPointers split, SplitBuffers(splits, "argmax"));
   instance.source = "argmax.cuh";
   KernelArgs args;
   args.Add(Operand(0)).Add(static_cast<long long>(logits.stride)).Add(Result(0));
-  args.Add(Split(splits, &RegionBuffers::workspace));
-  args.Add(Split(splits, &RegionBuffers::counters));
+  args.Add(split.workspace).Add(split.counters);
   args.Add(static_cast<int>(logits.cols));
   Launch(absl::StrCat("tileplan::argmax<", threads, ", ", splits, ", ", vec, ">"),
          {splits, std::max<int64_t>(1, logits.rows), 1}, {threads, 1, 1}, 0, std::move(args));

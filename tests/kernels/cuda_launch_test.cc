@@ -103,6 +103,21 @@ TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
   buffers.results.clear();
   launches = PrepareLaunches(*gemv, linear, tactic, buffers);
   EXPECT_THAT(std::string(launches.status().message()), HasSubstr("no device buffer for result 0"));
+  // A split launch needs its workspace and (4-byte aligned) counters; an unsplit one neither.
+  tactic.params["split_k"] = 2;
+  buffers = FakeBuffers(linear);
+  buffers.workspace = nullptr;
+  launches = PrepareLaunches(*gemv, linear, tactic, buffers);
+  EXPECT_THAT(std::string(launches.status().message()),
+              HasSubstr("no device buffer for the split-K workspace"));
+  buffers = FakeBuffers(linear);
+  buffers.counters = static_cast<char*>(buffers.counters) + 2;
+  launches = PrepareLaunches(*gemv, linear, tactic, buffers);
+  EXPECT_THAT(std::string(launches.status().message()),
+              HasSubstr("the split-K counters at 0x2300002 is not aligned to 4 bytes"));
+  tactic.params["split_k"] = 1;
+  buffers.workspace = nullptr;
+  EXPECT_TRUE(PrepareLaunches(*gemv, linear, tactic, buffers).ok());
 }
 
 TEST(CudaLaunchTest, KernelArgsPointAtTheirValues) {
