@@ -398,10 +398,12 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   std::vector<Tactic> out;
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
   if (!table.ok()) return out;
-  auto add = [&](const Tactic& t) {
+  // `from_product`: a combination of the tunables, kept only when worth measuring.
+  auto add = [&](const Tactic& t, bool from_product = false) {
     if (static_cast<int>(out.size()) >= max_count) return;
     if (std::find(out.begin(), out.end(), t) != out.end()) return;
     if (!family.ValidateTactic(t, region, target).ok()) return;
+    if (from_product && !family.WorthMeasuring(t, region, target)) return;
     out.push_back(t);
   };
   add(table->default_tactic);
@@ -418,10 +420,7 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
     Tactic t = table->default_tactic;
     for (size_t i = 0; i < params.size(); ++i)
       t.params[params[i].name] = params[i].values[index[i]];
-    if (family.ValidateTactic(t, region, target).ok() &&
-        family.WorthMeasuring(t, region, target)) {
-      add(t);
-    }
+    add(t, /*from_product=*/true);
     size_t i = params.size();
     while (i > 0) {
       --i;
