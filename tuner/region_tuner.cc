@@ -17,6 +17,7 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/device/device_buffer.h"
+#include "runtime/device/event_timer.h"
 
 namespace tileplan::tuner {
 namespace {
@@ -283,25 +284,11 @@ class Session {
       cudaGraphExecDestroy(exec);
       TP_RETURN_IF_ERROR(st);
     } else {
-      std::vector<cudaEvent_t> events(static_cast<size_t>(repeats) + 1, nullptr);
-      absl::Status st;
-      for (cudaEvent_t& e : events) st.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
-      if (st.ok()) st.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream_)));
-      for (int i = 0; i < repeats && st.ok(); ++i) {
-        st.Update(Run(p, static_cast<size_t>(i) % copies_.size()));
-        st.Update(TP_CUDA_STATUS(cudaEventRecord(events[static_cast<size_t>(i) + 1], stream_)));
-      }
-      if (st.ok()) st.Update(TP_CUDA_STATUS(cudaEventSynchronize(events.back())));
-      for (int i = 0; i < repeats && st.ok(); ++i) {
-        float t = 0;
-        st.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&t, events[static_cast<size_t>(i)],
-                                                      events[static_cast<size_t>(i) + 1])));
-        ms.push_back(t);
-      }
-      for (cudaEvent_t e : events) {
-        if (e != nullptr) cudaEventDestroy(e);
-      }
-      TP_RETURN_IF_ERROR(st);
+      TP_ASSIGN_OR_RETURN(
+          ms, device::TimeEach(
+                  stream_, repeats,
+                  [&](int i) { return Run(p, static_cast<size_t>(i) % copies_.size()); },
+                  [&] { return TP_CUDA_STATUS(cudaStreamSynchronize(stream_)); }));
     }
     std::sort(ms.begin(), ms.end());
     return 1e3 * ms[ms.size() / 2];

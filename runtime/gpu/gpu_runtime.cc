@@ -23,6 +23,7 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/device/device_buffer.h"
+#include "runtime/device/event_timer.h"
 #include "runtime/gpu/device_weights.h"
 
 namespace tileplan::runtime::gpu {
@@ -478,27 +479,16 @@ struct GpuRuntime::Impl {
   absl::StatusOr<std::vector<GpuRuntime::StepTime>> Profile(Program& p, int iterations) {
     TP_RETURN_IF_ERROR(Activate(p));
     const size_t n = p.steps.size();
-    std::vector<cudaEvent_t> events(n + 1, nullptr);
-    absl::Status status;
-    for (cudaEvent_t& e : events) status.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
     std::vector<std::vector<double>> ms(n);
-    for (int it = 0; it < iterations && status.ok(); ++it) {
-      status.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream)));
-      for (size_t i = 0; i < n && status.ok(); ++i) {
-        status.Update(Enqueue(p.steps[i]));
-        status.Update(TP_CUDA_STATUS(cudaEventRecord(events[i + 1], stream)));
-      }
-      if (status.ok()) status.Update(Finish());
-      for (size_t i = 0; i < n && status.ok(); ++i) {
-        float t = 0;
-        status.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&t, events[i], events[i + 1])));
-        ms[i].push_back(t);
-      }
+    for (int it = 0; it < iterations; ++it) {
+      TP_ASSIGN_OR_RETURN(
+          const std::vector<double> step_ms,
+          device::TimeEach(
+              stream, static_cast<int>(n),
+              [&](int i) { return Enqueue(p.steps[static_cast<size_t>(i)]); },
+              [&] { return Finish(); }));
+      for (size_t i = 0; i < n; ++i) ms[i].push_back(step_ms[i]);
     }
-    for (cudaEvent_t e : events) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-    TP_RETURN_IF_ERROR(status);
     std::vector<GpuRuntime::StepTime> out;
     for (size_t i = 0; i < n; ++i) {
       const pp::Step& step = p.phase->steps(static_cast<int>(i));
@@ -582,27 +572,12 @@ struct GpuRuntime::Impl {
   absl::Status TimedRuns(Program& p, bool greedy, int warmup, int iterations,
                          std::vector<double>& out) {
     for (int i = 0; i < warmup; ++i) TP_RETURN_IF_ERROR(Run(p, greedy));
-    std::vector<cudaEvent_t> events(static_cast<size_t>(iterations) + 1, nullptr);
-    absl::Status status;
-    for (cudaEvent_t& e : events) {
-      status.Update(TP_CUDA_STATUS(cudaEventCreate(&e)));
-    }
-    if (status.ok()) status.Update(TP_CUDA_STATUS(cudaEventRecord(events[0], stream)));
-    for (int i = 0; i < iterations && status.ok(); ++i) {
-      status.Update(Run(p, greedy));
-      status.Update(TP_CUDA_STATUS(cudaEventRecord(events[static_cast<size_t>(i) + 1], stream)));
-    }
-    if (status.ok()) status.Update(Finish());
-    for (int i = 0; i < iterations && status.ok(); ++i) {
-      float ms = 0;
-      status.Update(TP_CUDA_STATUS(cudaEventElapsedTime(&ms, events[static_cast<size_t>(i)],
-                                                        events[static_cast<size_t>(i) + 1])));
-      out.push_back(ms);
-    }
-    for (cudaEvent_t e : events) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-    return status;
+    TP_ASSIGN_OR_RETURN(
+        const std::vector<double> ms,
+        device::TimeEach(
+            stream, iterations, [&](int) { return Run(p, greedy); }, [&] { return Finish(); }));
+    out.insert(out.end(), ms.begin(), ms.end());
+    return absl::OkStatus();
   }
 };
 
