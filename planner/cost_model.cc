@@ -7,7 +7,7 @@
 namespace tileplan::planner {
 
 CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
-                          const TargetDescription& target, LaunchMode mode) {
+                          const targets::TargetDescription& target, LaunchMode mode) {
   CostEstimate e;
   e.bytes = work.bytes;
   e.flops = work.flops;
@@ -33,7 +33,8 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
 absl::StatusOr<CostEstimate> EstimateStep(const kernels::KernelFamily& family,
                                           const kernels::Tactic& tactic,
                                           const kernels::BoundRegion& region,
-                                          const TargetDescription& target, LaunchMode mode) {
+                                          const targets::TargetDescription& target,
+                                          LaunchMode mode) {
   TP_RETURN_IF_ERROR(family.ValidateTactic(tactic, region, target));
   return EstimateCost(family.Work(tactic, region), family.Launches(tactic, region),
                       family.Geometry(tactic, region).ctas(), target, mode);

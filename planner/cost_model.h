@@ -17,9 +17,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "kernels/bound_graph.h"
-#include "kernels/kernel_family.h"
-#include "planner/target.pb.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
+#include "targets/target.pb.h"
 
 namespace tileplan::planner {
 
@@ -39,13 +39,14 @@ struct CostEstimate {
 
 // The formula above for `work` done by `launches` kernels whose main grid has `ctas` CTAs.
 CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
-                          const TargetDescription& target, LaunchMode mode);
+                          const targets::TargetDescription& target, LaunchMode mode);
 
 // `family` running `region` with `tactic`; the tactic's error when it does not validate.
 absl::StatusOr<CostEstimate> EstimateStep(const kernels::KernelFamily& family,
                                           const kernels::Tactic& tactic,
                                           const kernels::BoundRegion& region,
-                                          const TargetDescription& target, LaunchMode mode);
+                                          const targets::TargetDescription& target,
+                                          LaunchMode mode);
 
 }  // namespace tileplan::planner
 

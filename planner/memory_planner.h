@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/bound_graph.h"
+#include "kernels/core/bound_graph.h"
 #include "regions/ir.h"
 
 namespace tileplan::planner {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "kernels/families/registry.h"
 #include "models/lowering.h"
 #include "planner/memory_planner.h"
 #include "planner/pipelines.h"
@@ -136,7 +137,7 @@ absl::Status CollectPackedWeights(const ir::Graph& graph,
 }  // namespace
 
 absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& spec,
-                                       const TargetDescription& target,
+                                       const targets::TargetDescription& target,
                                        const kernels::KernelRegistry& registry,
                                        const TacticCache* cache) {
   TP_ASSIGN_OR_RETURN(BoundGraph g, BoundGraph::Create(graph, spec.bindings, spec.context));
@@ -243,7 +244,7 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
 }
 
 absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfig& config,
-                                                        const TargetDescription& target,
+                                                        const targets::TargetDescription& target,
                                                         const PlanOptions& options,
                                                         const TacticCache* cache) {
   TP_RETURN_IF_ERROR(CheckOptions(options));

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/bound_graph.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
 #include "models/config.h"
 #include "planner/pass.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_cache.h"
-#include "planner/target.pb.h"
 #include "regions/ir.h"
+#include "targets/target.pb.h"
 
 namespace tileplan::planner {
 
@@ -43,7 +43,7 @@ struct PlanOptions {
 // decode context exceeds max_context, or there is no phase at all; lowering, pipeline and
 // selection errors otherwise (they name the region).
 absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfig& config,
-                                                        const TargetDescription& target,
+                                                        const targets::TargetDescription& target,
                                                         const PlanOptions& options,
                                                         const TacticCache* cache);
 
@@ -60,7 +60,7 @@ struct PhaseSpec {
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked
 // with CheckMemoryPlan), steps and bindings.
 absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& spec,
-                                       const TargetDescription& target,
+                                       const targets::TargetDescription& target,
                                        const kernels::KernelRegistry& registry,
                                        const TacticCache* cache);
 

@@ -76,7 +76,7 @@ std::string CompactFusedFrom(const google::protobuf::RepeatedPtrField<std::strin
 }
 
 std::string PlanTable(const proto::ExecutionPlan& plan) {
-  const TargetDescription& t = plan.target();
+  const targets::TargetDescription& t = plan.target();
   std::string out = absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases\n", plan.model(),
                                     t.name(), t.gpu(), t.sm(), t.sm_count(), plan.phases_size());
   absl::StrAppend(&out, "packed weights: ", plan.weight_packing_size(), "\n");
@@ -89,19 +89,18 @@ std::string PlanTable(const proto::ExecutionPlan& plan) {
                     phase.context(), phase.cuda_graph() ? "; CUDA graph" : "", "; pipeline: ",
                     phase.pipeline().empty() ? "none" : absl::StrJoin(phase.pipeline(), ", "),
                     ")\n");
-    std::vector<std::vector<std::string>> rows = {
-        {"step", "region", "kind", "fused from", "family", "tactic", "source", "est us",
-         "measured us", "bytes"}};
+    std::vector<std::vector<std::string>> rows = {{"step", "region", "kind", "fused from", "family",
+                                                   "tactic", "source", "est us", "measured us",
+                                                   "bytes"}};
     for (int i = 0; i < phase.steps_size(); ++i) {
       const proto::Step& s = phase.steps(i);
-      rows.push_back({absl::StrCat(i), s.name(), s.kind(), CompactFusedFrom(s.fused_from()),
-                      s.tactic().family(), TacticText(s.tactic()),
-                      s.source() == proto::Step::SOURCE_TUNED ? "tuned" : "cost model",
-                      absl::StrFormat("%.2f", s.estimated_us()),
-                      s.source() == proto::Step::SOURCE_TUNED
-                          ? absl::StrFormat("%.2f", s.measured_us())
-                          : "-",
-                      HumanBytes(s.bytes())});
+      rows.push_back(
+          {absl::StrCat(i), s.name(), s.kind(), CompactFusedFrom(s.fused_from()),
+           s.tactic().family(), TacticText(s.tactic()),
+           s.source() == proto::Step::SOURCE_TUNED ? "tuned" : "cost model",
+           absl::StrFormat("%.2f", s.estimated_us()),
+           s.source() == proto::Step::SOURCE_TUNED ? absl::StrFormat("%.2f", s.measured_us()) : "-",
+           HumanBytes(s.bytes())});
     }
     out += Columns(rows, {true, false, false, false, false, false, false, true, true, true});
     const bool decode = phase.kind() == proto::Phase::KIND_DECODE;

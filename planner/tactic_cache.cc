@@ -20,7 +20,7 @@ std::string TypeText(const kernels::BoundGraph& g, ir::ValueId id) {
 
 }  // namespace
 
-std::string EnvironmentFingerprint(const TargetDescription& target) {
+std::string EnvironmentFingerprint(const targets::TargetDescription& target) {
   return absl::StrCat(target.name(), "/sm_", target.sm(), "/", target.sm_count(), "sm");
 }
 

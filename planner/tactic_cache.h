@@ -15,15 +15,15 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/bound_graph.h"
-#include "kernels/kernel_family.h"
-#include "planner/target.pb.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
 #include "regions/ir.h"
+#include "targets/target.pb.h"
 
 namespace tileplan::planner {
 
 // "h200/sm_90/132sm"
-std::string EnvironmentFingerprint(const TargetDescription& target);
+std::string EnvironmentFingerprint(const targets::TargetDescription& target);
 
 // Canonical text of what a kernel computes for a region, independent of value names:
 //   kind(operand, ...) -> (result, ...) {key = value, ...}

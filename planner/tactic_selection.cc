@@ -15,7 +15,7 @@ absl::string_view TacticSourceName(TacticSource source) {
 
 absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
                                           const SelectionContext& context) {
-  const TargetDescription& target = *context.target;
+  const targets::TargetDescription& target = *context.target;
   const std::vector<const kernels::KernelFamily*> families =
       context.registry->FamiliesFor(region.kind());
   const std::string signature = RegionSignature(region);

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/bound_graph.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
 #include "planner/cost_model.h"
 #include "planner/tactic_cache.h"
-#include "planner/target.pb.h"
+#include "targets/target.pb.h"
 
 namespace tileplan::planner {
 
@@ -44,7 +44,7 @@ struct TacticChoice {
 // REQUIRES: registry and target are set and outlive the call.
 struct SelectionContext {
   const kernels::KernelRegistry* registry = nullptr;
-  const TargetDescription* target = nullptr;
+  const targets::TargetDescription* target = nullptr;
   ir::Phase phase = ir::Phase::kGeneral;
   LaunchMode mode = LaunchMode::kGraph;
   const TacticCache* cache = nullptr;  // may be null: every lookup misses

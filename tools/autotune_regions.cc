@@ -52,17 +52,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/kernel_family.h"
-#include "kernels/kernel_loader.h"
-#include "kernels/nvrtc_compiler.h"
+#include "device/device.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/families/registry.h"
+#include "kernels/launch/nvrtc_compiler.h"
+#include "kernels/step/step_launcher.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 #include "planner/tactic_cache.h"
-#include "planner/target.h"
 #include "regions/serialization.h"
-#include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
+#include "targets/target.h"
 #include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/region_tuner.h"
@@ -258,7 +258,7 @@ struct Work {
   std::vector<std::vector<std::vector<std::vector<int>>>> step_items;
 };
 
-absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription& target,
+absl::StatusOr<Work> Collect(const Args& args, const targets::TargetDescription& target,
                              const std::string& environment) {
   TP_ASSIGN_OR_RETURN(models::ModelConfig config, tools::LoadModelArgument(args.model));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
@@ -303,7 +303,10 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
                                 return f->name() == phase.steps(s).tactic().family();
                               });
         for (const kernels::KernelFamily* family : families) {
-          if (family->name() == "view" || !family->CanImplement(region, target).ok()) continue;
+          if (family->launch_kind() == kernels::LaunchKind::kNothing ||
+              !family->CanImplement(region, target).ok()) {
+            continue;
+          }
           planner::TacticKey key;
           key.environment = environment;
           key.region_signature = planner::RegionSignature(region);
@@ -331,7 +334,7 @@ absl::StatusOr<Work> Collect(const Args& args, const planner::TargetDescription&
 // parent and the worker open them alike, so both compute the same keys.
 struct Gpu {
   std::unique_ptr<device::Device> device;
-  planner::TargetDescription target;
+  targets::TargetDescription target;
   std::unique_ptr<kernels::NvrtcCompiler> compiler;
   tuner::Environment environment;
 };
@@ -360,17 +363,14 @@ std::string OneLine(absl::string_view text) {
 absl::StatusOr<int> RunWorker(const Args& args) {
   TP_ASSIGN_OR_RETURN(Gpu gpu, OpenGpu(args));
   const device::Device* const device = gpu.device.get();
-  const planner::TargetDescription& target = gpu.target;
-  const kernels::NvrtcCompiler* const compiler = gpu.compiler.get();
+  const targets::TargetDescription& target = gpu.target;
   const tuner::Environment& environment = gpu.environment;
   TP_ASSIGN_OR_RETURN(Work work, Collect(args, target, environment.Fingerprint()));
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelLoader> loader,
-                      kernels::KernelLoader::Create(*device, *compiler));
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::CublasLtRunner> blas,
-                      kernels::CublasLtRunner::Create(*device, *loader));
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::StepLauncher> launcher,
+                      kernels::StepLauncher::Create(*device, {}));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<tuner::TacticStore> store,
                       tuner::TacticStore::Open(args.cache, {}));
-  tuner::RegionTuner region_tuner(*device, *loader, *blas, target);
+  tuner::RegionTuner region_tuner(*launcher, target);
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
   for (int index : args.items) {
     if (index < 0 || index >= static_cast<int>(work.items.size())) {
@@ -408,7 +408,7 @@ absl::StatusOr<int> RunWorker(const Args& args) {
       run.push_back(all[c]);
       run_index.push_back(static_cast<int>(c));
     }
-    region_tuner.Precompile(region, run);
+    region_tuner.Precompile(family, region, run);
     options.repeats = args.repeats;
     options.rotate_bytes = 2 * device->properties().l2_bytes;
     options.graph_replay = phase.kind() == planner::proto::Phase::KIND_DECODE;
@@ -540,7 +540,7 @@ absl::StatusOr<int> Run(const Args& args, const char* self) {
   }
   TP_ASSIGN_OR_RETURN(Gpu gpu, OpenGpu(args));
   const device::Device* const device = gpu.device.get();
-  const planner::TargetDescription& target = gpu.target;
+  const targets::TargetDescription& target = gpu.target;
   const tuner::Environment& environment = gpu.environment;
   // What the store already answers (a file that does not exist yet answers nothing; the
   // worker creates it).

@@ -64,14 +64,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "kernels/nvrtc_compiler.h"
+#include "device/device.h"
+#include "kernels/launch/nvrtc_compiler.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
-#include "planner/target.h"
-#include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "targets/target.h"
 #include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
@@ -273,7 +273,7 @@ struct Row {
 };
 
 absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
-                              const planner::TargetDescription& target,
+                              const targets::TargetDescription& target,
                               const planner::proto::ExecutionPlan& plan,
                               const device::Device& device) {
   std::unique_ptr<models::Checkpoint> checkpoint;
@@ -397,7 +397,7 @@ absl::StatusOr<int> Run(const Args& args) {
   std::string name;
   TP_ASSIGN_OR_RETURN(models::ModelConfig config, tools::LoadModelArgument(args.model, &name));
   TP_ASSIGN_OR_RETURN(
-      planner::TargetDescription target,
+      targets::TargetDescription target,
       runtime::gpu::ChooseTarget(args.target, device.ok() ? device->get() : nullptr));
   planner::PlanOptions options = tools::BenchmarkPlanOptions(
       args.prefill, args.decode, args.batch, args.prefill_last_logits, args.max_context);

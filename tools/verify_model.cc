@@ -47,13 +47,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "device/device.h"
 #include "models/config.h"
 #include "models/lowering.h"
 #include "models/safetensors.h"
 #include "planner/phase_graphs.h"
 #include "planner/plan_builder.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
 
@@ -437,7 +437,7 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
   TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
-  TP_ASSIGN_OR_RETURN(planner::TargetDescription target, runtime::gpu::TargetForDevice(*device));
+  TP_ASSIGN_OR_RETURN(targets::TargetDescription target, runtime::gpu::TargetForDevice(*device));
   planner::PlanOptions plan_options;
   plan_options.prefill_tokens = {prompt_len};
   plan_options.prefill_batch = 1;

@@ -4,15 +4,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/nvrtc_compiler.h"
-#include "runtime/device/device.h"
+#include "device/device.h"
+#include "kernels/launch/nvrtc_compiler.h"
 #include "tuner/environment.h"
 
 namespace tileplan::tuner {
 
 absl::StatusOr<Environment> DetectEnvironment(const device::Device& device,
                                               const kernels::NvrtcCompiler& compiler,
-                                              const planner::TargetDescription& target) {
+                                              const targets::TargetDescription& target) {
   const device::DeviceProperties& p = device.properties();
   if (target.sm() != p.sm) {
     return absl::InvalidArgumentError(absl::StrCat("target ", target.name(), " describes sm_",

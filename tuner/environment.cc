@@ -24,7 +24,7 @@ std::string Environment::Fingerprint() const {
                       "|cublaslt=", cublaslt_version, "|schema=", schema_version);
 }
 
-Environment FromTarget(const planner::TargetDescription& target) {
+Environment FromTarget(const targets::TargetDescription& target) {
   Environment env;
   env.gpu = target.gpu();
   env.sm = target.sm();

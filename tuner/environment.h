@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "planner/target.pb.h"
+#include "targets/target.pb.h"
 
 namespace tileplan {
 namespace device {
@@ -51,7 +51,7 @@ struct Environment {
 
 // The environment a target description implies, with no GPU: the driver, runtime, NVRTC
 // and cuBLASLt versions are unknown (0 and ""), so it never equals a measured environment.
-Environment FromTarget(const planner::TargetDescription& target);
+Environment FromTarget(const targets::TargetDescription& target);
 
 // The environment of the opened device: its name, sm, SM count and L2, the target's
 // achievable bandwidth, the driver and runtime versions the device reported, the compiler's
@@ -62,7 +62,7 @@ Environment FromTarget(const planner::TargetDescription& target);
 // tileplan_tactic_store, which holds everything else here, needs no CUDA.
 absl::StatusOr<Environment> DetectEnvironment(const device::Device& device,
                                               const kernels::NvrtcCompiler& compiler,
-                                              const planner::TargetDescription& target);
+                                              const targets::TargetDescription& target);
 
 }  // namespace tileplan::tuner
 

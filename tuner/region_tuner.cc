@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "kernels/cuda_launch.h"
-#include "runtime/cpu/cpu_kernels.h"
-#include "runtime/device/cuda_status.h"
-#include "runtime/device/device_buffer.h"
-#include "runtime/device/event_timer.h"
+#include "device/cuda_status.h"
+#include "device/device_buffer.h"
+#include "device/event_timer.h"
+#include "kernels/core/template_launch.h"
+#include "regions/rope.h"
 
 namespace tileplan::tuner {
 namespace {
@@ -45,21 +45,15 @@ struct Storage {
   std::byte* at(ir::ValueId root) const { return static_cast<std::byte*>(roots.at(root).data()); }
 };
 
-// Everything one candidate needs to run on each copy.
-struct Prepared {
-  kernels::LoadedInstance* loaded = nullptr;
-  std::vector<std::vector<kernels::PreparedLaunch>> launches;  // per copy (templates)
-  std::unique_ptr<kernels::PreparedGemm> gemm;                 // cuBLASLt
-};
+// One candidate, bound to every copy (binding c runs on copy c).
+using Prepared = std::unique_ptr<kernels::PreparedStep>;
 
 class Session {
  public:
-  Session(const device::Device& device, kernels::KernelLoader& loader,
-          kernels::CublasLtRunner& blas, const planner::TargetDescription& target,
+  Session(kernels::StepLauncher& launcher, const targets::TargetDescription& target,
           const BoundRegion& region, const kernels::KernelFamily& family)
-      : device_(device),
-        loader_(loader),
-        blas_(blas),
+      : device_(launcher.device()),
+        launcher_(launcher),
         target_(target),
         region_(region),
         family_(family) {}
@@ -99,11 +93,10 @@ class Session {
     if (counters > 0) TP_RETURN_IF_ERROR(counters_.Fill(0));
     TP_ASSIGN_OR_RETURN(error_, device::DeviceBuffer::Allocate(device_, sizeof(int)));
     TP_RETURN_IF_ERROR(error_.Fill(0));
-    if (kernels::NeedsRopeFrequencies(region_.kind())) {
-      TP_ASSIGN_OR_RETURN(runtime::cpu::RopeParams params,
-                          runtime::cpu::RopeParamsFromAttributes(region_.region().attrs));
-      const std::vector<float> freq =
-          runtime::cpu::RopeInvFreq(params, region_.result(0).shape.back());
+    if (ir::HasRope(region_.region())) {
+      TP_ASSIGN_OR_RETURN(const ir::RopeParams params,
+                          ir::RopeParamsFromAttributes(region_.region().attrs));
+      const std::vector<float> freq = ir::RopeInvFreq(params, region_.result(0).shape.back());
       TP_ASSIGN_OR_RETURN(rope_, device::DeviceBuffer::Allocate(
                                      device_, static_cast<int64_t>(freq.size() * sizeof(float))));
       TP_RETURN_IF_ERROR(
@@ -138,38 +131,26 @@ class Session {
     if (absl::Status v = family_.ValidateTactic(tactic, region_, target_); !v.ok()) {
       return fail(CandidateStatus::kInvalid, v.message());
     }
-    if (kernels::IsCudaTemplateFamily(tactic.family)) {
-      absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(region_, tactic);
-      if (!instance.ok()) return fail(CandidateStatus::kInvalid, instance.status().message());
-      absl::StatusOr<kernels::LoadedInstance*> loaded = loader_.Load(*instance);
-      if (!loaded.ok()) return fail(CandidateStatus::kCompileError, loaded.status().message());
-      p.loaded = *loaded;
-      for (const Storage& s : copies_) {
-        absl::StatusOr<std::vector<kernels::PreparedLaunch>> launches =
-            kernels::PrepareLaunches(family_, region_, tactic, Buffers(s));
-        if (!launches.ok()) return fail(CandidateStatus::kInvalid, launches.status().message());
-        for (kernels::PreparedLaunch& l : *launches) l.config.stream = stream_;
-        p.launches.push_back(*std::move(launches));
+    absl::StatusOr<Prepared> step =
+        launcher_.Prepare(family_, region_, tactic, {}, region_.Label());
+    if (!step.ok()) return fail(CandidateStatus::kInvalid, step.status().message());
+    if ((*step)->kind() == kernels::LaunchKind::kNothing) {
+      return fail(CandidateStatus::kInvalid,
+                  absl::StrCat("family ", tactic.family, " has nothing to launch"));
+    }
+    if (absl::Status loaded = launcher_.Load({step->get()}); !loaded.ok()) {
+      return fail(CandidateStatus::kCompileError, loaded.message());
+    }
+    for (const Storage& s : copies_) {
+      if (absl::StatusOr<int> bound = (*step)->Bind(Buffers(s)); !bound.ok()) {
+        return fail(CandidateStatus::kInvalid, bound.status().message());
       }
-      return std::nullopt;
     }
-    if (tactic.family == "cublaslt_gemm") {
-      absl::StatusOr<std::unique_ptr<kernels::PreparedGemm>> gemm = blas_.Prepare(region_, tactic);
-      if (!gemm.ok()) return fail(CandidateStatus::kInvalid, gemm.status().message());
-      p.gemm = *std::move(gemm);
-      return std::nullopt;
-    }
-    return fail(CandidateStatus::kInvalid,
-                absl::StrCat("family ", tactic.family, " has nothing to launch"));
+    p = *std::move(step);
+    return std::nullopt;
   }
 
-  absl::Status Run(Prepared& p, size_t copy) {
-    if (p.gemm != nullptr) return blas_.Launch(*p.gemm, Buffers(copies_[copy]), stream_);
-    for (kernels::PreparedLaunch& l : p.launches[copy]) {
-      TP_RETURN_IF_ERROR(loader_.Launch(*p.loaded, l));
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Run(Prepared& p, size_t copy) { return p->Enqueue(static_cast<int>(copy), stream_); }
 
   // Synchronizes; a sticky error is returned as an error (the context is gone), any other
   // as the candidate's launch failure.
@@ -253,26 +234,20 @@ class Session {
     }
     std::vector<double> ms;
     if (options.graph_replay) {
-      cudaGraph_t graph = nullptr;
-      TP_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      absl::Status captured;
-      for (int i = 0; i < repeats && captured.ok(); ++i) {
-        captured.Update(Run(p, static_cast<size_t>(i) % copies_.size()));
-      }
-      const absl::Status ended = TP_CUDA_STATUS(cudaStreamEndCapture(stream_, &graph));
-      TP_RETURN_IF_ERROR(captured);
-      TP_RETURN_IF_ERROR(ended);
-      cudaGraphExec_t exec = nullptr;
-      const absl::Status inst = TP_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
-      cudaGraphDestroy(graph);
-      TP_RETURN_IF_ERROR(inst);
+      TP_ASSIGN_OR_RETURN(const kernels::GraphExec exec,
+                          kernels::CaptureGraph(stream_, [&]() -> absl::Status {
+                            for (int i = 0; i < repeats; ++i) {
+                              TP_RETURN_IF_ERROR(Run(p, static_cast<size_t>(i) % copies_.size()));
+                            }
+                            return absl::OkStatus();
+                          }));
       cudaEvent_t a = nullptr, b = nullptr;
       absl::Status st = TP_CUDA_STATUS(cudaEventCreate(&a));
       st.Update(TP_CUDA_STATUS(cudaEventCreate(&b)));
-      st.Update(TP_CUDA_STATUS(cudaGraphLaunch(exec, stream_)));  // warm the graph
+      st.Update(exec.Launch(stream_));  // warm the graph
       for (int r = 0; r < 7 && st.ok(); ++r) {
         st.Update(TP_CUDA_STATUS(cudaEventRecord(a, stream_)));
-        st.Update(TP_CUDA_STATUS(cudaGraphLaunch(exec, stream_)));
+        st.Update(exec.Launch(stream_));
         st.Update(TP_CUDA_STATUS(cudaEventRecord(b, stream_)));
         st.Update(TP_CUDA_STATUS(cudaEventSynchronize(b)));
         float t = 0;
@@ -281,7 +256,6 @@ class Session {
       }
       if (a != nullptr) cudaEventDestroy(a);
       if (b != nullptr) cudaEventDestroy(b);
-      cudaGraphExecDestroy(exec);
       TP_RETURN_IF_ERROR(st);
     } else {
       TP_ASSIGN_OR_RETURN(
@@ -299,7 +273,7 @@ class Session {
   // TuneOptions::inject_fault: a kernel that executes __trap() on the stream, synchronized.
   // Returns the fault as Sync does (the context is gone).
   absl::Status InjectFault() {
-    TP_RETURN_IF_ERROR(loader_.LaunchTrapFault(stream_));
+    TP_RETURN_IF_ERROR(launcher_.loader().LaunchTrapFault(stream_));
     TP_ASSIGN_OR_RETURN(std::optional<std::string> error, Sync());
     return absl::InternalError(
         error.has_value() ? absl::StrCat("the trap kernel failed without a fault: ", *error)
@@ -340,7 +314,7 @@ class Session {
       if (dtype != ir::DType::kI32) {
         // On the device: an LM head's weight is 10^8 elements.
         TP_RETURN_IF_ERROR(
-            loader_.FillUniform(buffer.data(), dtype, n, seed++, 1.0f, 0.0f, stream_));
+            launcher_.loader().FillUniform(buffer.data(), dtype, n, seed++, 1.0f, 0.0f, stream_));
         continue;
       }
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -364,9 +338,8 @@ class Session {
   }
 
   const device::Device& device_;
-  kernels::KernelLoader& loader_;
-  kernels::CublasLtRunner& blas_;
-  const planner::TargetDescription& target_;
+  kernels::StepLauncher& launcher_;
+  const targets::TargetDescription& target_;
   const BoundRegion& region_;
   const kernels::KernelFamily& family_;
   cudaStream_t stream_ = nullptr;
@@ -380,7 +353,7 @@ class Session {
 
 std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
                                         const BoundRegion& region,
-                                        const planner::TargetDescription& target, int max_count,
+                                        const targets::TargetDescription& target, int max_count,
                                         const std::vector<Tactic>& library_configs) {
   std::vector<Tactic> out;
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
@@ -395,7 +368,9 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   };
   add(table->default_tactic);
   for (const Tactic& t : library_configs) add(t);
-  if (family.name() == "cublaslt_gemm") return out;
+  // A library's candidates are its configurations, not the product of the tunables (which
+  // describe the cost model's view of it).
+  if (family.launch_kind() == kernels::LaunchKind::kLibrary) return out;
   for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
   // The product of the tunables, last parameter fastest.
   const std::vector<kernels::TunableParam>& params = table->tunables;
@@ -454,31 +429,32 @@ absl::StatusOr<std::vector<Tactic>> RegionTuner::Candidates(const kernels::Kerne
                                                             const BoundRegion& region,
                                                             int max_count) {
   std::vector<Tactic> library_configs;
-  if (family.name() == "cublaslt_gemm") {
+  if (family.launch_kind() == kernels::LaunchKind::kLibrary) {
     TP_ASSIGN_OR_RETURN(const Tactic base, family.DefaultTactic(region, *target_));
-    TP_ASSIGN_OR_RETURN(library_configs,
-                        blas_->Candidates(region, base, std::clamp(max_count, 1, 1024)));
+    TP_ASSIGN_OR_RETURN(library_configs, launcher_->LibraryConfigs(family, region, base,
+                                                                   std::clamp(max_count, 1, 1024)));
   }
   return EnumerateCandidates(family, region, *target_, max_count, library_configs);
 }
 
-void RegionTuner::Precompile(const BoundRegion& region, const std::vector<Tactic>& candidates) {
+void RegionTuner::Precompile(const kernels::KernelFamily& family, const BoundRegion& region,
+                             const std::vector<Tactic>& candidates) {
+  if (family.templates() == nullptr) return;
   std::set<kernels::KernelInstance> unique;
   for (const Tactic& t : candidates) {
-    if (!kernels::IsCudaTemplateFamily(t.family)) continue;
-    absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(region, t);
+    absl::StatusOr<kernels::KernelInstance> instance = kernels::InstanceFor(family, region, t);
     if (instance.ok()) unique.insert(*std::move(instance));
   }
   // Failures are reported by Tune, per candidate.
-  (void)loader_->Precompile(std::vector<kernels::KernelInstance>(unique.begin(), unique.end()));
+  (void)launcher_->Precompile(std::vector<kernels::KernelInstance>(unique.begin(), unique.end()));
 }
 
 absl::StatusOr<std::vector<CandidateMeasurement>> RegionTuner::Tune(
     const BoundRegion& region, const kernels::KernelFamily& family,
     const std::vector<Tactic>& candidates, const TuneOptions& options,
     const std::function<void(int)>& before_each) {
-  TP_RETURN_IF_ERROR(device_->MakeCurrent());
-  Session session(*device_, *loader_, *blas_, *target_, region, family);
+  TP_RETURN_IF_ERROR(launcher_->device().MakeCurrent());
+  Session session(*launcher_, *target_, region, family);
   TP_RETURN_IF_ERROR(session.Setup(candidates, options));
   std::vector<CandidateMeasurement> out;
   std::vector<std::string> reference;

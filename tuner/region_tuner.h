@@ -28,11 +28,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/bound_graph.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/kernel_family.h"
-#include "kernels/kernel_loader.h"
-#include "runtime/device/device.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/step/step_launcher.h"
 #include "tuner/tactic_store.h"
 
 namespace tileplan::tuner {
@@ -47,7 +45,7 @@ namespace tileplan::tuner {
 // tunables describe the cost model's tiles, not configurations cuBLASLt is known to run).
 std::vector<kernels::Tactic> EnumerateCandidates(
     const kernels::KernelFamily& family, const kernels::BoundRegion& region,
-    const planner::TargetDescription& target, int max_count,
+    const targets::TargetDescription& target, int max_count,
     const std::vector<kernels::Tactic>& library_configs = {});
 
 // Sets m.winner and m.winner_us to the fastest kOk candidate (the first of equal ones), and
@@ -83,9 +81,8 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(absl::string_view text);
 class RegionTuner {
  public:
   // Everything must outlive the tuner.
-  RegionTuner(const device::Device& device, kernels::KernelLoader& loader,
-              kernels::CublasLtRunner& blas, const planner::TargetDescription& target)
-      : device_(&device), loader_(&loader), blas_(&blas), target_(&target) {}
+  RegionTuner(kernels::StepLauncher& launcher, const targets::TargetDescription& target)
+      : launcher_(&launcher), target_(&target) {}
 
   // EnumerateCandidates with the library configurations of this device: for cublaslt_gemm,
   // the heuristic's answers for the region (asked for max_count of them). The list is the
@@ -99,7 +96,7 @@ class RegionTuner {
   // Compiles every template instance of `candidates` for the device on all host cores (into
   // the disk cache; Tune then loads them). Compile failures are not errors here: Tune
   // records them per candidate.
-  void Precompile(const kernels::BoundRegion& region,
+  void Precompile(const kernels::KernelFamily& family, const kernels::BoundRegion& region,
                   const std::vector<kernels::Tactic>& candidates);
 
   // Measures `candidates` (the first is the reference; normally the default tactic).
@@ -113,10 +110,8 @@ class RegionTuner {
       const std::function<void(int)>& before_each = nullptr);
 
  private:
-  const device::Device* device_;
-  kernels::KernelLoader* loader_;
-  kernels::CublasLtRunner* blas_;
-  const planner::TargetDescription* target_;
+  kernels::StepLauncher* launcher_;
+  const targets::TargetDescription* target_;
 };
 
 }  // namespace tileplan::tuner

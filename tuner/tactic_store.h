@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/kernel_family.h"
 #include "planner/tactic_cache.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.pb.h"

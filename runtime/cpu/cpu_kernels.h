@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "regions/ir.h"
+#include "regions/rope.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace tileplan::runtime::cpu {
@@ -51,25 +52,6 @@ struct KindInfo {
 const KindInfo* FindKind(absl::string_view kind);
 // Every implemented kind, sorted.
 std::vector<std::string> KindNames();
-
-// RoPE parameters, read from a rope region's attributes.
-struct RopeParams {
-  double theta = 10000.0;
-  std::string type = "default";  // "default" or "llama3"
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 0;
-};
-absl::StatusOr<RopeParams> RopeParamsFromAttributes(const ir::Attributes& attrs);
-
-// inv_freq[i] for i < head_dim / 2, in float32 as transformers computes it:
-// 1 / theta^(2i / head_dim); for llama3, frequencies whose wavelength 2π/inv_freq exceeds
-// original_max / low_freq_factor are divided by `factor`, those below original_max /
-// high_freq_factor are kept, and the band between is interpolated with
-// s = (original_max / wavelength − low_freq_factor) / (high_freq_factor − low_freq_factor):
-// (1 − s) · inv_freq / factor + s · inv_freq.
-std::vector<float> RopeInvFreq(const RopeParams& params, int64_t head_dim);
 
 }  // namespace tileplan::runtime::cpu
 

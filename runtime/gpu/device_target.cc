@@ -5,15 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "planner/target.h"
+#include "targets/target.h"
 
 namespace tileplan::runtime::gpu {
 
-absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device& device) {
+absl::StatusOr<targets::TargetDescription> TargetForDevice(const device::Device& device) {
   const device::DeviceProperties& props = device.properties();
-  std::optional<planner::TargetDescription> same_sm;
-  for (const std::string& name : planner::BundledTargetNames()) {
-    TP_ASSIGN_OR_RETURN(planner::TargetDescription target, planner::FindTarget(name));
+  std::optional<targets::TargetDescription> same_sm;
+  for (const std::string& name : targets::BundledTargetNames()) {
+    TP_ASSIGN_OR_RETURN(targets::TargetDescription target, targets::FindTarget(name));
     if (target.sm() != props.sm) continue;
     if (target.gpu() == props.name) return target;
     if (!same_sm) same_sm = std::move(target);
@@ -23,7 +23,7 @@ absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device&
         absl::StrCat("no bundled target describes sm_", props.sm, " (", device.Label(),
                      "); describe the GPU in a .textproto (docs/targets.md) and pass --target"));
   }
-  planner::TargetDescription t = *std::move(same_sm);
+  targets::TargetDescription t = *std::move(same_sm);
   t.set_provenance(absl::StrCat("the ", t.name(), " target's rates with ", props.name,
                                 "'s SM count, L2, shared memory and memory size as the driver "
                                 "reports them; ",
@@ -37,11 +37,11 @@ absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device&
   return t;
 }
 
-absl::StatusOr<planner::TargetDescription> ChooseTarget(absl::string_view requested,
+absl::StatusOr<targets::TargetDescription> ChooseTarget(absl::string_view requested,
                                                         const device::Device* device) {
-  if (!requested.empty()) return planner::FindTarget(requested);
+  if (!requested.empty()) return targets::FindTarget(requested);
   if (device != nullptr) return TargetForDevice(*device);
-  return planner::FindTarget("h200");
+  return targets::FindTarget("h200");
 }
 
 }  // namespace tileplan::runtime::gpu

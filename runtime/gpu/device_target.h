@@ -4,8 +4,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner/target.pb.h"
-#include "runtime/device/device.h"
+#include "device/device.h"
+#include "targets/target.pb.h"
 
 namespace tileplan::runtime::gpu {
 
@@ -13,11 +13,11 @@ namespace tileplan::runtime::gpu {
 // device's sm with the device's own SM count, L2, shared memory and memory size, named after
 // the device (its rates stay the bundled target's, and its provenance says so).
 // FailedPrecondition when no bundled target has the device's sm (pass a target file).
-absl::StatusOr<planner::TargetDescription> TargetForDevice(const device::Device& device);
+absl::StatusOr<targets::TargetDescription> TargetForDevice(const device::Device& device);
 
 // The target a tool plans for: `requested` (a bundled name, alias or .textproto path) when
 // given, else the device's (TargetForDevice), else, with no device, the bundled h200.
-absl::StatusOr<planner::TargetDescription> ChooseTarget(absl::string_view requested,
+absl::StatusOr<targets::TargetDescription> ChooseTarget(absl::string_view requested,
                                                         const device::Device* device);
 
 }  // namespace tileplan::runtime::gpu

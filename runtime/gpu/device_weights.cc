@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "base/align.h"
 #include "base/status_macros.h"
-#include "kernels/cuda_launch.h"
-#include "runtime/device/cuda_status.h"
+#include "device/cuda_status.h"
+#include "kernels/core/template_launch.h"
 
 namespace tileplan::runtime::gpu {
 namespace {

@@ -17,11 +17,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/kernel_loader.h"
+#include "device/device.h"
+#include "device/device_buffer.h"
+#include "kernels/launch/kernel_loader.h"
 #include "models/safetensors.h"
 #include "regions/ir.h"
-#include "runtime/device/device.h"
-#include "runtime/device/device_buffer.h"
 
 namespace tileplan::runtime::gpu {
 

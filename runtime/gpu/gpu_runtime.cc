@@ -11,19 +11,18 @@
 #include "absl/strings/str_join.h"
 #include "base/align.h"
 #include "base/status_macros.h"
-#include "kernels/bound_graph.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/kernel_family.h"
-#include "kernels/kernel_loader.h"
-#include "kernels/nvrtc_compiler.h"
+#include "device/cuda_status.h"
+#include "device/device_buffer.h"
+#include "device/event_timer.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/families/registry.h"
+#include "kernels/launch/kernel_loader.h"
+#include "kernels/step/step_launcher.h"
 #include "regions/ir.pb.h"
 #include "regions/parser.h"
+#include "regions/rope.h"
 #include "regions/serialization.h"
-#include "runtime/cpu/cpu_kernels.h"
-#include "runtime/device/cuda_status.h"
-#include "runtime/device/device_buffer.h"
-#include "runtime/device/event_timer.h"
 #include "runtime/gpu/device_weights.h"
 
 namespace tileplan::runtime::gpu {
@@ -67,18 +66,6 @@ int32_t ArgMax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// One step of a phase, ready to enqueue.
-struct StepExec {
-  enum class How { kNothing, kTemplate, kGemm };
-  How how = How::kNothing;
-  std::string label;
-  kernels::KernelInstance instance;
-  kernels::LoadedInstance* loaded = nullptr;
-  std::vector<kernels::PreparedLaunch> launches;
-  std::unique_ptr<kernels::PreparedGemm> gemm;
-  kernels::RegionBuffers buffers;
-};
-
 // One phase of the plan, with its graphs once captured.
 struct Program {
   const pp::Phase* phase = nullptr;
@@ -89,19 +76,19 @@ struct Program {
   bool last_token_logits = false;
   std::unique_ptr<ir::Graph> graph;
   std::unique_ptr<BoundGraph> bound;
-  std::vector<StepExec> steps;
+  std::vector<std::unique_ptr<kernels::PreparedStep>> steps;  // each bound once (binding 0)
   int32_t* tokens_in = nullptr;
   int32_t* positions_in = nullptr;
   float* logits = nullptr;
   std::vector<std::pair<int64_t, int64_t>> counters;  // arena offset, bytes
-  cudaGraphExec_t exec = nullptr;
+  kernels::GraphExec exec;
   // Decode only: argmax of the logits into tokens_in, then decode_advance.
   std::unique_ptr<ir::Graph> argmax_graph;
   std::unique_ptr<BoundGraph> argmax_bound;
-  StepExec argmax;
-  StepExec advance;
+  std::unique_ptr<kernels::PreparedStep> argmax;
+  std::unique_ptr<kernels::PreparedStep> advance;
   device::DeviceBuffer argmax_scratch;  // workspace and counters of the argmax
-  cudaGraphExec_t loop_exec = nullptr;
+  kernels::GraphExec loop_exec;
 };
 
 }  // namespace
@@ -110,9 +97,7 @@ struct GpuRuntime::Impl {
   const device::Device* device = nullptr;
   GpuOptions options;
   pp::ExecutionPlan plan;
-  std::unique_ptr<kernels::NvrtcCompiler> compiler;
-  std::unique_ptr<kernels::KernelLoader> loader;
-  std::unique_ptr<kernels::CublasLtRunner> blas;
+  std::unique_ptr<kernels::StepLauncher> launcher;
   std::unique_ptr<DeviceWeights> weights;
   device::DeviceBuffer state;
   device::DeviceBuffer arena;
@@ -129,12 +114,8 @@ struct GpuRuntime::Impl {
   const Program* active = nullptr;  // the program whose counters hold in the arena
 
   ~Impl() {
-    for (auto& p : programs) {
-      if (p->exec != nullptr) cudaGraphExecDestroy(p->exec);
-      if (p->loop_exec != nullptr) cudaGraphExecDestroy(p->loop_exec);
-    }
-    programs.clear();
-    blas.reset();
+    programs.clear();  // graphs and steps before the launcher they refer to
+    launcher.reset();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -186,8 +167,8 @@ struct GpuRuntime::Impl {
   }
 
   absl::StatusOr<const float*> RopeTable(const ir::Region& region, int64_t head_dim) {
-    TP_ASSIGN_OR_RETURN(cpu::RopeParams params, cpu::RopeParamsFromAttributes(region.attrs));
-    const std::vector<float> freq = cpu::RopeInvFreq(params, head_dim);
+    TP_ASSIGN_OR_RETURN(const ir::RopeParams params, ir::RopeParamsFromAttributes(region.attrs));
+    const std::vector<float> freq = ir::RopeInvFreq(params, head_dim);
     std::string key(reinterpret_cast<const char*>(freq.data()), freq.size() * sizeof(float));
     if (auto it = rope_by_key.find(key); it != rope_by_key.end()) return it->second;
     TP_ASSIGN_OR_RETURN(device::DeviceBuffer table,
@@ -205,16 +186,16 @@ struct GpuRuntime::Impl {
                                   (options.programmatic_launch == P::kDecode && decode));
   }
 
-  absl::Status PrepareTemplateStep(const kernels::KernelFamily& family, const BoundRegion& region,
-                                   const kernels::Tactic& tactic, bool decode, StepExec& s) {
-    TP_ASSIGN_OR_RETURN(s.instance, kernels::InstanceFor(region, tactic));
-    TP_ASSIGN_OR_RETURN(s.launches, kernels::PrepareLaunches(family, region, tactic, s.buffers));
-    for (kernels::PreparedLaunch& l : s.launches) {
-      l.config.stream = stream;
-      l.config.programmatic = Programmatic(decode);
-    }
-    s.how = StepExec::How::kTemplate;
-    return absl::OkStatus();
+  // The step of `region` under `tactic`, bound to `buffers`.
+  absl::StatusOr<std::unique_ptr<kernels::PreparedStep>> PrepareStep(
+      const kernels::KernelFamily& family, const BoundRegion& region, const kernels::Tactic& tactic,
+      bool decode, const kernels::RegionBuffers& buffers, std::string label) {
+    TP_ASSIGN_OR_RETURN(
+        std::unique_ptr<kernels::PreparedStep> step,
+        launcher->Prepare(family, region, tactic, {.programmatic = Programmatic(decode)},
+                          std::move(label)));
+    TP_RETURN_IF_ERROR(step->Bind(buffers).status());
+    return step;
   }
 
   // `graph` is phase.graph() parsed.
@@ -251,69 +232,61 @@ struct GpuRuntime::Impl {
     const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
     std::byte* const arena_base = static_cast<std::byte*>(arena.data());
     for (const pp::Step& step : phase.steps()) {
-      StepExec s;
-      s.label = absl::StrCat(phase.name(), " step ", p->steps.size(), " (", step.name(), ")");
+      const std::string label =
+          absl::StrCat(phase.name(), " step ", p->steps.size(), " (", step.name(), ")");
+      kernels::RegionBuffers buffers;
       if (step.region() < 0 || step.region() >= static_cast<int>(p->graph->regions().size())) {
-        return absl::InvalidArgumentError(absl::StrCat(s.label, ": no region ", step.region()));
+        return absl::InvalidArgumentError(absl::StrCat(label, ": no region ", step.region()));
       }
       const BoundRegion region(*p->bound, step.region());
       TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, kernels::TacticFromProto(step.tactic()));
       const kernels::KernelFamily* family = registry.Find(tactic.family);
       if (family == nullptr) {
         return absl::InvalidArgumentError(
-            absl::StrCat(s.label, ": unknown kernel family '", tactic.family, "'"));
+            absl::StrCat(label, ": unknown kernel family '", tactic.family, "'"));
       }
       if (tactic.family_version != family->version()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            s.label, ": the plan was made for ", tactic.family, " v", tactic.family_version,
+            label, ": the plan was made for ", tactic.family, " v", tactic.family_version,
             "; this build has v", family->version(), " (plan again)"));
       }
       if (step.operands_size() != region.num_operands() ||
           step.results_size() != region.num_results()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(s.label, ": bindings do not match ", region.Label()));
+            absl::StrCat(label, ": bindings do not match ", region.Label()));
       }
       for (const pp::Binding& b : step.operands()) {
-        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, s.label));
-        s.buffers.operands.push_back(a);
+        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, label));
+        buffers.operands.push_back(a);
         if (b.value() == "tokens") p->tokens_in = reinterpret_cast<int32_t*>(a);
         if (b.value() == "positions") p->positions_in = reinterpret_cast<int32_t*>(a);
       }
       for (const pp::Binding& b : step.results()) {
-        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, s.label));
-        s.buffers.results.push_back(a);
+        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, label));
+        buffers.results.push_back(a);
         if (b.value() == "logits") p->logits = reinterpret_cast<float*>(a);
       }
       if (step.workspace_bytes() > 0) {
         if (step.workspace_offset() + step.workspace_bytes() > arena.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(s.label, ": workspace outside the arena"));
+          return absl::InvalidArgumentError(absl::StrCat(label, ": workspace outside the arena"));
         }
-        s.buffers.workspace = arena_base + step.workspace_offset();
+        buffers.workspace = arena_base + step.workspace_offset();
       }
       if (step.counters_bytes() > 0) {
         if (step.counters_offset() + step.counters_bytes() > arena.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(s.label, ": counters outside the arena"));
+          return absl::InvalidArgumentError(absl::StrCat(label, ": counters outside the arena"));
         }
-        s.buffers.counters = arena_base + step.counters_offset();
+        buffers.counters = arena_base + step.counters_offset();
         p->counters.emplace_back(step.counters_offset(), step.counters_bytes());
       }
-      if (kernels::NeedsRopeFrequencies(region.kind())) {
-        TP_ASSIGN_OR_RETURN(s.buffers.rope_inv_freq,
+      if (ir::HasRope(region.region())) {
+        TP_ASSIGN_OR_RETURN(buffers.rope_inv_freq,
                             RopeTable(region.region(), region.result(0).shape.back()));
       }
-      s.buffers.error = error;
-      if (tactic.family == "view") {
-        s.how = StepExec::How::kNothing;
-      } else if (kernels::IsCudaTemplateFamily(tactic.family)) {
-        TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, p->decode, s));
-      } else if (tactic.family == "cublaslt_gemm") {
-        TP_ASSIGN_OR_RETURN(s.gemm, blas->Prepare(region, tactic));
-        s.how = StepExec::How::kGemm;
-      } else {
-        return absl::UnimplementedError(
-            absl::StrCat(s.label, ": the GPU runtime cannot launch family ", tactic.family));
-      }
-      p->steps.push_back(std::move(s));
+      buffers.error = error;
+      TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PreparedStep> prepared,
+                          PrepareStep(*family, region, tactic, p->decode, buffers, label));
+      p->steps.push_back(std::move(prepared));
     }
     if (p->tokens_in == nullptr || p->positions_in == nullptr || p->logits == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -334,82 +307,57 @@ struct GpuRuntime::Impl {
     TP_ASSIGN_OR_RETURN(BoundGraph bound, BoundGraph::Create(*p.argmax_graph, {}, 1));
     p.argmax_bound = std::make_unique<BoundGraph>(std::move(bound));
     const BoundRegion region(*p.argmax_bound, 0);
-    const kernels::KernelFamily* family = kernels::GlobalKernelRegistry().Find("argmax");
-    TP_RETURN_IF_ERROR(family->CanImplement(region, plan.target()));
+    // The first family that runs the argmax (they are sorted by name), at its default tactic.
+    const kernels::KernelFamily* family = nullptr;
+    for (const kernels::KernelFamily* f : kernels::GlobalKernelRegistry().FamiliesFor("argmax")) {
+      if (f->CanImplement(region, plan.target()).ok()) {
+        family = f;
+        break;
+      }
+    }
+    if (family == nullptr) {
+      return absl::InternalError(absl::StrCat(region.Label(), ": no kernel family runs it"));
+    }
     TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, family->DefaultTactic(region, plan.target()));
     const int64_t ws = AlignUp(family->WorkspaceBytes(tactic, region), 256);
     const int64_t counters = family->CounterBytes(tactic, region);
     TP_ASSIGN_OR_RETURN(p.argmax_scratch, device::DeviceBuffer::Allocate(
                                               *device, ws + std::max<int64_t>(counters, 4)));
     TP_RETURN_IF_ERROR(p.argmax_scratch.Fill(0));
-    StepExec& s = p.argmax;
-    s.label = absl::StrCat(p.phase->name(), " greedy argmax");
-    s.buffers.operands = {p.logits};
-    s.buffers.results = {p.tokens_in};
+    kernels::RegionBuffers buffers;
+    buffers.operands = {p.logits};
+    buffers.results = {p.tokens_in};
     std::byte* scratch = static_cast<std::byte*>(p.argmax_scratch.data());
-    if (ws > 0) s.buffers.workspace = scratch;
-    if (counters > 0) s.buffers.counters = scratch + ws;
-    TP_RETURN_IF_ERROR(PrepareTemplateStep(*family, region, tactic, /*decode=*/true, s));
+    if (ws > 0) buffers.workspace = scratch;
+    if (counters > 0) buffers.counters = scratch + ws;
+    TP_ASSIGN_OR_RETURN(p.argmax, PrepareStep(*family, region, tactic, /*decode=*/true, buffers,
+                                              absl::StrCat(p.phase->name(), " greedy argmax")));
 
-    StepExec& a = p.advance;
-    a.label = absl::StrCat(p.phase->name(), " decode_advance");
-    a.how = StepExec::How::kTemplate;
-    a.instance = kernels::DecodeAdvanceInstance();
-    kernels::PreparedLaunch launch;
-    launch.config.grid = {1, 1, 1};
-    launch.config.block = {AlignUp(p.batch, 32), 1, 1};
-    launch.config.stream = stream;
-    launch.config.programmatic = Programmatic(/*decode=*/true);
-    launch.args.Add(static_cast<const int*>(p.tokens_in))
-        .Add(static_cast<int*>(p.positions_in))
-        .Add(static_cast<int*>(history))
-        .Add(step_counter)
-        .Add(static_cast<int>(p.batch))
-        .Add(static_cast<int>(history_capacity));
-    a.launches.push_back(std::move(launch));
+    DecodeAdvanceParams advance{};
+    advance.tokens = p.tokens_in;
+    advance.positions = p.positions_in;
+    advance.history = history;
+    advance.step = step_counter;
+    advance.batch = static_cast<int>(p.batch);
+    advance.capacity = static_cast<int>(history_capacity);
+    p.advance = launcher->PrepareKernels(absl::StrCat(p.phase->name(), " decode_advance"),
+                                         kernels::DecodeAdvanceInstance(),
+                                         {kernels::DecodeAdvanceLaunch(advance, p.batch)},
+                                         {.programmatic = Programmatic(/*decode=*/true)});
     return absl::OkStatus();
-  }
-
-  absl::Status Enqueue(StepExec& s) {
-    switch (s.how) {
-      case StepExec::How::kNothing:
-        return absl::OkStatus();
-      case StepExec::How::kTemplate:
-        for (kernels::PreparedLaunch& l : s.launches) {
-          absl::Status st = loader->Launch(*s.loaded, l);
-          if (!st.ok()) return absl::Status(st.code(), absl::StrCat(s.label, ": ", st.message()));
-        }
-        return absl::OkStatus();
-      case StepExec::How::kGemm: {
-        absl::Status st = blas->Launch(*s.gemm, s.buffers, stream);
-        if (!st.ok()) return absl::Status(st.code(), absl::StrCat(s.label, ": ", st.message()));
-        return absl::OkStatus();
-      }
-    }
-    return absl::InternalError("unreachable");
   }
 
   absl::Status EnqueueProgram(Program& p, bool greedy) {
-    for (StepExec& s : p.steps) TP_RETURN_IF_ERROR(Enqueue(s));
+    for (auto& s : p.steps) TP_RETURN_IF_ERROR(s->Enqueue(0, stream));
     if (greedy) {
-      TP_RETURN_IF_ERROR(Enqueue(p.argmax));
-      TP_RETURN_IF_ERROR(Enqueue(p.advance));
+      TP_RETURN_IF_ERROR(p.argmax->Enqueue(0, stream));
+      TP_RETURN_IF_ERROR(p.advance->Enqueue(0, stream));
     }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<cudaGraphExec_t> Capture(Program& p, bool greedy) {
-    TP_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const absl::Status enqueued = EnqueueProgram(p, greedy);
-    cudaGraph_t graph = nullptr;
-    const absl::Status ended = TP_CUDA_STATUS(cudaStreamEndCapture(stream, &graph));
-    TP_RETURN_IF_ERROR(enqueued);
-    TP_RETURN_IF_ERROR(ended);
-    cudaGraphExec_t exec = nullptr;
-    const absl::Status inst = TP_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
-    cudaGraphDestroy(graph);
-    TP_RETURN_IF_ERROR(inst);
-    return exec;
+  absl::StatusOr<kernels::GraphExec> Capture(Program& p, bool greedy) {
+    return kernels::CaptureGraph(stream, [&] { return EnqueueProgram(p, greedy); });
   }
 
   // Makes `p` the program the arena serves: its counters are zeroed when another program
@@ -427,11 +375,8 @@ struct GpuRuntime::Impl {
 
   absl::Status Run(Program& p, bool greedy = false) {
     TP_RETURN_IF_ERROR(Activate(p));
-    cudaGraphExec_t exec = greedy ? p.loop_exec : p.exec;
-    if (exec != nullptr) {
-      TP_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
-      return absl::OkStatus();
-    }
+    const kernels::GraphExec& exec = greedy ? p.loop_exec : p.exec;
+    if (!exec.empty()) return exec.Launch(stream);
     return EnqueueProgram(p, greedy);
   }
 
@@ -451,27 +396,22 @@ struct GpuRuntime::Impl {
   }
 
   absl::Status CompileAll(GpuRuntimeInfo& info) {
-    std::vector<StepExec*> template_steps;
-    for (auto& p : programs) {
-      for (StepExec& s : p->steps) {
-        if (s.how == StepExec::How::kTemplate) template_steps.push_back(&s);
-      }
-      if (p->decode) {
-        template_steps.push_back(&p->argmax);
-        template_steps.push_back(&p->advance);
-      }
-    }
+    std::vector<kernels::PreparedStep*> steps;
     std::set<kernels::KernelInstance> unique;
-    for (StepExec* s : template_steps) unique.insert(s->instance);
-    std::vector<kernels::KernelInstance> list(unique.begin(), unique.end());
-    info.kernels_compiled = static_cast<int>(list.size());
-    // Compile in parallel into the disk cache; loading then finds every module there.
-    const Clock::time_point start = Clock::now();
-    const std::vector<absl::Status> status = loader->Precompile(list);
-    for (const absl::Status& s : status) TP_RETURN_IF_ERROR(s);
-    for (StepExec* s : template_steps) {
-      TP_ASSIGN_OR_RETURN(s->loaded, loader->Load(s->instance));
+    for (auto& p : programs) {
+      for (auto& s : p->steps) steps.push_back(s.get());
+      if (p->decode) {
+        steps.push_back(p->argmax.get());
+        steps.push_back(p->advance.get());
+      }
     }
+    for (const kernels::PreparedStep* s : steps) {
+      if (s->instance() != nullptr) unique.insert(*s->instance());
+    }
+    info.kernels_compiled = static_cast<int>(unique.size());
+    // Compiled in parallel into the disk cache, then loaded.
+    const Clock::time_point start = Clock::now();
+    TP_RETURN_IF_ERROR(launcher->Load(steps));
     info.compile_seconds = SecondsSince(start);
     return absl::OkStatus();
   }
@@ -485,7 +425,7 @@ struct GpuRuntime::Impl {
           const std::vector<double> step_ms,
           device::TimeEach(
               stream, static_cast<int>(n),
-              [&](int i) { return Enqueue(p.steps[static_cast<size_t>(i)]); },
+              [&](int i) { return p.steps[static_cast<size_t>(i)]->Enqueue(0, stream); },
               [&] { return Finish(); }));
       for (size_t i = 0; i < n; ++i) ms[i].push_back(step_ms[i]);
     }
@@ -666,17 +606,18 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   }
 
   TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  TP_ASSIGN_OR_RETURN(impl->compiler, kernels::NvrtcCompiler::Create({}));
-  TP_ASSIGN_OR_RETURN(impl->loader, kernels::KernelLoader::Create(device, *impl->compiler));
-  TP_ASSIGN_OR_RETURN(impl->blas, kernels::CublasLtRunner::Create(
-                                      device, *impl->loader, options.cublaslt_workspace_bytes));
+  kernels::StepLauncher::Options launcher_options;
+  launcher_options.cublaslt_workspace_bytes = options.cublaslt_workspace_bytes;
+  TP_ASSIGN_OR_RETURN(impl->launcher,
+                      kernels::StepLauncher::Create(device, std::move(launcher_options)));
 
   const Clock::time_point weights_start = Clock::now();
   if (checkpoint != nullptr) {
     TP_ASSIGN_OR_RETURN(impl->weights, DeviceWeights::Load(device, std::move(layout), *checkpoint));
   } else {
-    TP_ASSIGN_OR_RETURN(impl->weights, DeviceWeights::Random(device, std::move(layout),
-                                                             *impl->loader, options.seed));
+    TP_ASSIGN_OR_RETURN(
+        impl->weights,
+        DeviceWeights::Random(device, std::move(layout), impl->launcher->loader(), options.seed));
   }
   info.weights_seconds = SecondsSince(weights_start);
   TP_ASSIGN_OR_RETURN(impl->state,
@@ -701,10 +642,10 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   std::set<std::string> algos;
   for (auto& p : impl->programs) {
     for (int i = 0; i < p->phase->steps_size(); ++i) {
-      const StepExec& s = p->steps[static_cast<size_t>(i)];
-      if (s.how == StepExec::How::kGemm) {
-        algos.insert(absl::StrCat(p->phase->name(), " ", p->phase->steps(i).name(), ": ",
-                                  s.gemm->Describe()));
+      const kernels::PreparedStep& s = *p->steps[static_cast<size_t>(i)];
+      if (s.kind() == kernels::LaunchKind::kLibrary) {
+        algos.insert(
+            absl::StrCat(p->phase->name(), " ", p->phase->steps(i).name(), ": ", s.Describe()));
       }
     }
   }

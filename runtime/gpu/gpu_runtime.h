@@ -23,9 +23,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "device/device.h"
 #include "models/safetensors.h"
 #include "planner/plan.pb.h"
-#include "runtime/device/device.h"
 
 namespace tileplan::runtime::gpu {
 
@@ -88,8 +88,8 @@ class GpuRuntime {
   // cache (Reset first) at positions 0..T-1, with the smallest prefill bucket holding T
   // tokens (the rest padded; the padding's cache rows are overwritten by later steps and its
   // logits dropped). Returns the logits [B, T, V], or [B, 1, V] (each prompt's last token)
-  // when the plan was made with PlanOptions::prefill_last_token_logits. InvalidArgument when no bucket holds T or
-  // B is not the plan's; the cache is left as the prompts made it.
+  // when the plan was made with PlanOptions::prefill_last_token_logits. InvalidArgument when no
+  // bucket holds T or B is not the plan's; the cache is left as the prompts made it.
   absl::StatusOr<std::vector<float>> Prefill(const std::vector<int32_t>& tokens, int64_t batch);
 
   // One decode step: token b at position positions[b] for each sequence b of a decode bucket

@@ -1,4 +1,4 @@
-#include "kernels/bound_graph.h"
+#include "kernels/core/bound_graph.h"
 
 #include <vector>
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::kernels::testing {
@@ -63,7 +64,7 @@ CandidateSet TypicalCandidates(Coverage coverage) {
     for (int i = 0; i < static_cast<int>(set.graph->regions().size()); ++i) {
       const BoundRegion region(bound, i);
       for (const KernelFamily* family : registry.FamiliesFor(region.kind())) {
-        if (!IsCudaTemplateFamily(family->name())) continue;
+        if (family->templates() == nullptr) continue;
         for (const std::string& target_name : RowTargets()) {
           const TargetDescription target = MustTarget(target_name);
           if (!family->CanImplement(region, target).ok()) continue;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bound_graph.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/core/template_launch.h"
 #include "regions/ir.h"
 
 namespace tileplan::kernels::testing {

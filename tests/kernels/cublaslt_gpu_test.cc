@@ -26,19 +26,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "device/device.h"
+#include "device/device_buffer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/kernel_family.h"
-#include "kernels/kernel_loader.h"
-#include "kernels/nvrtc_compiler.h"
-#include "planner/target.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/core/template_launch.h"
+#include "kernels/cublaslt/cublaslt_runner.h"
+#include "kernels/families/registry.h"
+#include "kernels/launch/kernel_loader.h"
+#include "kernels/launch/nvrtc_compiler.h"
 #include "regions/parser.h"
 #include "regions/verifier.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/device/device.h"
-#include "runtime/device/device_buffer.h"
+#include "targets/target.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -148,8 +149,8 @@ class GpuEnvironment {
   static cudaStream_t stream() { return stream_; }
   static TargetDescription Target() {
     absl::StatusOr<TargetDescription> target =
-        planner::FindTarget(absl::StrCat("sm_", device_->sm()));
-    if (!target.ok()) target = planner::FindTarget("h200");
+        targets::FindTarget(absl::StrCat("sm_", device_->sm()));
+    if (!target.ok()) target = targets::FindTarget("h200");
     return *target;
   }
 
@@ -378,7 +379,7 @@ const Case& CaseNamed(const std::string& name) {
 }
 
 TEST(CublasLtCasesTest, EveryCaseBuildsOnTheCpu) {
-  const TargetDescription target = *planner::FindTarget("h200");
+  const TargetDescription target = *targets::FindTarget("h200");
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     PreparedCase p;

@@ -11,8 +11,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/cublaslt/cublaslt_runner.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::kernels {
@@ -231,7 +232,7 @@ TEST(ConfigTacticTest, HeuristicAnswerBecomesAValidRawConfig) {
   const BoundGraph bound = MustBind(graph, {}, 1);
   const BoundRegion region(bound, 0);
   const KernelFamily& family = *GlobalKernelRegistry().Find("cublaslt_gemm");
-  const planner::TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   absl::StatusOr<Tactic> base = family.DefaultTactic(region, h200);
   ASSERT_TRUE(base.ok()) << base.status();
   ResolvedAlgo algo;

@@ -1,7 +1,7 @@
 // The launch half of the template families without a GPU: every candidate tactic of the
 // typical regions (the full product of the tunables) prepares launches whose geometry
 // agrees with the family's description, and the host element encodings round-trip.
-#include "kernels/cuda_launch.h"
+#include "kernels/core/template_launch.h"
 
 #include <cmath>
 #include <limits>
@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/families/gemv/gemv_params.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/candidate_instances.h"
 #include "tests/kernels/kernels_testing.h"
 
@@ -37,26 +39,31 @@ TEST(CudaLaunchTest, EveryCandidatePreparesTheDescribedLaunch) {
   std::set<std::string> families;
   for (const testing::Candidate& c : set.candidates) {
     const BoundRegion region(set.bound_graphs[static_cast<size_t>(c.bound_graph)], c.region);
-    absl::StatusOr<std::vector<PreparedLaunch>> launches =
+    absl::StatusOr<std::vector<KernelLaunch>> launches =
         PrepareLaunches(*c.family, region, c.tactic, FakeBuffers(region));
     ASSERT_TRUE(launches.ok()) << launches.status() << " (tactic " << c.tactic.ParamsString()
                                << " on " << c.target << ")";
     ASSERT_EQ(launches->size(), 1u);
-    EXPECT_GT((*launches)[0].args.size(), 4u);
-    absl::StatusOr<KernelInstance> instance = InstanceFor(region, c.tactic);
+    EXPECT_GT((*launches)[0].params.size(), 16u);
+    absl::StatusOr<KernelInstance> instance = InstanceFor(*c.family, region, c.tactic);
     ASSERT_TRUE(instance.ok()) << instance.status();
     EXPECT_THAT(instance->name_expressions[0], StartsWith("tileplan::"));
     families.insert(c.tactic.family);
   }
-  EXPECT_EQ(std::vector<std::string>(families.begin(), families.end()), CudaTemplateFamilies());
+  std::vector<std::string> template_families;
+  for (const KernelFamily* f : GlobalKernelRegistry().families()) {
+    if (f->templates() != nullptr) template_families.push_back(std::string(f->name()));
+  }
+  EXPECT_EQ(std::vector<std::string>(families.begin(), families.end()), template_families);
 }
 
 TEST(CudaLaunchTest, InstancesNameTheTemplateArguments) {
   const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
   const BoundGraph bound = testing::MustBind(graph, {{"B", 4}, {"Smax", 4096}, {"T", 1}}, 512);
   const BoundRegion swiglu(bound, testing::RegionNamed(graph, "fact"));
+  const KernelFamily& family = *GlobalKernelRegistry().Find("gemv");
   Tactic gemv{"gemv", 1, {{"rows_per_cta", 4}, {"split_k", 2}, {"threads", 256}, {"vec", 8}}};
-  absl::StatusOr<KernelInstance> instance = InstanceFor(swiglu, gemv);
+  absl::StatusOr<KernelInstance> instance = InstanceFor(family, swiglu, gemv);
   ASSERT_TRUE(instance.ok()) << instance.status();
   EXPECT_EQ(instance->source, "gemv_split_k.cuh");
   EXPECT_THAT(instance->name_expressions,
@@ -65,7 +72,7 @@ TEST(CudaLaunchTest, InstancesNameTheTemplateArguments) {
                                      "void>"));
   // With the norm prologue the last argument is the norm weight's type.
   const BoundRegion normed(bound, testing::RegionNamed(graph, "nact"));
-  instance = InstanceFor(normed, gemv);
+  instance = InstanceFor(family, normed, gemv);
   ASSERT_TRUE(instance.ok()) << instance.status();
   EXPECT_THAT(instance->name_expressions,
               ::testing::ElementsAre("tileplan::gemv_split_k<tileplan::bf16, tileplan::bf16, "
@@ -77,10 +84,12 @@ TEST(CudaLaunchTest, RefusesOtherFamiliesAndMissingParameters) {
   const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
   const BoundGraph bound = testing::MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 1}}, 8);
   const BoundRegion linear(bound, testing::RegionNamed(graph, "qkv"));
-  absl::StatusOr<KernelInstance> instance = InstanceFor(linear, Tactic{"cublaslt_gemm", 1, {}});
+  const KernelRegistry& registry = GlobalKernelRegistry();
+  absl::StatusOr<KernelInstance> instance =
+      InstanceFor(*registry.Find("cublaslt_gemm"), linear, Tactic{"cublaslt_gemm", 1, {}});
   EXPECT_THAT(std::string(instance.status().message()),
               HasSubstr("family 'cublaslt_gemm' has no CUDA templates"));
-  instance = InstanceFor(linear, Tactic{"gemv", 1, {{"threads", 128}}});
+  instance = InstanceFor(*registry.Find("gemv"), linear, Tactic{"gemv", 1, {{"threads", 128}}});
   EXPECT_EQ(instance.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(instance.status().message()), HasSubstr("(%qkv)"));
   EXPECT_THAT(std::string(instance.status().message()), HasSubstr("rows_per_cta"));
@@ -95,7 +104,7 @@ TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
   Tactic tactic{"gemv", 1, {{"rows_per_cta", 4}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}};
   RegionBuffers buffers = FakeBuffers(linear);
   buffers.operands[1] = static_cast<char*>(buffers.operands[1]) + 2;
-  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+  absl::StatusOr<std::vector<KernelLaunch>> launches =
       PrepareLaunches(*gemv, linear, tactic, buffers);
   EXPECT_THAT(std::string(launches.status().message()),
               HasSubstr("operand 1 at 0x200002 is not aligned to 16 bytes"));
@@ -120,15 +129,44 @@ TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
   EXPECT_TRUE(PrepareLaunches(*gemv, linear, tactic, buffers).ok());
 }
 
-TEST(CudaLaunchTest, KernelArgsPointAtTheirValues) {
-  KernelArgs args;
+TEST(CudaLaunchTest, KernelParamsHoldTheStruct) {
+  struct Params {
+    const void* x;
+    long long stride;
+    float scale;
+    int n;
+  };
   int x = 0;
-  args.Add(&x).Add(7).Add(static_cast<long long>(-3)).Add(1.5f);
-  void** p = args.pointers();
-  EXPECT_EQ(*static_cast<int**>(p[0]), &x);
-  EXPECT_EQ(*static_cast<int*>(p[1]), 7);
-  EXPECT_EQ(*static_cast<long long*>(p[2]), -3);
-  EXPECT_EQ(*static_cast<float*>(p[3]), 1.5f);
+  KernelParams params = KernelParams::Of(Params{&x, -3, 1.5f, 7});
+  EXPECT_EQ(params.size(), sizeof(Params));
+  void** p = params.pointers();
+  const Params* held = static_cast<const Params*>(p[0]);
+  EXPECT_EQ(held->x, &x);
+  EXPECT_EQ(held->stride, -3);
+  EXPECT_EQ(held->scale, 1.5f);
+  EXPECT_EQ(held->n, 7);
+}
+
+// The launch fills the parameter struct the template declares: the gemv struct of a linear
+// carries the region's buffers and sizes.
+TEST(CudaLaunchTest, LaunchesFillTheFamilysParameterStruct) {
+  const ir::Graph graph = testing::TestGraph("typical_regions.tpir");
+  const BoundGraph bound = testing::MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 1}}, 8);
+  const BoundRegion linear(bound, testing::RegionNamed(graph, "qkv"));
+  const KernelFamily* gemv = GlobalKernelRegistry().Find("gemv");
+  Tactic tactic{"gemv", 4, {{"rows_per_cta", 4}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}};
+  const RegionBuffers buffers = FakeBuffers(linear);
+  absl::StatusOr<std::vector<KernelLaunch>> launches =
+      PrepareLaunches(*gemv, linear, tactic, buffers);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  const GemvParams p = (*launches)[0].params.As<GemvParams>();
+  EXPECT_EQ(p.x, buffers.operands[0]);
+  EXPECT_EQ(p.w, buffers.operands[1]);
+  EXPECT_EQ(p.out, buffers.results[0]);
+  EXPECT_EQ(p.workspace, nullptr);  // unsplit
+  EXPECT_EQ(p.rows, linear.operand(0).shape[0] * linear.operand(0).shape[1]);
+  EXPECT_EQ(p.depth, linear.operand(0).shape.back());
+  EXPECT_EQ(p.cols, linear.result(0).shape.back());
 }
 
 TEST(HostElementsTest, Bf16RoundsToNearestEven) {

@@ -27,19 +27,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/device.h"
+#include "device/device_buffer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/kernel_family.h"
-#include "kernels/kernel_loader.h"
-#include "kernels/nvrtc_compiler.h"
-#include "planner/target.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/core/template_launch.h"
+#include "kernels/families/registry.h"
+#include "kernels/launch/kernel_loader.h"
+#include "kernels/launch/nvrtc_compiler.h"
 #include "regions/parser.h"
 #include "regions/verifier.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/cpu_kernels.h"
-#include "runtime/device/device.h"
-#include "runtime/device/device_buffer.h"
+#include "targets/target.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -182,8 +183,8 @@ class GpuEnvironment {
   // The bundled target matching the device (its sm alias), else the H200 description.
   static TargetDescription Target() {
     absl::StatusOr<TargetDescription> target =
-        planner::FindTarget(absl::StrCat("sm_", device_->sm()));
-    if (!target.ok()) target = planner::FindTarget("h200");
+        targets::FindTarget(absl::StrCat("sm_", device_->sm()));
+    if (!target.ok()) target = targets::FindTarget("h200");
     return *target;
   }
 
@@ -315,11 +316,9 @@ void RunOnDevice(const PreparedCase& p) {
     buffers.error = error->as<int>();
     DeviceBuffer inv_freq;
     if (region.region().attrs.Has("theta")) {
-      absl::StatusOr<runtime::cpu::RopeParams> rope =
-          runtime::cpu::RopeParamsFromAttributes(region.region().attrs);
+      absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(region.region().attrs);
       ASSERT_TRUE(rope.ok()) << rope.status();
-      const std::vector<float> freqs =
-          runtime::cpu::RopeInvFreq(*rope, region.result(0).shape.back());
+      const std::vector<float> freqs = ir::RopeInvFreq(*rope, region.result(0).shape.back());
       absl::StatusOr<DeviceBuffer> b =
           DeviceBuffer::Allocate(device, static_cast<int64_t>(freqs.size() * 4));
       ASSERT_TRUE(b.ok()) << b.status();
@@ -327,7 +326,7 @@ void RunOnDevice(const PreparedCase& p) {
       inv_freq = *std::move(b);
       buffers.rope_inv_freq = inv_freq.as<float>();
     }
-    absl::StatusOr<KernelInstance> instance = InstanceFor(region, tactic);
+    absl::StatusOr<KernelInstance> instance = InstanceFor(*p.family, region, tactic);
     ASSERT_TRUE(instance.ok()) << instance.status();
 
     for (int run = 0; run < 2; ++run) {
@@ -344,10 +343,10 @@ void RunOnDevice(const PreparedCase& p) {
                 : EncodeFloats(t.dtype, t.f);
         ASSERT_TRUE(roots[id].CopyFromHost(bytes.data(), static_cast<int64_t>(bytes.size())).ok());
       }
-      absl::StatusOr<std::vector<PreparedLaunch>> launches =
+      absl::StatusOr<std::vector<KernelLaunch>> launches =
           PrepareLaunches(*p.family, region, tactic, buffers);
       ASSERT_TRUE(launches.ok()) << launches.status();
-      const absl::Status ran = GpuEnvironment::loader().Run(*instance, *launches);
+      const absl::Status ran = GpuEnvironment::loader().Run(*instance, *launches, {});
       ASSERT_TRUE(ran.ok()) << ran;
       const absl::Status synced = device.Synchronize();
       ASSERT_TRUE(synced.ok()) << synced;
@@ -848,16 +847,51 @@ std::vector<Case> AttentionPrefillFlashCases() {
     const std::vector<int32_t> second = Iota(s.tokens, s.first + 3);
     positions.insert(positions.end(), second.begin(), second.end());
     c.ints["positions"] = positions;
-    c.tactics = {{{"pack_gqa", 0}, {"splits", 1}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 3}, {"tile_kv", 64}, {"tile_q", 128}, {"warps", 8}},
-                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}},
+    c.tactics = {{{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 1},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 3},
+                  {"tile_kv", 64},
+                  {"tile_q", 128},
+                  {"warps", 8}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 128},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 64},
+                  {"tile_q", 64},
+                  {"warps", 4}},
                  // Split-KV: runs of whole key tiles, some of them empty on the first row
                  // tiles, merged by the last CTA of each row tile.
-                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
+                 {{"pack_gqa", 0},
+                  {"splits", 2},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 3},
+                  {"stages", 1},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
                  // 16 runs: most of them empty here, one item per merge batch.
-                 {{"pack_gqa", 0}, {"splits", 16}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}}};
+                 {{"pack_gqa", 0},
+                  {"splits", 16},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -885,16 +919,56 @@ std::vector<Case> AttentionPrefillPackedGqaCases() {
     c.family = "attention_prefill";
     c.context = *std::max_element(s.positions.begin(), s.positions.end()) + 1;
     c.ints["positions"] = s.positions;
-    c.tactics = {{{"pack_gqa", 1}, {"splits", 1}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 1}, {"splits", 1}, {"stages", 2}, {"tile_kv", 128}, {"tile_q", 128}, {"warps", 8}},
-                 {{"pack_gqa", 0}, {"splits", 1}, {"stages", 2}, {"tile_kv", 64}, {"tile_q", 16}, {"warps", 1}},
+    c.tactics = {{{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 1},
+                  {"tile_kv", 64},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 3},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 128},
+                  {"tile_q", 128},
+                  {"warps", 8}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 64},
+                  {"tile_q", 16},
+                  {"warps", 1}},
                  // Split-KV over the packed group (Qwen2-7B's decode form): runs of uneven
                  // length, empty runs on short contexts, and a split of an unpacked tile.
-                 {{"pack_gqa", 1}, {"splits", 4}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"splits", 3}, {"stages", 1}, {"tile_kv", 64}, {"tile_q", 64}, {"warps", 4}},
-                 {{"pack_gqa", 0}, {"splits", 2}, {"stages", 3}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}},
-                 {{"pack_gqa", 1}, {"splits", 8}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 128}, {"warps", 4}}};
+                 {{"pack_gqa", 1},
+                  {"splits", 4},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 3},
+                  {"stages", 1},
+                  {"tile_kv", 64},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 0},
+                  {"splits", 2},
+                  {"stages", 3},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 8},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 128},
+                  {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -1090,14 +1164,14 @@ void CheckCaseOnCpu(const Case& c, const TargetDescription& target) {
   buffers.counters = fake(34);
   buffers.rope_inv_freq = static_cast<const float*>(fake(33));
   for (const Tactic& tactic : p.tactics) {
-    const absl::StatusOr<std::vector<PreparedLaunch>> launches =
+    const absl::StatusOr<std::vector<KernelLaunch>> launches =
         PrepareLaunches(*p.family, region, tactic, buffers);
     EXPECT_TRUE(launches.ok()) << launches.status();
   }
 }
 
 TEST(KernelsGpuCasesTest, EveryCasePreparesOnTheCpu) {
-  const TargetDescription target = *planner::FindTarget("h200");
+  const TargetDescription target = *targets::FindTarget("h200");
   for (const CaseGroup& group : kCaseGroups) {
     SCOPED_TRACE(group.name);
     for (const Case& c : group.make()) CheckCaseOnCpu(c, target);
@@ -1159,12 +1233,12 @@ TEST(KernelsGpuDeviceTest, BadTokenIdsAndPositionsRaiseTheErrorWord) {
   buffers.operands = {ids->data(), table->data()};
   buffers.results = {out->data()};
   buffers.error = error->as<int>();
-  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+  absl::StatusOr<std::vector<KernelLaunch>> launches =
       PrepareLaunches(*family, region, tactic, buffers);
   ASSERT_TRUE(launches.ok()) << launches.status();
-  absl::StatusOr<KernelInstance> instance = InstanceFor(region, tactic);
+  absl::StatusOr<KernelInstance> instance = InstanceFor(*family, region, tactic);
   ASSERT_TRUE(instance.ok());
-  ASSERT_TRUE(GpuEnvironment::loader().Run(*instance, *launches).ok());
+  ASSERT_TRUE(GpuEnvironment::loader().Run(*instance, *launches, {}).ok());
   ASSERT_TRUE(GpuEnvironment::device().Synchronize().ok());
   int error_word = 0;
   ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
@@ -1211,22 +1285,21 @@ TEST(KernelsGpuDeviceTest, RopeKvWriteAttentionReportsPositionsOutsideTheCache) 
   ASSERT_TRUE(v_cache->Fill(0x3f).ok());
   ASSERT_TRUE(out->Fill(0xff).ok());
   ASSERT_TRUE(error->Fill(0).ok());
-  absl::StatusOr<runtime::cpu::RopeParams> rope =
-      runtime::cpu::RopeParamsFromAttributes(region.region().attrs);
+  absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(region.region().attrs);
   ASSERT_TRUE(rope.ok()) << rope.status();
-  const std::vector<float> freqs = runtime::cpu::RopeInvFreq(*rope, kDim);
+  const std::vector<float> freqs = ir::RopeInvFreq(*rope, kDim);
   ASSERT_TRUE(inv_freq->CopyFromHost(freqs.data(), kDim / 2 * 4).ok());
   RegionBuffers buffers;
   buffers.operands = {qkv->data(), k_cache->data(), v_cache->data(), positions->data()};
   buffers.results = {out->data(), k_cache->data(), v_cache->data()};
   buffers.rope_inv_freq = inv_freq->as<float>();
   buffers.error = error->as<int>();
-  absl::StatusOr<std::vector<PreparedLaunch>> launches =
+  absl::StatusOr<std::vector<KernelLaunch>> launches =
       PrepareLaunches(*family, region, tactic, buffers);
   ASSERT_TRUE(launches.ok()) << launches.status();
-  absl::StatusOr<KernelInstance> instance = InstanceFor(region, tactic);
+  absl::StatusOr<KernelInstance> instance = InstanceFor(*family, region, tactic);
   ASSERT_TRUE(instance.ok()) << instance.status();
-  ASSERT_TRUE(GpuEnvironment::loader().Run(*instance, *launches).ok());
+  ASSERT_TRUE(GpuEnvironment::loader().Run(*instance, *launches, {}).ok());
   ASSERT_TRUE(device.Synchronize().ok());
   int error_word = 0;
   ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());

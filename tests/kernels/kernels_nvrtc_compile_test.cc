@@ -16,8 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/nvrtc_compiler.h"
+#include "kernels/core/template_launch.h"
+#include "kernels/launch/kernel_loader.h"
+#include "kernels/launch/nvrtc_compiler.h"
 #include "tests/kernels/candidate_instances.h"
 
 namespace tileplan::kernels {
@@ -34,7 +35,7 @@ const std::set<KernelInstance>& AllInstances() {
     for (const testing::Candidate& c : candidates.candidates) {
       const BoundRegion region(candidates.bound_graphs[static_cast<size_t>(c.bound_graph)],
                                c.region);
-      absl::StatusOr<KernelInstance> instance = InstanceFor(region, c.tactic);
+      absl::StatusOr<KernelInstance> instance = InstanceFor(*c.family, region, c.tactic);
       EXPECT_TRUE(instance.ok()) << instance.status() << " (tactic " << c.tactic.ParamsString()
                                  << ")";
       if (instance.ok()) set->insert(*std::move(instance));

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "planner/target.h"
 #include "regions/parser.h"
 #include "regions/verifier.h"
+#include "targets/target.h"
 
 namespace tileplan::kernels::testing {
 
@@ -53,7 +53,7 @@ int RegionNamed(const ir::Graph& graph, absl::string_view name) {
 }
 
 TargetDescription MustTarget(absl::string_view name) {
-  absl::StatusOr<TargetDescription> target = planner::FindTarget(name);
+  absl::StatusOr<TargetDescription> target = targets::FindTarget(name);
   EXPECT_TRUE(target.ok()) << target.status();
   return target.ok() ? *target : TargetDescription();
 }

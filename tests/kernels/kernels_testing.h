@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "kernels/bound_graph.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
 #include "regions/ir.h"
 
 namespace tileplan::kernels::testing {

@@ -1,6 +1,6 @@
 // The on-disk module cache: round trips, misses, invalid entries read as misses and are
 // rebuilt, and concurrent writer processes leave a valid entry.
-#include "kernels/module_cache.h"
+#include "kernels/launch/module_cache.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

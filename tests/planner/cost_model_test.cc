@@ -1,7 +1,8 @@
 #include "planner/cost_model.h"
 
 #include "gtest/gtest.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::planner {
@@ -12,7 +13,7 @@ using kernels::testing::MustTarget;
 // The H200 description: 4200 GB/s and 760 of 989 TFLOP/s achievable, 67 TFLOP/s fp32 peak,
 // 4.3 us per host launch, 0.6 us per graph node, 132 SMs.
 TEST(CostModelTest, MemoryBoundStepOnAFullGrid) {
-  const TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   kernels::WorkEstimate work;
   work.bytes = 4'200'000;  // 1 us at 4200 GB/s
   const CostEstimate e = EstimateCost(work, 1, 132, h200, LaunchMode::kGraph);
@@ -28,7 +29,7 @@ TEST(CostModelTest, MemoryBoundStepOnAFullGrid) {
 }
 
 TEST(CostModelTest, ComputeBoundTensorCoreStepTakesTheLargerTerm) {
-  const TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   kernels::WorkEstimate work;
   work.bytes = 2'100'000;      // 0.5 us
   work.flops = 1'520'000'000;  // 2 us at 760 TFLOP/s
@@ -40,7 +41,7 @@ TEST(CostModelTest, ComputeBoundTensorCoreStepTakesTheLargerTerm) {
 }
 
 TEST(CostModelTest, CudaCoreRateIsTheFp32PeakScaledByTheAchievableShare) {
-  const TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   kernels::WorkEstimate work;
   work.flops = 67'000'000;  // 1 us at the 67 TFLOP/s fp32 peak
   const CostEstimate e = EstimateCost(work, 1, 132, h200, LaunchMode::kGraph);
@@ -48,7 +49,7 @@ TEST(CostModelTest, CudaCoreRateIsTheFp32PeakScaledByTheAchievableShare) {
 }
 
 TEST(CostModelTest, SmallGridsReachOnlyTheirShareOfTheMachine) {
-  const TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   kernels::WorkEstimate work;
   work.bytes = 4'200'000;
   const CostEstimate e = EstimateCost(work, 2, 33, h200, LaunchMode::kGraph);
@@ -72,7 +73,7 @@ TEST(CostModelTest, EstimateStepValidatesTheTactic) {
 })");
   const kernels::BoundGraph g = kernels::testing::MustBind(graph, {}, 0);
   const kernels::BoundRegion y(g, 0);
-  const TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
   absl::StatusOr<kernels::CandidateTable> table = gemv.Candidates(y, h200);
   ASSERT_TRUE(table.ok());

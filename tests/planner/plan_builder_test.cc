@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "models/config.h"
 #include "planner/plan_text.h"
-#include "planner/target.h"
+#include "targets/target.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::planner {
@@ -190,7 +190,7 @@ models::ModelConfig TwoLayers(const std::string& name) {
 
 TEST(PlanBuilderTest, EveryBundledConfigPlansOnEveryTarget) {
   for (const std::string& model : models::BundledConfigNames()) {
-    for (const std::string& target : BundledTargetNames()) {
+    for (const std::string& target : targets::BundledTargetNames()) {
       SCOPED_TRACE(model + " on " + target);
       absl::StatusOr<proto::ExecutionPlan> plan =
           BuildExecutionPlan(TwoLayers(model), MustTarget(target), SmallOptions(), nullptr);

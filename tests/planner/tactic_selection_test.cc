@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::planner {
@@ -32,7 +33,7 @@ class TacticSelectionTest : public ::testing::Test {
 
   ir::Graph graph_;
   BoundGraph decode_;
-  TargetDescription target_;
+  targets::TargetDescription target_;
   SelectionContext context_;
 };
 
@@ -154,7 +155,8 @@ TEST_F(TacticSelectionTest, NoFamilyIsAnErrorWithEveryReason) {
   EXPECT_THAT(choice.status().message(),
               HasSubstr("region #0 'attention' (%a): no kernel family can implement it: "
                         "attention_decode: T = 64 new tokens exceed 16"));
-  EXPECT_THAT(choice.status().message(), HasSubstr("attention_prefill: dtype f32 has no tensor-core path"));
+  EXPECT_THAT(choice.status().message(),
+              HasSubstr("attention_prefill: dtype f32 has no tensor-core path"));
 }
 
 TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {

@@ -1,4 +1,4 @@
-#include "planner/target.h"
+#include "targets/target.h"
 
 #include <set>
 #include <string>
@@ -10,11 +10,11 @@ namespace tileplan::planner {
 namespace {
 
 TEST(TargetTest, BundledTargetsParseAndAreUnique) {
-  std::vector<std::string> names = BundledTargetNames();
+  std::vector<std::string> names = targets::BundledTargetNames();
   ASSERT_EQ(names.size(), 6u);
   std::set<std::string> seen;
   for (const std::string& name : names) {
-    auto t = FindTarget(name);
+    auto t = targets::FindTarget(name);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_TRUE(seen.insert(t->name()).second);
     for (const std::string& alias : t->aliases()) {
@@ -25,39 +25,39 @@ TEST(TargetTest, BundledTargetsParseAndAreUnique) {
 
 TEST(TargetTest, EveryRequiredArchitectureHasATarget) {
   for (int sm : {80, 89, 90, 100, 120}) {
-    auto t = FindTarget("sm_" + std::to_string(sm));
+    auto t = targets::FindTarget("sm_" + std::to_string(sm));
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->sm(), sm);
   }
 }
 
 TEST(TargetTest, AliasSelectsMeasuredH200) {
-  auto t = FindTarget("sm_90");
+  auto t = targets::FindTarget("sm_90");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->name(), "h200");
   EXPECT_EQ(t->sm_count(), 132);
 }
 
 TEST(TargetTest, UnknownTargetListsKnownNames) {
-  auto t = FindTarget("sm_42");
+  auto t = targets::FindTarget("sm_42");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("h200"), std::string::npos) << t.status();
 }
 
 TEST(TargetTest, SyntaxErrorHasLineAndColumn) {
-  auto t = ParseTarget("name: \"x\"\nsm: ninety\n", "bad.textproto");
+  auto t = targets::ParseTarget("name: \"x\"\nsm: ninety\n", "bad.textproto");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("2:5"), std::string::npos) << t.status();
 }
 
 TEST(TargetTest, InvalidValueNamesField) {
-  auto good = FindTarget("h200");
+  auto good = targets::FindTarget("h200");
   ASSERT_TRUE(good.ok());
-  TargetDescription t = *good;
+  targets::TargetDescription t = *good;
   t.set_achievable_memory_bandwidth_gbps(t.peak_memory_bandwidth_gbps() * 2);
   std::string text;
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
-  auto parsed = ParseTarget(text, "edited");
+  auto parsed = targets::ParseTarget(text, "edited");
   ASSERT_FALSE(parsed.ok());
   EXPECT_NE(parsed.status().message().find("achievable_memory_bandwidth_gbps"), std::string::npos)
       << parsed.status();

@@ -159,16 +159,16 @@ TEST(CpuKernels, EmbeddingGathersRowsAndRejectsOutOfRangeIds) {
 }
 
 TEST(CpuKernels, RopeDefaultInvFreq) {
-  RopeParams p;
+  ir::RopeParams p;
   p.theta = 10000.0;
-  const std::vector<float> inv = RopeInvFreq(p, 8);
+  const std::vector<float> inv = ir::RopeInvFreq(p, 8);
   ExpectNear(inv, {1.0f, 0.1f, 0.01f, 0.001f}, 1e-9);
   p.theta = 100.0;
-  ExpectNear(RopeInvFreq(p, 4), {1.0f, 0.1f}, 1e-9);
+  ExpectNear(ir::RopeInvFreq(p, 4), {1.0f, 0.1f}, 1e-9);
 }
 
 TEST(CpuKernels, RopeLlama3InvFreqRescalesEachBand) {
-  RopeParams p;
+  ir::RopeParams p;
   p.theta = 10000.0;
   p.type = "llama3";
   p.factor = 8.0;
@@ -178,7 +178,7 @@ TEST(CpuKernels, RopeLlama3InvFreqRescalesEachBand) {
   // Base inv_freq 1, 0.1, 0.01, 0.001 have wavelengths 2π·(1, 10, 100, 1000). High band
   // (wavelength < 128/4 = 32): kept. Low band (wavelength > 128): divided by 8. Between:
   // s = (128 / (20π) − 1) / 3 = 0.345727, (1 − s)·0.1/8 + s·0.1 = 0.0427511.
-  ExpectNear(RopeInvFreq(p, 8), {1.0f, 0.0427511f, 0.00125f, 0.000125f}, 2e-7);
+  ExpectNear(ir::RopeInvFreq(p, 8), {1.0f, 0.0427511f, 0.00125f, 0.000125f}, 2e-7);
 }
 
 TEST(CpuKernels, RopeRotatesHalvesByPosition) {

@@ -4,11 +4,11 @@
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
+#include "device/cuda_status.h"
+#include "device/device.h"
+#include "device/device_buffer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/device/cuda_status.h"
-#include "runtime/device/device.h"
-#include "runtime/device/device_buffer.h"
 
 namespace tileplan::device {
 namespace {

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
 #include "models/safetensors.h"
 #include "planner/plan_builder.h"
-#include "planner/target.h"
-#include "runtime/device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "targets/target.h"
 
 namespace tileplan::runtime::gpu {
 namespace {
@@ -34,7 +34,7 @@ class GpuRuntimeTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
     if (!device.ok()) GTEST_SKIP() << device.status().message();
     device_ = *std::move(device);
-    absl::StatusOr<planner::TargetDescription> target = TargetForDevice(*device_);
+    absl::StatusOr<targets::TargetDescription> target = TargetForDevice(*device_);
     ASSERT_TRUE(target.ok()) << target.status();
     target_ = *target;
     absl::StatusOr<models::ModelConfig> config = models::LoadModelConfig(kFixture.string());
@@ -74,7 +74,7 @@ class GpuRuntimeTest : public ::testing::Test {
   }
 
   std::unique_ptr<device::Device> device_;
-  planner::TargetDescription target_;
+  targets::TargetDescription target_;
   models::ModelConfig config_;
   std::unique_ptr<models::Checkpoint> checkpoint_;
 };
@@ -278,8 +278,8 @@ TEST_F(GpuRuntimeTest, UserErrorsAreClearAndLeaveTheRuntimeUsable) {
 }
 
 TEST_F(GpuRuntimeTest, PlanForAnotherArchitectureIsRefused) {
-  absl::StatusOr<planner::TargetDescription> other =
-      planner::FindTarget(device_->sm() == 80 ? "sm_90" : "sm_80");
+  absl::StatusOr<targets::TargetDescription> other =
+      targets::FindTarget(device_->sm() == 80 ? "sm_90" : "sm_80");
   ASSERT_TRUE(other.ok());
   planner::PlanOptions options;
   options.prefill_tokens = {8};

@@ -15,10 +15,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "device/device.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "runtime/device/device.h"
 #include "tests/testing/tool_run.h"
 #include "tuner/tactic_store.pb.h"
 

@@ -8,8 +8,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cublaslt_runner.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/cublaslt/cublaslt_runner.h"
+#include "kernels/families/registry.h"
 #include "tests/kernels/kernels_testing.h"
 #include "tuner/region_tuner.h"
 
@@ -33,7 +34,7 @@ TEST(EnumerateCandidatesTest, DefaultFirstEveryCandidateValidNoDuplicates) {
   const ir::Graph graph = MustParseVerified(kLinear);
   const BoundGraph decode = MustBind(graph, {{"B", 1}, {"T", 1}}, 1);
   const BoundRegion region(decode, 0);
-  const planner::TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
   const std::vector<kernels::Tactic> all = EnumerateCandidates(gemv, region, h200, 1000);
   ASSERT_FALSE(all.empty());
@@ -81,7 +82,7 @@ TEST(EnumerateCandidatesTest, CublasLtWithoutLibraryConfigsOffersItsDefaultOnly)
   const ir::Graph graph = MustParseVerified(kLinear);
   const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
   const BoundRegion region(prefill, 0);
-  const planner::TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   const kernels::KernelFamily& lt = *kernels::GlobalKernelRegistry().Find("cublaslt_gemm");
   const std::vector<kernels::Tactic> all = EnumerateCandidates(lt, region, h200, 1000);
   ASSERT_EQ(all.size(), 1u);
@@ -94,7 +95,7 @@ TEST(EnumerateCandidatesTest, CublasLtOffersTheLibraryConfigsAfterItsDefault) {
   const ir::Graph graph = MustParseVerified(kLinear);
   const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
   const BoundRegion region(prefill, 0);
-  const planner::TargetDescription h200 = MustTarget("h200");
+  const targets::TargetDescription h200 = MustTarget("h200");
   const kernels::KernelFamily& lt = *kernels::GlobalKernelRegistry().Find("cublaslt_gemm");
   const kernels::Tactic def = *lt.DefaultTactic(region, h200);
   std::vector<kernels::Tactic> configs;

@@ -5,20 +5,20 @@
 #include <optional>
 #include <string>
 
+#include "device/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/nvrtc_compiler.h"
-#include "planner/target.h"
-#include "runtime/device/device.h"
+#include "kernels/launch/nvrtc_compiler.h"
+#include "targets/target.h"
 #include "tuner/environment.h"
 
 namespace tileplan::tuner {
 namespace {
 
 // The first bundled target whose sm is (or, with `same` false, is not) `sm`.
-std::optional<planner::TargetDescription> BundledTargetOfSm(int sm, bool same) {
-  for (const std::string& name : planner::BundledTargetNames()) {
-    absl::StatusOr<planner::TargetDescription> target = planner::FindTarget(name);
+std::optional<targets::TargetDescription> BundledTargetOfSm(int sm, bool same) {
+  for (const std::string& name : targets::BundledTargetNames()) {
+    absl::StatusOr<targets::TargetDescription> target = targets::FindTarget(name);
     if (target.ok() && (target->sm() == sm) == same) return *target;
   }
   return std::nullopt;
@@ -33,7 +33,7 @@ TEST(EnvironmentGpuTest, DetectsEveryVersion) {
       kernels::NvrtcCompiler::Create(options);
   ASSERT_TRUE(compiler.ok()) << compiler.status();
   const device::DeviceProperties& p = (*device)->properties();
-  std::optional<planner::TargetDescription> target = BundledTargetOfSm(p.sm, true);
+  std::optional<targets::TargetDescription> target = BundledTargetOfSm(p.sm, true);
   if (!target.has_value()) GTEST_SKIP() << "no bundled target of sm_" << p.sm;
 
   absl::StatusOr<Environment> env = DetectEnvironment(**device, **compiler, *target);
@@ -50,7 +50,7 @@ TEST(EnvironmentGpuTest, DetectsEveryVersion) {
   EXPECT_GT(env->cublaslt_version, 0);
   EXPECT_NE(env->Fingerprint(), FromTarget(*target).Fingerprint());
 
-  std::optional<planner::TargetDescription> other = BundledTargetOfSm(p.sm, false);
+  std::optional<targets::TargetDescription> other = BundledTargetOfSm(p.sm, false);
   ASSERT_TRUE(other.has_value());
   EXPECT_EQ(DetectEnvironment(**device, **compiler, *other).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner/target.h"
+#include "targets/target.h"
 #include "tests/tuner/store_testing.h"
 
 namespace tileplan::tuner {
@@ -50,7 +50,7 @@ TEST(EnvironmentTest, BandwidthPrintsAsTheShortestExactDecimal) {
 }
 
 TEST(EnvironmentTest, FromTargetLeavesSoftwareVersionsUnknown) {
-  absl::StatusOr<planner::TargetDescription> target = planner::FindTarget("h200");
+  absl::StatusOr<targets::TargetDescription> target = targets::FindTarget("h200");
   ASSERT_TRUE(target.ok()) << target.status();
   const Environment env = FromTarget(*target);
   EXPECT_EQ(env.gpu, "NVIDIA H200");

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner/target.h"
+#include "targets/target.h"
 #include "tests/tuner/store_testing.h"
 
 extern char** environ;
@@ -207,7 +207,7 @@ TEST_F(TacticStoreTest, AnotherEnvironmentMissesAndLeavesEntriesAlone) {
   EXPECT_EQ(store->Lookup(old_driver.key)->tactic, *old_driver.winner);
   EXPECT_EQ(store->Lookup(new_driver.key)->tactic, *new_driver.winner);
   // A target's environment (no driver known) never matches a measured one.
-  absl::StatusOr<planner::TargetDescription> target = planner::FindTarget("h200");
+  absl::StatusOr<targets::TargetDescription> target = targets::FindTarget("h200");
   ASSERT_TRUE(target.ok());
   TacticKey planned = new_driver.key;
   planned.environment = FromTarget(*target).Fingerprint();

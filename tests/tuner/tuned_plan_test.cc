@@ -12,12 +12,13 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/kernel_family.h"
+#include "kernels/core/kernel_family.h"
+#include "kernels/families/registry.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 #include "planner/tactic_cache.h"
-#include "planner/target.h"
 #include "regions/serialization.h"
+#include "targets/target.h"
 #include "tests/tuner/store_testing.h"
 #include "tuner/region_tuner.h"
 #include "tuner/tactic_store.h"
@@ -64,7 +65,7 @@ class TunedPlanTest : public ::testing::Test {
     dir_ = absl::StrCat(::testing::TempDir(), "/tuned_plan_test.", ::getpid());
     std::filesystem::create_directories(dir_);
     config_ = *models::BundledModelConfig("qwen3-0.6b");
-    target_ = *planner::FindTarget("h200");
+    target_ = *targets::FindTarget("h200");
     options_.prefill_tokens = {};
     options_.decode_batches = {1};
     options_.max_context = 64;
@@ -103,7 +104,7 @@ class TunedPlanTest : public ::testing::Test {
 
   std::string dir_;
   models::ModelConfig config_;
-  planner::TargetDescription target_;
+  targets::TargetDescription target_;
   planner::PlanOptions options_;
   Environment env_;
   std::unique_ptr<ir::Graph> graph_;

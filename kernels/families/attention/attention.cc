@@ -1,0 +1,590 @@
+// attention_prefill and attention_decode: causal attention of new tokens over the KV cache
+// (docs/ir.md `attention`; sliding windows and GQA included).
+//
+// attention_prefill is flash style on tensor cores: a CTA owns `tile_q` query rows of one
+// head, streams the cache in `tile_kv`-row tiles through a `stages`-deep shared-memory
+// pipeline with an online softmax; `warps` warps split the query rows (16 per MMA). With
+// `pack_gqa` 1 a CTA's rows are instead the (token, query head) pairs of one kv head, so one
+// pass over the cache serves the whole GQA group and a decode step's few tokens still fill
+// the MMA rows. With `splits` > 1 the key tiles of each row tile are divided among that many
+// CTAs, whose partial results (unnormalized output, running max and sum) the last of them
+// merges: decode steps and short prompts fill the GPU, and long causal row tiles share
+// their walk. It is instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
+//
+// attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
+// every `splits`-th chunk of `kv_chunk` cache rows of kv head h for all the queries that share
+// it (T · Hq/Hkv), reading the live context length from device memory so that one grid serves
+// every context under CUDA Graph replay (chunks past the context exit at once). Each CTA
+// writes (max, sum, accumulator) partials to the workspace; the last CTA of (b, h) merges
+// them (log-sum-exp weights) and writes the output, so a step is one launch. It also serves
+// the decode-only fused kinds rope_kv_write_attention and qk_norm_rope_kv_write_attention:
+// the same grid, whose CTAs first build their RoPE-rotated (and normalized) queries from the
+// packed qkv and write the new cache rows that fall in their chunks.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/core/family_base.h"
+#include "kernels/families/attention/attention_params.h"
+
+namespace tileplan::kernels::attention {
+// This folder's templates, embedded in its library (tileplan_kernel_family).
+const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTemplates();
+}  // namespace tileplan::kernels::attention
+
+namespace tileplan::kernels::internal {
+namespace {
+
+struct AttentionShape {
+  int64_t batch = 0, tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0, capacity = 0;
+  int64_t window = 0;   // 0: none
+  int64_t context = 0;  // attention span of the last new token
+  int64_t es = 2;
+
+  int64_t group() const { return kv_heads == 0 ? 0 : q_heads / kv_heads; }
+  // New tokens sit at positions [context - tokens, context - 1].
+  int64_t first_position() const { return std::max<int64_t>(0, context - tokens); }
+  int64_t last_position() const { return std::max(context, tokens) - 1; }
+  // Cache rows read per (batch, kv head): the union of the new tokens' windows.
+  int64_t keys() const {
+    const int64_t span = last_position() + 1;
+    return window > 0 ? std::min(span, tokens + window - 1) : span;
+  }
+};
+
+// The fused RoPE + KV-write + attention kinds (decode only).
+bool IsRopeAttention(const BoundRegion& r) {
+  return r.kind() == "rope_kv_write_attention" || r.kind() == "qk_norm_rope_kv_write_attention";
+}
+
+// The k_cache operand: 1 for attention and rope_kv_write_attention, 3 with the norms.
+int CacheOperand(const BoundRegion& r) {
+  return r.kind() == "qk_norm_rope_kv_write_attention" ? 3 : 1;
+}
+
+AttentionShape ShapeOf(const BoundRegion& r) {
+  AttentionShape s;
+  const auto& q = r.result(0).shape;  // [B,T,Hq,D], the queries' shape for every kind
+  const auto& cache = r.operand(CacheOperand(r)).shape;
+  s.batch = q[0];
+  s.tokens = q[1];
+  s.q_heads = q[2];
+  s.head_dim = q[3];
+  s.kv_heads = cache[1];
+  s.capacity = cache[2];
+  s.window = r.region().attrs.GetIntOr("sliding_window", 0).value_or(0);
+  s.context = std::min(std::max(r.bound_graph().context(), s.tokens), s.capacity);
+  s.es = ir::DTypeSize(r.result_dtype(0));
+  return s;
+}
+
+// Bytes and flops shared by both families: q (or qkv) read, output written, K and V rows
+// read once, positions read. The fused kinds also write the new K and V rows, read the norm
+// weights, and rotate (and normalize) the q and k heads.
+WorkEstimate AttentionWork(const BoundRegion& r, bool tensor_core) {
+  const AttentionShape s = ShapeOf(r);
+  const int positions = r.num_operands() - 1;
+  WorkEstimate w;
+  w.bytes = r.operand_bytes(0) + r.result_bytes(0) + r.operand_bytes(positions) +
+            2 * s.batch * s.kv_heads * s.keys() * s.head_dim * s.es;
+  w.flops = 4 * s.batch * s.q_heads * s.head_dim *
+            CausalPairs(s.first_position(), s.last_position(), s.window);
+  if (IsRopeAttention(r)) {
+    const int64_t rows = s.batch * s.tokens * s.head_dim;  // one head of every new token
+    const int64_t rotated = (s.q_heads + s.kv_heads) * rows;
+    w.bytes += 2 * s.kv_heads * rows * s.es;
+    w.flops += 3 * rotated;
+    if (r.kind() == "qk_norm_rope_kv_write_attention") {
+      w.bytes += r.operand_bytes(1) + r.operand_bytes(2);
+      w.flops += 4 * rotated;
+    }
+  }
+  w.tensor_core = tensor_core;
+  return w;
+}
+
+absl::Status CheckLayouts(const BoundRegion& r) {
+  const int cache = CacheOperand(r);
+  for (int i : {cache, cache + 1}) {
+    if (!r.operand(i).IsContiguous()) {
+      return Refuse(absl::StrCat(OperandLabel(r, i), " is not a contiguous cache"));
+    }
+  }
+  return RequireInnerContiguous(r, {0});
+}
+
+struct PrefillRow {
+  absl::string_view arch;
+  int64_t tile_q, tile_kv, stages, warps;
+};
+constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
+                                       {"sm_90", 64, 64, 2, 4},
+                                       {"sm_100", 128, 128, 2, 8},
+                                       {"sm_120", 64, 64, 2, 4},
+                                       {"default", 64, 64, 1, 4}};
+
+// attention on the split-KV decode grid (`decode`) or the flash prefill grid.
+absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tactic& t,
+                                               const RegionBuffers* buffers, bool decode) {
+  LaunchBuilder b(r, t, buffers);
+  const Layout& q = r.operand(0);
+  const Layout& k = r.operand(1);
+  const int64_t batch = q.shape[0], tokens = q.shape[1], q_heads = q.shape[2], dim = q.shape[3];
+  const int64_t kv_heads = k.shape[1], capacity = k.shape[2];
+  const ir::DType dtype = r.operand_dtype(0);
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "q"));
+  TP_ASSIGN_OR_RETURN(const int64_t q_stride, b.TokenStride(0, 2));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(k, "k_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "v_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "positions"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  if (kv_heads == 0 || q_heads % kv_heads != 0) {
+    return b.Error("query heads ", q_heads, " are not a multiple of kv heads ", kv_heads);
+  }
+  TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
+  TP_ASSIGN_OR_RETURN(const int64_t window, r.region().attrs.GetIntOr("sliding_window", 0));
+  const int64_t es = ir::DTypeSize(dtype);
+  if ((dim * es) % 16 != 0 || (q_stride * es) % 16 != 0) {
+    return b.Error("head dim ", dim, " and token stride ", q_stride,
+                   " must be whole 16-byte vectors");
+  }
+  TP_RETURN_IF_ERROR(b.CheckOperands(16, {0, 1, 2}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {3}));
+  TP_RETURN_IF_ERROR(b.CheckResults(16, {0}));
+  AttentionParams p{};
+  p.q = b.Operand(0);
+  p.q_stride = q_stride;
+  p.k_cache = b.Operand(1);
+  p.v_cache = b.Operand(2);
+  p.positions = static_cast<const int*>(b.Operand(3));
+  p.out = b.Result(0);
+  p.tokens = static_cast<int>(tokens);
+  p.q_heads = static_cast<int>(q_heads);
+  p.kv_heads = static_cast<int>(kv_heads);
+  p.capacity = static_cast<int>(capacity);
+  p.scale = static_cast<float>(scale);
+  p.window = static_cast<int>(window);
+  if (decode) {
+    TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
+    TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
+    TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+    if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
+    const int64_t queries = tokens * (q_heads / kv_heads);
+    TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
+                        b.SplitBuffers(splits, "split-KV"));
+    p.workspace = static_cast<float*>(split.workspace);
+    p.counters = static_cast<unsigned int*>(split.counters);
+    b.Launch(
+        "attention_decode_split_kv.cuh",
+        absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk, ", ",
+                     splits, ", ", warps, ", ", std::min<int64_t>(8, NextPowerOfTwo(queries)), ">"),
+        {splits, kv_heads, batch}, {32 * warps, 1, 1},
+        (queries * dim + warps * queries * (dim + 2)) * 4, p);
+    return std::move(b).Finish();
+  }
+  TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_kv, b.Param("tile_kv"));
+  TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+  TP_ASSIGN_OR_RETURN(const int64_t pack_gqa, b.Param("pack_gqa"));
+  TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
+  if (dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) {
+    return b.Error("tensor-core attention needs bf16 or f16, got ", ir::DTypeName(dtype));
+  }
+  if (dim % 16 != 0) return b.Error("head dim ", dim, " is not a multiple of 16");
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split, b.SplitBuffers(splits, "split-KV"));
+  p.workspace = static_cast<float*>(split.workspace);
+  p.counters = static_cast<unsigned int*>(split.counters);
+  // Packed, a CTA's rows are (token, group member) pairs of one kv head.
+  const int64_t rows = pack_gqa != 0 ? tokens * (q_heads / kv_heads) : tokens;
+  b.Launch("attention_prefill_flash.cuh",
+           absl::StrCat("tileplan::attention_prefill_flash<", type, ", ", dim, ", ", tile_q, ", ",
+                        tile_kv, ", ", stages, ", ", warps, ", ", pack_gqa != 0 ? "true" : "false",
+                        ", ", splits, ">"),
+           {CeilDiv(rows, tile_q) * splits, pack_gqa != 0 ? kv_heads : q_heads, batch},
+           {32 * warps, 1, 1}, (tile_q + 2 * stages * tile_kv) * dim * es, p);
+  return std::move(b).Finish();
+}
+
+// qk_norm_rope_kv_write_attention and rope_kv_write_attention on attention_decode's grid.
+absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const Tactic& t,
+                                                   const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
+  TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+  const bool norm = r.kind() == "qk_norm_rope_kv_write_attention";
+  const int k_index = norm ? 3 : 1;
+  const int positions = k_index + 2;
+  const Layout& qkv = r.operand(0);
+  const Layout& k = r.operand(k_index);
+  const int64_t batch = qkv.shape[0], tokens = qkv.shape[1];
+  const int64_t dim = k.shape[3], capacity = k.shape[2];
+  TP_ASSIGN_OR_RETURN(const int64_t q_heads, r.region().attrs.GetInt("num_heads"));
+  TP_ASSIGN_OR_RETURN(const int64_t kv_heads, r.region().attrs.GetInt("num_kv_heads"));
+  const ir::DType dtype = r.operand_dtype(0);
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "qkv"));
+  TP_ASSIGN_OR_RETURN(const int64_t stride, b.TokenStride(0, 2));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(k, "k_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(k_index + 1), "v_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(positions), "positions"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  if (kv_heads <= 0 || q_heads % kv_heads != 0) {
+    return b.Error("query heads ", q_heads, " are not a multiple of kv heads ", kv_heads);
+  }
+  if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
+  const int64_t es = ir::DTypeSize(dtype);
+  if ((dim * es) % 16 != 0 || dim > 256) {
+    return b.Error("head dim ", dim, " must be whole 16-byte vectors, at most 256");
+  }
+  TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
+  TP_ASSIGN_OR_RETURN(const int64_t window, r.region().attrs.GetIntOr("sliding_window", 0));
+  // rope_kv_write's vector: whole lanes on each half of a head, dividing the row layout.
+  const int64_t rope_vec = LaunchBuilder::WidestDividing(
+      std::min<int64_t>(16 / es, std::max<int64_t>(1, dim / 64)), {dim / 2, stride, qkv.offset});
+  TP_RETURN_IF_ERROR(b.CheckOperands(rope_vec * es, {0}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(16, {k_index, k_index + 1}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {positions}));
+  std::string w_type = type;
+  if (norm) {
+    TP_ASSIGN_OR_RETURN(w_type, b.TypeName(r.operand_dtype(1), "q_norm"));
+    TP_RETURN_IF_ERROR(b.CheckOperands(rope_vec * ir::DTypeSize(r.operand_dtype(1)), {1, 2}));
+  }
+  TP_RETURN_IF_ERROR(b.CheckResults(16, {0, 1, 2}));
+  TP_RETURN_IF_ERROR(b.RequireRopeTable());
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split, b.SplitBuffers(splits, "split-KV"));
+  AttentionRopeParams p{};
+  p.qkv = b.Operand(0);
+  p.qkv_stride = stride;
+  p.q_norm = norm ? b.Operand(1) : nullptr;
+  p.k_norm = norm ? b.Operand(2) : nullptr;
+  if (norm) {
+    TP_ASSIGN_OR_RETURN(const double eps, r.region().attrs.GetFloat("eps"));
+    p.eps = static_cast<float>(eps);
+  }
+  p.positions = static_cast<const int*>(b.Operand(positions));
+  p.inv_freq = b.rope_inv_freq();
+  p.k_cache = b.Result(1);
+  p.v_cache = b.Result(2);
+  p.out = b.Result(0);
+  p.workspace = static_cast<float*>(split.workspace);
+  p.counters = static_cast<unsigned int*>(split.counters);
+  p.tokens = static_cast<int>(tokens);
+  p.q_heads = static_cast<int>(q_heads);
+  p.kv_heads = static_cast<int>(kv_heads);
+  p.capacity = static_cast<int>(capacity);
+  p.scale = static_cast<float>(scale);
+  p.window = static_cast<int>(window);
+  p.error = b.error();
+  const int64_t queries = tokens * (q_heads / kv_heads);
+  b.Launch("attention_decode_rope.cuh",
+           absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
+                        kv_chunk, ", ", splits, ", ", warps, ", ",
+                        std::min<int64_t>(8, NextPowerOfTwo(queries)), ", ", rope_vec, ", ",
+                        norm ? "true" : "false", ">"),
+           {splits, kv_heads, batch}, {32 * warps, 1, 1},
+           (queries * dim + warps * queries * (dim + 2)) * 4, p);
+  return std::move(b).Finish();
+}
+
+class AttentionPrefillFamily final : public TemplateFamilyBase {
+ public:
+  AttentionPrefillFamily()
+      : TemplateFamilyBase("attention_prefill", 4, {"attention"},
+                           {"pack_gqa", "splits", "stages", "tile_kv", "tile_q", "warps"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    const bool packed = t.params.at("pack_gqa") != 0;
+    LaunchGeometry g;
+    g.grid = {RowTiles(t, s) * t.params.at("splits"), packed ? s.kv_heads : s.q_heads, s.batch};
+    g.block = {32 * t.params.at("warps"), 1, 1};
+    g.dynamic_shared_memory_bytes =
+        SharedMemory(t.params.at("tile_q"), t.params.at("tile_kv"), t.params.at("stages"), s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    return AttentionWork(r, true);
+  }
+  // Split-KV: a 16-byte aligned (o, max, sum) record per row of every run, and a counter
+  // per row tile.
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t splits = t.params.at("splits");
+    if (splits == 1) return 0;
+    const AttentionShape s = ShapeOf(r);
+    return TileCount(t, s) * splits * t.params.at("tile_q") * (s.head_dim + 4) * 4;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    return t.params.at("splits") == 1 ? 0 : TileCount(t, ShapeOf(r)) * 4;
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(attention::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    return LaunchAttention(r, t, buffers, /*decode=*/false);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    if (s.head_dim != 16 && s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 &&
+        s.head_dim != 128) {
+      return Refuse(absl::StrCat("head_dim ", s.head_dim,
+                                 " is not one of the instantiated head dims 16, 32, 64, 96, 128"));
+    }
+    if (r.operand_dtype(0) == ir::DType::kF32) {
+      return Refuse("dtype f32 has no tensor-core path (bf16 or f16 only)");
+    }
+    return CheckLayouts(r);
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t shared_memory) const override {
+    PrefillRow row = kPrefillRows[4];
+    for (const PrefillRow& candidate : kPrefillRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const AttentionShape s = ShapeOf(r);
+    // Decode-sized steps of a GQA model pack the group's heads into the query rows.
+    const bool packed = s.group() > 1 && s.tokens <= kMaxPackedTokens;
+    // The row's query tile, however few the rows: its warps share the K/V tile loads, and a
+    // warp per 16 rows keeps as many warps busy as smaller tiles would (measured on the H200:
+    // Qwen2-7B's 7-row packed decode tiles run faster in 64-row tiles of 4 warps than in
+    // 16-row tiles of one warp).
+    int64_t tile_q = row.tile_q;
+    int64_t tile_kv = row.tile_kv, stages = row.stages;
+    // Shrink to the row's shared memory: the K/V tile first, then the pipeline, then q.
+    while (SharedMemory(tile_q, tile_kv, stages, s) > shared_memory) {
+      if (tile_kv > 32) {
+        tile_kv /= 2;
+      } else if (stages > 1) {
+        --stages;
+      } else if (tile_q > 16) {
+        tile_q /= 2;
+      } else {
+        break;  // ValidateTactic reports the overflow
+      }
+    }
+    // One run over the keys: on the H200 every measured split (Qwen3-0.6B prefill 128, 512
+    // and 2048, Qwen2-7B batch 16 decode and prefill) lost to the unsplit kernel, the extra
+    // pass of the merge costing more than the added CTAs gain, so `splits` is left to the
+    // tuner (docs/PERF.md).
+    const int64_t splits = 1;
+    const int64_t warps = std::min(row.warps, tile_q / 16);
+    return MakeTactic({{"pack_gqa", packed ? 1 : 0},
+                       {"splits", splits},
+                       {"stages", stages},
+                       {"tile_kv", tile_kv},
+                       {"tile_q", tile_q},
+                       {"warps", warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    std::vector<int64_t> pack = {0};
+    if (s.group() > 1) pack.push_back(1);
+    return {{"pack_gqa", pack},         {"splits", {1, 2, 4, 8, 16}}, {"stages", {1, 2, 3}},
+            {"tile_kv", {32, 64, 128}}, {"tile_q", {16, 64, 128}},    {"warps", {1, 4, 8}}};
+  }
+  // Split-KV pays only while the unsplit grid leaves SMs idle, up to as many runs as it
+  // takes to give every SM a CTA (s runs are worth measuring when s / 2 did not fill it) and
+  // to one key tile per run at the planned context (more runs would stay empty); three
+  // pipeline stages only for long walks (8 or more key tiles per run).
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t splits = t.params.at("splits");
+    const int64_t key_tiles = std::max<int64_t>(1, CeilDiv(s.keys(), t.params.at("tile_kv")));
+    if (splits > 1 && (splits / 2 * TileCount(t, s) >= target.sm_count() || splits > key_tiles)) {
+      return false;
+    }
+    return t.params.at("stages") < 3 || CeilDiv(key_tiles, splits) >= 8;
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const int64_t tile_q = t.params.at("tile_q");
+    const int64_t tile_kv = t.params.at("tile_kv");
+    const int64_t stages = t.params.at("stages");
+    const int64_t warps = t.params.at("warps");
+    const int64_t pack_gqa = t.params.at("pack_gqa");
+    const int64_t splits = t.params.at("splits");
+    if (pack_gqa != 0 && pack_gqa != 1) return BadParam("pack_gqa", pack_gqa, "0 or 1");
+    if (pack_gqa == 1 && ShapeOf(r).group() == 1) {
+      return BadParam("pack_gqa", pack_gqa, "0 without GQA (as many kv heads as query heads)");
+    }
+    if (!IsPowerOfTwo(tile_q) || tile_q < 16 || tile_q > 256) {
+      return BadParam("tile_q", tile_q, "a power of two in [16, 256]");
+    }
+    if (!IsPowerOfTwo(tile_kv) || tile_kv < 32 || tile_kv > 256) {
+      return BadParam("tile_kv", tile_kv, "a power of two in [32, 256]");
+    }
+    if (splits < 1 || splits > kMaxSplits) {
+      return BadParam("splits", splits, absl::StrCat("in [1, ", kMaxSplits, "]"));
+    }
+    if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
+    if (!IsPowerOfTwo(warps) || warps > 8 || tile_q % (16 * warps) != 0 || tile_q > 32 * warps) {
+      return BadParam("warps", warps,
+                      "a power of two <= 8 with 16 * warps dividing tile_q and at most two "
+                      "16-row tiles per warp (each holds its S and O tiles in registers)");
+    }
+    const int64_t smem = SharedMemory(tile_q, tile_kv, stages, ShapeOf(r));
+    if (smem > target.shared_memory_per_block_bytes()) {
+      return BadParam("stages", stages,
+                      absl::StrCat("tiles whose shared memory (", smem, " bytes) fits ",
+                                   target.shared_memory_per_block_bytes(), " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Steps of at most this many tokens pack the GQA group by default (decode and speculative
+  // steps); longer prompts keep one head per CTA unless measured otherwise.
+  static constexpr int64_t kMaxPackedTokens = 16;
+  static constexpr int64_t kMaxSplits = 16;
+  // Query rows per (batch, CTA head): tokens, or tokens times the group when packed.
+  static int64_t Rows(const AttentionShape& s, bool packed) {
+    return packed ? s.tokens * s.group() : s.tokens;
+  }
+  // Row tiles per (batch, CTA head), and over the whole grid.
+  static int64_t RowTiles(const Tactic& t, const AttentionShape& s) {
+    return CeilDiv(Rows(s, t.params.at("pack_gqa") != 0), t.params.at("tile_q"));
+  }
+  static int64_t TileCount(const Tactic& t, const AttentionShape& s) {
+    return RowTiles(t, s) * (t.params.at("pack_gqa") != 0 ? s.kv_heads : s.q_heads) * s.batch;
+  }
+  // The q tile plus `stages` K and V tiles.
+  static int64_t SharedMemory(int64_t tile_q, int64_t tile_kv, int64_t stages,
+                              const AttentionShape& s) {
+    return (tile_q + 2 * stages * tile_kv) * s.head_dim * s.es;
+  }
+};
+
+constexpr int64_t kMaxDecodeTokens = 16;
+constexpr int64_t kMaxDecodeHeadDim = 256;
+
+struct DecodeRow {
+  absl::string_view arch;
+  int64_t kv_chunk, warps;
+};
+constexpr DecodeRow kDecodeRows[] = {{"sm_80", 128, 4},
+                                     {"sm_90", 256, 4},
+                                     {"sm_100", 256, 8},
+                                     {"sm_120", 128, 4},
+                                     {"default", 64, 4}};
+
+class AttentionDecodeFamily final : public TemplateFamilyBase {
+ public:
+  AttentionDecodeFamily()
+      : TemplateFamilyBase(
+            "attention_decode", 4,
+            {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
+            {"kv_chunk", "splits", "warps"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {t.params.at("splits"), s.kv_heads, s.batch};
+    g.block = {32 * t.params.at("warps"), 1, 1};
+    g.dynamic_shared_memory_bytes = SharedMemory(t.params.at("warps"), s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    return AttentionWork(r, false);
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t pairs = s.batch * s.kv_heads;
+    return pairs * t.params.at("splits") * s.tokens * s.group() * (s.head_dim + 2) * 4;
+  }
+  int64_t CounterBytes(const Tactic&, const BoundRegion& r) const override {
+    const AttentionShape s = ShapeOf(r);
+    return s.batch * s.kv_heads * 4;  // one per (b, kv head)
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(attention::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    return r.kind() == "attention" ? LaunchAttention(r, t, buffers, /*decode=*/true)
+                                   : LaunchAttentionRope(r, t, buffers);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    if (s.tokens > kMaxDecodeTokens) {
+      return Refuse(absl::StrCat("T = ", s.tokens, " new tokens exceed ", kMaxDecodeTokens,
+                                 " (split-KV decode serves decode steps)"));
+    }
+    const int64_t vec = 16 / s.es;
+    if (s.head_dim > kMaxDecodeHeadDim || s.head_dim % vec != 0) {
+      return Refuse(absl::StrCat("head_dim ", s.head_dim, " is not a multiple of ", vec, " up to ",
+                                 kMaxDecodeHeadDim, " (16-byte loads per lane)"));
+    }
+    return CheckLayouts(r);
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    DecodeRow row = kDecodeRows[4];
+    for (const DecodeRow& candidate : kDecodeRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const AttentionShape s = ShapeOf(r);
+    // Enough splits to give every SM a CTA; chunks small enough that the context the phase
+    // is planned for spans two chunks per split (so a shorter context still keeps most
+    // splits busy), at least 32 rows and at most the row's chunk; no more splits than the
+    // cache has chunks.
+    const int64_t wanted = CeilDiv(target.sm_count(), std::max<int64_t>(1, s.batch * s.kv_heads));
+    const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
+    int64_t chunk = row.kv_chunk;
+    while (chunk > 32 && context < 2 * wanted * chunk) chunk /= 2;
+    const int64_t splits =
+        std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    return MakeTactic({{"kv_chunk", chunk}, {"splits", splits}, {"warps", row.warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"kv_chunk", {32, 64, 128, 256, 512}},
+            {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
+            {"warps", {2, 4, 8}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t chunk = t.params.at("kv_chunk");
+    const int64_t splits = t.params.at("splits");
+    const int64_t warps = t.params.at("warps");
+    if (!IsPowerOfTwo(chunk) || chunk < 32 || chunk > 1024) {
+      return BadParam("kv_chunk", chunk, "a power of two in [32, 1024]");
+    }
+    if (splits < 1 || splits > std::max<int64_t>(1, CeilDiv(s.capacity, chunk))) {
+      return BadParam("splits", splits,
+                      absl::StrCat("in [1, ", CeilDiv(s.capacity, chunk),
+                                   "] (chunks of the cache capacity ", s.capacity, ")"));
+    }
+    if (!IsPowerOfTwo(warps) || warps > 16) return BadParam("warps", warps, "a power of two <= 16");
+    if (SharedMemory(warps, s) > target.shared_memory_per_block_bytes()) {
+      return BadParam("warps", warps, "a block whose partials fit in shared memory");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The group's queries in float, plus each warp's (max, sum, accumulator) per query.
+  static int64_t SharedMemory(int64_t warps, const AttentionShape& s) {
+    const int64_t queries = s.tokens * s.group();
+    return queries * s.head_dim * 4 + warps * queries * (s.head_dim + 2) * 4;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeAttentionPrefillFamily() {
+  return std::make_unique<AttentionPrefillFamily>();
+}
+std::unique_ptr<KernelFamily> MakeAttentionDecodeFamily() {
+  return std::make_unique<AttentionDecodeFamily>();
+}
+
+}  // namespace tileplan::kernels::internal

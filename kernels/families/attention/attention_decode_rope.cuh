@@ -1,0 +1,121 @@
+// Decode attention fused with the RoPE + KV-cache write that prepares it
+// (qk_norm_rope_kv_write_attention, rope_kv_write_attention):
+//   q, k, v = the heads of the packed qkv row of each new token
+//   cache rows positions[b, t] of kv head h receive rope(norm(k)) and v
+//   out = attention(rope(norm(q)), caches, positions)     (norm only with kNorm)
+// in one launch with the grid of attention_decode_split_kv.cuh: CTA (s, kvh, b) already
+// serves every query head of kv head kvh of sequence b, so it builds those queries itself
+// (normalized and rotated in float32, never rounded to T), and the CTA whose cache chunks
+// contain a new token's row writes that token's k and v rows of kv head kvh before it reads
+// its chunks. No other CTA reads those rows (each row belongs to one chunk and each chunk to
+// one split), and a __syncthreads makes the block's global writes visible to the block, so
+// the attention that follows is exactly the split-KV body, reading the caches as updated.
+//
+// The prologue is warp work items: the Q = tokens * group queries of the CTA, then one item
+// per token (its k and v rows, written only by the owning CTA). Positions and qkv heads are
+// loaded by each item first thing, and the positions of the key ranges by the first threads
+// before the items, so no load waits on another. RoPE is rope_kv_write.cuh's (host-computed
+// inv_freq, sincosf of p * inv_freq[i] in float32).
+//
+// Positions outside [0, capacity) follow rope_kv_write's contract for the cache writes: with
+// `error` non-null the token writes nothing and CTA (0, 0, b) raises *error to at least
+// bt + 1; with `error` null the kernel traps. Such a token's output row is zero, as in
+// attention_decode_split_kv. Two new tokens of a sequence at one position: the later one's
+// rows are written (kv_write's order).
+#pragma once
+
+#include "attention_decode_split_kv.cuh"
+#include "attention_params.h"
+#include "primitives.cuh"
+#include "rope_kv_write.cuh"
+
+namespace tileplan {
+
+// qkv: token bt's row of (q_heads + 2 kv_heads) * kHeadDim elements at qkv + bt * qkv_stride
+// (q heads, then k heads, then v heads); q_norm, k_norm: [kHeadDim] weights (kNorm; else
+// null), eps their epsilon; inv_freq: kHeadDim / 2 floats; caches: [batch, kv_heads, capacity,
+// kHeadDim], updated in place; out, workspace, counters as attention_decode_split_kv.
+//
+// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
+// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
+// REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim a multiple of 16 / sizeof(T)
+// and <= 256; kRopeVec divides kHeadDim / 2, qkv_stride and qkv's offset (rope_kv_write's
+// vector); caches and out aligned to 16 bytes.
+template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kRopeVec, bool kNorm>
+__device__ __forceinline__ void attention_decode_rope_body(
+    const T* __restrict__ qkv, long long qkv_stride, const W* __restrict__ q_norm,
+    const W* __restrict__ k_norm, float eps, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, T* k_cache, T* v_cache, T* __restrict__ out,
+    float* __restrict__ workspace, unsigned int* __restrict__ counters, int tokens, int q_heads,
+    int kv_heads, int capacity, float scale, int window, int* error) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+                                              capacity);
+  grid_dependency_sync();
+  constexpr int kHalf = kHeadDim / 2;
+  extern __shared__ float smem[];
+  __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
+
+  const SplitKvCta cta(tokens, q_heads, kv_heads);
+  const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  float* q_s = smem;  // [num_q][kHeadDim], rotated and scaled
+
+  const int p_own = threadIdx.x < tokens ? positions[b * tokens + threadIdx.x] : 0;
+  const float log2e_scale = scale * kLog2e;
+  for (int item = warp; item < num_q + tokens; item += kWarps) {
+    if (item < num_q) {
+      const int t = item / group, g = item % group;
+      const long long bt = static_cast<long long>(b) * tokens + t;
+      float* dst = q_s + item * kHeadDim;
+      rope_head_apply<T, W, kHeadDim, kRopeVec, kNorm>(
+          qkv + bt * qkv_stride + (kvh * group + g) * kHeadDim, inv_freq, positions[bt], q_norm,
+          eps, lane,
+          [dst, log2e_scale](int i, const float(&lo)[kRopeVec], const float(&hi)[kRopeVec]) {
+#pragma unroll
+            for (int e = 0; e < kRopeVec; ++e) {
+              dst[i + e] = lo[e] * log2e_scale;
+              dst[kHalf + i + e] = hi[e] * log2e_scale;
+            }
+          });
+      continue;
+    }
+    const int t = item - num_q;
+    const int bt = b * tokens + t;
+    const int p = checked_cache_position(positions[bt], bt, capacity, error,
+                                         lane == 0 && split == 0 && kvh == 0);
+    if (p < 0 || (p / kKvChunk) % kSplits != split) continue;
+    bool overwritten = false;
+    for (int later = t + 1; later < tokens; ++later) {
+      overwritten = overwritten || positions[b * tokens + later] == p;
+    }
+    if (overwritten) continue;
+    const T* row = qkv + static_cast<long long>(bt) * qkv_stride;
+    const long long cache_row =
+        ((static_cast<long long>(b) * kv_heads + kvh) * capacity + p) * kHeadDim;
+    rope_head<T, W, kHeadDim, kRopeVec, kNorm>(row + (q_heads + kvh) * kHeadDim,
+                                               k_cache + cache_row, inv_freq, p, k_norm, eps, lane);
+    copy_head<T, kHeadDim, kRopeVec>(row + (q_heads + kv_heads + kvh) * kHeadDim,
+                                     v_cache + cache_row, lane);
+  }
+  if (threadIdx.x < tokens) {
+    decode_key_range(p_own, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
+  }
+  __syncthreads();  // q_s, the key ranges and this block's cache rows are visible
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+      q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
+      cta, tokens, q_heads, kv_heads, capacity);
+}
+
+template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kRopeVec, bool kNorm>
+__global__ void __launch_bounds__(kWarps * 32) attention_decode_rope(const AttentionRopeParams p) {
+  attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kRopeVec, kNorm>(
+      static_cast<const T*>(p.qkv), p.qkv_stride, static_cast<const W*>(p.q_norm),
+      static_cast<const W*>(p.k_norm), p.eps, p.positions, p.inv_freq, static_cast<T*>(p.k_cache),
+      static_cast<T*>(p.v_cache), static_cast<T*>(p.out), p.workspace, p.counters, p.tokens,
+      p.q_heads, p.kv_heads, p.capacity, p.scale, p.window, p.error);
+}
+
+}  // namespace tileplan

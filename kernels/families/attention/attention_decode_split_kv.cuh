@@ -1,0 +1,349 @@
+// Decode attention with the KV range split across CTAs (split-KV) and the query heads of a
+// kv head processed together (GQA), for up to 16 new tokens per sequence:
+//   out[b, t, h, :] = softmax_j(scale * q . k_j) v_j  over cache rows j of kv head
+//   h / (q_heads / kv_heads) with max(0, p - window + 1) <= j <= p, p = positions[b, t]
+// (window 0 = unlimited). Positions are read from device memory, so one launch shape (and
+// one CUDA Graph) serves every context length.
+//
+// CTA (s, kvh, b) owns the Q = tokens * group queries that read kv head kvh of sequence b
+// (group = q_heads / kv_heads) and the cache chunks c = s, s + kSplits, ... of kKvChunk rows
+// each, skipping rows no query can see; chunks past the longest context cost nothing. K and
+// V rows are read once per pass over up to kQueries queries (more queries take more passes,
+// re-reading from L2). Inside a warp, aligned groups of kLanes = ceil_pow2(kHeadDim / kVec)
+// lanes each own one key at a time (a lane holds kVec = 16 / sizeof(T) dims), so a warp scores
+// 32 / kLanes keys per step, two steps of loads in flight. Every lane group keeps its own
+// online-softmax state per query (running max m, sum l, output o), merged across groups
+// with shuffles and across warps through shared memory. Scores live in the log2 domain
+// (q . k * scale * log2(e)) so exp2f is the only exponential.
+//
+// With kSplits > 1 each CTA writes (o, m, l) per query to the workspace, and the last CTA of
+// (b, kvh) to finish (an atomic counter, re-armed to zero) merges the splits with
+// log-sum-exp weights in one pass over them (a running max, rescaling the sums as it rises)
+// and writes the output: one launch per step.
+//
+// The body after the queries are staged (split_kv_attend) is shared with
+// attention_decode_rope.cuh, whose CTAs stage RoPE-rotated queries and write the new cache
+// rows themselves.
+#pragma once
+
+#include "attention_params.h"
+#include "primitives.cuh"
+
+namespace tileplan {
+
+// The most new tokens per sequence the kernel serves.
+constexpr int kDecodeMaxTokens = 16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
+// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
+// A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
+                                                    float l2, float acc2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == neg_inf()) return;
+  const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
+  l = l * c1 + l2 * c2;
+  acc = acc * c1 + acc2 * c2;
+  m = mx;
+}
+
+// The cache rows [first, last] a token at position p sees (window 0: no window); an empty
+// range (first > last) when p addresses no cache row.
+__device__ __forceinline__ void decode_key_range(int p, int capacity, int window, int& first,
+                                                 int& last) {
+  const bool ok = p >= 0 && p < capacity;
+  first = ok ? (window > 0 ? max(0, p - window + 1) : 0) : 1;
+  last = ok ? p : 0;
+}
+
+// Before the dependency wait: starts the K and V rows of this CTA's first chunk (split *
+// kKvChunk, ...) on their way into L2, up to the last new token's position, so the cache
+// stream overlaps the previous kernel's tail. The position is read before the wait and may
+// be stale (an earlier kernel of the step could still be writing it), which is harmless: an
+// L2 prefetch returns nothing to the SM and L2 is coherent, so it can only bring the wrong
+// lines, never wrong data. The read bypasses L1 so that no stale line stays there for the
+// kernel's own read of the positions after the wait.
+template <typename T, int kHeadDim, int kKvChunk>
+__device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* v_cache,
+                                                     const int* positions, int tokens, int kv_heads,
+                                                     int capacity) {
+  constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;
+  const int first = blockIdx.x * kKvChunk;
+  const int p = load_cg(positions + blockIdx.z * tokens + tokens - 1);
+  const int rows = min(kKvChunk, min(capacity - 1, p) - first + 1);
+  if (rows <= 0) return;
+  const long long base =
+      ((static_cast<long long>(blockIdx.z) * kv_heads + blockIdx.y) * capacity + first) * kHeadDim;
+  for (int i = threadIdx.x; i < 2 * rows * kRowLines; i += blockDim.x) {
+    const int line = i % (rows * kRowLines);
+    const T* cache = i < rows * kRowLines ? k_cache : v_cache;
+    prefetch_l2(cache + base + static_cast<long long>(line) * (128 / static_cast<int>(sizeof(T))));
+  }
+}
+
+// CTA (split, kvh, b) of the split-KV grid and the queries it serves: the group of q heads
+// that read kv head kvh, for every new token of sequence b.
+struct SplitKvCta {
+  int split, kvh, b;
+  int group;  // q heads per kv head
+  int num_q;  // tokens * group
+  __device__ SplitKvCta(int tokens, int q_heads, int kv_heads)
+      : split(blockIdx.x),
+        kvh(blockIdx.y),
+        b(blockIdx.z),
+        group(q_heads / kv_heads),
+        num_q(tokens * (q_heads / kv_heads)) {}
+};
+
+// The split-KV attention of CTA (split, kvh, b) once its queries are staged: q_s holds the
+// num_q = tokens * group queries of kv head kvh (query qi = t * group + g is q head
+// kvh * group + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
+// s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
+// q_s. With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and
+// the last CTA of (b, kvh) merges them into out. The caches are plain pointers: a kernel may
+// have written rows of them earlier in the launch (visible to its own block after a
+// __syncthreads), so their loads must not take the read-only data path.
+// REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
+// write of q_s, s_first and s_last.
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+__device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s, const int* s_first,
+                                                const int* s_last, const T* k_cache,
+                                                const T* v_cache, T* __restrict__ out,
+                                                float* __restrict__ workspace,
+                                                unsigned int* __restrict__ counters,
+                                                const SplitKvCta& cta, int tokens, int q_heads,
+                                                int kv_heads, int capacity) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
+  constexpr int kKeysPerWarp = 32 / kLanes;
+  constexpr int kStepKeys = kWarps * kKeysPerWarp;
+  constexpr int kInFlight = 2;
+  constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
+  static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
+  const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int slot = lane / kLanes;
+  const int d0 = (lane % kLanes) * kVec;
+  const bool has_dims = d0 < kHeadDim;
+
+  int lo = 0x7fffffff, hi = -1;
+  for (int t = 0; t < tokens; ++t) {
+    if (s_first[t] <= s_last[t]) {
+      lo = min(lo, s_first[t]);
+      hi = max(hi, s_last[t]);
+    }
+  }
+  const long long head_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity;
+
+  for (int q0 = 0; q0 < num_q; q0 += kQueries) {
+    float m[kQueries], l[kQueries], o[kQueries][kVec];
+#pragma unroll
+    for (int qq = 0; qq < kQueries; ++qq) {
+      m[qq] = neg_inf();
+      l[qq] = 0.f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) o[qq][e] = 0.f;
+    }
+    for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
+      const int jb = max(c0, lo);
+      const int je = min(c0 + kKvChunk - 1, hi);
+      // The loop bound is uniform across the warp so the shuffles see every lane.
+      for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
+        RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
+        bool valid[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+          const int j = j0 + u * kStepKeys + slot;
+          valid[u] = j <= je;
+          if (valid[u] && has_dims) {
+            kr[u] = load_raw<T, kVec>(k_cache + (head_base + j) * kHeadDim + d0);
+            vr[u] = load_raw<T, kVec>(v_cache + (head_base + j) * kHeadDim + d0);
+          }
+        }
+        float score[kInFlight][kQueries];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+          const int j = j0 + u * kStepKeys + slot;
+#pragma unroll
+          for (int qq = 0; qq < kQueries; ++qq) {
+            const int qi = q0 + qq;
+            float dot = 0.f;
+            if (valid[u] && has_dims && qi < num_q) {
+              const float* qv = q_s + qi * kHeadDim + d0;
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) dot += qv[e] * word_element<T>(kr[u].w, e);
+            }
+            dot = group_sum<kLanes>(dot);
+            const int t = qi / group;
+            const bool visible = valid[u] && qi < num_q && j >= s_first[t] && j <= s_last[t];
+            score[u][qq] = visible ? dot : neg_inf();
+          }
+        }
+#pragma unroll
+        for (int qq = 0; qq < kQueries; ++qq) {
+          float mx = m[qq];
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) mx = fmaxf(mx, score[u][qq]);
+          if (mx == neg_inf()) continue;  // nothing visible yet for this query
+          const float corr = exp2f(m[qq] - mx);
+          l[qq] *= corr;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) o[qq][e] *= corr;
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) {
+            const float p = exp2f(score[u][qq] - mx);  // 0 for masked keys
+            l[qq] += p;
+            if (valid[u] && has_dims) {
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) o[qq][e] += p * word_element<T>(vr[u].w, e);
+            }
+          }
+          m[qq] = mx;
+        }
+      }
+    }
+    // Merge the lane groups of the warp, then publish the warp's state.
+#pragma unroll
+    for (int qq = 0; qq < kQueries; ++qq) {
+#pragma unroll
+      for (int off = kLanes; off < 32; off *= 2) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m[qq], off);
+        const float l2 = __shfl_xor_sync(0xffffffffu, l[qq], off);
+        float o2[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) o2[e] = __shfl_xor_sync(0xffffffffu, o[qq][e], off);
+        const float mx = fmaxf(m[qq], m2);
+        if (mx != neg_inf()) {
+          const float c1 = exp2f(m[qq] - mx), c2 = exp2f(m2 - mx);
+          l[qq] = l[qq] * c1 + l2 * c2;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) o[qq][e] = o[qq][e] * c1 + o2[e] * c2;
+          m[qq] = mx;
+        }
+      }
+      const int qi = q0 + qq;
+      if (qi < num_q) {
+        float* part = part_s + (warp * num_q + qi) * kPart;
+        if (slot == 0 && has_dims) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) part[d0 + e] = o[qq][e];
+        }
+        if (lane == 0) {
+          part[kHeadDim] = m[qq];
+          part[kHeadDim + 1] = l[qq];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Merge the warps: this CTA's (o, m, l) per query and dim.
+  const int pair = b * kv_heads + kvh;
+  float* ws =
+      kSplits > 1 ? workspace + static_cast<long long>(pair) * kSplits * num_q * kPart : nullptr;
+  for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
+    const int qi = i / kHeadDim, d = i % kHeadDim;
+    float mx = neg_inf(), sum = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float* part = part_s + (w * num_q + qi) * kPart;
+      merge_softmax_state(mx, sum, acc, part[kHeadDim], part[kHeadDim + 1], part[d]);
+    }
+    if constexpr (kSplits == 1) {
+      const int t = qi / group, g = qi % group;
+      out[((static_cast<long long>(b) * tokens + t) * q_heads + kvh * group + g) * kHeadDim + d] =
+          from_float<T>(sum > 0.f ? acc / sum : 0.f);
+    } else {
+      float* slot_out = ws + (static_cast<long long>(split) * num_q + qi) * kPart;
+      slot_out[d] = acc;
+      if (d == 0) {
+        slot_out[kHeadDim] = mx;
+        slot_out[kHeadDim + 1] = sum;
+      }
+    }
+  }
+  if constexpr (kSplits > 1) {
+    if (!last_to_arrive(&counters[pair], kSplits)) return;
+    // One pass over the splits: every load is independent of the merge before it, so the
+    // unrolled loop keeps several splits' loads in flight.
+    for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
+      const int qi = i / kHeadDim, d = i % kHeadDim;
+      float mx = neg_inf(), sum = 0.f, acc = 0.f;
+#pragma unroll 8
+      for (int s = 0; s < kSplits; ++s) {
+        const float* part = ws + (static_cast<long long>(s) * num_q + qi) * kPart;
+        merge_softmax_state(mx, sum, acc, load_cg(part + kHeadDim), load_cg(part + kHeadDim + 1),
+                            load_cg(part + d));
+      }
+      const int t = qi / group, g = qi % group;
+      out[((static_cast<long long>(b) * tokens + t) * q_heads + kvh * group + g) * kHeadDim + d] =
+          from_float<T>(sum > 0.f ? acc / sum : 0.f);
+    }
+    if (threadIdx.x == 0) counters[pair] = 0u;
+  }
+}
+
+// q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
+// out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
+// kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
+// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1, else null):
+// batch * kv_heads unsigned completion counters, zero before the first launch and left zero
+// by every launch. A position outside [0, capacity) gives a zero output row.
+//
+// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
+// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
+// REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
+// == 0; pointers aligned to 16 bytes.
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+__device__ __forceinline__ void attention_decode_split_kv_body(
+    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
+    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
+    float* __restrict__ workspace, unsigned int* __restrict__ counters, int tokens, int q_heads,
+    int kv_heads, int capacity, float scale, int window) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+                                              capacity);
+  grid_dependency_sync();
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kHeadVecs = kHeadDim / kVec;
+  extern __shared__ float smem[];
+  __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
+
+  const SplitKvCta cta(tokens, q_heads, kv_heads);
+  const int kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  float* q_s = smem;  // [num_q][kHeadDim], scaled
+
+  // The position loads go out first and the q loads right after, before anything waits.
+  const int p = threadIdx.x < tokens ? positions[b * tokens + threadIdx.x] : 0;
+  const float log2e_scale = scale * kLog2e;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < num_q * kHeadVecs; i += kWarps * 32) {
+    const int qi = i / kHeadVecs, d = (i % kHeadVecs) * kVec;
+    const int t = qi / group, g = qi % group;
+    float v[kVec];
+    load_floats<T, kVec>(
+        q + (static_cast<long long>(b) * tokens + t) * q_stride + (kvh * group + g) * kHeadDim + d,
+        v);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) q_s[qi * kHeadDim + d + e] = v[e] * log2e_scale;
+  }
+  if (threadIdx.x < tokens) {
+    decode_key_range(p, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
+  }
+  __syncthreads();
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+      q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
+      cta, tokens, q_heads, kv_heads, capacity);
+}
+
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+__global__ void __launch_bounds__(kWarps * 32) attention_decode_split_kv(const AttentionParams p) {
+  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+      static_cast<const T*>(p.q), p.q_stride, static_cast<const T*>(p.k_cache),
+      static_cast<const T*>(p.v_cache), p.positions, static_cast<T*>(p.out), p.workspace,
+      p.counters, p.tokens, p.q_heads, p.kv_heads, p.capacity, p.scale, p.window);
+}
+
+}  // namespace tileplan

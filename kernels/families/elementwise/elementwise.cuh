@@ -1,0 +1,151 @@
+// Elementwise kernels over [rows, cols] operands with row strides (views of packed
+// tensors included): add, mul, silu, and swiglu over a packed [gate | up] last dim.
+// Arithmetic in float32, one rounding to T per stored element.
+#pragma once
+
+#include "elementwise_params.h"
+#include "primitives.cuh"
+
+namespace tileplan {
+
+__device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
+
+// The kItems output vectors of this thread: item k is vector (x * kItems + k) * kThreads + i
+// for thread i of CTA x (consecutive threads on consecutive vectors, kVec elements each).
+// Kernels load every item's operands before computing any, so kItems loads per operand
+// are in flight per thread.
+//
+// Launch (every kernel here): grid ceil(rows * cols / (kThreads * kItems * kVec)), block
+// kThreads. REQUIRES: cols % kVec == 0, row strides % kVec == 0, pointers aligned to kVec
+// elements. Outputs are contiguous [rows, cols]; add, mul and silu may write over an
+// operand (each element is read and written by one thread, reads first).
+template <int kThreads, int kItems, int kVec>
+struct ItemVectors {
+  bool valid[kItems];
+  long long row[kItems];
+  int col[kItems];
+
+  __device__ __forceinline__ ItemVectors(long long rows, int cols) {
+    const long long vectors = rows * (cols / kVec);
+    const long long first = static_cast<long long>(blockIdx.x) * kItems * kThreads + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const long long v = first + static_cast<long long>(k) * kThreads;
+      valid[k] = v < vectors;
+      const long long e = v * kVec;
+      row[k] = e / cols;
+      col[k] = static_cast<int>(e - row[k] * cols);
+    }
+  }
+};
+
+// out = a + b (kOp 0) or a * b (kOp 1).
+template <typename T, int kThreads, int kItems, int kVec, int kOp>
+__device__ __forceinline__ void elementwise_binary(const T* a, long long a_stride, const T* b,
+                                                   long long b_stride, T* out, long long rows,
+                                                   int cols) {
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float x[kItems][kVec], y[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) {
+      load_floats<T, kVec>(a + it.row[k] * a_stride + it.col[k], x[k]);
+      load_floats<T, kVec>(b + it.row[k] * b_stride + it.col[k], y[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) x[k][i] = kOp == 0 ? x[k][i] + y[k][i] : x[k][i] * y[k][i];
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], x[k]);
+  }
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__device__ __forceinline__ void elementwise_add_body(const T* a, long long a_stride, const T* b,
+                                                     long long b_stride, T* out, long long rows,
+                                                     int cols) {
+  grid_dependency_sync();
+  elementwise_binary<T, kThreads, kItems, kVec, 0>(a, a_stride, b, b_stride, out, rows, cols);
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads) elementwise_add(const ElementwiseBinaryParams p) {
+  elementwise_add_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.a), p.a_stride,
+                                                  static_cast<const T*>(p.b), p.b_stride,
+                                                  static_cast<T*>(p.out), p.rows, p.cols);
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__device__ __forceinline__ void elementwise_mul_body(const T* a, long long a_stride, const T* b,
+                                                     long long b_stride, T* out, long long rows,
+                                                     int cols) {
+  grid_dependency_sync();
+  elementwise_binary<T, kThreads, kItems, kVec, 1>(a, a_stride, b, b_stride, out, rows, cols);
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads) elementwise_mul(const ElementwiseBinaryParams p) {
+  elementwise_mul_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.a), p.a_stride,
+                                                  static_cast<const T*>(p.b), p.b_stride,
+                                                  static_cast<T*>(p.out), p.rows, p.cols);
+}
+
+// out = silu(x) = x * sigmoid(x).
+template <typename T, int kThreads, int kItems, int kVec>
+__device__ __forceinline__ void elementwise_silu_body(const T* x, long long x_stride, T* out,
+                                                      long long rows, int cols) {
+  grid_dependency_sync();
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float v[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) load_floats<T, kVec>(x + it.row[k] * x_stride + it.col[k], v[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[k][i] = silu(v[k][i]);
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], v[k]);
+  }
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads) elementwise_silu(const ElementwiseUnaryParams p) {
+  elementwise_silu_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.x), p.x_stride,
+                                                   static_cast<T*>(p.out), p.rows, p.cols);
+}
+
+// x: rows of 2 * cols at x + r * x_stride, gate in [0, cols), up in [cols, 2 cols);
+// out[r, j] = silu(gate[j]) * up[j], contiguous [rows, cols].
+template <typename T, int kThreads, int kItems, int kVec>
+__device__ __forceinline__ void swiglu_body(const T* __restrict__ x, long long x_stride,
+                                            T* __restrict__ out, long long rows, int cols) {
+  grid_dependency_sync();
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float g[kItems][kVec], u[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) {
+      load_floats<T, kVec>(x + it.row[k] * x_stride + it.col[k], g[k]);
+      load_floats<T, kVec>(x + it.row[k] * x_stride + cols + it.col[k], u[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!it.valid[k]) continue;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) g[k][i] = silu(g[k][i]) * u[k][i];
+    store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], g[k]);
+  }
+}
+
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads) swiglu(const ElementwiseUnaryParams p) {
+  swiglu_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.x), p.x_stride,
+                                         static_cast<T*>(p.out), p.rows, p.cols);
+}
+
+}  // namespace tileplan

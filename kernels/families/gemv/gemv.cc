@@ -1,0 +1,285 @@
+// gemv: linear, linear_residual, linear_swiglu and lm_head for decode-sized inputs
+// (M = rows of x <= 16). A CTA computes `rows_per_cta` output features for all M rows over
+// one of `split_k` slices of K, its warps splitting the slice and reducing through shared
+// memory; the weight streams once, `vec` elements per 16-byte load. With split_k > 1 each CTA
+// writes float partials to the workspace and the last CTA of a row tile to finish (a counter,
+// reset by that CTA) sums them and runs the epilogue (bias, residual, SwiGLU, float logits),
+// so every step is one launch. linear_swiglu computes gate row j and up row F + j together.
+// rms_norm_linear(_swiglu) add an RMSNorm prologue: every CTA also sums the squares of the
+// whole x rows (reading x at the other split_k - 1 slices too) and scales its sums by
+// rsqrt(mean + eps) in the epilogue.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/core/family_base.h"
+#include "kernels/families/gemv/gemv_params.h"
+
+namespace tileplan::kernels::gemv {
+// This folder's templates, embedded in its library (tileplan_kernel_family).
+const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTemplates();
+}  // namespace tileplan::kernels::gemv
+
+namespace tileplan::kernels::internal {
+namespace {
+
+constexpr int64_t kMaxRows = 16;
+
+struct Row {
+  absl::string_view arch;
+  int64_t threads;
+  int64_t rows_per_cta;
+};
+constexpr Row kRows[] = {{"sm_80", 128, 4},
+                         {"sm_90", 128, 8},
+                         {"sm_100", 256, 8},
+                         {"sm_120", 128, 4},
+                         {"default", 128, 2}};
+
+// Whether the region's kind has the RMSNorm prologue (operands x, norm, w[, bias]).
+bool HasNorm(const BoundRegion& r) {
+  return r.kind() == "rms_norm_linear" || r.kind() == "rms_norm_linear_swiglu";
+}
+
+struct GemvShape {
+  int64_t m = 0;      // rows of x
+  int64_t k = 0;      // reduction length
+  int64_t n_w = 0;    // weight rows
+  int64_t n_out = 0;  // output features (n_w / 2 with SwiGLU)
+  bool swiglu = false;
+  bool norm = false;  // the RMSNorm prologue
+};
+
+GemvShape ShapeOf(const BoundRegion& r) {
+  GemvShape s;
+  s.norm = HasNorm(r);
+  s.m = Rows(r.operand(0).shape);
+  s.k = r.operand(0).shape.back();
+  s.n_w = r.operand(s.norm ? 2 : 1).shape[0];
+  s.n_out = r.result(0).shape.back();
+  s.swiglu = r.kind() == "linear_swiglu" || r.kind() == "rms_norm_linear_swiglu";
+  return s;
+}
+
+class GemvFamily final : public TemplateFamilyBase {
+ public:
+  GemvFamily()
+      : TemplateFamilyBase("gemv", 4,
+                           {"linear", "linear_residual", "linear_swiglu", "lm_head",
+                            "rms_norm_linear", "rms_norm_linear_swiglu"},
+                           {"rows_per_cta", "split_k", "threads", "vec"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {CeilDiv(s.n_out, t.params.at("rows_per_cta")), t.params.at("split_k"), 1};
+    g.block = {t.params.at("threads"), 1, 1};
+    g.dynamic_shared_memory_bytes = SharedMemory(t, s);
+    return g;
+  }
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    WorkEstimate w;
+    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
+    w.bytes += r.result_bytes(0);
+    const GemvShape s = ShapeOf(r);
+    w.flops = 2 * s.m * s.n_w * s.k;
+    if (s.norm) {
+      // Every CTA also reads x at the other split_k - 1 slices for its sums of squares.
+      const int64_t split = t.params.at("split_k");
+      const int64_t tiles = CeilDiv(s.n_out, t.params.at("rows_per_cta"));
+      w.bytes += tiles * (split - 1) * s.m * s.k / split * ir::DTypeSize(r.operand_dtype(0));
+    }
+    return w;
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t split = t.params.at("split_k");
+    if (split == 1) return 0;
+    const GemvShape s = ShapeOf(r);
+    return split * s.m * s.n_w * 4;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    if (t.params.at("split_k") == 1) return 0;
+    return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
+  }
+  bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
+    // The epilogue reads the residual element it then overwrites.
+    return r.kind() == "linear_residual" && operand == 2;
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(gemv::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    LaunchBuilder b(r, t, buffers);
+    TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
+    TP_ASSIGN_OR_RETURN(const int64_t rows_per_cta, b.Param("rows_per_cta"));
+    TP_ASSIGN_OR_RETURN(const int64_t split_k, b.Param("split_k"));
+    TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
+    const GemvShape s = ShapeOf(r);
+    const std::string& kind = r.kind();
+    // Operands: x, [norm,] w, then the residual and the bias as the kind has them.
+    const bool residual = kind == "linear_residual";
+    const int w_index = s.norm ? 2 : 1;
+    const int bias_index = kind == "lm_head" ? -1 : residual ? 3 : w_index + 1;
+    const bool has_bias = bias_index >= 0 && bias_index < r.num_operands();
+    TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(r.operand_dtype(0), "x"));
+    TP_ASSIGN_OR_RETURN(const std::string w_type,
+                        b.TypeName(r.operand_dtype(w_index), "the weight"));
+    TP_ASSIGN_OR_RETURN(const std::string out_type, b.TypeName(r.result_dtype(0), "the result"));
+    std::string norm_type = "void";
+    double eps = 0;
+    if (s.norm) {
+      TP_ASSIGN_OR_RETURN(norm_type, b.TypeName(r.operand_dtype(1), "the norm weight"));
+      TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(1), "the norm weight"));
+      TP_ASSIGN_OR_RETURN(eps, r.region().attrs.GetFloat("eps"));
+    }
+    TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(w_index), "the weight"));
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+    Matrix res;
+    if (residual) {
+      TP_ASSIGN_OR_RETURN(res, b.AsMatrix(r.operand(2), "the residual"));
+    }
+    if (has_bias) TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(bias_index), "the bias"));
+    const int64_t cols = r.result(0).shape.back();
+    if (x.rows < 1 || x.rows > kMaxRows) {
+      return b.Error(x.rows, " rows of x are outside [1, ", kMaxRows, "]");
+    }
+    if (x.cols % vec != 0 || x.stride % vec != 0) {
+      return b.Error("x rows of ", x.cols, " (stride ", x.stride, ") do not split into vec ", vec);
+    }
+    TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(0)), {0}));
+    if (s.norm) TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(1)), {1}));
+    TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(w_index)), {w_index}));
+    if (residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(2)), {2}));
+    if (has_bias) {
+      TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(bias_index)), {bias_index}));
+    }
+    TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(r.result_dtype(0)), {0}));
+    TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
+                        b.SplitBuffers(split_k, "split-K"));
+    const char* epilogue = residual   ? "tileplan::kGemvResidual"
+                           : s.swiglu ? "tileplan::kGemvSwiglu"
+                                      : "tileplan::kGemvPlain";
+    GemvParams p{};
+    p.x = b.Operand(0);
+    p.x_stride = x.stride;
+    p.norm_w = s.norm ? b.Operand(1) : nullptr;
+    p.eps = static_cast<float>(eps);
+    p.w = b.Operand(w_index);
+    p.bias = has_bias ? b.Operand(bias_index) : nullptr;
+    p.residual = residual ? b.Operand(2) : nullptr;
+    p.residual_stride = residual ? res.stride : 0;
+    p.out = b.Result(0);
+    p.workspace = static_cast<float*>(split.workspace);
+    p.counters = static_cast<unsigned int*>(split.counters);
+    p.rows = static_cast<int>(x.rows);
+    p.cols = static_cast<int>(cols);
+    p.depth = static_cast<int>(x.cols);
+    b.Launch("gemv_split_k.cuh",
+             absl::StrCat("tileplan::gemv_split_k<", x_type, ", ", w_type, ", ", out_type, ", ",
+                          NextPowerOfTwo(x.rows), ", ", threads, ", ", rows_per_cta, ", ", split_k,
+                          ", ", vec, ", ", epilogue, ", ", norm_type, ">"),
+             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1},
+             threads / 32 * (rows_per_cta * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0)) * x.rows * 4, p);
+    return std::move(b).Finish();
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    const GemvShape s = ShapeOf(r);
+    if (s.m > kMaxRows) {
+      return Refuse(absl::StrCat("M = ", s.m, " rows of ", OperandLabel(r, 0), " exceed ", kMaxRows,
+                                 " (gemv serves decode-sized inputs)"));
+    }
+    return RequireInnerContiguous(r, {0, 1, 2, 3});
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    Row row = kRows[4];
+    for (const Row& candidate : kRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const GemvShape s = ShapeOf(r);
+    const int64_t vec = Vec(r);
+    // No idle threads: fewer (down to 64) while the block holds more threads than K has
+    // vectors. Wide outputs (an LM head) take more features per CTA while the grid keeps
+    // more than eight CTAs per SM.
+    int64_t threads = row.threads;
+    while (threads > 64 && threads * vec > s.k) threads /= 2;
+    int64_t rows = row.rows_per_cta;
+    while (rows > 1 && CeilDiv(s.n_out, rows) < target.sm_count()) rows /= 2;
+    while (rows < 16 && CeilDiv(s.n_out, 2 * rows) > 8 * target.sm_count()) rows *= 2;
+    // Split K until the grid fills the machine, while every thread keeps a vector per slice.
+    int64_t split = 1;
+    while (split < 16 && CeilDiv(s.n_out, rows) * split < target.sm_count() &&
+           s.k / (2 * split) >= threads * vec) {
+      split *= 2;
+    }
+    return MakeTactic(
+        {{"rows_per_cta", rows}, {"split_k", split}, {"threads", threads}, {"vec", vec}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    return {{"rows_per_cta", {1, 2, 4, 8, 16}},
+            {"split_k", {1, 2, 4, 8, 16}},
+            {"threads", {64, 128, 256, 512}},
+            {"vec", {Vec(r)}}};
+  }
+  // Split-K pays only while the whole-K grid leaves SMs idle, and up to as many slices as it
+  // takes to give every SM a CTA: s slices are worth measuring when s / 2 did not fill it.
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const int64_t ctas = CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta"));
+    return t.params.at("split_k") == 1 || t.params.at("split_k") / 2 * ctas < target.sm_count();
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const GemvShape s = ShapeOf(r);
+    const int64_t threads = t.params.at("threads");
+    const int64_t rows = t.params.at("rows_per_cta");
+    const int64_t split = t.params.at("split_k");
+    const int64_t vec = t.params.at("vec");
+    if (!IsBlockSize(threads))
+      return BadParam("threads", threads, "a multiple of 32 in [32, 1024]");
+    if (!IsPowerOfTwo(rows) || rows > 16)
+      return BadParam("rows_per_cta", rows, "a power of two <= 16");
+    if (!IsPowerOfTwo(vec) || vec > Vec(r)) {
+      return BadParam("vec", vec, absl::StrCat("a power of two <= ", Vec(r)));
+    }
+    if (!IsPowerOfTwo(split) || split > 16 || s.k / split < vec) {
+      return BadParam("split_k", split,
+                      absl::StrCat("a power of two <= 16 leaving a vector per slice of K = ", s.k));
+    }
+    if (SharedMemory(t, s) > target.shared_memory_per_block_bytes()) {
+      return BadParam(
+          "threads", threads,
+          absl::StrCat("a block whose reduction buffer (", SharedMemory(t, s), " bytes) fits ",
+                       target.shared_memory_per_block_bytes(), " bytes of shared memory"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Float partial sums of every warp for every (row, output) pair of the CTA, and with the
+  // norm prologue every warp's sum of squares of every row.
+  static int64_t SharedMemory(const Tactic& t, const GemvShape& s) {
+    const int64_t per_warp = t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0);
+    return t.params.at("threads") / 32 * per_warp * s.m * 4;
+  }
+  // One 16-byte load of the weight, dividing K and the offsets and strides of x (and of the
+  // norm weight).
+  static int64_t Vec(const BoundRegion& r) {
+    const bool norm = HasNorm(r);
+    std::vector<int64_t> extents = norm ? AlignmentExtents(r, {0, 1}) : AlignmentExtents(r, {0});
+    extents.push_back(r.operand(0).shape.back());
+    return VectorWidth(r.operand_dtype(norm ? 2 : 1), extents);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeGemvFamily() { return std::make_unique<GemvFamily>(); }
+
+}  // namespace tileplan::kernels::internal

@@ -1,0 +1,250 @@
+// Rotary position embedding (rotate-half form) and KV-cache writes, alone and fused:
+//   rope                   x -> out, per head
+//   kv_write               x -> cache[b, h, positions[b, t], :]
+//   rope_kv_write          packed qkv -> rope(q) out, rope(k) and v into the caches
+//   qk_norm_rope_kv_write  the same with a per-head RMS norm of q and k before the rope
+//
+// One warp handles one head of one token and holds it in registers; CTA (x, bt) takes
+// heads [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of token bt (b * tokens + t). For the
+// fused kinds the heads of a token are the q heads, then the k heads, then the v heads.
+//
+// Frequencies: inv_freq[i] (i < kHeadDim / 2) is computed once on the host by the same
+// float32 function as the CPU reference (runtime/cpu RopeInvFreq, llama3 band rescaling
+// included) and passed as a device array; kernels form the angle p * inv_freq[i] in float32
+// and take sincosf of it (full range reduction, no fast-math intrinsics), so the device and
+// the reference differ only by sincosf's rounding. Fused stages keep their intermediates
+// (the normalized head) in float32; only stored results are rounded to T.
+//
+// Positions come from device memory (CUDA Graph replays see new ones). A position outside
+// [0, capacity) is an error for the cache writes: with `error` non-null nothing is written
+// to the caches for that token and *error is raised to at least bt + 1 (the host zeroes it
+// before and reads it after); with `error` null the kernel traps.
+//
+// Layouts: token bt of an input starts at x + bt * x_stride (heads contiguous within it, so
+// views of a packed qkv work); q/rope outputs are contiguous [tokens, heads, kHeadDim];
+// caches are [batch, kv_heads, capacity, kHeadDim].
+// REQUIRES (all kernels): kHeadDim even and <= 256; (kHeadDim / 2) % kVec == 0; strides and
+// pointers aligned to kVec elements.
+#pragma once
+
+#include "primitives.cuh"
+#include "rope_kv_write_params.h"
+
+namespace tileplan {
+
+// One warp rotates one head of src, kVec elements of each half per lane and step, and hands
+// the rotated elements to store(i, lo, hi): lo[e] is element i + e of the first half, hi[e]
+// element kHeadDim / 2 + i + e, for every i the lane owns. With kNorm the head is first RMS
+// normalized over kHeadDim and scaled by `norm` (float32 throughout).
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm, typename Store>
+__device__ __forceinline__ void rope_head_apply(const T* src, const float* __restrict__ inv_freq,
+                                                int p, const W* __restrict__ norm, float eps,
+                                                int lane, Store store) {
+  constexpr int kHalf = kHeadDim / 2;
+  constexpr int kSteps = (kHalf + 32 * kVec - 1) / (32 * kVec);
+  static_assert(kHeadDim % 2 == 0 && kHeadDim <= 256 && kHalf % kVec == 0, "head dim");
+  float lo[kSteps][kVec], hi[kSteps][kVec];
+  float ss = 0.f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * 32 + lane) * kVec;
+    if (i < kHalf) {
+      load_floats<T, kVec>(src + i, lo[s]);
+      load_floats<T, kVec>(src + kHalf + i, hi[s]);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) ss += lo[s][e] * lo[s][e] + hi[s][e] * hi[s][e];
+    }
+  }
+  float inv_rms = 1.f;
+  if constexpr (kNorm) {
+    ss = group_sum<32>(ss);
+    inv_rms = rsqrtf(ss / static_cast<float>(kHeadDim) + eps);
+  }
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * 32 + lane) * kVec;
+    if (i >= kHalf) continue;
+    if constexpr (kNorm) {
+      float wl[kVec], wh[kVec];
+      load_floats<W, kVec>(norm + i, wl);
+      load_floats<W, kVec>(norm + kHalf + i, wh);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        lo[s][e] *= inv_rms * wl[e];
+        hi[s][e] *= inv_rms * wh[e];
+      }
+    }
+    float out_lo[kVec], out_hi[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      float sn, cs;
+      sincosf(static_cast<float>(p) * inv_freq[i + e], &sn, &cs);
+      out_lo[e] = lo[s][e] * cs - hi[s][e] * sn;
+      out_hi[e] = hi[s][e] * cs + lo[s][e] * sn;
+    }
+    store(i, out_lo, out_hi);
+  }
+}
+
+// rope_head_apply storing the rotated head to dst (which may equal src) in T.
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm>
+__device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __restrict__ inv_freq,
+                                          int p, const W* __restrict__ norm, float eps, int lane) {
+  rope_head_apply<T, W, kHeadDim, kVec, kNorm>(
+      src, inv_freq, p, norm, eps, lane,
+      [dst](int i, const float(&lo)[kVec], const float(&hi)[kVec]) {
+        store_floats<T, kVec>(dst + i, lo);
+        store_floats<T, kVec>(dst + kHeadDim / 2 + i, hi);
+      });
+}
+
+template <typename T, int kHeadDim, int kVec>
+__device__ __forceinline__ void copy_head(const T* src, T* dst, int lane) {
+  for (int c = lane * kVec; c < kHeadDim; c += 32 * kVec) copy_vec<T, kVec>(dst + c, src + c);
+}
+
+// Position p of token bt when it addresses a cache row; otherwise -1, after raising *error to
+// at least bt + 1 when `report` (one thread per report), or trapping without an error word.
+__device__ __forceinline__ int checked_cache_position(int p, int bt, int capacity, int* error,
+                                                      bool report) {
+  if (p >= 0 && p < capacity) return p;
+  if (error == nullptr) __trap();
+  if (report) atomicMax(error, bt + 1);
+  return -1;
+}
+
+// The token's position when it addresses a cache row; otherwise reports it and returns -1.
+__device__ __forceinline__ int cache_position(const int* __restrict__ positions, int bt,
+                                              int capacity, int* error) {
+  return checked_cache_position(positions[bt], bt, capacity, error, threadIdx.x == 0);
+}
+
+// x: [tokens, heads, kHeadDim] rows at x + bt * x_stride -> out (contiguous; may alias x
+// when x is contiguous). Launch: grid (ceil(heads / kHeadsPerCta), batch * tokens), block
+// 32 * kHeadsPerCta.
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__device__ __forceinline__ void rope_body(const T* x, long long x_stride,
+                                          const int* __restrict__ positions,
+                                          const float* __restrict__ inv_freq, T* out, int heads) {
+  grid_dependency_sync();
+  const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
+  if (h >= heads) return;
+  const long long bt = blockIdx.y;
+  rope_head<T, T, kHeadDim, kVec, false>(x + bt * x_stride + h * kHeadDim,
+                                         out + (bt * heads + h) * kHeadDim, inv_freq, positions[bt],
+                                         nullptr, 0.f, threadIdx.x % 32);
+}
+
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__global__ void __launch_bounds__(32 * kHeadsPerCta) rope(const RopeParams p) {
+  rope_body<T, kHeadDim, kHeadsPerCta, kVec>(static_cast<const T*>(p.x), p.x_stride, p.positions,
+                                             p.inv_freq, static_cast<T*>(p.out), p.heads);
+}
+
+// cache[b, h, positions[bt], :] = x[bt, h, :] for bt = b * tokens + t.
+// Launch: grid (ceil(heads / kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__device__ __forceinline__ void kv_write_body(T* cache, const T* __restrict__ x, long long x_stride,
+                                              const int* __restrict__ positions, int tokens,
+                                              int heads, int capacity, int* error) {
+  grid_dependency_sync();
+  const int bt = blockIdx.y;
+  const int p = cache_position(positions, bt, capacity, error);
+  const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
+  if (p < 0 || h >= heads) return;
+  const long long b = bt / tokens;
+  copy_head<T, kHeadDim, kVec>(x + bt * x_stride + h * kHeadDim,
+                               cache + ((b * heads + h) * capacity + p) * kHeadDim,
+                               threadIdx.x % 32);
+}
+
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__global__ void __launch_bounds__(32 * kHeadsPerCta) kv_write(const KvWriteParams p) {
+  kv_write_body<T, kHeadDim, kHeadsPerCta, kVec>(
+      static_cast<T*>(p.cache), static_cast<const T*>(p.x), p.x_stride, p.positions, p.tokens,
+      p.heads, p.capacity, p.error);
+}
+
+// Shared body of the fused kinds: head h of token blockIdx.y.
+template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec, bool kNorm>
+__device__ __forceinline__ void rope_kv_write_head(
+    const T* __restrict__ qkv, long long qkv_stride, const W* q_norm, const W* k_norm, float eps,
+    const int* __restrict__ positions, const float* __restrict__ inv_freq, T* __restrict__ q_out,
+    T* k_cache, T* v_cache, int tokens, int q_heads, int kv_heads, int capacity, int* error) {
+  const int bt = blockIdx.y;
+  const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int p = cache_position(positions, bt, capacity, error);
+  if (h >= q_heads + 2 * kv_heads) return;
+  const T* src = qkv + bt * qkv_stride + h * kHeadDim;
+  if (h < q_heads) {
+    // q is defined for any position; with an invalid one it is still rotated.
+    rope_head<T, W, kHeadDim, kVec, kNorm>(
+        src, q_out + (static_cast<long long>(bt) * q_heads + h) * kHeadDim, inv_freq, positions[bt],
+        q_norm, eps, lane);
+    return;
+  }
+  if (p < 0) return;
+  const long long b = bt / tokens;
+  if (h < q_heads + kv_heads) {
+    const int kh = h - q_heads;
+    rope_head<T, W, kHeadDim, kVec, kNorm>(
+        src, k_cache + ((b * kv_heads + kh) * capacity + p) * kHeadDim, inv_freq, p, k_norm, eps,
+        lane);
+  } else {
+    const int vh = h - q_heads - kv_heads;
+    copy_head<T, kHeadDim, kVec>(src, v_cache + ((b * kv_heads + vh) * capacity + p) * kHeadDim,
+                                 lane);
+  }
+}
+
+// qkv: rows of (q_heads + 2 kv_heads) * kHeadDim at qkv + bt * qkv_stride holding the q, k
+// and v heads in order. q_out = rope(q); the caches at each token's position receive
+// rope(k) and v. Launch: grid (ceil((q_heads + 2 kv_heads) / kHeadsPerCta), batch * tokens),
+// block 32 * kHeadsPerCta.
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__device__ __forceinline__ void rope_kv_write_body(const T* __restrict__ qkv, long long qkv_stride,
+                                                   const int* __restrict__ positions,
+                                                   const float* __restrict__ inv_freq,
+                                                   T* __restrict__ q_out, T* k_cache, T* v_cache,
+                                                   int tokens, int q_heads, int kv_heads,
+                                                   int capacity, int* error) {
+  grid_dependency_sync();
+  rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false>(
+      qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache, tokens,
+      q_heads, kv_heads, capacity, error);
+}
+
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+__global__ void __launch_bounds__(32 * kHeadsPerCta) rope_kv_write(const RopeKvWriteParams p) {
+  rope_kv_write_body<T, kHeadDim, kHeadsPerCta, kVec>(
+      static_cast<const T*>(p.qkv), p.qkv_stride, p.positions, p.inv_freq, static_cast<T*>(p.q_out),
+      static_cast<T*>(p.k_cache), static_cast<T*>(p.v_cache), p.tokens, p.q_heads, p.kv_heads,
+      p.capacity, p.error);
+}
+
+// As rope_kv_write, with q and k heads RMS normalized over kHeadDim (weights q_norm,
+// k_norm: [kHeadDim], epsilon eps) before the rope.
+template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec>
+__device__ __forceinline__ void qk_norm_rope_kv_write_body(
+    const T* __restrict__ qkv, long long qkv_stride, const W* __restrict__ q_norm,
+    const W* __restrict__ k_norm, float eps, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens,
+    int q_heads, int kv_heads, int capacity, int* error) {
+  grid_dependency_sync();
+  rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true>(
+      qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, tokens,
+      q_heads, kv_heads, capacity, error);
+}
+
+template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec>
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    qk_norm_rope_kv_write(const QkNormRopeKvWriteParams p) {
+  qk_norm_rope_kv_write_body<T, W, kHeadDim, kHeadsPerCta, kVec>(
+      static_cast<const T*>(p.qkv), p.qkv_stride, static_cast<const W*>(p.q_norm),
+      static_cast<const W*>(p.k_norm), p.eps, p.positions, p.inv_freq, static_cast<T*>(p.q_out),
+      static_cast<T*>(p.k_cache), static_cast<T*>(p.v_cache), p.tokens, p.q_heads, p.kv_heads,
+      p.capacity, p.error);
+}
+
+}  // namespace tileplan
