@@ -1,415 +1,333 @@
 #include "base/json.h"
 
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <istream>
+#include <limits>
+#include <streambuf>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/strings/charconv.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/status_macros.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
 
 namespace tileplan {
 namespace {
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-// Value of a hex digit, or -1.
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
+absl::Status Error(size_t at, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("JSON: ", what, " at byte ", at));
 }
 
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+// Lends the text to nlohmann's lexer in place and tells how much of it the lexer has taken, which
+// is how SAX callbacks, which carry no position, place what they reject.
+class TextBuffer : public std::streambuf {
+ public:
+  explicit TextBuffer(absl::string_view text) {
+    // The get area is only read from.
+    char* begin = const_cast<char*>(text.data());
+    setg(begin, begin, begin + text.size());
+  }
+
+  size_t consumed() const { return static_cast<size_t>(gptr() - eback()); }
+};
+
+// Offset of the opening quote of the string token whose closing quote is text[close]. Inside a
+// string token a quote is always escaped, i.e. follows an odd run of backslashes, while the opening
+// quote follows something other than a backslash.
+size_t StringTokenStart(absl::string_view text, size_t close) {
+  size_t quote = close;
+  while (true) {
+    quote = text.rfind('"', quote - 1);
+    size_t backslashes = 0;
+    while (text[quote - 1 - backslashes] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return quote;
   }
 }
 
-// Length of the well-formed UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, nothing
-// above U+10FFFF) starting at text[pos], or 0 when it is not well formed.
-size_t Utf8SequenceLength(absl::string_view text, size_t pos) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(pos);
-  size_t length = 0;
-  unsigned char second_min = 0x80, second_max = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) second_min = 0xA0;  // overlong
-    if (lead == 0xED) second_max = 0x9F;  // UTF-16 surrogates
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) second_min = 0x90;  // overlong
-    if (lead == 0xF4) second_max = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
+// Start of the UTF-8 sequence that nlohmann's lexer rejected at byte `at`: the bytes before the
+// sequence were accepted, so when a lead byte within the three before `at` begins a sequence long
+// enough to reach `at`, the sequence is that one; otherwise `at` is a bad lead byte itself.
+size_t Utf8SequenceStart(absl::string_view text, size_t at) {
+  for (size_t back = 1; back <= 3 && back <= at; ++back) {
+    const unsigned char byte = static_cast<unsigned char>(text[at - back]);
+    if (byte >= 0x80 && byte <= 0xBF) continue;  // continuation byte
+    const size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    return length > back ? at - back : at;
   }
-  if (text.size() - pos < length) return 0;
-  if (byte(pos + 1) < second_min || byte(pos + 1) > second_max) return 0;
-  for (size_t i = 2; i < length; ++i) {
-    if (byte(pos + i) < 0x80 || byte(pos + i) > 0xBF) return 0;
-  }
-  return length;
+  return at;
 }
 
-// For a syntactically valid JSON number that does not fit in a double, whether it is too large
-// (true) or too close to zero (false): the sign of the decimal exponent of its leading
-// significant digit decides, since a range error only happens at the extremes.
-bool DecimalMagnitudeIsLarge(absl::string_view token) {
-  size_t i = token[0] == '-' ? 1 : 0;
-  int64_t lead_exponent = 0;
-  bool found = false;
-  size_t int_begin = i;
-  while (i < token.size() && IsDigit(token[i])) ++i;
-  const size_t int_end = i;
-  for (size_t k = int_begin; k < int_end && !found; ++k) {
-    if (token[k] != '0') {
-      lead_exponent = static_cast<int64_t>(int_end - k) - 1;
-      found = true;
+// Start of the literal (true, false or null) that broke off at byte `at`, or `at` itself when the
+// bytes there start no token. The tail of a whole literal is never the start of one, so a literal
+// that ends just before `at` is not taken for a broken one.
+size_t BrokenLiteralStart(absl::string_view text, size_t at) {
+  for (const absl::string_view literal : {"true", "false", "null"}) {
+    for (size_t length = 1; length < literal.size() && length <= at; ++length) {
+      if (text.substr(at - length, length) == literal.substr(0, length)) return at - length;
     }
   }
-  if (i < token.size() && token[i] == '.') {
-    ++i;
-    for (int64_t j = 1; i < token.size() && IsDigit(token[i]); ++i, ++j) {
-      if (!found && token[i] != '0') {
-        lead_exponent = -j;
-        found = true;
-      }
-    }
+  return at;
+}
+
+// A syntax error (parse_error.101) as nlohmann words it: "... syntax error while parsing <context>
+// - <problem>[; expected <token>]", where <problem> is "unexpected <token>" for a well-formed token
+// out of place, or the lexer's "<message>; last read: '<bytes>'" for bytes that form no token.
+// json_test pins the wording of every error, so a version of nlohmann that words them otherwise
+// fails it.
+struct SyntaxError {
+  absl::string_view context;        // "value", "object key", "object separator", "array", "object"
+  absl::string_view lexer_message;  // empty for a token out of place
+  absl::string_view unexpected;     // the token out of place: "number literal", "']'", ...
+  bool after_top_level = false;     // the parser expected the end of the text
+};
+
+SyntaxError SplitSyntaxError(absl::string_view what) {
+  SyntaxError error;
+  constexpr absl::string_view kIntro = "syntax error while parsing ";
+  const size_t intro = what.find(kIntro);
+  if (intro == absl::string_view::npos) return error;
+  what.remove_prefix(intro + kIntro.size());
+  const size_t dash = what.find(" - ");
+  if (dash == absl::string_view::npos) return error;
+  error.context = what.substr(0, dash);
+  absl::string_view problem = what.substr(dash + 3);
+  // The bytes read are quoted, so this suffix cannot come from the text.
+  error.after_top_level = absl::ConsumeSuffix(&problem, "; expected end of input");
+  constexpr absl::string_view kLastRead = "; last read: '";
+  if (const size_t last_read = problem.find(kLastRead); last_read != absl::string_view::npos) {
+    error.lexer_message = problem.substr(0, last_read);
+  } else if (absl::ConsumePrefix(&problem, "unexpected ")) {
+    error.unexpected = problem.substr(0, problem.find(';'));
   }
-  int64_t exponent = 0;
-  if (i < token.size() && (token[i] == 'e' || token[i] == 'E')) {
-    ++i;
-    bool negative = false;
-    if (token[i] == '+' || token[i] == '-') negative = token[i++] == '-';
-    for (; i < token.size(); ++i) {
-      if (exponent < (int64_t{1} << 40)) exponent = exponent * 10 + (token[i] - '0');
-    }
-    if (negative) exponent = -exponent;
-  }
-  return lead_exponent + exponent > 0;
+  return error;
+}
+
+// First byte of the token out of place named `token`; `end` is one past its last byte (the end of
+// the text counts as a byte) and `last_token` the lexer's record of the bytes it read, which
+// restarts at each number and string.
+size_t UnexpectedTokenStart(absl::string_view token, size_t end, const std::string& last_token) {
+  if (token == "number literal" || token == "string literal") return end - last_token.size();
+  if (token == "true literal" || token == "null literal") return end - 4;
+  if (token == "false literal") return end - 5;
+  return end - 1;  // punctuation or the end of the text
 }
 
 }  // namespace
 
-// Recursive-descent parser over one document. Positions are byte offsets into the text.
-class JsonParser {
+// Builds a Json from nlohmann's SAX events over one document, and rejects what nlohmann accepts but
+// this reader does not: repeated keys and nesting deeper than Json::kMaxDepth. Errors are worded
+// the same whichever layer finds them.
+class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit JsonParser(absl::string_view text) : text_(text) {}
-
-  absl::StatusOr<Json> ParseDocument() {
-    Json value;
-    SkipWhitespace();
-    TP_RETURN_IF_ERROR(ParseValue(value, 0));
-    SkipWhitespace();
-    if (pos_ != text_.size()) return Error(pos_, "unexpected data after the top-level value");
-    return value;
-  }
-
- private:
-  absl::Status Error(size_t at, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("JSON: ", what, " at byte ", at));
-  }
-
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  char Peek() const { return text_[pos_]; }
-
-  void SkipWhitespace() {
-    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) {
-      ++pos_;
+  static absl::StatusOr<Json> ParseDocument(absl::string_view text) {
+    // nlohmann skips a UTF-8 byte order mark, which RFC 8259 lets a parser refuse; no JSON text
+    // starts with its first byte.
+    if (!text.empty() && text.front() == '\xEF') {
+      return Error(0, "unexpected character, expected a value");
     }
-  }
-
-  // `depth` counts the arrays and objects that enclose the value.
-  absl::Status ParseValue(Json& out, int depth) {
-    if (AtEnd()) return Error(pos_, "unexpected end of input, expected a value");
-    switch (Peek()) {
-      case '{':
-        return ParseObject(out, depth + 1);
-      case '[':
-        return ParseArray(out, depth + 1);
-      case '"':
-        out.type_ = Json::Type::kString;
-        return ParseString(out.string_);
-      case 't':
-        TP_RETURN_IF_ERROR(ParseWord("true"));
-        out.type_ = Json::Type::kBool;
-        out.bool_ = true;
-        return absl::OkStatus();
-      case 'f':
-        TP_RETURN_IF_ERROR(ParseWord("false"));
-        out.type_ = Json::Type::kBool;
-        out.bool_ = false;
-        return absl::OkStatus();
-      case 'n':
-        TP_RETURN_IF_ERROR(ParseWord("null"));
-        out.type_ = Json::Type::kNull;
-        return absl::OkStatus();
-      default:
-        if (Peek() == '-' || IsDigit(Peek())) return ParseNumber(out);
-        return Error(pos_, "unexpected character, expected a value");
+    JsonParser parser(text);
+    std::istream stream(&parser.buffer_);
+    if (!nlohmann::json::sax_parse(stream, &parser, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true, /*ignore_comments=*/false)) {
+      return parser.error_;
     }
+    // nlohmann's lexer takes a NUL byte outside a string for the end of the text. After a whole
+    // value it stopped at the first NUL, since none can come earlier in a valid text.
+    if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
+      return Error(nul, "unexpected data after the top-level value");
+    }
+    return std::move(parser.root_);
   }
 
-  absl::Status ParseWord(absl::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) return Error(pos_, "invalid literal");
-    pos_ += word.size();
-    return absl::OkStatus();
+  bool null() override {
+    Add(Json::Type::kNull);
+    return true;
   }
-
-  absl::Status ParseNumber(Json& out) {
-    const size_t start = pos_;
-    if (Peek() == '-') ++pos_;
-    if (AtEnd() || !IsDigit(Peek())) return Error(pos_, "invalid number: expected a digit");
-    if (Peek() == '0') {
-      ++pos_;
-      if (!AtEnd() && IsDigit(Peek())) return Error(start, "invalid number: leading zero");
+  bool boolean(bool value) override {
+    Add(Json::Type::kBool).bool_ = value;
+    return true;
+  }
+  // nlohmann reports the integers written with a minus sign here, so 0 was written "-0".
+  bool number_integer(number_integer_t value) override {
+    SetInt(Add(Json::Type::kNumber), value, value == 0 ? -0.0 : static_cast<double>(value));
+    return true;
+  }
+  bool number_unsigned(number_unsigned_t value) override {
+    Json& json = Add(Json::Type::kNumber);
+    if (value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      SetInt(json, static_cast<int64_t>(value), static_cast<double>(value));
     } else {
-      while (!AtEnd() && IsDigit(Peek())) ++pos_;
+      json.double_ = static_cast<double>(value);  // rounds as reading the decimal would
     }
-    bool integral = true;
-    if (!AtEnd() && Peek() == '.') {
-      integral = false;
-      ++pos_;
-      if (AtEnd() || !IsDigit(Peek())) return Error(pos_, "invalid number: expected a digit");
-      while (!AtEnd() && IsDigit(Peek())) ++pos_;
-    }
-    if (!AtEnd() && (Peek() == 'e' || Peek() == 'E')) {
-      integral = false;
-      ++pos_;
-      if (!AtEnd() && (Peek() == '+' || Peek() == '-')) ++pos_;
-      if (AtEnd() || !IsDigit(Peek())) return Error(pos_, "invalid number: expected a digit");
-      while (!AtEnd() && IsDigit(Peek())) ++pos_;
-    }
-    const absl::string_view token = text_.substr(start, pos_ - start);
-
-    double value = 0;
-    const absl::from_chars_result result =
-        absl::from_chars(token.data(), token.data() + token.size(), value);
-    if (result.ec == std::errc::invalid_argument || result.ptr != token.data() + token.size()) {
-      return Error(start, "invalid number");
-    }
-    if (result.ec == std::errc::result_out_of_range) {
-      if (DecimalMagnitudeIsLarge(token)) return Error(start, "number out of the double range");
-      value = token[0] == '-' ? -0.0 : 0.0;
-    }
-    out.type_ = Json::Type::kNumber;
-    out.double_ = value;
-    out.is_int_ = integral && ParseInt64(token, out.int_);
-    return absl::OkStatus();
+    return true;
   }
+  bool number_float(number_float_t value, const string_t& /*text*/) override {
+    Add(Json::Type::kNumber).double_ = value;
+    return true;
+  }
+  bool string(string_t& value) override {
+    Add(Json::Type::kString).string_ = std::move(value);
+    return true;
+  }
+  // Only the binary formats (CBOR, MessagePack, ...) have binary values.
+  bool binary(binary_t& /*value*/) override {
+    error_ = Error(buffer_.consumed(), "binary value");
+    return false;
+  }
+  bool start_object(std::size_t /*elements*/) override { return Open(Json::Type::kObject); }
+  bool start_array(std::size_t /*elements*/) override { return Open(Json::Type::kArray); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
 
-  // Parses an integer literal (optional '-', digits) exactly; false when outside int64.
-  static bool ParseInt64(absl::string_view token, int64_t& out) {
-    const bool negative = token[0] == '-';
-    const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
-    uint64_t magnitude = 0;
-    for (size_t i = negative ? 1 : 0; i < token.size(); ++i) {
-      const uint64_t digit = static_cast<uint64_t>(token[i] - '0');
-      if (magnitude > (limit - digit) / 10) return false;
-      magnitude = magnitude * 10 + digit;
+  // The lexer has just read the key's closing quote.
+  bool key(string_t& key) override {
+    if (!open_.back().keys.insert(key).second) {
+      error_ = Error(StringTokenStart(text_, buffer_.consumed() - 1),
+                     absl::StrCat("duplicate object key \"", absl::CHexEscape(key), "\""));
+      return false;
     }
-    out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+    key_ = std::move(key);
     return true;
   }
 
-  absl::Status ParseHex4(uint32_t& out) {
-    if (text_.size() - pos_ < 4) return Error(pos_, "truncated \\u escape");
-    out = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int v = HexValue(text_[pos_ + i]);
-      if (v < 0) return Error(pos_ + i, "invalid hex digit in \\u escape");
-      out = out * 16 + static_cast<uint32_t>(v);
-    }
-    pos_ += 4;
-    return absl::OkStatus();
+  // `position` counts the bytes read up to the one that gave the error away (the end of the text
+  // counting as one byte); `last_token` holds the bytes of the token at fault, or more.
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& exception) override {
+    error_ = Describe(position, last_token, exception);
+    return false;
   }
 
-  absl::Status ParseString(std::string& out) {
-    ++pos_;  // opening quote
-    out.clear();
-    while (true) {
-      if (AtEnd()) return Error(pos_, "unterminated string");
-      const unsigned char c = static_cast<unsigned char>(Peek());
-      if (c == '"') {
-        ++pos_;
-        return absl::OkStatus();
-      }
-      if (c < 0x20) return Error(pos_, "control character in string");
-      if (c == '\\') {
-        TP_RETURN_IF_ERROR(ParseEscape(out));
-        continue;
-      }
-      if (c < 0x80) {
-        out.push_back(static_cast<char>(c));
-        ++pos_;
-        continue;
-      }
-      const size_t length = Utf8SequenceLength(text_, pos_);
-      if (length == 0) return Error(pos_, "invalid UTF-8 in string");
-      out.append(text_.data() + pos_, length);
-      pos_ += length;
-    }
+ private:
+  struct OpenValue {
+    Json* json;
+    absl::flat_hash_set<std::string> keys;  // of an object
+  };
+
+  explicit JsonParser(absl::string_view text) : text_(text), buffer_(text) {}
+
+  static void SetInt(Json& json, int64_t value, double as_double) {
+    json.is_int_ = true;
+    json.int_ = value;
+    json.double_ = as_double;
   }
 
-  absl::Status ParseEscape(std::string& out) {
-    const size_t escape_start = pos_;
-    ++pos_;  // backslash
-    if (AtEnd()) return Error(pos_, "unterminated string");
-    const char kind = Peek();
-    ++pos_;
-    switch (kind) {
-      case '"':
-        out.push_back('"');
-        return absl::OkStatus();
-      case '\\':
-        out.push_back('\\');
-        return absl::OkStatus();
-      case '/':
-        out.push_back('/');
-        return absl::OkStatus();
-      case 'b':
-        out.push_back('\b');
-        return absl::OkStatus();
-      case 'f':
-        out.push_back('\f');
-        return absl::OkStatus();
-      case 'n':
-        out.push_back('\n');
-        return absl::OkStatus();
-      case 'r':
-        out.push_back('\r');
-        return absl::OkStatus();
-      case 't':
-        out.push_back('\t');
-        return absl::OkStatus();
-      case 'u':
-        break;
-      default:
-        return Error(escape_start, "invalid escape");
+  // The next value: the document, the next element of the open array or the value of the open
+  // object's last key.
+  Json& Add(Json::Type type) {
+    Json* json = &root_;
+    if (!open_.empty()) {
+      Json& parent = *open_.back().json;
+      json = parent.type_ == Json::Type::kArray
+                 ? &parent.array_.emplace_back()
+                 : &parent.object_.emplace_back(std::move(key_), Json()).second;
     }
-    uint32_t unit = 0;
-    TP_RETURN_IF_ERROR(ParseHex4(unit));
-    if (unit >= 0xDC00 && unit <= 0xDFFF) return Error(escape_start, "lone low surrogate");
-    if (unit >= 0xD800 && unit <= 0xDBFF) {
-      if (text_.substr(pos_, 2) != "\\u") return Error(escape_start, "lone high surrogate");
-      pos_ += 2;
-      uint32_t low = 0;
-      TP_RETURN_IF_ERROR(ParseHex4(low));
-      if (low < 0xDC00 || low > 0xDFFF) return Error(escape_start, "lone high surrogate");
-      unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-    }
-    AppendUtf8(unit, out);
-    return absl::OkStatus();
+    json->type_ = type;
+    return *json;
   }
 
-  absl::Status ParseArray(Json& out, int depth) {
-    if (depth > Json::kMaxDepth) return Error(pos_, "nesting deeper than the limit");
-    ++pos_;  // '['
-    out.type_ = Json::Type::kArray;
-    SkipWhitespace();
-    if (!AtEnd() && Peek() == ']') {
-      ++pos_;
-      return absl::OkStatus();
+  // An open array or object is the last element of the one around it, which grows no further
+  // until this one closes, so the pointers in open_ stay valid.
+  bool Open(Json::Type type) {
+    if (open_.size() == Json::kMaxDepth) {
+      // The lexer has just read the bracket.
+      error_ = Error(buffer_.consumed() - 1, "nesting deeper than the limit");
+      return false;
     }
-    while (true) {
-      SkipWhitespace();
-      Json element;
-      TP_RETURN_IF_ERROR(ParseValue(element, depth));
-      out.array_.push_back(std::move(element));
-      SkipWhitespace();
-      if (AtEnd()) return Error(pos_, "unterminated array");
-      if (Peek() == ']') {
-        ++pos_;
-        return absl::OkStatus();
-      }
-      if (Peek() != ',') return Error(pos_, "expected ',' or ']' in array");
-      ++pos_;
-    }
+    open_.push_back({&Add(type), {}});
+    return true;
   }
 
-  absl::Status ParseObject(Json& out, int depth) {
-    if (depth > Json::kMaxDepth) return Error(pos_, "nesting deeper than the limit");
-    ++pos_;  // '{'
-    out.type_ = Json::Type::kObject;
-    SkipWhitespace();
-    if (!AtEnd() && Peek() == '}') {
-      ++pos_;
-      return absl::OkStatus();
-    }
-    std::vector<size_t> key_offsets;
-    while (true) {
-      SkipWhitespace();
-      if (AtEnd() || Peek() != '"') return Error(pos_, "expected a string key in object");
-      key_offsets.push_back(pos_);
-      std::string key;
-      TP_RETURN_IF_ERROR(ParseString(key));
-      SkipWhitespace();
-      if (AtEnd() || Peek() != ':') return Error(pos_, "expected ':' after object key");
-      ++pos_;
-      SkipWhitespace();
-      Json value;
-      TP_RETURN_IF_ERROR(ParseValue(value, depth));
-      out.object_.emplace_back(std::move(key), std::move(value));
-      SkipWhitespace();
-      if (AtEnd()) return Error(pos_, "unterminated object");
-      if (Peek() == '}') {
-        ++pos_;
-        break;
-      }
-      if (Peek() != ',') return Error(pos_, "expected ',' or '}' in object");
-      ++pos_;
-    }
-    return CheckDuplicateKeys(out.object_, key_offsets);
+  bool Close() {
+    open_.pop_back();
+    return true;
   }
 
-  // Reports the first key, in document order, that repeats an earlier key of the same object.
-  absl::Status CheckDuplicateKeys(const Json::Object& members,
-                                  const std::vector<size_t>& key_offsets) const {
-    std::vector<size_t> order(members.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return members[a].first != members[b].first ? members[a].first < members[b].first : a < b;
-    });
-    size_t first_repeat = members.size();
-    for (size_t i = 1; i < order.size(); ++i) {
-      if (members[order[i]].first == members[order[i - 1]].first) {
-        first_repeat = std::min(first_repeat, order[i]);
-      }
+  // This reader's wording of nlohmann's error, at the byte at fault: a token out of place and a
+  // literal that broke off at their first byte, other bytes that form no token where they go wrong.
+  absl::Status Describe(size_t position, const std::string& last_token,
+                        const nlohmann::detail::exception& exception) const {
+    constexpr int kNumberOverflow = 406;  // out_of_range.406, raised once the number is read
+    if (exception.id == kNumberOverflow) {
+      return Error(position - last_token.size(), "number out of the double range");
     }
-    if (first_repeat == members.size()) return absl::OkStatus();
-    return Error(key_offsets[first_repeat],
-                 absl::StrCat("duplicate object key \"",
-                              absl::CHexEscape(members[first_repeat].first), "\""));
+    const size_t at = position - 1;
+    const SyntaxError syntax = SplitSyntaxError(exception.what());
+    absl::string_view lexer = syntax.lexer_message;
+    if (absl::ConsumePrefix(&lexer, "invalid string: ")) return DescribeStringError(lexer, at);
+    if (absl::StartsWith(lexer, "invalid number")) {
+      return Error(at, "invalid number: expected a digit");
+    }
+
+    // Left: a token out of place, or bytes that form no token (lexer: "invalid literal").
+    const size_t start = lexer.empty()
+                             ? UnexpectedTokenStart(syntax.unexpected, position, last_token)
+                             : BrokenLiteralStart(text_, at);
+    // A number that starts with 0 ends there, so a digit after the 0 starts a number of its own.
+    if (syntax.unexpected == "number literal" && start > 0 && text_[start - 1] == '0' &&
+        absl::ascii_isdigit(text_[start])) {
+      const size_t zero = start - 1;
+      return Error(zero > 0 && text_[zero - 1] == '-' ? zero - 1 : zero,
+                   "invalid number: leading zero");
+    }
+    const bool text_ended = lexer.empty() && at == text_.size();
+    if (syntax.after_top_level) return Error(start, "unexpected data after the top-level value");
+    if (syntax.context == "object key") return Error(start, "expected a string key in object");
+    if (syntax.context == "object separator") return Error(start, "expected ':' after object key");
+    if (syntax.context == "array") {
+      return Error(start, text_ended ? "unterminated array" : "expected ',' or ']' in array");
+    }
+    if (syntax.context == "object") {
+      return Error(start, text_ended ? "unterminated object" : "expected ',' or '}' in object");
+    }
+    // A value was expected.
+    if (!lexer.empty() && start != at) return Error(start, "invalid literal");
+    if (text_ended) return Error(start, "unexpected end of input, expected a value");
+    return Error(start, "unexpected character, expected a value");
+  }
+
+  // `lexer` is nlohmann's message after "invalid string: "; the lexer gave up at byte `at`.
+  absl::Status DescribeStringError(absl::string_view lexer, size_t at) const {
+    if (absl::StartsWith(lexer, "control character")) {
+      return Error(at, "control character in string");
+    }
+    if (absl::StartsWith(lexer, "missing closing quote")) return Error(at, "unterminated string");
+    if (absl::StartsWith(lexer, "forbidden character after backslash")) {
+      return at == text_.size() ? Error(at, "unterminated string")
+                                : Error(at - 1, "invalid escape");
+    }
+    if (absl::StartsWith(lexer, "'\\u' must be followed by 4 hex digits")) {
+      return Error(at,
+                   at == text_.size() ? "truncated \\u escape" : "invalid hex digit in \\u escape");
+    }
+    if (absl::StartsWith(lexer, "surrogate U+D800..U+DBFF")) {
+      return Error(at, "lone high surrogate");
+    }
+    if (absl::StartsWith(lexer, "surrogate U+DC00..U+DFFF")) {
+      return Error(at, "lone low surrogate");
+    }
+    if (absl::StartsWith(lexer, "ill-formed UTF-8")) {
+      return Error(Utf8SequenceStart(text_, at), "invalid UTF-8 in string");
+    }
+    return Error(at, absl::StrCat("invalid string: ", lexer));
   }
 
   absl::string_view text_;
-  size_t pos_ = 0;
+  TextBuffer buffer_;
+  Json root_;
+  std::vector<OpenValue> open_;  // outermost first
+  std::string key_;              // of the value to come, in an object
+  absl::Status error_;
 };
 
-absl::StatusOr<Json> Json::Parse(absl::string_view text) {
-  return JsonParser(text).ParseDocument();
-}
+absl::StatusOr<Json> Json::Parse(absl::string_view text) { return JsonParser::ParseDocument(text); }
 
 const Json* Json::Find(absl::string_view key) const {
   if (type_ != Type::kObject) return nullptr;

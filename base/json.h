@@ -1,11 +1,14 @@
-// A strict JSON (RFC 8259) reader for config.json, safetensors headers and index files.
+// A strict JSON (RFC 8259) reader for config.json, safetensors headers and index files, over
+// nlohmann/json's SAX parser.
 //
-// Strict means: one top-level value and nothing after it but white space; no comments, no
-// trailing commas, no NaN/Infinity, no leading zeros, no control characters in strings,
-// valid \u escapes (surrogate pairs combined; lone surrogates rejected), valid UTF-8,
-// duplicate object keys rejected, nesting depth limited. Integers written without a
-// fraction or exponent that fit in int64 are kept exactly (is_int()); every number also
-// has a double value. Errors carry the byte offset.
+// Strict means: one top-level value and nothing after it but white space (a NUL byte and a
+// byte order mark are data, hence errors); no comments, no trailing commas, no NaN/Infinity,
+// no leading zeros, no control characters in strings, valid \u escapes (surrogate pairs
+// combined; lone surrogates rejected), valid UTF-8, duplicate object keys rejected, nesting
+// depth limited. Integers written without a fraction or exponent that fit in int64 are kept
+// exactly (is_int()); every number also has a double value, and one beyond the double range
+// is an error. Errors carry the byte offset of the fault: the first byte of a token out of
+// place, or the byte where a token goes wrong.
 #ifndef TILEPLAN_BASE_JSON_H_
 #define TILEPLAN_BASE_JSON_H_
 

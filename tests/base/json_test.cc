@@ -94,6 +94,51 @@ TEST(JsonTest, RejectsStructuralErrors) {
   EXPECT_THAT(ParseError(absl::string_view("[1]\0", 4)), HasSubstr("at byte 3"));
 }
 
+// A token out of place is placed at its first byte; bytes that form no token at the start of a
+// literal that broke off, or where they go wrong.
+TEST(JsonTest, ErrorsPlaceTheTokenAtFault) {
+  EXPECT_THAT(ParseError("[1 true]"), HasSubstr("expected ',' or ']' in array at byte 3"));
+  EXPECT_THAT(ParseError("[1 23]"), HasSubstr("expected ',' or ']' in array at byte 3"));
+  EXPECT_THAT(ParseError("[1 tru]"), HasSubstr("expected ',' or ']' in array at byte 3"));
+  EXPECT_THAT(ParseError("[truex]"), HasSubstr("expected ',' or ']' in array at byte 5"));
+  EXPECT_THAT(ParseError("{\"a\":1 \"b\":2}"),
+              HasSubstr("expected ',' or '}' in object at byte 7"));
+  EXPECT_THAT(ParseError("{\"a\" false}"), HasSubstr("expected ':' after object key at byte 5"));
+  EXPECT_THAT(ParseError("{null:1}"), HasSubstr("expected a string key in object at byte 1"));
+  EXPECT_THAT(ParseError("1 false"),
+              HasSubstr("unexpected data after the top-level value at byte 2"));
+  EXPECT_THAT(ParseError("1 \"s\""),
+              HasSubstr("unexpected data after the top-level value at byte 2"));
+  EXPECT_THAT(ParseError("1 nul"),
+              HasSubstr("unexpected data after the top-level value at byte 2"));
+  EXPECT_THAT(ParseError("tru"), HasSubstr("invalid literal at byte 0"));
+  EXPECT_THAT(ParseError("[fals]"), HasSubstr("invalid literal at byte 1"));
+  EXPECT_THAT(ParseError("{\"a\":nx}"), HasSubstr("invalid literal at byte 5"));
+  EXPECT_THAT(ParseError("[1, ]"), HasSubstr("unexpected character, expected a value at byte 4"));
+  EXPECT_THAT(ParseError("[1,"), HasSubstr("unexpected end of input, expected a value at byte 3"));
+}
+
+// A NUL byte ends nothing: it is data like any other byte outside a string.
+TEST(JsonTest, RejectsNulBytesOutsideStrings) {
+  EXPECT_THAT(ParseError(absl::string_view("1\0 2", 4)),
+              HasSubstr("unexpected data after the top-level value at byte 1"));
+  EXPECT_THAT(ParseError(absl::string_view("{}\0", 3)),
+              HasSubstr("unexpected data after the top-level value at byte 2"));
+  EXPECT_THAT(ParseError(absl::string_view("\0", 1)),
+              HasSubstr("unexpected character, expected a value at byte 0"));
+  EXPECT_THAT(ParseError(absl::string_view("[\0]", 3)),
+              HasSubstr("unexpected character, expected a value at byte 1"));
+  EXPECT_THAT(ParseError(absl::string_view("[1\0]", 4)),
+              HasSubstr("expected ',' or ']' in array at byte 2"));
+  EXPECT_THAT(ParseError(absl::string_view("{\"a\"\0:1}", 8)),
+              HasSubstr("expected ':' after object key at byte 4"));
+}
+
+TEST(JsonTest, RejectsAByteOrderMarkAlone) {
+  EXPECT_THAT(ParseError("\xEF\xBB\xBF"), HasSubstr("at byte 0"));
+  EXPECT_THAT(ParseError("\xEF"), HasSubstr("at byte 0"));
+}
+
 TEST(JsonTest, RejectsCommentsAndNonFiniteNumbers) {
   EXPECT_THAT(ParseError("// c\n1"), HasSubstr("unexpected character"));
   EXPECT_THAT(ParseError("[1 /* c */]"), HasSubstr("expected ',' or ']'"));
@@ -118,6 +163,15 @@ TEST(JsonTest, RejectsMalformedNumbers) {
   EXPECT_THAT(ParseError("0x10"), HasSubstr("unexpected data"));
 }
 
+TEST(JsonTest, RejectsLeadingZerosInsideValues) {
+  EXPECT_THAT(ParseError("[01]"), HasSubstr("leading zero at byte 1"));
+  EXPECT_THAT(ParseError("{\"a\":-01}"), HasSubstr("leading zero at byte 5"));
+  EXPECT_THAT(ParseError("[1, 00]"), HasSubstr("leading zero at byte 4"));
+  // A digit after 0 is a leading zero; a sign after it is just more data.
+  EXPECT_THAT(ParseError("0-1"), HasSubstr("unexpected data after the top-level value at byte 1"));
+  EXPECT_THAT(ParseError("[10-1]"), HasSubstr("expected ',' or ']' in array at byte 3"));
+}
+
 TEST(JsonTest, RejectsBadStrings) {
   EXPECT_THAT(ParseError("\"a\nb\""), HasSubstr("control character in string at byte 2"));
   EXPECT_THAT(ParseError("\"\x01\""), HasSubstr("control character"));
@@ -131,6 +185,10 @@ TEST(JsonTest, RejectsBadStrings) {
   EXPECT_THAT(ParseError(R"("\uD83Dx")"), HasSubstr("lone high surrogate"));
   EXPECT_THAT(ParseError(R"("\uD83D\u0041")"), HasSubstr("lone high surrogate"));
   EXPECT_THAT(ParseError(R"("\uD83D\uD83D")"), HasSubstr("lone high surrogate"));
+}
+
+TEST(JsonTest, RejectsABackslashAtTheEnd) {
+  EXPECT_THAT(ParseError("\"abc\\"), HasSubstr("unterminated string at byte 5"));
 }
 
 TEST(JsonTest, RejectsInvalidUtf8) {
@@ -153,6 +211,18 @@ TEST(JsonTest, RejectsInvalidUtf8) {
   EXPECT_THAT(ParseError("\"\xC3"), HasSubstr("invalid UTF-8"));  // truncated at end of input
 }
 
+TEST(JsonTest, KeysAreStringsLikeAnyOther) {
+  EXPECT_THAT(ParseError("{\"\xC3\":1}"), HasSubstr("invalid UTF-8 in string at byte 2"));
+  EXPECT_THAT(ParseError("{\"ok\":1,\"\xE2\x82\":2}"),
+              HasSubstr("invalid UTF-8 in string at byte 9"));
+  EXPECT_THAT(ParseError("{\"\xED\xA0\x80\":1}"), HasSubstr("invalid UTF-8 in string at byte 2"));
+  EXPECT_THAT(ParseError("{\"a\tb\":1}"), HasSubstr("control character in string at byte 3"));
+  EXPECT_THAT(ParseError(R"({"\uDC00":1})"), HasSubstr("lone low surrogate"));
+  EXPECT_THAT(ParseError(R"({"\q":1})"), HasSubstr("invalid escape at byte 2"));
+  Json json = ParseOk(R"({"\u00e9\n":1})");
+  EXPECT_NE(json.Find("\xC3\xA9\n"), nullptr);
+}
+
 TEST(JsonTest, RejectsDuplicateKeysWithOffset) {
   EXPECT_THAT(ParseError(R"({"a":1,"a":2})"), HasSubstr("duplicate object key \"a\" at byte 7"));
   // The first repeat in document order is reported.
@@ -163,6 +233,15 @@ TEST(JsonTest, RejectsDuplicateKeysWithOffset) {
   ParseOk(R"({"a":{"a":1},"b":{"a":2}})");
   // Keys that differ only after escape decoding are duplicates.
   EXPECT_THAT(ParseError(R"({"A":1,"\u0041":2})"), HasSubstr("duplicate object key"));
+}
+
+TEST(JsonTest, DuplicateKeyOffsetsSkipEscapedQuotes) {
+  EXPECT_THAT(ParseError(R"({"a\"":1,"a\"":2})"), HasSubstr("at byte 9"));
+  EXPECT_THAT(ParseError(R"({"\\":1,"\\":2})"), HasSubstr("at byte 8"));
+  EXPECT_THAT(ParseError(R"({"\\\"":1,"\\\"":2})"), HasSubstr("at byte 10"));
+  // Raw and escaped spellings of one code point are one key.
+  EXPECT_THAT(ParseError("{\"\xC3\xA9\":1,\"\\u00e9\":2}"),
+              HasSubstr("duplicate object key \"\\xc3\\xa9\" at byte 8"));
 }
 
 TEST(JsonTest, IntegersAreExactInInt64) {
@@ -180,6 +259,11 @@ TEST(JsonTest, IntegersAreExactInInt64) {
   EXPECT_EQ(zero.as_int(), 0);
 }
 
+TEST(JsonTest, NegativeZeroKeepsItsSignAsADouble) {
+  EXPECT_TRUE(std::signbit(ParseOk("-0").as_double()));
+  EXPECT_FALSE(std::signbit(ParseOk("0").as_double()));
+}
+
 TEST(JsonTest, IntegersBeyondInt64AreStillNumbers) {
   Json above = ParseOk("9223372036854775808");
   EXPECT_TRUE(above.is_number());
@@ -192,6 +276,20 @@ TEST(JsonTest, IntegersBeyondInt64AreStillNumbers) {
   Json huge = ParseOk("123456789012345678901234567890");
   EXPECT_FALSE(huge.is_int());
   EXPECT_DOUBLE_EQ(huge.as_double(), 1.2345678901234568e29);
+}
+
+TEST(JsonTest, IntegersBeyondUint64AndDouble) {
+  Json uint64_max = ParseOk("18446744073709551615");
+  EXPECT_FALSE(uint64_max.is_int());
+  EXPECT_DOUBLE_EQ(uint64_max.as_double(), 18446744073709551615.0);
+  Json above_uint64 = ParseOk("18446744073709551616");
+  EXPECT_FALSE(above_uint64.is_int());
+  EXPECT_DOUBLE_EQ(above_uint64.as_double(), 18446744073709551616.0);
+  // Too large for a double, written without an exponent.
+  const std::string digits = "1" + std::string(400, '0');
+  EXPECT_THAT(ParseError(digits), HasSubstr("number out of the double range at byte 0"));
+  EXPECT_THAT(ParseError(absl::StrCat("[1, -", digits, "]")),
+              HasSubstr("number out of the double range at byte 4"));
 }
 
 TEST(JsonTest, FractionsAndExponentsAreNotInts) {
@@ -236,6 +334,20 @@ TEST(JsonTest, NestingBeyondTheLimitIsRejected) {
   EXPECT_THAT(ParseError(Nested(Json::kMaxDepth + 1, '{', '}', "1")), HasSubstr("nesting"));
   // Far deeper than any stack would allow with unbounded recursion.
   EXPECT_THAT(ParseError(std::string(1'000'000, '[')), HasSubstr("nesting"));
+}
+
+TEST(JsonTest, NestingDepthCountsOnlyTheOpenValues) {
+  // Two siblings, each reaching the limit exactly.
+  const std::string siblings = absl::StrCat("[", Nested(Json::kMaxDepth - 1, '{', '}', "1"), ",",
+                                            Nested(Json::kMaxDepth - 1, '[', ']', "2"), "]");
+  Json json = ParseOk(siblings);
+  ASSERT_TRUE(json.is_array());
+  EXPECT_EQ(json.as_array().size(), 2u);
+  // One level more in the second, with an object.
+  const std::string deeper = absl::StrCat("[", Nested(Json::kMaxDepth - 1, '{', '}', "1"), ",",
+                                          Nested(Json::kMaxDepth - 1, '[', ']', "{}"), "]");
+  EXPECT_THAT(ParseError(deeper), HasSubstr(absl::StrCat("nesting deeper than the limit at byte ",
+                                                         deeper.rfind("{}"))));
 }
 
 TEST(JsonTest, TypeNames) {
