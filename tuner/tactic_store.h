@@ -30,9 +30,8 @@
 #include "kernels/core/kernel_family.h"
 #include "planner/tactic_cache.h"
 #include "tuner/environment.h"
+#include "tuner/sqlite.h"
 #include "tuner/tactic_store.pb.h"
-
-struct sqlite3;
 
 namespace tileplan::tuner {
 
@@ -139,8 +138,10 @@ class TacticStore final : public planner::TacticCache {
 
   const std::string path_;
   const Options options_;
-  sqlite3* db_ = nullptr;  // null when the store is unusable or a read-only empty file
-  std::string unusable_;   // why the file is not written; empty when it is usable
+  // Closed when the store is unusable or a read-only empty file. Mutable: Export reads
+  // through it.
+  mutable sqlite::Database db_;
+  std::string unusable_;  // why the file is not written; empty when it is usable
   std::vector<std::string> warnings_;
 
   // Serializes Record, Import and Export on db_ within this process.

@@ -8,6 +8,7 @@
 #include "regions/parser.h"
 #include "regions/verifier.h"
 #include "targets/target.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::kernels::testing {
 
@@ -25,7 +26,8 @@ ir::Graph MustParseVerified(absl::string_view text) {
 }
 
 ir::Graph TestGraph(absl::string_view name) {
-  const std::string path = absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/kernels/testdata/", name);
+  const std::string path =
+      tileplan::testing::SourcePath(absl::StrCat("tests/kernels/testdata/", name)).string();
   std::ifstream file(path);
   if (!file) {
     ADD_FAILURE() << "cannot read " << path;

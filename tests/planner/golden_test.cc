@@ -30,6 +30,7 @@
 #include "regions/parser.h"
 #include "regions/printer.h"
 #include "regions/verifier.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::planner {
 namespace {
@@ -61,8 +62,9 @@ void PrintTo(const GoldenCase& c, std::ostream* os) {
   *os << c.file << ":" << c.first_line << " (case " << c.number << ")";
 }
 
+// The directory is looked up, not the file: a pass without a golden file is a load error.
 std::string TestDataPath(absl::string_view pass) {
-  return absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/planner/testdata/", pass, ".tpir");
+  return (testing::SourcePath("tests/planner/testdata") / absl::StrCat(pass, ".tpir")).string();
 }
 
 // Records the directive on `line` in `c`; ordinary comments and IR lines are ignored.

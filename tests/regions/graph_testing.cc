@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "regions/parser.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::ir::testing {
 namespace {
@@ -87,7 +88,8 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
 }
 
 std::string ReadTestData(absl::string_view name) {
-  const std::string path = absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/regions/testdata/", name);
+  const std::string path =
+      tileplan::testing::SourcePath(absl::StrCat("tests/regions/testdata/", name)).string();
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     ADD_FAILURE() << "cannot read " << path;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "regions/kinds.h"
 #include "regions/shape_rules.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::ir {
 namespace {
@@ -108,7 +109,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
 // docs/ir.md's kind tables are the contract: every kind they list is registered and
 // every registered kind is listed.
 TEST(KindsTest, DocumentedKindsMatchRegistry) {
-  std::ifstream in(absl::StrCat(TILEPLAN_SOURCE_DIR, "/docs/ir.md"));
+  std::ifstream in(tileplan::testing::SourcePath("docs/ir.md"));
   ASSERT_TRUE(in) << "cannot read docs/ir.md";
   std::vector<std::string> documented;
   bool in_kinds = false;

@@ -16,6 +16,7 @@
 #include "regions/verifier.h"
 #include "tests/regions/graph_testing.h"
 #include "tests/regions/random_graph.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::ir {
 namespace {
@@ -126,7 +127,7 @@ TEST(TextFormatTest, GoldenGraphMatchesBuilderGraph) {
 // The example in docs/ir.md's "Text format" section parses, verifies and is canonical
 // apart from its comment line.
 TEST(TextFormatTest, DocumentedExampleIsValid) {
-  std::ifstream in(absl::StrCat(TILEPLAN_SOURCE_DIR, "/docs/ir.md"));
+  std::ifstream in(tileplan::testing::SourcePath("docs/ir.md"));
   ASSERT_TRUE(in) << "cannot read docs/ir.md";
   std::string example, canonical;
   bool in_section = false, in_block = false;

@@ -14,6 +14,7 @@
 #include "regions/printer.h"
 #include "regions/serialization.h"
 #include "tests/regions/graph_testing.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::ir {
 namespace {
@@ -45,7 +46,8 @@ RunResult RunOpt(absl::string_view args) {
   const std::string out = absl::StrCat(::testing::TempDir(), "/", getpid(), "_opt_stdout");
   const std::string err = absl::StrCat(::testing::TempDir(), "/", getpid(), "_opt_stderr");
   const std::string command =
-      absl::StrCat("'", TILEPLAN_OPT, "' ", args, " >'", out, "' 2>'", err, "'");
+      absl::StrCat("'", tileplan::testing::BuiltBinary(TILEPLAN_OPT).string(), "' ", args, " >'",
+                   out, "' 2>'", err, "'");
   const int status = std::system(command.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -56,7 +58,7 @@ RunResult RunOpt(absl::string_view args) {
 
 const std::string& GoldenPath() {
   static const std::string path =
-      absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/regions/testdata/tiny_llama.tpir");
+      tileplan::testing::SourcePath("tests/regions/testdata/tiny_llama.tpir").string();
   return path;
 }
 
@@ -86,7 +88,7 @@ TEST(TileplanOptTest, EmitsTextproto) {
 // Fused kinds, packed weights and fused_from lists go through both output forms.
 TEST(TileplanOptTest, PlannedGraphRoundTripsThroughBothForms) {
   const std::string path =
-      absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/regions/testdata/tiny_planned.tpir");
+      tileplan::testing::SourcePath("tests/regions/testdata/tiny_planned.tpir").string();
   const RunResult text = RunOpt(absl::StrCat("'", path, "'"));
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_EQ(text.out, testing::ReadTestData("tiny_planned.tpir"));
@@ -128,7 +130,8 @@ TEST(TileplanOptTest, UsageAndIoErrorsExitOne) {
   const RunResult missing = RunOpt("/nonexistent/graph.tpir");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("cannot open '/nonexistent/graph.tpir'"));
-  const RunResult directory = RunOpt(absl::StrCat("'", TILEPLAN_SOURCE_DIR, "'"));
+  const RunResult directory = RunOpt(
+      absl::StrCat("'", tileplan::testing::SourcePath("tests/regions/testdata").string(), "'"));
   EXPECT_EQ(directory.exit_code, 1);
   EXPECT_THAT(directory.err, HasSubstr("is a directory"));
 }
@@ -183,8 +186,9 @@ TEST(TileplanOptTest, PlansABundledModel) {
 }
 
 TEST(TileplanOptTest, PlansACheckpointDirectorysConfig) {
-  const RunResult r = RunOpt(absl::StrCat("--model '", TILEPLAN_SOURCE_DIR,
-                                          "/tests/data/phi3-tiny' --pipeline=prefill --tokens=16"));
+  const std::string model = tileplan::testing::SourcePath("tests/data/phi3-tiny").string();
+  const RunResult r =
+      RunOpt(absl::StrCat("--model '", model, "' --pipeline=prefill --tokens=16"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("= rope_kv_write(%l0.qkv, "));
   EXPECT_THAT(r.out, HasSubstr("phase(prefill)"));

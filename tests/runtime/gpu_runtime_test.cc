@@ -19,6 +19,7 @@
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
 #include "targets/target.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::runtime::gpu {
 namespace {
@@ -26,7 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-const fs::path kFixture = fs::path(TILEPLAN_SOURCE_DIR) / "tests/data/qwen3-tiny";
+fs::path Fixture() { return tileplan::testing::SourcePath("tests/data/qwen3-tiny"); }
 
 class GpuRuntimeTest : public ::testing::Test {
  protected:
@@ -37,11 +38,11 @@ class GpuRuntimeTest : public ::testing::Test {
     absl::StatusOr<targets::TargetDescription> target = TargetForDevice(*device_);
     ASSERT_TRUE(target.ok()) << target.status();
     target_ = *target;
-    absl::StatusOr<models::ModelConfig> config = models::LoadModelConfig(kFixture.string());
+    absl::StatusOr<models::ModelConfig> config = models::LoadModelConfig(Fixture().string());
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
     absl::StatusOr<std::unique_ptr<models::Checkpoint>> checkpoint =
-        models::Checkpoint::Open(kFixture);
+        models::Checkpoint::Open(Fixture());
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
     checkpoint_ = *std::move(checkpoint);
   }

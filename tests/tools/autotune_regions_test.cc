@@ -19,6 +19,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "device/device.h"
+#include "tests/testing/paths.h"
 #include "tests/testing/tool_run.h"
 #include "tuner/tactic_store.pb.h"
 
@@ -43,16 +45,11 @@ std::string ToolPath() {
   if (const char* env = std::getenv("AUTOTUNE_REGIONS"); env != nullptr && *env != '\0') {
     return env;
   }
-  std::error_code ec;
-  const fs::path beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / "autotune_regions";
-  if (!ec && fs::exists(beside, ec)) return beside.string();
-  return AUTOTUNE_REGIONS_PATH;
+  return testing::BuiltBinary(AUTOTUNE_REGIONS_PATH).string();
 }
 
 fs::path Fixture(const std::string& name) {
-  const fs::path built = fs::path(TILEPLAN_SOURCE_DIR) / "tests/data" / name;
-  std::error_code ec;
-  return fs::exists(built, ec) ? built : fs::path("tests/data") / name;
+  return testing::SourcePath(absl::StrCat("tests/data/", name));
 }
 
 Result RunTool(const std::string& args) {

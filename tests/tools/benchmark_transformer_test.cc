@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
+#include "tests/testing/paths.h"
 #include "tests/testing/tool_run.h"
 
 namespace tileplan {
@@ -26,7 +27,8 @@ fs::path Scratch() { return testing::ScratchDir("benchmark_transformer_test"); }
 // Runs the tool with every GPU hidden (these tests are about planning; a GPU would add a
 // benchmark at real size to every run that shows a plan).
 Result RunTool(const std::string& args, const std::string& env = "CUDA_VISIBLE_DEVICES=") {
-  return testing::RunTool(BENCHMARK_TRANSFORMER_PATH, args, Scratch() / "output.txt", env);
+  return testing::RunTool(testing::BuiltBinary(BENCHMARK_TRANSFORMER_PATH).string(), args,
+                          Scratch() / "output.txt", env);
 }
 
 TEST(BenchmarkTransformerTest, PrintAfterShowsThePassOutputOfEveryPhase) {
@@ -83,12 +85,12 @@ TEST(BenchmarkTransformerTest, EveryBundledConfigShowsAPlan) {
 }
 
 // A committed two-layer fixture keeps the machine forms small.
-const std::string kTinyModel = absl::StrCat(TILEPLAN_SOURCE_DIR, "/tests/data/qwen3-tiny");
+std::string TinyModel() { return testing::SourcePath("tests/data/qwen3-tiny").string(); }
 
 TEST(BenchmarkTransformerTest, MachineFormatsAreDeterministic) {
   for (const char* format : {"textproto", "json"}) {
     const std::string args =
-        absl::StrCat("--model ", kTinyModel, " --prefill 16 --decode 16 --show-plan=", format);
+        absl::StrCat("--model ", TinyModel(), " --prefill 16 --decode 16 --show-plan=", format);
     const Result a = RunTool(args);
     const Result b = RunTool(args);
     ASSERT_EQ(a.exit_code, 0) << a.output;
@@ -97,7 +99,7 @@ TEST(BenchmarkTransformerTest, MachineFormatsAreDeterministic) {
     EXPECT_NE(a.output.find("qk_norm_rope_kv_write"), std::string::npos) << format;
   }
   EXPECT_THAT(
-      RunTool(absl::StrCat("--model ", kTinyModel, " --prefill 16 --decode 16 --show-plan=json"))
+      RunTool(absl::StrCat("--model ", TinyModel(), " --prefill 16 --decode 16 --show-plan=json"))
           .output,
       ::testing::StartsWith("{"));
 }
@@ -145,7 +147,7 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
   EXPECT_THAT(r.output, HasSubstr("usage: benchmark_transformer"));
   // head_dim 80 has no flash kernel, and 64 new tokens are too many for the split-KV decode
   // kernel.
-  std::ifstream in(kTinyModel + "/config.json");
+  std::ifstream in(TinyModel() + "/config.json");
   std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t at = config.find("\"head_dim\": 32");
   ASSERT_NE(at, std::string::npos) << config;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
@@ -17,6 +18,7 @@
 #include "models/safetensors.h"
 #include "planner/phase_graphs.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan {
 namespace {
@@ -54,8 +56,7 @@ struct Fixture {
 };
 
 void LoadFixture(const std::string& name, int64_t extra_context, Fixture& f) {
-  const std::filesystem::path dir =
-      std::filesystem::path(TILEPLAN_SOURCE_DIR) / "tests/data" / name;
+  const std::filesystem::path dir = testing::SourcePath(absl::StrCat("tests/data/", name));
   auto config = models::LoadModelConfig(dir.string());
   ASSERT_TRUE(config.ok()) << config.status();
   f.config = *config;

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "models/safetensors.h"
 #include "tests/models/safetensors_builder.h"
+#include "tests/testing/paths.h"
 #include "tests/testing/random_weights.h"
 #include "tests/testing/tool_run.h"
 
@@ -21,19 +22,20 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const fs::path kFixture = fs::path(TILEPLAN_SOURCE_DIR) / "tests/data/smollm2-tiny";
+fs::path Fixture() { return testing::SourcePath("tests/data/smollm2-tiny"); }
 
 using Result = testing::ToolResult;
 
 Result RunVerifyModel(const std::string& args, const fs::path& scratch,
                       const std::string& env = "") {
-  return testing::RunTool(VERIFY_MODEL_PATH, args, scratch / "output.txt", env);
+  return testing::RunTool(testing::BuiltBinary(VERIFY_MODEL_PATH).string(), args,
+                          scratch / "output.txt", env);
 }
 
 // The fixture's reference tensors, to be modified and written elsewhere.
 testing::WeightMap LoadReference() {
   testing::WeightMap out;
-  auto file = models::SafetensorsFile::Open(kFixture / "reference.safetensors");
+  auto file = models::SafetensorsFile::Open(Fixture() / "reference.safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return out;
   for (const auto& [name, view] : (*file)->tensors()) {
@@ -59,7 +61,7 @@ class VerifyModelTest : public ::testing::Test {
   Result RunWithReference(const testing::WeightMap& reference) {
     const fs::path path = dir_ / "reference.safetensors";
     testing::WriteWeights(path, reference);
-    return RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+    return RunVerifyModel(absl::StrCat("--model '", Fixture().string(), "' --reference '",
                                        path.string(), "' --backend cpu --threads 2"),
                           dir_);
   }
@@ -82,8 +84,8 @@ TEST_F(VerifyModelTest, FixturePasses) {
 }
 
 TEST_F(VerifyModelTest, NoPlanRunsThePrimitiveGraph) {
-  const std::string reference = (kFixture / "reference.safetensors").string();
-  const Result r = RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
+  const std::string reference = (Fixture() / "reference.safetensors").string();
+  const Result r = RunVerifyModel(absl::StrCat("--model '", Fixture().string(), "' --reference '",
                                                reference, "' --backend cpu --no-plan"),
                                   dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -93,8 +95,8 @@ TEST_F(VerifyModelTest, NoPlanRunsThePrimitiveGraph) {
 
 TEST_F(VerifyModelTest, PrintsTheIrAfterPlannerPasses) {
   const std::string base =
-      absl::StrCat("--model '", kFixture.string(), "' --reference '",
-                   (kFixture / "reference.safetensors").string(), "' --backend cpu");
+      absl::StrCat("--model '", Fixture().string(), "' --reference '",
+                   (Fixture() / "reference.safetensors").string(), "' --backend cpu");
   Result r = RunVerifyModel(absl::StrCat(base, " --print-after=fuse_swiglu"), dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("// ===== prefill pipeline\n// ----- IR after fuse_swiglu "
@@ -177,8 +179,9 @@ TEST_F(VerifyModelTest, MalformedReferencesAreBadInput) {
 
 TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
   Result r =
-      RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
-                                  (kFixture / "reference.safetensors").string(), "' --backend tpu"),
+      RunVerifyModel(absl::StrCat("--model '", Fixture().string(), "' --reference '",
+                                  (Fixture() / "reference.safetensors").string(),
+                                  "' --backend tpu"),
                      dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("unknown backend 'tpu'; supported backends: cpu, gpu"));
@@ -202,8 +205,9 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
 TEST_F(VerifyModelTest, GpuBackendWithoutAGpuSaysSo) {
   // Every GPU hidden: the GPU backend stops with the reason, before any numerical check.
   const Result r =
-      RunVerifyModel(absl::StrCat("--model '", kFixture.string(), "' --reference '",
-                                  (kFixture / "reference.safetensors").string(), "' --backend gpu"),
+      RunVerifyModel(absl::StrCat("--model '", Fixture().string(), "' --reference '",
+                                  (Fixture() / "reference.safetensors").string(),
+                                  "' --backend gpu"),
                      dir_, "CUDA_VISIBLE_DEVICES=");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("no CUDA device"));
@@ -213,9 +217,9 @@ TEST_F(VerifyModelTest, BadModelsAreBadInput) {
   // The fixture's checkpoint without one tensor.
   const fs::path model = dir_ / "model";
   fs::create_directories(model);
-  fs::copy_file(kFixture / "config.json", model / "config.json");
+  fs::copy_file(Fixture() / "config.json", model / "config.json");
   {
-    auto file = models::SafetensorsFile::Open(kFixture / "model.safetensors");
+    auto file = models::SafetensorsFile::Open(Fixture() / "model.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
     testing::WeightMap tensors;
     for (const auto& [name, view] : (*file)->tensors()) {
@@ -226,7 +230,7 @@ TEST_F(VerifyModelTest, BadModelsAreBadInput) {
     }
     testing::WriteWeights(model / "model.safetensors", tensors);
   }
-  const std::string reference = (kFixture / "reference.safetensors").string();
+  const std::string reference = (Fixture() / "reference.safetensors").string();
   Result r = RunVerifyModel(
       absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
       dir_);

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "targets/target.h"
+#include "tests/testing/paths.h"
 #include "tests/tuner/store_testing.h"
 
 extern char** environ;
@@ -313,14 +314,15 @@ TEST_F(TacticStoreTest, FreezeRecordsEveryMiss) {
 TEST_F(TacticStoreTest, ConcurrentWriterProcessesKeepEveryRecord) {
   const std::string path = Path("shared.db");
   constexpr int kRecords = 200;
+  const std::string tool = tileplan::testing::BuiltBinary(TACTIC_STORE_WRITER).string();
   std::vector<pid_t> children;
   for (const char* writer : {"first", "second"}) {
     const std::string count = absl::StrCat(kRecords);
-    std::vector<char*> argv = {const_cast<char*>(TACTIC_STORE_WRITER),
-                               const_cast<char*>(path.c_str()), const_cast<char*>(writer),
-                               const_cast<char*>(count.c_str()), nullptr};
+    std::vector<char*> argv = {const_cast<char*>(tool.c_str()), const_cast<char*>(path.c_str()),
+                               const_cast<char*>(writer), const_cast<char*>(count.c_str()),
+                               nullptr};
     pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, TACTIC_STORE_WRITER, nullptr, nullptr, argv.data(), environ), 0);
+    ASSERT_EQ(posix_spawn(&pid, tool.c_str(), nullptr, nullptr, argv.data(), environ), 0);
     children.push_back(pid);
   }
   for (pid_t pid : children) {
