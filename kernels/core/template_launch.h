@@ -3,9 +3,10 @@
 // (kernel, geometry, parameter struct) that run it on given device buffers.
 //
 // A template family implements TemplateLauncher beside its description, in its own folder
-// (kernels/families/<family>/). Each of its kernels takes ONE parameter: a struct declared in
-// the family's <family>_params.h, which the host launcher and the .cuh both include, so the
-// host cannot drift from the kernel signature. Template arguments are the tactic's
+// (kernels/families/<family>/). Each kernel's parameters are declared once, in the family's
+// <family>_params.h, which the host launcher and the .cuh both include: the host fills a
+// struct of them and the launch passes its fields (kernels/core/kernel_params.h), so the host
+// cannot drift from the kernel signature. Template arguments are the tactic's
 // parameters under the family's tunable names plus what the region fixes (element types,
 // head dim, epilogue, vector width). Nothing here touches a device: a launch is computed on
 // any machine, so it is tested (and the descriptions checked against the templates) without
@@ -55,8 +56,9 @@ struct KernelInstance {
   friend auto operator<=>(const KernelInstance&, const KernelInstance&) = default;
 };
 
-// The one parameter of a kernel: a trivially copyable struct (the family's params header),
-// held as cudaLaunchKernel takes it.
+// The parameters of a kernel launch: a struct declared by TILEPLAN_PARAMS_STRUCT
+// (kernels/core/kernel_params.h) from the kernel's parameter list, held as cudaLaunchKernel
+// takes it (one pointer per kernel parameter, each to its field).
 class KernelParams {
  public:
   KernelParams() = default;
@@ -68,6 +70,13 @@ class KernelParams {
     k.bytes_ = sizeof(P);
     k.storage_.resize((sizeof(P) + 7) / 8);
     std::memcpy(k.storage_.data(), &params, sizeof(P));
+    const void* fields[P::kParams];
+    const P* held = reinterpret_cast<const P*>(k.storage_.data());
+    const int n = held->FieldAddresses(fields);
+    for (int i = 0; i < n; ++i) {
+      k.offsets_.push_back(static_cast<const char*>(fields[i]) -
+                           reinterpret_cast<const char*>(held));
+    }
     return k;
   }
   size_t size() const { return bytes_; }
@@ -78,16 +87,20 @@ class KernelParams {
     std::memcpy(&p, storage_.data(), sizeof(P));
     return p;
   }
-  // cudaLaunchKernel's argument array (one element); valid until this object moves.
+  // cudaLaunchKernel's argument array, one pointer per parameter; valid until this object
+  // moves or is copied.
   void** pointers() {
-    pointer_ = storage_.empty() ? nullptr : storage_.data();
-    return &pointer_;
+    pointers_.clear();
+    char* base = reinterpret_cast<char*>(storage_.data());
+    for (ptrdiff_t offset : offsets_) pointers_.push_back(base + offset);
+    return pointers_.data();
   }
 
  private:
   std::vector<uint64_t> storage_;  // 8-byte aligned, as every parameter struct needs at most
   size_t bytes_ = 0;
-  void* pointer_ = nullptr;
+  std::vector<ptrdiff_t> offsets_;  // of each field in the struct
+  std::vector<void*> pointers_;
 };
 
 struct KernelLaunch {

@@ -3,8 +3,8 @@
 // kernel that faults on purpose (a testing aid).
 #pragma once
 
-#include "primitives.cuh"
 #include "runtime_support_params.h"
+#include "primitives.cuh"
 
 namespace tileplan {
 
@@ -20,20 +20,13 @@ __device__ __forceinline__ float hash_uniform(unsigned long long seed, unsigned 
 // out[i] = offset + scale * u(seed, i), u uniform in [-1, 1), for i < n (grid-stride loop).
 // Launch: any grid, any block.
 template <typename T>
-__device__ __forceinline__ void fill_uniform_body(T* __restrict__ out, long long n,
-                                                  unsigned long long seed, float scale,
-                                                  float offset) {
+__global__ void fill_uniform(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_FILL_UNIFORM_PARAMS)) {
   grid_dependency_sync();
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     out[i] = from_float<T>(offset + scale * hash_uniform(seed, static_cast<unsigned long long>(i)));
   }
-}
-
-template <typename T>
-__global__ void fill_uniform(const FillUniformParams p) {
-  fill_uniform_body<T>(static_cast<T*>(p.out), p.n, p.seed, p.scale, p.offset);
 }
 
 // Runs after a decode step whose argmax wrote each sequence's next token into `tokens`
@@ -43,11 +36,7 @@ __global__ void fill_uniform(const FillUniformParams p) {
 // the device, so a captured graph of [decode step, argmax, decode_advance] replays the whole
 // greedy loop with no host work between steps.
 // Launch: grid 1, block >= batch (at most 1024).
-__device__ __forceinline__ void decode_advance_body(const int* __restrict__ tokens,
-                                                    int* __restrict__ positions,
-                                                    int* __restrict__ history,
-                                                    int* __restrict__ step, int batch,
-                                                    int capacity) {
+__global__ void decode_advance(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_DECODE_ADVANCE_PARAMS)) {
   grid_dependency_sync();
   const int s = *step;
   __syncthreads();
@@ -57,10 +46,6 @@ __device__ __forceinline__ void decode_advance_body(const int* __restrict__ toke
     positions[b] += 1;
   }
   if (b == 0) *step = s + 1;
-}
-
-__global__ void decode_advance(const DecodeAdvanceParams p) {
-  decode_advance_body(p.tokens, p.positions, p.history, p.step, p.batch, p.capacity);
 }
 
 // Executes __trap(): the launch fails and the CUDA context is unusable afterwards, as after

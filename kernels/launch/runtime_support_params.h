@@ -1,26 +1,36 @@
-// The parameters of the runtime_support kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the runtime_support kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// fill_uniform
+#define TILEPLAN_FILL_UNIFORM_PARAMS(FIRST, NEXT) \
+  FIRST(void*, T* __restrict__, out) \
+  NEXT(long long, long long, n) \
+  NEXT(unsigned long long, unsigned long long, seed) \
+  NEXT(float, float, scale) \
+  NEXT(float, float, offset)
+
+// decode_advance
+#define TILEPLAN_DECODE_ADVANCE_PARAMS(FIRST, NEXT) \
+  FIRST(const int*, const int* __restrict__, tokens) \
+  NEXT(int*, int* __restrict__, positions) \
+  NEXT(int*, int* __restrict__, history) \
+  NEXT(int*, int* __restrict__, step) \
+  NEXT(int, int, batch) \
+  NEXT(int, int, capacity)
 
 namespace tileplan {
 
-struct FillUniformParams {
-  void* out;
-  long long n;
-  unsigned long long seed;
-  float scale;
-  float offset;
-};
-
-struct DecodeAdvanceParams {
-  const int* tokens;
-  int* positions;
-  int* history;
-  int* step;
-  int batch;
-  int capacity;
-};
+TILEPLAN_PARAMS_STRUCT(FillUniformParams, TILEPLAN_FILL_UNIFORM_PARAMS)
+TILEPLAN_PARAMS_STRUCT(DecodeAdvanceParams, TILEPLAN_DECODE_ADVANCE_PARAMS)
 
 }  // namespace tileplan

@@ -129,22 +129,27 @@ TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
   EXPECT_TRUE(PrepareLaunches(*gemv, linear, tactic, buffers).ok());
 }
 
-TEST(CudaLaunchTest, KernelParamsHoldTheStruct) {
-  struct Params {
-    const void* x;
-    long long stride;
-    float scale;
-    int n;
-  };
+#define TEST_KERNEL_PARAMS(FIRST, NEXT)                                           \
+  FIRST(const void*, const T* __restrict__, x) NEXT(long long, long long, stride) \
+  NEXT(float, float, scale) NEXT(int, int, n)
+TILEPLAN_PARAMS_STRUCT(TestParams, TEST_KERNEL_PARAMS)
+
+// One pointer per kernel parameter, each to its field of the held struct.
+TEST(CudaLaunchTest, KernelParamsPointAtEachField) {
   int x = 0;
-  KernelParams params = KernelParams::Of(Params{&x, -3, 1.5f, 7});
-  EXPECT_EQ(params.size(), sizeof(Params));
+  KernelParams params = KernelParams::Of(TestParams{&x, -3, 1.5f, 7});
+  EXPECT_EQ(params.size(), sizeof(TestParams));
+  EXPECT_EQ(TestParams::kParams, 4);
   void** p = params.pointers();
-  const Params* held = static_cast<const Params*>(p[0]);
-  EXPECT_EQ(held->x, &x);
-  EXPECT_EQ(held->stride, -3);
-  EXPECT_EQ(held->scale, 1.5f);
-  EXPECT_EQ(held->n, 7);
+  EXPECT_EQ(*static_cast<const void* const*>(p[0]), &x);
+  EXPECT_EQ(*static_cast<const long long*>(p[1]), -3);
+  EXPECT_EQ(*static_cast<const float*>(p[2]), 1.5f);
+  EXPECT_EQ(*static_cast<const int*>(p[3]), 7);
+  // The kernel's signature as TILEPLAN_KERNEL_PARAMETERS spells it.
+#define T float
+  auto kernel = [](TILEPLAN_KERNEL_PARAMETERS(TEST_KERNEL_PARAMS)) { return n + stride; };
+#undef T
+  EXPECT_EQ(kernel(nullptr, 2, 0.5f, 3), 5);
 }
 
 // The launch fills the parameter struct the template declares: the gemv struct of a linear
@@ -154,7 +159,7 @@ TEST(CudaLaunchTest, LaunchesFillTheFamilysParameterStruct) {
   const BoundGraph bound = testing::MustBind(graph, {{"B", 1}, {"Smax", 64}, {"T", 1}}, 8);
   const BoundRegion linear(bound, testing::RegionNamed(graph, "qkv"));
   const KernelFamily* gemv = GlobalKernelRegistry().Find("gemv");
-  Tactic tactic{"gemv", 4, {{"rows_per_cta", 4}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}};
+  Tactic tactic{"gemv", 3, {{"rows_per_cta", 4}, {"split_k", 1}, {"threads", 128}, {"vec", 8}}};
   const RegionBuffers buffers = FakeBuffers(linear);
   absl::StatusOr<std::vector<KernelLaunch>> launches =
       PrepareLaunches(*gemv, linear, tactic, buffers);

@@ -281,7 +281,7 @@ TEST(KernelFamiliesTest, GemvNormPrologue) {
 })");
   const TargetDescription h200 = MustTarget("h200");
   const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
-  EXPECT_EQ(gemv.version(), 4);
+  EXPECT_EQ(gemv.version(), 3);
   const BoundGraph decode = MustBind(graph, {{"B", 2}, {"T", 1}}, 1);
   const BoundRegion y(decode, 0), ny(decode, 1), na(decode, 2);
   absl::StatusOr<CandidateTable> plain = gemv.Candidates(y, h200);
@@ -293,7 +293,7 @@ TEST(KernelFamiliesTest, GemvNormPrologue) {
     EXPECT_EQ(normed->tunables[i].values, plain->tunables[i].values) << plain->tunables[i].name;
   }
   const Tactic split{
-      "gemv", 4, {{"rows_per_cta", 4}, {"split_k", 4}, {"threads", 128}, {"vec", 8}}};
+      "gemv", 3, {{"rows_per_cta", 4}, {"split_k", 4}, {"threads", 128}, {"vec", 8}}};
   ASSERT_TRUE(gemv.ValidateTactic(split, ny, h200).ok());
   // 4 warps × (4 features + 1 sum of squares) × 2 rows; swiglu: (4 × 2 + 1).
   EXPECT_EQ(gemv.Geometry(split, ny).dynamic_shared_memory_bytes, 4 * (4 + 1) * 2 * 4);

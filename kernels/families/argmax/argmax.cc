@@ -51,7 +51,7 @@ absl::StatusOr<TemplateLaunch> LaunchArgmax(const BoundRegion& r, const Tactic& 
 
 class ArgmaxFamily final : public TemplateFamilyBase {
  public:
-  ArgmaxFamily() : TemplateFamilyBase("argmax", 2, {"argmax"}, {"splits", "threads"}) {}
+  ArgmaxFamily() : TemplateFamilyBase("argmax", 1, {"argmax"}, {"splits", "threads"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     LaunchGeometry g;

@@ -50,10 +50,8 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
 // REQUIRES: vocab >= 1, vocab % kVec == 0, logits_stride % kVec == 0, logits aligned to kVec
 // floats.
 template <int kThreads, int kSplits, int kVec>
-__device__ __forceinline__ void argmax_body(const float* __restrict__ logits,
-                                            long long logits_stride, int* __restrict__ out,
-                                            unsigned long long* __restrict__ workspace,
-                                            unsigned int* __restrict__ counters, int vocab) {
+__global__ void __launch_bounds__(kThreads)
+    argmax(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ARGMAX_PARAMS)) {
   grid_dependency_sync();
   const int r = blockIdx.y;
   const int split = blockIdx.x;
@@ -90,12 +88,6 @@ __device__ __forceinline__ void argmax_body(const float* __restrict__ logits,
     out[r] = argmax_index(all);
     counters[r] = 0u;
   }
-}
-
-template <int kThreads, int kSplits, int kVec>
-__global__ void __launch_bounds__(kThreads) argmax(const ArgmaxParams p) {
-  argmax_body<kThreads, kSplits, kVec>(p.logits, p.logits_stride, p.out, p.workspace, p.counters,
-                                       p.vocab);
 }
 
 }  // namespace tileplan

@@ -1,18 +1,27 @@
-// The parameters of the argmax kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the argmax kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// argmax
+#define TILEPLAN_ARGMAX_PARAMS(FIRST, NEXT) \
+  FIRST(const float*, const float* __restrict__, logits) \
+  NEXT(long long, long long, logits_stride) \
+  NEXT(int*, int* __restrict__, out) \
+  NEXT(unsigned long long*, unsigned long long* __restrict__, workspace) \
+  NEXT(unsigned int*, unsigned int* __restrict__, counters) \
+  NEXT(int, int, vocab)
 
 namespace tileplan {
 
-struct ArgmaxParams {
-  const float* logits;
-  long long logits_stride;
-  int* out;
-  unsigned long long* workspace;
-  unsigned int* counters;
-  int vocab;
-};
+TILEPLAN_PARAMS_STRUCT(ArgmaxParams, TILEPLAN_ARGMAX_PARAMS)
 
 }  // namespace tileplan

@@ -290,7 +290,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
 class AttentionPrefillFamily final : public TemplateFamilyBase {
  public:
   AttentionPrefillFamily()
-      : TemplateFamilyBase("attention_prefill", 4, {"attention"},
+      : TemplateFamilyBase("attention_prefill", 3, {"attention"},
                            {"pack_gqa", "splits", "stages", "tile_kv", "tile_q", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -477,7 +477,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  public:
   AttentionDecodeFamily()
       : TemplateFamilyBase(
-            "attention_decode", 4,
+            "attention_decode", 3,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
             {"kv_chunk", "splits", "warps"}) {}
 

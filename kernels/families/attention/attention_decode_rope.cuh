@@ -43,12 +43,8 @@ namespace tileplan {
 // vector); caches and out aligned to 16 bytes.
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
           int kRopeVec, bool kNorm>
-__device__ __forceinline__ void attention_decode_rope_body(
-    const T* __restrict__ qkv, long long qkv_stride, const W* __restrict__ q_norm,
-    const W* __restrict__ k_norm, float eps, const int* __restrict__ positions,
-    const float* __restrict__ inv_freq, T* k_cache, T* v_cache, T* __restrict__ out,
-    float* __restrict__ workspace, unsigned int* __restrict__ counters, int tokens, int q_heads,
-    int kv_heads, int capacity, float scale, int window, int* error) {
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
   grid_dependency_sync();
@@ -106,16 +102,6 @@ __device__ __forceinline__ void attention_decode_rope_body(
   split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
-}
-
-template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kRopeVec, bool kNorm>
-__global__ void __launch_bounds__(kWarps * 32) attention_decode_rope(const AttentionRopeParams p) {
-  attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kRopeVec, kNorm>(
-      static_cast<const T*>(p.qkv), p.qkv_stride, static_cast<const W*>(p.q_norm),
-      static_cast<const W*>(p.k_norm), p.eps, p.positions, p.inv_freq, static_cast<T*>(p.k_cache),
-      static_cast<T*>(p.v_cache), static_cast<T*>(p.out), p.workspace, p.counters, p.tokens,
-      p.q_heads, p.kv_heads, p.capacity, p.scale, p.window, p.error);
 }
 
 }  // namespace tileplan

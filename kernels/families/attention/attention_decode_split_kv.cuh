@@ -67,8 +67,8 @@ __device__ __forceinline__ void decode_key_range(int p, int capacity, int window
 // kernel's own read of the positions after the wait.
 template <typename T, int kHeadDim, int kKvChunk>
 __device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* v_cache,
-                                                     const int* positions, int tokens, int kv_heads,
-                                                     int capacity) {
+                                                     const int* positions, int tokens,
+                                                     int kv_heads, int capacity) {
   constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;
   const int first = blockIdx.x * kKvChunk;
   const int p = load_cg(positions + blockIdx.z * tokens + tokens - 1);
@@ -298,11 +298,8 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
 // == 0; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
-__device__ __forceinline__ void attention_decode_split_kv_body(
-    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
-    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
-    float* __restrict__ workspace, unsigned int* __restrict__ counters, int tokens, int q_heads,
-    int kv_heads, int capacity, float scale, int window) {
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_SPLIT_KV_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
   grid_dependency_sync();
@@ -336,14 +333,6 @@ __device__ __forceinline__ void attention_decode_split_kv_body(
   split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
-}
-
-template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
-__global__ void __launch_bounds__(kWarps * 32) attention_decode_split_kv(const AttentionParams p) {
-  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
-      static_cast<const T*>(p.q), p.q_stride, static_cast<const T*>(p.k_cache),
-      static_cast<const T*>(p.v_cache), p.positions, static_cast<T*>(p.out), p.workspace,
-      p.counters, p.tokens, p.q_heads, p.kv_heads, p.capacity, p.scale, p.window);
 }
 
 }  // namespace tileplan

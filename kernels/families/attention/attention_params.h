@@ -1,48 +1,75 @@
-// The parameters of the attention kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the attention kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// attention_decode_split_kv
+#define TILEPLAN_ATTENTION_DECODE_SPLIT_KV_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, q) \
+  NEXT(long long, long long, q_stride) \
+  NEXT(const void*, const T* __restrict__, k_cache) \
+  NEXT(const void*, const T* __restrict__, v_cache) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(float*, float* __restrict__, workspace) \
+  NEXT(unsigned int*, unsigned int* __restrict__, counters) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, q_heads) \
+  NEXT(int, int, kv_heads) \
+  NEXT(int, int, capacity) \
+  NEXT(float, float, scale) \
+  NEXT(int, int, window)
+
+// attention_prefill_flash
+#define TILEPLAN_ATTENTION_PREFILL_FLASH_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, q) \
+  NEXT(long long, long long, q_stride) \
+  NEXT(const void*, const T* __restrict__, k_cache) \
+  NEXT(const void*, const T* __restrict__, v_cache) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(float*, float* __restrict__, workspace) \
+  NEXT(unsigned int*, unsigned int* __restrict__, counters) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, q_heads) \
+  NEXT(int, int, kv_heads) \
+  NEXT(int, int, capacity) \
+  NEXT(float, float, scale) \
+  NEXT(int, int, window)
+
+// attention_decode_rope
+#define TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, qkv) \
+  NEXT(long long, long long, qkv_stride) \
+  NEXT(const void*, const W* __restrict__, q_norm) \
+  NEXT(const void*, const W* __restrict__, k_norm) \
+  NEXT(float, float, eps) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(void*, T*, k_cache) \
+  NEXT(void*, T*, v_cache) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(float*, float* __restrict__, workspace) \
+  NEXT(unsigned int*, unsigned int* __restrict__, counters) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, q_heads) \
+  NEXT(int, int, kv_heads) \
+  NEXT(int, int, capacity) \
+  NEXT(float, float, scale) \
+  NEXT(int, int, window) \
+  NEXT(int*, int*, error)
 
 namespace tileplan {
 
-struct AttentionParams {
-  const void* q;
-  long long q_stride;
-  const void* k_cache;
-  const void* v_cache;
-  const int* positions;
-  void* out;
-  float* workspace;
-  unsigned int* counters;
-  int tokens;
-  int q_heads;
-  int kv_heads;
-  int capacity;
-  float scale;
-  int window;
-};
-
-struct AttentionRopeParams {
-  const void* qkv;
-  long long qkv_stride;
-  const void* q_norm;
-  const void* k_norm;
-  float eps;
-  const int* positions;
-  const float* inv_freq;
-  void* k_cache;
-  void* v_cache;
-  void* out;
-  float* workspace;
-  unsigned int* counters;
-  int tokens;
-  int q_heads;
-  int kv_heads;
-  int capacity;
-  float scale;
-  int window;
-  int* error;
-};
+TILEPLAN_PARAMS_STRUCT(AttentionParams, TILEPLAN_ATTENTION_DECODE_SPLIT_KV_PARAMS)
+TILEPLAN_PARAMS_STRUCT(AttentionRopeParams, TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)
 
 }  // namespace tileplan

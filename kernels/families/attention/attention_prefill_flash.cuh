@@ -62,13 +62,10 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // launcher raises the kernel's limit).
 // REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
 // to 16 bytes.
-template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps, bool kPackGqa,
-          int kSplits>
-__device__ __forceinline__ void attention_prefill_flash_body(
-    const T* __restrict__ q, long long q_stride, const T* __restrict__ k_cache,
-    const T* __restrict__ v_cache, const int* __restrict__ positions, T* __restrict__ out,
-    float* __restrict__ workspace, unsigned int* __restrict__ counters, int tokens, int q_heads,
-    int kv_heads, int capacity, float scale, int window) {
+template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps,
+          bool kPackGqa, int kSplits>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_prefill_flash(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PREFILL_FLASH_PARAMS)) {
   grid_dependency_sync();
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp
@@ -363,7 +360,8 @@ __device__ __forceinline__ void attention_prefill_flash_body(
 
   // Row r of the output: (token, query head) -> its kHeadDim elements.
   auto out_row = [&](int row) {
-    return out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads + row_head(row)) *
+    return out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads +
+                  row_head(row)) *
                      kHeadDim;
   };
   if constexpr (kSplits == 1) {
@@ -454,15 +452,6 @@ __device__ __forceinline__ void attention_prefill_flash_body(
     }
     if (threadIdx.x == 0) counters[tile_index] = 0u;
   }
-}
-
-template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps, bool kPackGqa,
-          int kSplits>
-__global__ void __launch_bounds__(kWarps * 32) attention_prefill_flash(const AttentionParams p) {
-  attention_prefill_flash_body<T, kHeadDim, kTileQ, kTileKv, kStages, kWarps, kPackGqa, kSplits>(
-      static_cast<const T*>(p.q), p.q_stride, static_cast<const T*>(p.k_cache),
-      static_cast<const T*>(p.v_cache), p.positions, static_cast<T*>(p.out), p.workspace,
-      p.counters, p.tokens, p.q_heads, p.kv_heads, p.capacity, p.scale, p.window);
 }
 
 }  // namespace tileplan

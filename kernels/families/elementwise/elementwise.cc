@@ -78,7 +78,7 @@ absl::StatusOr<TemplateLaunch> LaunchElementwise(const BoundRegion& r, const Tac
 class ElementwiseFamily final : public TemplateFamilyBase {
  public:
   ElementwiseFamily()
-      : TemplateFamilyBase("elementwise", 2, {"add", "mul", "silu", "swiglu"},
+      : TemplateFamilyBase("elementwise", 1, {"add", "mul", "silu", "swiglu"},
                            {"items", "threads", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {

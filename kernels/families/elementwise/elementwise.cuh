@@ -63,39 +63,23 @@ __device__ __forceinline__ void elementwise_binary(const T* a, long long a_strid
 }
 
 template <typename T, int kThreads, int kItems, int kVec>
-__device__ __forceinline__ void elementwise_add_body(const T* a, long long a_stride, const T* b,
-                                                     long long b_stride, T* out, long long rows,
-                                                     int cols) {
+__global__ void __launch_bounds__(kThreads)
+    elementwise_add(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_ADD_PARAMS)) {
   grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 0>(a, a_stride, b, b_stride, out, rows, cols);
 }
 
 template <typename T, int kThreads, int kItems, int kVec>
-__global__ void __launch_bounds__(kThreads) elementwise_add(const ElementwiseBinaryParams p) {
-  elementwise_add_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.a), p.a_stride,
-                                                  static_cast<const T*>(p.b), p.b_stride,
-                                                  static_cast<T*>(p.out), p.rows, p.cols);
-}
-
-template <typename T, int kThreads, int kItems, int kVec>
-__device__ __forceinline__ void elementwise_mul_body(const T* a, long long a_stride, const T* b,
-                                                     long long b_stride, T* out, long long rows,
-                                                     int cols) {
+__global__ void __launch_bounds__(kThreads)
+    elementwise_mul(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_MUL_PARAMS)) {
   grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 1>(a, a_stride, b, b_stride, out, rows, cols);
 }
 
-template <typename T, int kThreads, int kItems, int kVec>
-__global__ void __launch_bounds__(kThreads) elementwise_mul(const ElementwiseBinaryParams p) {
-  elementwise_mul_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.a), p.a_stride,
-                                                  static_cast<const T*>(p.b), p.b_stride,
-                                                  static_cast<T*>(p.out), p.rows, p.cols);
-}
-
 // out = silu(x) = x * sigmoid(x).
 template <typename T, int kThreads, int kItems, int kVec>
-__device__ __forceinline__ void elementwise_silu_body(const T* x, long long x_stride, T* out,
-                                                      long long rows, int cols) {
+__global__ void __launch_bounds__(kThreads)
+    elementwise_silu(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_SILU_PARAMS)) {
   grid_dependency_sync();
   const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
   float v[kItems][kVec];
@@ -112,17 +96,10 @@ __device__ __forceinline__ void elementwise_silu_body(const T* x, long long x_st
   }
 }
 
-template <typename T, int kThreads, int kItems, int kVec>
-__global__ void __launch_bounds__(kThreads) elementwise_silu(const ElementwiseUnaryParams p) {
-  elementwise_silu_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.x), p.x_stride,
-                                                   static_cast<T*>(p.out), p.rows, p.cols);
-}
-
 // x: rows of 2 * cols at x + r * x_stride, gate in [0, cols), up in [cols, 2 cols);
 // out[r, j] = silu(gate[j]) * up[j], contiguous [rows, cols].
 template <typename T, int kThreads, int kItems, int kVec>
-__device__ __forceinline__ void swiglu_body(const T* __restrict__ x, long long x_stride,
-                                            T* __restrict__ out, long long rows, int cols) {
+__global__ void __launch_bounds__(kThreads) swiglu(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_SWIGLU_PARAMS)) {
   grid_dependency_sync();
   const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
   float g[kItems][kVec], u[kItems][kVec];
@@ -140,12 +117,6 @@ __device__ __forceinline__ void swiglu_body(const T* __restrict__ x, long long x
     for (int i = 0; i < kVec; ++i) g[k][i] = silu(g[k][i]) * u[k][i];
     store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], g[k]);
   }
-}
-
-template <typename T, int kThreads, int kItems, int kVec>
-__global__ void __launch_bounds__(kThreads) swiglu(const ElementwiseUnaryParams p) {
-  swiglu_body<T, kThreads, kItems, kVec>(static_cast<const T*>(p.x), p.x_stride,
-                                         static_cast<T*>(p.out), p.rows, p.cols);
 }
 
 }  // namespace tileplan

@@ -1,27 +1,55 @@
-// The parameters of the elementwise kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the elementwise kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// elementwise_add
+#define TILEPLAN_ELEMENTWISE_ADD_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, a) \
+  NEXT(long long, long long, a_stride) \
+  NEXT(const void*, const T*, b) \
+  NEXT(long long, long long, b_stride) \
+  NEXT(void*, T*, out) \
+  NEXT(long long, long long, rows) \
+  NEXT(int, int, cols)
+
+// elementwise_mul
+#define TILEPLAN_ELEMENTWISE_MUL_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, a) \
+  NEXT(long long, long long, a_stride) \
+  NEXT(const void*, const T*, b) \
+  NEXT(long long, long long, b_stride) \
+  NEXT(void*, T*, out) \
+  NEXT(long long, long long, rows) \
+  NEXT(int, int, cols)
+
+// elementwise_silu
+#define TILEPLAN_ELEMENTWISE_SILU_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(void*, T*, out) \
+  NEXT(long long, long long, rows) \
+  NEXT(int, int, cols)
+
+// swiglu
+#define TILEPLAN_SWIGLU_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(long long, long long, rows) \
+  NEXT(int, int, cols)
 
 namespace tileplan {
 
-struct ElementwiseBinaryParams {
-  const void* a;
-  long long a_stride;
-  const void* b;
-  long long b_stride;
-  void* out;
-  long long rows;
-  int cols;
-};
-
-struct ElementwiseUnaryParams {
-  const void* x;
-  long long x_stride;
-  void* out;
-  long long rows;
-  int cols;
-};
+TILEPLAN_PARAMS_STRUCT(ElementwiseBinaryParams, TILEPLAN_ELEMENTWISE_ADD_PARAMS)
+TILEPLAN_PARAMS_STRUCT(ElementwiseUnaryParams, TILEPLAN_ELEMENTWISE_SILU_PARAMS)
 
 }  // namespace tileplan

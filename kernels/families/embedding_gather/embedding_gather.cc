@@ -58,7 +58,7 @@ absl::StatusOr<TemplateLaunch> LaunchEmbeddingGather(const BoundRegion& r, const
 class EmbeddingGatherFamily final : public TemplateFamilyBase {
  public:
   EmbeddingGatherFamily()
-      : TemplateFamilyBase("embedding_gather", 2, {"embedding"},
+      : TemplateFamilyBase("embedding_gather", 1, {"embedding"},
                            {"threads", "tokens_per_cta", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {

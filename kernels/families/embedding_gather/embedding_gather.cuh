@@ -18,10 +18,8 @@ namespace tileplan {
 // Launch: grid ceil(num_tokens / kTokensPerCta), block kThreads.
 // REQUIRES: hidden % kVec == 0; table and out aligned to kVec * sizeof(T) bytes.
 template <typename T, int kThreads, int kTokensPerCta, int kVec>
-__device__ __forceinline__ void embedding_gather_body(const int* __restrict__ ids,
-                                                      const T* __restrict__ table,
-                                                      T* __restrict__ out, int num_tokens,
-                                                      int vocab, int hidden, int* error) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_gather(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_EMBEDDING_GATHER_PARAMS)) {
   grid_dependency_sync();
   const int t0 = blockIdx.x * kTokensPerCta;
   int id[kTokensPerCta];
@@ -48,13 +46,6 @@ __device__ __forceinline__ void embedding_gather_body(const int* __restrict__ id
       }
     }
   }
-}
-
-template <typename T, int kThreads, int kTokensPerCta, int kVec>
-__global__ void __launch_bounds__(kThreads) embedding_gather(const EmbeddingGatherParams p) {
-  embedding_gather_body<T, kThreads, kTokensPerCta, kVec>(p.ids, static_cast<const T*>(p.table),
-                                                          static_cast<T*>(p.out), p.num_tokens,
-                                                          p.vocab, p.hidden, p.error);
 }
 
 }  // namespace tileplan

@@ -1,19 +1,28 @@
-// The parameters of the embedding_gather kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the embedding_gather kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// embedding_gather
+#define TILEPLAN_EMBEDDING_GATHER_PARAMS(FIRST, NEXT) \
+  FIRST(const int*, const int* __restrict__, ids) \
+  NEXT(const void*, const T* __restrict__, table) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(int, int, num_tokens) \
+  NEXT(int, int, vocab) \
+  NEXT(int, int, hidden) \
+  NEXT(int*, int*, error)
 
 namespace tileplan {
 
-struct EmbeddingGatherParams {
-  const int* ids;
-  const void* table;
-  void* out;
-  int num_tokens;
-  int vocab;
-  int hidden;
-  int* error;
-};
+TILEPLAN_PARAMS_STRUCT(EmbeddingGatherParams, TILEPLAN_EMBEDDING_GATHER_PARAMS)
 
 }  // namespace tileplan

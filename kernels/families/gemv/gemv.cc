@@ -64,7 +64,7 @@ GemvShape ShapeOf(const BoundRegion& r) {
 class GemvFamily final : public TemplateFamilyBase {
  public:
   GemvFamily()
-      : TemplateFamilyBase("gemv", 4,
+      : TemplateFamilyBase("gemv", 3,
                            {"linear", "linear_residual", "linear_swiglu", "lm_head",
                             "rms_norm_linear", "rms_norm_linear_swiglu"},
                            {"rows_per_cta", "split_k", "threads", "vec"}) {}

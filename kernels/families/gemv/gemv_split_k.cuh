@@ -82,11 +82,8 @@ __device__ __forceinline__ void gemv_store(float g, float u, float scale, int r,
 // aligned to kVec elements.
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
           int kSplitK, int kVec, int kEpilogue, typename NormW>
-__device__ __forceinline__ void gemv_split_k_body(
-    const T* __restrict__ x, long long x_stride, const NormW* __restrict__ norm_w, float eps,
-    const W* __restrict__ w, const W* __restrict__ bias, const T* residual,
-    long long residual_stride, OutT* out, float* __restrict__ workspace,
-    unsigned int* __restrict__ counters, int rows, int cols, int depth) {
+__global__ void __launch_bounds__(kThreads)
+    gemv_split_k(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
   constexpr bool kNorm = !is_same<NormW, void>::value;
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
@@ -290,16 +287,6 @@ __device__ __forceinline__ void gemv_split_k_body(
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
   }
-}
-
-template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
-          int kSplitK, int kVec, int kEpilogue, typename NormW>
-__global__ void __launch_bounds__(kThreads) gemv_split_k(const GemvParams p) {
-  gemv_split_k_body<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue, NormW>(
-      static_cast<const T*>(p.x), p.x_stride, static_cast<const NormW*>(p.norm_w), p.eps,
-      static_cast<const W*>(p.w), static_cast<const W*>(p.bias), static_cast<const T*>(p.residual),
-      p.residual_stride, static_cast<OutT*>(p.out), p.workspace, p.counters, p.rows, p.cols,
-      p.depth);
 }
 
 }  // namespace tileplan

@@ -94,7 +94,7 @@ absl::StatusOr<TemplateLaunch> LaunchRmsNorm(const BoundRegion& r, const Tactic&
 class RmsNormFamily final : public TemplateFamilyBase {
  public:
   RmsNormFamily()
-      : TemplateFamilyBase("rms_norm", 2, {"add_rms_norm", "rms_norm"},
+      : TemplateFamilyBase("rms_norm", 1, {"add_rms_norm", "rms_norm"},
                            {"row_threads", "rows_per_cta", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {

@@ -4,8 +4,8 @@
 // Sums of squares accumulate in float32.
 #pragma once
 
-#include "primitives.cuh"
 #include "rms_norm_params.h"
+#include "primitives.cuh"
 
 namespace tileplan {
 
@@ -127,39 +127,22 @@ __device__ __forceinline__ void rms_norm_rows(const T* a, long long a_stride, in
 // x: row r of n at x + (r / x_group) * x_group_stride + (r % x_group) * x_stride;
 // out: [rows, n].
 template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__device__ __forceinline__ void rms_norm_body(const T* x, long long x_stride, int x_group,
-                                              long long x_group_stride, const W* __restrict__ w,
-                                              T* out, int rows, int n, float eps) {
+__global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
+    rms_norm(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_RMS_NORM_PARAMS)) {
   grid_dependency_sync();
   rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, false>(
       x, x_stride, x_group, x_group_stride, nullptr, 0, w, nullptr, out, rows, n, eps);
-}
-
-template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kRowThreads* kRowsPerCta) rms_norm(const RmsNormParams p) {
-  rms_norm_body<T, W, kRowThreads, kRowsPerCta, kVec>(
-      static_cast<const T*>(p.x), p.x_stride, p.x_group, p.x_group_stride,
-      static_cast<const W*>(p.w), static_cast<T*>(p.out), p.rows, p.n, p.eps);
 }
 
 // a, b: rows of n at a + r * a_stride, b + r * b_stride; sum, out: [rows, n]. `sum` is
 // rounded to T when stored, and the normalization uses the rounded values, exactly as an
 // add followed by an rms_norm.
 template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__device__ __forceinline__ void add_rms_norm_body(const T* a, long long a_stride, const T* b,
-                                                  long long b_stride, const W* __restrict__ w,
-                                                  T* sum, T* out, int rows, int n, float eps) {
+__global__ void __launch_bounds__(kRowThreads* kRowsPerCta)
+    add_rms_norm(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ADD_RMS_NORM_PARAMS)) {
   grid_dependency_sync();
   rms_norm_rows<T, W, kRowThreads, kRowsPerCta, kVec, true>(a, a_stride, rows > 0 ? rows : 1, 0, b,
                                                             b_stride, w, sum, out, rows, n, eps);
-}
-
-template <typename T, typename W, int kRowThreads, int kRowsPerCta, int kVec>
-__global__ void __launch_bounds__(kRowThreads* kRowsPerCta) add_rms_norm(const AddRmsNormParams p) {
-  add_rms_norm_body<T, W, kRowThreads, kRowsPerCta, kVec>(
-      static_cast<const T*>(p.a), p.a_stride, static_cast<const T*>(p.b), p.b_stride,
-      static_cast<const W*>(p.w), static_cast<T*>(p.sum), static_cast<T*>(p.out), p.rows, p.n,
-      p.eps);
 }
 
 }  // namespace tileplan

@@ -1,34 +1,44 @@
-// The parameters of the rms_norm kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the rms_norm kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// rms_norm
+#define TILEPLAN_RMS_NORM_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(int, int, x_group) \
+  NEXT(long long, long long, x_group_stride) \
+  NEXT(const void*, const W* __restrict__, w) \
+  NEXT(void*, T*, out) \
+  NEXT(int, int, rows) \
+  NEXT(int, int, n) \
+  NEXT(float, float, eps)
+
+// add_rms_norm
+#define TILEPLAN_ADD_RMS_NORM_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, a) \
+  NEXT(long long, long long, a_stride) \
+  NEXT(const void*, const T*, b) \
+  NEXT(long long, long long, b_stride) \
+  NEXT(const void*, const W* __restrict__, w) \
+  NEXT(void*, T*, sum) \
+  NEXT(void*, T*, out) \
+  NEXT(int, int, rows) \
+  NEXT(int, int, n) \
+  NEXT(float, float, eps)
 
 namespace tileplan {
 
-struct RmsNormParams {
-  const void* x;
-  long long x_stride;
-  int x_group;
-  long long x_group_stride;
-  const void* w;
-  void* out;
-  int rows;
-  int n;
-  float eps;
-};
-
-struct AddRmsNormParams {
-  const void* a;
-  long long a_stride;
-  const void* b;
-  long long b_stride;
-  const void* w;
-  void* sum;
-  void* out;
-  int rows;
-  int n;
-  float eps;
-};
+TILEPLAN_PARAMS_STRUCT(RmsNormParams, TILEPLAN_RMS_NORM_PARAMS)
+TILEPLAN_PARAMS_STRUCT(AddRmsNormParams, TILEPLAN_ADD_RMS_NORM_PARAMS)
 
 }  // namespace tileplan

@@ -161,7 +161,7 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
 class RopeKvWriteFamily final : public TemplateFamilyBase {
  public:
   RopeKvWriteFamily()
-      : TemplateFamilyBase("rope_kv_write", 2,
+      : TemplateFamilyBase("rope_kv_write", 1,
                            {"kv_write", "qk_norm_rope_kv_write", "rope", "rope_kv_write"},
                            {"heads_per_cta"}) {}
 

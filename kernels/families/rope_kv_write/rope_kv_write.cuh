@@ -27,8 +27,8 @@
 // pointers aligned to kVec elements.
 #pragma once
 
-#include "primitives.cuh"
 #include "rope_kv_write_params.h"
+#include "primitives.cuh"
 
 namespace tileplan {
 
@@ -123,9 +123,8 @@ __device__ __forceinline__ int cache_position(const int* __restrict__ positions,
 // when x is contiguous). Launch: grid (ceil(heads / kHeadsPerCta), batch * tokens), block
 // 32 * kHeadsPerCta.
 template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__device__ __forceinline__ void rope_body(const T* x, long long x_stride,
-                                          const int* __restrict__ positions,
-                                          const float* __restrict__ inv_freq, T* out, int heads) {
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ROPE_PARAMS)) {
   grid_dependency_sync();
   const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
   if (h >= heads) return;
@@ -135,18 +134,11 @@ __device__ __forceinline__ void rope_body(const T* x, long long x_stride,
                                          nullptr, 0.f, threadIdx.x % 32);
 }
 
-template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__global__ void __launch_bounds__(32 * kHeadsPerCta) rope(const RopeParams p) {
-  rope_body<T, kHeadDim, kHeadsPerCta, kVec>(static_cast<const T*>(p.x), p.x_stride, p.positions,
-                                             p.inv_freq, static_cast<T*>(p.out), p.heads);
-}
-
 // cache[b, h, positions[bt], :] = x[bt, h, :] for bt = b * tokens + t.
 // Launch: grid (ceil(heads / kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
 template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__device__ __forceinline__ void kv_write_body(T* cache, const T* __restrict__ x, long long x_stride,
-                                              const int* __restrict__ positions, int tokens,
-                                              int heads, int capacity, int* error) {
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_KV_WRITE_PARAMS)) {
   grid_dependency_sync();
   const int bt = blockIdx.y;
   const int p = cache_position(positions, bt, capacity, error);
@@ -156,13 +148,6 @@ __device__ __forceinline__ void kv_write_body(T* cache, const T* __restrict__ x,
   copy_head<T, kHeadDim, kVec>(x + bt * x_stride + h * kHeadDim,
                                cache + ((b * heads + h) * capacity + p) * kHeadDim,
                                threadIdx.x % 32);
-}
-
-template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__global__ void __launch_bounds__(32 * kHeadsPerCta) kv_write(const KvWriteParams p) {
-  kv_write_body<T, kHeadDim, kHeadsPerCta, kVec>(
-      static_cast<T*>(p.cache), static_cast<const T*>(p.x), p.x_stride, p.positions, p.tokens,
-      p.heads, p.capacity, p.error);
 }
 
 // Shared body of the fused kinds: head h of token blockIdx.y.
@@ -203,48 +188,23 @@ __device__ __forceinline__ void rope_kv_write_head(
 // rope(k) and v. Launch: grid (ceil((q_heads + 2 kv_heads) / kHeadsPerCta), batch * tokens),
 // block 32 * kHeadsPerCta.
 template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__device__ __forceinline__ void rope_kv_write_body(const T* __restrict__ qkv, long long qkv_stride,
-                                                   const int* __restrict__ positions,
-                                                   const float* __restrict__ inv_freq,
-                                                   T* __restrict__ q_out, T* k_cache, T* v_cache,
-                                                   int tokens, int q_heads, int kv_heads,
-                                                   int capacity, int* error) {
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    rope_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ROPE_KV_WRITE_PARAMS)) {
   grid_dependency_sync();
   rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false>(
       qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache, tokens,
       q_heads, kv_heads, capacity, error);
 }
 
-template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
-__global__ void __launch_bounds__(32 * kHeadsPerCta) rope_kv_write(const RopeKvWriteParams p) {
-  rope_kv_write_body<T, kHeadDim, kHeadsPerCta, kVec>(
-      static_cast<const T*>(p.qkv), p.qkv_stride, p.positions, p.inv_freq, static_cast<T*>(p.q_out),
-      static_cast<T*>(p.k_cache), static_cast<T*>(p.v_cache), p.tokens, p.q_heads, p.kv_heads,
-      p.capacity, p.error);
-}
-
 // As rope_kv_write, with q and k heads RMS normalized over kHeadDim (weights q_norm,
 // k_norm: [kHeadDim], epsilon eps) before the rope.
 template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec>
-__device__ __forceinline__ void qk_norm_rope_kv_write_body(
-    const T* __restrict__ qkv, long long qkv_stride, const W* __restrict__ q_norm,
-    const W* __restrict__ k_norm, float eps, const int* __restrict__ positions,
-    const float* __restrict__ inv_freq, T* __restrict__ q_out, T* k_cache, T* v_cache, int tokens,
-    int q_heads, int kv_heads, int capacity, int* error) {
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    qk_norm_rope_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_QK_NORM_ROPE_KV_WRITE_PARAMS)) {
   grid_dependency_sync();
   rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true>(
       qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, tokens,
       q_heads, kv_heads, capacity, error);
-}
-
-template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec>
-__global__ void __launch_bounds__(32 * kHeadsPerCta)
-    qk_norm_rope_kv_write(const QkNormRopeKvWriteParams p) {
-  qk_norm_rope_kv_write_body<T, W, kHeadDim, kHeadsPerCta, kVec>(
-      static_cast<const T*>(p.qkv), p.qkv_stride, static_cast<const W*>(p.q_norm),
-      static_cast<const W*>(p.k_norm), p.eps, p.positions, p.inv_freq, static_cast<T*>(p.q_out),
-      static_cast<T*>(p.k_cache), static_cast<T*>(p.v_cache), p.tokens, p.q_heads, p.kv_heads,
-      p.capacity, p.error);
 }
 
 }  // namespace tileplan

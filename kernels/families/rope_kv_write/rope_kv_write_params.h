@@ -1,62 +1,74 @@
-// The parameters of the rope_kv_write kernels: one struct per kernel, the kernel's only
-// parameter. Included by the templates (NVRTC) and by the host launcher, so the host
-// fills exactly the fields the kernel reads. Plain C++: no headers, no CUDA types;
-// pointers to template-typed elements are untyped here and typed by the kernel.
+// The parameters of the rope_kv_write kernels, declared once for the templates (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
+// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
+// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// parameters, so the host cannot drift from the kernel.
 #pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// rope
+#define TILEPLAN_ROPE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T*, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(void*, T*, out) \
+  NEXT(int, int, heads)
+
+// kv_write
+#define TILEPLAN_KV_WRITE_PARAMS(FIRST, NEXT) \
+  FIRST(void*, T*, cache) \
+  NEXT(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
+
+// rope_kv_write
+#define TILEPLAN_ROPE_KV_WRITE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, qkv) \
+  NEXT(long long, long long, qkv_stride) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(void*, T* __restrict__, q_out) \
+  NEXT(void*, T*, k_cache) \
+  NEXT(void*, T*, v_cache) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, q_heads) \
+  NEXT(int, int, kv_heads) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
+
+// qk_norm_rope_kv_write
+#define TILEPLAN_QK_NORM_ROPE_KV_WRITE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, qkv) \
+  NEXT(long long, long long, qkv_stride) \
+  NEXT(const void*, const W* __restrict__, q_norm) \
+  NEXT(const void*, const W* __restrict__, k_norm) \
+  NEXT(float, float, eps) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(void*, T* __restrict__, q_out) \
+  NEXT(void*, T*, k_cache) \
+  NEXT(void*, T*, v_cache) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, q_heads) \
+  NEXT(int, int, kv_heads) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
 
 namespace tileplan {
 
-struct RopeParams {
-  const void* x;
-  long long x_stride;
-  const int* positions;
-  const float* inv_freq;
-  void* out;
-  int heads;
-};
-
-struct KvWriteParams {
-  void* cache;
-  const void* x;
-  long long x_stride;
-  const int* positions;
-  int tokens;
-  int heads;
-  int capacity;
-  int* error;
-};
-
-struct RopeKvWriteParams {
-  const void* qkv;
-  long long qkv_stride;
-  const int* positions;
-  const float* inv_freq;
-  void* q_out;
-  void* k_cache;
-  void* v_cache;
-  int tokens;
-  int q_heads;
-  int kv_heads;
-  int capacity;
-  int* error;
-};
-
-struct QkNormRopeKvWriteParams {
-  const void* qkv;
-  long long qkv_stride;
-  const void* q_norm;
-  const void* k_norm;
-  float eps;
-  const int* positions;
-  const float* inv_freq;
-  void* q_out;
-  void* k_cache;
-  void* v_cache;
-  int tokens;
-  int q_heads;
-  int kv_heads;
-  int capacity;
-  int* error;
-};
+TILEPLAN_PARAMS_STRUCT(RopeParams, TILEPLAN_ROPE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(KvWriteParams, TILEPLAN_KV_WRITE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(RopeKvWriteParams, TILEPLAN_ROPE_KV_WRITE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(QkNormRopeKvWriteParams, TILEPLAN_QK_NORM_ROPE_KV_WRITE_PARAMS)
 
 }  // namespace tileplan

@@ -1,0 +1,42 @@
+// How a kernel's parameters are declared once for the kernel and its host launcher
+// (kernels/families/<family>/<family>_params.h; docs/kernels.md, "Parameters"). A kernel's
+// parameter list is an X-macro, TILEPLAN_<KERNEL>_PARAMS(FIRST, NEXT), expanding to
+//   FIRST(host type, kernel type, name) NEXT(host type, kernel type, name) ...
+// whose kernel types may name the template's parameters (`const T* __restrict__ x`) and
+// whose host types have the same size and alignment (`const void*` for a pointer to a
+// template type). The kernel is declared with TILEPLAN_KERNEL_PARAMETERS(list), which is
+// exactly those typed parameters: the compiler sees real kernel arguments, so read-only
+// `const __restrict__` pointers keep their loads on the non-coherent path (fields of one
+// struct parameter would lose it). The host fills the struct TILEPLAN_PARAMS_STRUCT(Name,
+// list) declares, and the launch passes each of its fields as one kernel parameter
+// (FieldAddresses), so the host cannot drift from the kernel. Plain C++ with no headers:
+// NVRTC compiles it too.
+#pragma once
+
+#define TILEPLAN_KERNEL_PARAM_FIRST_(host, kernel, name) kernel name
+#define TILEPLAN_KERNEL_PARAM_NEXT_(host, kernel, name) , kernel name
+// The kernel's parameter list.
+#define TILEPLAN_KERNEL_PARAMETERS(LIST) \
+  LIST(TILEPLAN_KERNEL_PARAM_FIRST_, TILEPLAN_KERNEL_PARAM_NEXT_)
+
+#define TILEPLAN_PARAM_FIELD_(host, kernel, name) host name;
+#define TILEPLAN_PARAM_COUNT_(host, kernel, name) +1
+#define TILEPLAN_PARAM_ADDRESS_(host, kernel, name) \
+  tileplan_fields_[tileplan_count_++] = &this->name;
+// The host's struct: one field per parameter, in order, and their addresses. NVRTC compiles
+// only the kernels, which take the fields themselves.
+#ifdef __CUDACC_RTC__
+#define TILEPLAN_PARAMS_STRUCT(NAME, LIST)
+#else
+#define TILEPLAN_PARAMS_STRUCT(NAME, LIST)                                               \
+  struct NAME {                                                                          \
+    LIST(TILEPLAN_PARAM_FIELD_, TILEPLAN_PARAM_FIELD_)                                   \
+    static constexpr int kParams = 0 LIST(TILEPLAN_PARAM_COUNT_, TILEPLAN_PARAM_COUNT_); \
+    /* Writes the address of every field, in order; returns kParams. */                  \
+    int FieldAddresses(const void** tileplan_fields_) const {                            \
+      int tileplan_count_ = 0;                                                           \
+      LIST(TILEPLAN_PARAM_ADDRESS_, TILEPLAN_PARAM_ADDRESS_)                             \
+      return tileplan_count_;                                                            \
+    }                                                                                    \
+  };
+#endif
