@@ -59,12 +59,12 @@ constexpr int kExitBad = 2;
 constexpr int kExitFaulted = 3;
 
 constexpr char kUsage[] =
-    "measures every candidate tactic of every region of a model's plan on this GPU and keeps "
-    "the\nwinners in a tactic store (docs/tuner.md). The plan is the one benchmark_transformer "
-    "makes\nwith the same --model, --prefill, --decode, --batch, --max-context, "
-    "--prefill-logits and\n--target, so its keys are the ones that benchmark looks up. Regions "
-    "the store already\nanswers for this GPU are skipped. The measuring runs in a worker "
-    "process; a candidate that\nfaults the GPU kills only the worker, which is restarted "
+    "measures every candidate tactic of every region of a model's plan on this\n"
+    "GPU and keeps the winners in a tactic store (docs/tuner.md). The plan is the one\n"
+    "benchmark_transformer makes with the same --model, --prefill, --decode, --batch,\n"
+    "--max-context, --prefill-logits and --target, so its keys are the ones that benchmark looks\n"
+    "up. Regions the store already answers for this GPU are skipped. The measuring runs in a\n"
+    "worker process; a candidate that faults the GPU kills only the worker, which is restarted\n"
     "without it (recorded as a fault).\n"
     "\n"
     "usage: autotune_regions --model DIR|FILE|NAME --tactic-cache FILE [--prefill T,...]\n"

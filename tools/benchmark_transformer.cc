@@ -61,13 +61,13 @@ constexpr int kExitOk = 0;
 constexpr int kExitBad = 2;
 
 constexpr char kUsage[] =
-    "plans a decoder model for a GPU and prints the plan; on a GPU runs it and reports\n"
-    "prefill and decode latencies (medians of replayed CUDA Graphs) beside the physical "
-    "floors.\nWithout --show-plan, --time-planning or --print-keys the benchmark runs, and "
-    "needs a GPU;\nwith one of them it also runs when a GPU is present (not after "
-    "--print-keys), and is skipped\nwith a note without one. With --tactic-cache the steps "
-    "whose key the store holds for this\nGPU take the measured tactic (source 'tuned'), and a "
-    "line on stderr says how many lookups\nhit and, when none did, why.\n"
+    "plans a decoder model for a GPU and prints the plan; on a GPU runs it\n"
+    "and reports prefill and decode latencies (medians of replayed CUDA Graphs) beside the\n"
+    "physical floors. Without --show-plan, --time-planning or --print-keys the benchmark runs,\n"
+    "and needs a GPU; with one of them it also runs when a GPU is present (not after\n"
+    "--print-keys), and is skipped with a note without one. With --tactic-cache the steps whose\n"
+    "key the store holds for this GPU take the measured tactic (source 'tuned'), and a line on\n"
+    "stderr says how many lookups hit and, when none did, why.\n"
     "\n"
     "usage: benchmark_transformer --model DIR|FILE|NAME [--target NAME|FILE] [--batch B]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--prefill-logits all|last]\n"

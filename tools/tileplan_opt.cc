@@ -45,13 +45,13 @@ namespace planner = tileplan::planner;
 namespace tools = tileplan::tools;
 
 constexpr char kUsage[] =
-    "the IR driver: reads a graph (an IR text file, - for stdin, or the lowered graph of\n"
-    "--model), verifies it, optionally runs planner passes over it, and prints the result as\n"
-    "canonical IR text or as a textproto of regions/ir.proto. The phase, --prefill and --batch\n"
-    "configure specialize_phase: --pipeline=prefill and --phase=prefill specialize for the one\n"
-    "token bucket --prefill=T, decode binds T = 1; --batch binds B (default 1). The IR printed\n"
-    "by --print-after-all and --print-after goes to stderr (format in planner/pass.h), the\n"
-    "final graph to stdout.\n"
+    "the IR driver: reads a graph (an IR text file, - for stdin, or the lowered\n"
+    "graph of --model), verifies it, optionally runs planner passes over it, and prints the\n"
+    "result as canonical IR text or as a textproto of regions/ir.proto. The phase, --prefill and\n"
+    "--batch configure specialize_phase: --pipeline=prefill and --phase=prefill specialize for\n"
+    "the one token bucket --prefill=T, decode binds T = 1; --batch binds B (default 1). The IR\n"
+    "printed by --print-after-all and --print-after goes to stderr (format in planner/pass.h),\n"
+    "the final graph to stdout.\n"
     "\n"
     "usage: tileplan-opt FILE|- | --model DIR|FILE|NAME\n"
     "                    [--pass NAME,... | --pipeline prefill|decode]\n"

@@ -82,9 +82,9 @@ constexpr double kMinRelativeErrorBf16 = 1e-2;
 constexpr double kMaxRelativeErrorBf16 = 5e-2;
 
 constexpr char kUsage[] =
-    "checks a backend against a reference fixture (docs/fixtures.md): the prompt's logits and\n"
-    "argmax, the decode steps' logits fed the reference's greedy tokens, and the greedy\n"
-    "continuation. --model must be a checkpoint directory (config.json and safetensors): a\n"
+    "checks a backend against a reference fixture (docs/fixtures.md): the prompt's\n"
+    "logits and argmax, the decode steps' logits fed the reference's greedy tokens, and the\n"
+    "greedy continuation. --model must be a checkpoint directory (config.json and safetensors): a\n"
     "bundled config has no weights. The cpu backend is float32 (limit 1e-4 relative); the gpu\n"
     "backend plans for the device and runs the plan in bf16 (limits from the reference's\n"
     "bf16_relative).\n"
