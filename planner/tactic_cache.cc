@@ -53,6 +53,18 @@ std::string TacticKey::ToString() const {
                       ir::PhaseName(phase), " | ", family, " v", family_version);
 }
 
+TacticKey TacticKeyFor(const kernels::BoundRegion& region, ir::Phase phase,
+                       const kernels::KernelFamily& family, absl::string_view environment) {
+  TacticKey key;
+  key.environment = std::string(environment);
+  key.region_signature = RegionSignature(region);
+  key.shape_bucket = kernels::BindingsString(region.bound_graph().bindings());
+  key.phase = phase;
+  key.family = std::string(family.name());
+  key.family_version = family.version();
+  return key;
+}
+
 void InMemoryTacticCache::Insert(TacticKey key, MeasuredTactic tactic) {
   entries_[std::move(key)] = std::move(tactic);
 }
@@ -61,6 +73,20 @@ std::optional<MeasuredTactic> InMemoryTacticCache::Lookup(const TacticKey& key) 
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<MeasuredTactic> RecordingTacticCache::Lookup(const TacticKey& key) const {
+  std::optional<MeasuredTactic> hit = inner_ != nullptr ? inner_->Lookup(key) : std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  Record& record = records_[key];
+  ++record.lookups;
+  record.hit = hit.has_value();
+  return hit;
+}
+
+std::map<TacticKey, RecordingTacticCache::Record> RecordingTacticCache::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
 }
 
 }  // namespace tileplan::planner

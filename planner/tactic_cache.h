@@ -11,12 +11,15 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
 
+#include "absl/strings/string_view.h"
 #include "kernels/core/bound_graph.h"
 #include "kernels/core/kernel_family.h"
+#include "targets/target.pb.h"
 #include "regions/ir.h"
 #include "targets/target.pb.h"
 
@@ -52,6 +55,12 @@ struct TacticKey {
   friend bool operator==(const TacticKey& a, const TacticKey& b) { return !(a < b) && !(b < a); }
 };
 
+// The key of `family` for `region` planned in `phase`, measured in `environment`: the one
+// function that builds keys, for the planner's lookups (tactic_selection.h) and the tuner's
+// measurements (tuner/autotune.h) alike, so that the two cannot disagree.
+TacticKey TacticKeyFor(const kernels::BoundRegion& region, ir::Phase phase,
+                       const kernels::KernelFamily& family, absl::string_view environment);
+
 struct MeasuredTactic {
   kernels::Tactic tactic;
   double measured_us = 0;  // median time of the step as measured by the tuner
@@ -75,6 +84,26 @@ class InMemoryTacticCache final : public TacticCache {
 
  private:
   std::map<TacticKey, MeasuredTactic> entries_;
+};
+
+// Answers from `inner` (null: every lookup misses) and records every key looked up and
+// whether it hit: what a plan asked of a tactic cache. Thread-safe.
+class RecordingTacticCache final : public TacticCache {
+ public:
+  struct Record {
+    int64_t lookups = 0;  // how often the key was looked up
+    bool hit = false;
+  };
+
+  explicit RecordingTacticCache(const TacticCache* inner) : inner_(inner) {}
+  std::optional<MeasuredTactic> Lookup(const TacticKey& key) const override;
+  // Every key looked up so far, sorted, each once.
+  std::map<TacticKey, Record> records() const;
+
+ private:
+  const TacticCache* const inner_;
+  mutable std::mutex mu_;
+  mutable std::map<TacticKey, Record> records_;  // guarded by mu_
 };
 
 }  // namespace tileplan::planner

@@ -18,8 +18,6 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
   const targets::TargetDescription& target = *context.target;
   const std::vector<const kernels::KernelFamily*> families =
       context.registry->FamiliesFor(region.kind());
-  const std::string signature = RegionSignature(region);
-  const std::string bucket = kernels::BindingsString(region.bound_graph().bindings());
 
   std::optional<TacticChoice> tuned, modeled;
   std::vector<std::string> considered, refusals;
@@ -30,7 +28,7 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
       refusals.push_back(absl::StrCat(name, ": ", s.message()));
       continue;
     }
-    TacticKey key{context.environment, signature, bucket, context.phase, name, family->version()};
+    TacticKey key = TacticKeyFor(region, context.phase, *family, context.environment);
     if (context.cache != nullptr) {
       if (std::optional<MeasuredTactic> hit = context.cache->Lookup(key)) {
         absl::StatusOr<CostEstimate> estimate =

@@ -1,55 +1,13 @@
 // benchmark_transformer: plans a decoder model for a GPU, shows the plan, and on a GPU runs
 // it with the GPU runtime and reports prefill and decode latencies (medians of CUDA-event
-// timings of replayed CUDA Graphs) beside the physical floors.
+// timings of replayed CUDA Graphs) beside the physical floors. Flags: --help, README.md.
 //
-//   benchmark_transformer --model DIR|NAME [--target NAME|ALIAS|FILE] [--batch N]
-//       [--prefill T,T,...] [--decode C,C,...] [--max-context N] [--random-weights]
-//       [--iters N] [--warmup N] [--no-cuda-graphs] [--json FILE] [--profile]
-//       [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--tactic-cache FILE]
-//       [--freeze] [--prefill-logits all|last]
-//       [--print-after-all] [--print-after=PASS[,PASS...]]
-//
-// --model      a checkpoint directory (its config.json and weights) or a bundled config
-//              name (random weights of the real size)
-// --random-weights  random weights even when DIR has a checkpoint
-// --target     a bundled target (h200, sm_90, ...) or a .textproto file; default: the GPU's
-//              own (runtime/gpu/device_target.h), or h200 when there is no GPU
-// --iters, --warmup  timed and untimed replays per measurement (default 100 and 10)
-// --no-cuda-graphs   launch every kernel from the host (to see what graphs save)
-// --pdl        never|decode|always: which phases use programmatic dependent launch, each
-//              kernel's launch overlapping the previous kernel's tail (sm_90+; default decode)
-// --json       also write the measurements as JSON
-// --profile    after each measurement, time every step on its own (host launches between
-//              CUDA events) and print where the time goes, by kind and family
-// --batch      batch size of every phase (default 1)
-// --prefill    prompt lengths, one prefill phase each (default 128,512,2048)
-// --decode     context lengths of the decode benchmark (default 128,512,2048); the plan has
-//              one decode phase per batch, estimated at the largest of them
-// --max-context  KV-cache rows per sequence (default: the largest prefill or decode length)
-// --show-plan  prints the plan (docs/plan.md): a table by default, or textproto / json
-// --time-planning  plans RUNS times (default 20) and prints the median and fastest wall time
-//              and the median CPU time per plan
-// --tactic-cache   the SQLite tactic store autotune_regions fills (docs/tuner.md): steps
-//              whose region it measured on this GPU (same environment) take the measured
-//              tactic (source 'tuned'); --freeze makes any step without one an error
-// --prefill-logits  all (default): prefill phases compute every token's logits, as the
-//              PyTorch references' forward does; last: each sequence's last token's only
-//              (what generation needs; the planner's last_token_logits pass)
-// --print-after-all, --print-after=PASS  print the IR to stderr after the planner's passes,
-//              for every phase (docs/planner.md)
-//
-// Without --show-plan or --time-planning the benchmark runs, and needs a GPU. With either of
-// them the benchmark also runs when a GPU is present; without one it is skipped with a note.
 // Decode at context C times one decode step whose caches hold C - 1 tokens of a random
 // prompt (put there by a prefill when a bucket holds C - 1 tokens, else by decode steps).
-//
-// Exit status: 0 done; 2 bad arguments, an unplannable model, no GPU for a benchmark-only
-// run, a runtime error, or a request this build cannot serve (a tactic store).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -57,24 +15,45 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "device/device.h"
 #include "kernels/launch/nvrtc_compiler.h"
 #include "models/config.h"
+#include "models/safetensors.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
+#include "planner/tactic_cache.h"
+#include "targets/target.h"
+#include "device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
-#include "targets/target.h"
-#include "tools/tool_support.h"
+#include "tools/common_flags.h"
+#include "tools/flags.h"
+#include "tools/gpu_flags.h"
 #include "tuner/environment.h"
+#include "tuner/store_lookups.h"
 #include "tuner/tactic_store.h"
+
+ABSL_FLAG(bool, random_weights, false, "random weights even when --model has a checkpoint");
+ABSL_FLAG(tileplan::tools::PositiveInt, iters, tileplan::tools::PositiveInt{100},
+          "timed replays per measurement");
+ABSL_FLAG(tileplan::tools::PositiveInt, warmup, tileplan::tools::PositiveInt{10},
+          "untimed replays before them");
+ABSL_FLAG(std::string, json, "", "also write the measurements to this file as JSON");
+ABSL_FLAG(bool, profile, false,
+          "after each measurement, time every step on its own (host launches between CUDA "
+          "events) and print where the time goes, by kind and family");
+ABSL_FLAG(std::string, show_plan, "",
+          "print the plan (docs/plan.md) as a table, textproto or json; a bare --show-plan is "
+          "--show-plan=table");
+ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, time_planning, std::nullopt,
+          "plan this many times and print the median and fastest wall time and the median CPU "
+          "time per plan; a bare --time-planning plans 20 times");
 
 namespace tileplan {
 namespace {
@@ -82,124 +61,49 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitBad = 2;
 
-constexpr const char* kUsage =
-    "usage: benchmark_transformer --model DIR|NAME [--target NAME|FILE] [--batch N]\n"
-    "           [--prefill T,...] [--decode C,...] [--max-context N] [--random-weights]\n"
-    "           [--iters N] [--warmup N] [--no-cuda-graphs] [--pdl=never|decode|always] [--json "
-    "FILE]\n"
-    "           [--profile] [--prefill-logits all|last]\n"
-    "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]]\n"
-    "           [--tactic-cache FILE [--freeze]] [--print-after-all]\n"
-    "           [--print-after=PASS[,PASS...]]";
+constexpr char kUsage[] =
+    "plans a decoder model for a GPU and prints the plan; on a GPU runs it\n"
+    "and reports prefill and decode latencies (medians of replayed CUDA Graphs) beside the\n"
+    "physical floors. Without --show-plan, --time-planning or --print-keys the benchmark runs,\n"
+    "and needs a GPU; with one of them it also runs when a GPU is present (not after\n"
+    "--print-keys), and is skipped with a note without one. With --tactic-cache the steps whose\n"
+    "key the store holds for this GPU take the measured tactic (source 'tuned'), and a line on\n"
+    "stderr says how many lookups hit and, when none did, why.\n"
+    "\n"
+    "usage: benchmark_transformer --model DIR|FILE|NAME [--target NAME|FILE] [--batch B]\n"
+    "           [--prefill T,...] [--decode C,...] [--max-context N] [--prefill-logits all|last]\n"
+    "           [--random-weights] [--iters N] [--warmup N] [--no-cuda-graphs]\n"
+    "           [--pdl never|decode|always] [--json FILE] [--profile]\n"
+    "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--print-keys]\n"
+    "           [--tactic-cache FILE [--freeze]] [--print-after-all] [--print-after PASS,...]\n"
+    "\n"
+    "Exit status: 0 done; 2 bad arguments, an unplannable model, no GPU for a benchmark-only\n"
+    "run, a runtime error, or a --freeze lookup the store cannot answer.\n"
+    "\n"
+    "Examples:\n"
+    "  benchmark_transformer --model qwen3-0.6b --target sm_90 --show-plan\n"
+    "  benchmark_transformer --model qwen2-7b --time-planning=30\n"
+    "  benchmark_transformer --model qwen3-0.6b --prefill 128,512 --decode 512 --json b.json\n"
+    "  benchmark_transformer --model qwen3-0.6b --tactic-cache tactics.db --freeze --show-plan\n";
 
-struct Args {
-  std::string model;
-  std::string target;  // empty: the GPU's own, else h200
-  bool random_weights = false;
-  int iters = 100;
-  int warmup = 10;
-  bool cuda_graphs = true;
-  std::string json;
-  bool profile = false;
-  std::string pdl = "decode";
-  int64_t batch = 1;
-  std::vector<int64_t> prefill = {128, 512, 2048};
-  std::vector<int64_t> decode = {128, 512, 2048};
-  int64_t max_context = 0;
-  std::optional<planner::PlanFormat> show_plan;
-  int time_planning_runs = 0;
-  std::string tactic_cache;
-  bool freeze = false;
-  bool prefill_last_logits = false;
-  bool print_after_all = false;
-  std::vector<std::string> print_after;
-};
+// --iters and --warmup, at most 100000.
+int Replays(const absl::Flag<tools::PositiveInt>& flag) {
+  return static_cast<int>(std::min<int64_t>(absl::GetFlag(flag).value, 100000));
+}
 
-absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  Args args;
-  for (int k = 1; k < argc; ++k) {
-    std::string flag = argv[k];
-    std::optional<std::string> value;
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    // Flags whose value is optional take it only after '='.
-    if (flag == "--show-plan") {
-      TP_ASSIGN_OR_RETURN(args.show_plan, planner::ParsePlanFormat(value.value_or("table")));
-      continue;
-    }
-    if (flag == "--print-after-all") {
-      if (value) return absl::InvalidArgumentError("--print-after-all takes no value");
-      args.print_after_all = true;
-      continue;
-    }
-    if (flag == "--freeze") {
-      if (value) return absl::InvalidArgumentError("--freeze takes no value");
-      args.freeze = true;
-      continue;
-    }
-    if (flag == "--profile") {
-      if (value) return absl::InvalidArgumentError("--profile takes no value");
-      args.profile = true;
-      continue;
-    }
-    if (flag == "--random-weights" || flag == "--no-cuda-graphs") {
-      if (value) return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
-      (flag == "--random-weights" ? args.random_weights : args.cuda_graphs) =
-          flag == "--random-weights";
-      continue;
-    }
-    if (flag == "--time-planning") {
-      int64_t runs = 20;
-      if (value) {
-        TP_ASSIGN_OR_RETURN(runs, tools::PositiveInt(flag, *value));
-      }
-      args.time_planning_runs = static_cast<int>(std::min<int64_t>(runs, 10000));
-      continue;
-    }
-    if (!value) {
-      if (k + 1 >= argc)
-        return absl::InvalidArgumentError(absl::StrCat("flag ", flag, " needs a value"));
-      value = argv[++k];
-    }
-    if (flag == "--model") {
-      args.model = *value;
-    } else if (flag == "--target") {
-      args.target = *value;
-    } else if (flag == "--batch") {
-      TP_ASSIGN_OR_RETURN(args.batch, tools::PositiveInt(flag, *value));
-    } else if (flag == "--prefill") {
-      TP_ASSIGN_OR_RETURN(args.prefill, tools::PositiveList(flag, *value));
-    } else if (flag == "--decode") {
-      TP_ASSIGN_OR_RETURN(args.decode, tools::PositiveList(flag, *value));
-    } else if (flag == "--max-context") {
-      TP_ASSIGN_OR_RETURN(args.max_context, tools::PositiveInt(flag, *value));
-    } else if (flag == "--print-after") {
-      args.print_after = absl::StrSplit(*value, ',', absl::SkipEmpty());
-      if (args.print_after.empty()) {
-        return absl::InvalidArgumentError("--print-after needs a pass name");
-      }
-    } else if (flag == "--iters" || flag == "--warmup") {
-      TP_ASSIGN_OR_RETURN(const int64_t n, tools::PositiveInt(flag, *value));
-      (flag == "--iters" ? args.iters : args.warmup) =
-          static_cast<int>(std::min<int64_t>(n, 100000));
-    } else if (flag == "--pdl") {
-      args.pdl = *value;
-      runtime::gpu::GpuOptions check;
-      TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, check));
-    } else if (flag == "--json") {
-      args.json = *value;
-    } else if (flag == "--tactic-cache") {
-      args.tactic_cache = *value;
-    } else if (flag == "--prefill-logits") {
-      TP_ASSIGN_OR_RETURN(args.prefill_last_logits, tools::PrefillLastTokenLogits(flag, *value));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+// Combinations and values that make no run.
+absl::Status CheckFlags() {
+  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
+  if (absl::GetFlag(FLAGS_freeze) && absl::GetFlag(FLAGS_tactic_cache).empty()) {
+    return absl::InvalidArgumentError("--freeze needs --tactic-cache");
+  }
+  if (const std::string format = absl::GetFlag(FLAGS_show_plan); !format.empty()) {
+    if (absl::Status s = planner::ParsePlanFormat(format).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--show-plan: ", s.message()));
     }
   }
-  if (args.model.empty()) return absl::InvalidArgumentError("--model is required");
-  return args;
+  TP_RETURN_IF_ERROR(tools::GpuOptionsFromFlags().status());
+  return tools::PlanOptionsFromFlags().status();
 }
 
 struct Stats {
@@ -225,14 +129,6 @@ std::vector<int32_t> Prompt(int64_t count, int64_t vocab, uint32_t seed) {
     id = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
   }
   return ids;
-}
-
-bool HasCheckpoint(const std::string& model) {
-  std::error_code ec;
-  const std::filesystem::path dir(model);
-  return std::filesystem::is_directory(dir, ec) &&
-         (std::filesystem::exists(dir / "model.safetensors", ec) ||
-          std::filesystem::exists(dir / "model.safetensors.index.json", ec));
 }
 
 // Prints the steps' time grouped by kind and family, largest first, and the slowest steps.
@@ -272,33 +168,38 @@ struct Row {
   double floor_ms = 0;
 };
 
-absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
+// The benchmark of `plan` on `device`: the checkpoint's weights unless --random-weights or
+// the model has none, every --prefill and --decode length timed.
+absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
                               const targets::TargetDescription& target,
                               const planner::proto::ExecutionPlan& plan,
                               const device::Device& device) {
   std::unique_ptr<models::Checkpoint> checkpoint;
-  if (!args.random_weights && HasCheckpoint(args.model)) {
-    TP_ASSIGN_OR_RETURN(checkpoint, models::Checkpoint::Open(args.model));
+  if (!absl::GetFlag(FLAGS_random_weights) && model.has_weights) {
+    TP_ASSIGN_OR_RETURN(checkpoint, models::Checkpoint::Open(model.directory));
   }
-  runtime::gpu::GpuOptions options;
-  options.cuda_graphs = args.cuda_graphs;
-  TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, options));
+  TP_ASSIGN_OR_RETURN(const runtime::gpu::GpuOptions options, tools::GpuOptionsFromFlags());
   TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
                       runtime::gpu::GpuRuntime::Create(device, plan, checkpoint.get(), options));
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
-  const int64_t batch = args.batch;
+  const std::string& name = model.name;
+  const int64_t batch = absl::GetFlag(FLAGS_batch).value;
+  const int iters = Replays(FLAGS_iters), warmup = Replays(FLAGS_warmup);
+  const bool profile = absl::GetFlag(FLAGS_profile);
+  const bool cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  const std::string json_path = absl::GetFlag(FLAGS_json);
   const int64_t vocab = rt->vocab_size();
   std::cout << absl::StrFormat(
       "benchmark %s on %s (target %s), batch %d, %s, %s weights\n"
       "setup %.2f s: %d kernels compiled or loaded in %.2f s, weights in %.2f s; device memory: "
       "weights %.1f MiB, KV cache %.1f MiB, arena %.1f MiB\n",
       name, device.Label(), target.name(), batch,
-      absl::StrCat(args.cuda_graphs ? "CUDA graphs" : "host launches",
-                   ", programmatic dependent launch: ", args.pdl),
+      absl::StrCat(cuda_graphs ? "CUDA graphs" : "host launches",
+                   ", programmatic dependent launch: ", absl::GetFlag(FLAGS_pdl)),
       checkpoint ? "checkpoint" : "random", info.setup_seconds, info.kernels_compiled,
       info.compile_seconds, info.weights_seconds, info.weight_bytes / 1048576.0,
       info.state_bytes / 1048576.0, info.arena_bytes / 1048576.0);
-  if (args.profile) {
+  if (profile) {
     for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
   }
 
@@ -309,18 +210,17 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
   const double flop_rate = target.achievable_bf16_tflops() * 1e12;
   const double weight_elements = static_cast<double>(info.weight_bytes) / 2.0;
   std::vector<Row> rows;
-  for (int64_t t : args.prefill) {
+  for (int64_t t : absl::GetFlag(FLAGS_prefill).values) {
     const std::vector<int32_t> ids = Prompt(batch * t, vocab, static_cast<uint32_t>(t));
-    TP_ASSIGN_OR_RETURN(std::vector<double> ms,
-                        rt->TimePrefill(ids, batch, args.warmup, args.iters));
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimePrefill(ids, batch, warmup, iters));
     rows.push_back({"prefill", t, Summarize(ms),
                     1e3 * 2.0 * weight_elements * static_cast<double>(batch * t) / flop_rate});
-    if (args.profile) {
+    if (profile) {
       TP_ASSIGN_OR_RETURN(auto steps, rt->ProfilePrefill(batch, t, 20));
       PrintProfile(absl::StrCat("prefill T=", t), steps);
     }
   }
-  for (int64_t c : args.decode) {
+  for (int64_t c : absl::GetFlag(FLAGS_decode).values) {
     // Fill the caches with c - 1 tokens of a prompt.
     if (c > 1) {
       const std::vector<int32_t> ids = Prompt(batch * (c - 1), vocab, static_cast<uint32_t>(c));
@@ -337,12 +237,12 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
         }
       }
     }
-    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimeDecode(batch, c, args.warmup, args.iters));
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimeDecode(batch, c, warmup, iters));
     const double kv_bytes = static_cast<double>(info.state_bytes) * static_cast<double>(c) /
                             static_cast<double>(rt->max_context());
     rows.push_back({"decode", c, Summarize(ms),
                     1e3 * (static_cast<double>(info.weight_bytes) + kv_bytes) / bandwidth});
-    if (args.profile) {
+    if (profile) {
       TP_ASSIGN_OR_RETURN(auto steps, rt->ProfileDecode(batch, 20));
       PrintProfile(absl::StrCat("decode context ", c), steps);
     }
@@ -358,15 +258,15 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
   std::cout << absl::StrFormat(
       "(%d timed replays after %d warm-up ones each; floors at %.0f GB/s "
       "and %.0f TFLOP/s, the target's achievable figures)\n",
-      args.iters, args.warmup, bandwidth / 1e9, flop_rate / 1e12);
-  if (!args.json.empty()) {
+      iters, warmup, bandwidth / 1e9, flop_rate / 1e12);
+  if (!json_path.empty()) {
     std::string json = absl::StrFormat(
         "{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"target\": \"%s\",\n"
         "  \"batch\": %d,\n  \"cuda_graphs\": %s,\n  \"weights\": \"%s\",\n"
         "  \"iters\": %d,\n  \"prefill_logits\": \"%s\",\n  \"setup_seconds\": %.3f,\n"
         "  \"results\": [",
-        name, device.properties().name, target.name(), batch, args.cuda_graphs ? "true" : "false",
-        checkpoint ? "checkpoint" : "random", args.iters, args.prefill_last_logits ? "last" : "all",
+        name, device.properties().name, target.name(), batch, cuda_graphs ? "true" : "false",
+        checkpoint ? "checkpoint" : "random", iters, absl::GetFlag(FLAGS_prefill_logits),
         info.setup_seconds);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -376,45 +276,70 @@ absl::StatusOr<int> Benchmark(const Args& args, const std::string& name,
           i == 0 ? "" : ",", r.phase, r.size, r.stats.median, r.stats.p10, r.stats.p90, r.floor_ms);
     }
     json += "\n  ]\n}\n";
-    std::ofstream out(args.json);
+    std::ofstream out(json_path);
     out << json;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", args.json));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", json_path));
   }
   return kExitOk;
 }
 
-absl::StatusOr<int> Run(const Args& args) {
-  if (args.freeze && args.tactic_cache.empty()) {
-    return absl::InvalidArgumentError("--freeze needs --tactic-cache");
+// Plans RUNS times and prints the median and fastest wall time and the median CPU time (which
+// stays meaningful on a machine busy with other work: planning is single-threaded).
+absl::Status TimePlanning(const models::ModelConfig& config, const std::string& name,
+                          const targets::TargetDescription& target,
+                          const planner::PlanOptions& options, const planner::TacticCache* cache,
+                          int phases, int runs) {
+  std::vector<double> wall_ms, cpu_ms;
+  for (int run = 0; run < runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::clock_t cpu_start = std::clock();
+    TP_RETURN_IF_ERROR(planner::BuildExecutionPlan(config, target, options, cache).status());
+    const std::clock_t cpu_end = std::clock();
+    const auto end = std::chrono::steady_clock::now();
+    wall_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+    cpu_ms.push_back(1000.0 * static_cast<double>(cpu_end - cpu_start) / CLOCKS_PER_SEC);
   }
-  const bool plan_only = args.show_plan || args.time_planning_runs > 0;
+  std::sort(wall_ms.begin(), wall_ms.end());
+  std::sort(cpu_ms.begin(), cpu_ms.end());
+  std::cout << absl::StrFormat(
+      "planning %s for %s (%d phases), %d runs: median %.2f ms wall (fastest %.2f), median "
+      "%.2f ms CPU\n",
+      name, target.name(), phases, wall_ms.size(), wall_ms[wall_ms.size() / 2], wall_ms.front(),
+      cpu_ms[cpu_ms.size() / 2]);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Run() {
+  const std::string show_plan = absl::GetFlag(FLAGS_show_plan);
+  const std::optional<tools::PositiveInt> time_planning = absl::GetFlag(FLAGS_time_planning);
+  const bool print_keys = absl::GetFlag(FLAGS_print_keys);
+  const std::string tactic_cache = absl::GetFlag(FLAGS_tactic_cache);
+  const bool plan_only = !show_plan.empty() || time_planning.has_value() || print_keys;
   absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
   if (!device.ok() && !plan_only) {
     return absl::FailedPreconditionError(
         absl::StrCat(device.status().message(),
                      "; the benchmark needs a GPU (--show-plan prints the plan without one)"));
   }
-  std::string name;
-  TP_ASSIGN_OR_RETURN(models::ModelConfig config, tools::LoadModelArgument(args.model, &name));
-  TP_ASSIGN_OR_RETURN(
-      targets::TargetDescription target,
-      runtime::gpu::ChooseTarget(args.target, device.ok() ? device->get() : nullptr));
-  planner::PlanOptions options = tools::BenchmarkPlanOptions(
-      args.prefill, args.decode, args.batch, args.prefill_last_logits, args.max_context);
-  options.model_name = name;
-  options.print.after_all = args.print_after_all;
-  options.print.after = args.print_after;
-  options.print.out = &std::cerr;
+  TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
+  TP_ASSIGN_OR_RETURN(const targets::TargetDescription target,
+                      runtime::gpu::ChooseTarget(absl::GetFlag(FLAGS_target),
+                                                 device.ok() ? device->get() : nullptr));
+  TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
+  options.model_name = model.name;
+  options.print = tools::PrintOptionsFromFlags();
 
   // The tactic store answers for the environment it was measured in: this GPU's (without a
   // GPU nothing matches, and every step keeps the cost model's pick).
   std::unique_ptr<tuner::TacticStore> store;
-  if (!args.tactic_cache.empty()) {
+  if (!tactic_cache.empty()) {
     tuner::TacticStore::Options store_options;
     store_options.read_only = true;
-    store_options.freeze = args.freeze;
-    TP_ASSIGN_OR_RETURN(store, tuner::TacticStore::Open(args.tactic_cache, store_options));
+    store_options.freeze = absl::GetFlag(FLAGS_freeze);
+    TP_ASSIGN_OR_RETURN(store, tuner::TacticStore::Open(tactic_cache, store_options));
     for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
+  }
+  if (store != nullptr || print_keys) {
     tuner::Environment environment = tuner::FromTarget(target);
     if (device.ok()) {
       TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
@@ -424,58 +349,54 @@ absl::StatusOr<int> Run(const Args& args) {
     options.environment = environment.Fingerprint();
   }
 
+  const planner::RecordingTacticCache lookups(store.get());
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
-                      planner::BuildExecutionPlan(config, target, options, store.get()));
-  if (store != nullptr && args.freeze && !store->misses().empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
-                     args.tactic_cache, ", e.g. ", store->misses().front().ToString()));
+                      planner::BuildExecutionPlan(model.config, target, options, &lookups));
+  if (print_keys) {
+    for (const planner::TacticKey& key : tuner::MeasurableKeys(lookups.records())) {
+      std::cout << key.ToString() << "\n";
+    }
+    return kExitOk;
   }
-  if (args.show_plan) {
-    TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, *args.show_plan));
+  if (store != nullptr) {
+    std::cerr << "tactic cache " << tactic_cache << ": "
+              << tuner::DescribeLookups(lookups.records(), *store, device.ok()) << "\n";
+    if (absl::GetFlag(FLAGS_freeze) && !store->misses().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
+          tactic_cache, ", e.g. ", store->misses().front().ToString()));
+    }
+  }
+  if (!show_plan.empty()) {
+    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format, planner::ParsePlanFormat(show_plan));
+    TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, format));
     std::cout << text;
   }
-  if (args.time_planning_runs > 0) {
-    // Wall time, and the process's CPU time (planning is single-threaded), which stays
-    // meaningful on a machine busy with other work.
-    std::vector<double> wall_ms, cpu_ms;
+  if (time_planning.has_value()) {
     options.print = {};  // the IR was printed once, by the plan above
-    for (int run = 0; run < args.time_planning_runs; ++run) {
-      const auto start = std::chrono::steady_clock::now();
-      const std::clock_t cpu_start = std::clock();
-      TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan again,
-                          planner::BuildExecutionPlan(config, target, options, store.get()));
-      const std::clock_t cpu_end = std::clock();
-      const auto end = std::chrono::steady_clock::now();
-      wall_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
-      cpu_ms.push_back(1000.0 * static_cast<double>(cpu_end - cpu_start) / CLOCKS_PER_SEC);
-    }
-    std::sort(wall_ms.begin(), wall_ms.end());
-    std::sort(cpu_ms.begin(), cpu_ms.end());
-    std::cout << absl::StrFormat(
-        "planning %s for %s (%d phases), %d runs: median %.2f ms wall (fastest %.2f), median "
-        "%.2f ms CPU\n",
-        name, target.name(), plan.phases_size(), wall_ms.size(), wall_ms[wall_ms.size() / 2],
-        wall_ms.front(), cpu_ms[cpu_ms.size() / 2]);
+    TP_RETURN_IF_ERROR(
+        TimePlanning(model.config, model.name, target, options, store.get(), plan.phases_size(),
+                     static_cast<int>(std::min<int64_t>(time_planning->value, 10000))));
   }
   if (!device.ok()) {
     std::cerr << "benchmark skipped: " << device.status().message() << "\n";
     return kExitOk;
   }
-  return Benchmark(args, name, target, plan, **device);
+  return Benchmark(model, target, plan, **device);
 }
 
 }  // namespace
 }  // namespace tileplan
 
 int main(int argc, char** argv) {
-  absl::StatusOr<tileplan::Args> args = tileplan::ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "benchmark_transformer: " << args.status().message() << "\n"
-              << tileplan::kUsage << "\n";
-    return tileplan::kExitBad;
+  namespace tools = tileplan::tools;
+  const std::vector<std::string> positional = tools::ParseFlags(
+      argc, argv, {tileplan::kUsage, {{"show_plan", "table"}, {"time_planning", "20"}}});
+  if (!positional.empty()) {
+    return tools::UsageFailure(absl::StrCat("unexpected argument '", positional.front(), "'"));
   }
-  absl::StatusOr<int> status = tileplan::Run(*args);
+  if (absl::Status s = tileplan::CheckFlags(); !s.ok()) return tools::UsageFailure(s.message());
+  absl::StatusOr<int> status = tileplan::Run();
   if (!status.ok()) {
     std::cerr << "benchmark_transformer: " << status.status().message() << "\n";
     return tileplan::kExitBad;

@@ -1,26 +1,7 @@
 // tileplan-opt: the IR driver. Reads a graph (an IR text file, or the lowered graph of a
 // model config), verifies it, optionally runs planner passes over it, and prints the result
-// in canonical text form or as a textproto of regions/ir.proto.
-//
-//   tileplan-opt FILE|- | --model NAME|DIR
-//                [--pass=NAME[,NAME...] | --pipeline=prefill|decode]
-//                [--phase=prefill|decode] [--tokens=N] [--batch=N]
-//                [--print-after-all] [--print-after=NAME[,NAME...]] [--emit=text|proto]
-//   tileplan-opt --list-passes
-//
-// --model takes a bundled config name (e.g. qwen3-0.6b; it wins over a directory of that
-// name) or a checkpoint directory (or its config.json) and starts from models::LowerModel's
-// graph. --pass runs the named passes in
-// the given order, --pipeline the prefill or decode pipeline (planner/pipelines.h). The
-// phase, token count and batch configure specialize_phase: --pipeline=prefill needs
-// --tokens (the token bucket T), --pipeline=decode binds T = 1; with --pass the phase is
-// decode unless --phase=prefill (which needs --tokens). --batch binds B. The IR printed by
-// --print-after-all / --print-after goes to stderr (format in planner/pass.h), the final
-// graph to stdout.
-//
-// Exit status: 0 on success, 1 on a usage or I/O error, 2 when the input does not parse,
-// verify or lower, or a pass fails; messages go to stderr, prefixed with the input's name
-// ("<stdin>" for -).
+// in canonical text form or as a textproto of regions/ir.proto. Flags: --help, README.md and
+// docs/planner.md.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -31,13 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "google/protobuf/text_format.h"
-#include "models/config.h"
 #include "models/lowering.h"
 #include "planner/pass.h"
 #include "planner/pipelines.h"
@@ -45,7 +24,19 @@
 #include "regions/printer.h"
 #include "regions/serialization.h"
 #include "regions/verifier.h"
-#include "tools/tool_support.h"
+#include "tools/common_flags.h"
+#include "tools/flags.h"
+
+ABSL_FLAG(std::vector<std::string>, pass, {},
+          "run these passes (comma-separated, in this order; --list-passes names them)");
+ABSL_FLAG(std::string, pipeline, "",
+          "run the prefill or the decode pipeline (planner/pipelines.h) instead of --pass");
+ABSL_FLAG(std::string, phase, "",
+          "with --pass: the phase specialize_phase specializes for, prefill or decode; unset: "
+          "decode");
+ABSL_FLAG(std::string, emit, "text",
+          "the output form: text (the canonical IR) or proto (a textproto of regions/ir.proto)");
+ABSL_FLAG(bool, list_passes, false, "list the registered passes with their summaries and stop");
 
 namespace {
 
@@ -54,112 +45,100 @@ namespace planner = tileplan::planner;
 namespace tools = tileplan::tools;
 
 constexpr char kUsage[] =
-    "usage: tileplan-opt FILE|- | --model NAME|DIR\n"
-    "                    [--pass=NAME[,NAME...] | --pipeline=prefill|decode]\n"
-    "                    [--phase=prefill|decode] [--tokens=N] [--batch=N]\n"
-    "                    [--print-after-all] [--print-after=NAME[,NAME...]]\n"
-    "                    [--emit=text|proto]\n"
-    "       tileplan-opt --list-passes\n";
+    "the IR driver: reads a graph (an IR text file, - for stdin, or the lowered\n"
+    "graph of --model), verifies it, optionally runs planner passes over it, and prints the\n"
+    "result as canonical IR text or as a textproto of regions/ir.proto. The phase, --prefill and\n"
+    "--batch configure specialize_phase: --pipeline=prefill and --phase=prefill specialize for\n"
+    "the one token bucket --prefill=T, decode binds T = 1; --batch binds B (default 1). The IR\n"
+    "printed by --print-after-all and --print-after goes to stderr (format in planner/pass.h),\n"
+    "the final graph to stdout.\n"
+    "\n"
+    "usage: tileplan-opt FILE|- | --model DIR|FILE|NAME\n"
+    "                    [--pass NAME,... | --pipeline prefill|decode]\n"
+    "                    [--phase prefill|decode] [--prefill T] [--batch B]\n"
+    "                    [--print-after-all] [--print-after NAME,...] [--emit text|proto]\n"
+    "       tileplan-opt --list-passes\n"
+    "\n"
+    "Exit status: 0 done; 2 a usage error, an input that cannot be read, does not parse,\n"
+    "verify or lower, or a pass that fails (messages on stderr, prefixed with the input's\n"
+    "name, \"<stdin>\" for -).\n"
+    "\n"
+    "Examples:\n"
+    "  tileplan-opt tests/regions/testdata/tiny_llama.tpir --emit=proto\n"
+    "  tileplan-opt --model qwen3-0.6b --pipeline=decode --print-after=fuse_swiglu\n"
+    "  tileplan-opt --model qwen3-0.6b --pipeline=prefill --prefill=128 --batch=4\n";
 
+constexpr int kExitError = 2;
+
+// What the flags ask for.
 struct Options {
-  std::string path;                 // FILE or "-"; empty with --model
-  std::string model;                // bundled config name or checkpoint directory
-  std::vector<std::string> passes;  // --pass
-  std::string pipeline;             // "prefill", "decode" or empty
-  std::optional<std::string> phase;
-  std::optional<int64_t> tokens;
-  std::optional<int64_t> batch;
-  bool print_after_all = false;
-  std::vector<std::string> print_after;
+  std::string path;   // FILE or "-"; empty with --model
+  std::string model;  // a bundled config name or a checkpoint directory or config file
+  std::vector<std::string> passes;
+  std::string pipeline;  // "prefill", "decode" or empty
+  bool prefill = false;  // specialize for prefill (else decode)
+  int64_t tokens = 1;    // T
+  int64_t batch = 1;     // B
   bool emit_proto = false;
-  bool list_passes = false;
 };
 
-std::vector<std::string> NameList(absl::string_view text) {
-  return absl::StrSplit(text, ',', absl::SkipEmpty());
+bool OneOf(const std::string& value, const char* a, const char* b) {
+  return value == a || value == b;
 }
 
-absl::Status CheckCombination(const Options& o) {
-  if (o.list_passes) return absl::OkStatus();
+absl::StatusOr<Options> OptionsFromFlags(const std::vector<std::string>& positional) {
+  Options o;
+  o.model = absl::GetFlag(FLAGS_model);
+  if (positional.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("more than one input: '", positional[1], "'"));
+  }
+  if (!positional.empty()) o.path = positional.front();
   if (o.path.empty() == o.model.empty()) {
     return absl::InvalidArgumentError(o.path.empty() ? "no input: give FILE, - or --model"
                                                      : "give either FILE or --model, not both");
   }
+  o.passes = absl::GetFlag(FLAGS_pass);
+  o.pipeline = absl::GetFlag(FLAGS_pipeline);
+  const std::string phase = absl::GetFlag(FLAGS_phase);
+  const std::string emit = absl::GetFlag(FLAGS_emit);
+  if (!o.pipeline.empty() && !OneOf(o.pipeline, "prefill", "decode")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pipeline expects prefill or decode, got '", o.pipeline, "'"));
+  }
+  if (!phase.empty() && !OneOf(phase, "prefill", "decode")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--phase expects prefill or decode, got '", phase, "'"));
+  }
+  if (!OneOf(emit, "text", "proto")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--emit expects text or proto, got '", emit, "'"));
+  }
+  o.emit_proto = emit == "proto";
   if (!o.passes.empty() && !o.pipeline.empty()) {
     return absl::InvalidArgumentError("give either --pass or --pipeline, not both");
   }
   const bool runs_passes = !o.passes.empty() || !o.pipeline.empty();
-  if ((o.print_after_all || !o.print_after.empty()) && !runs_passes) {
+  const planner::PrintOptions print = tools::PrintOptionsFromFlags();
+  if ((print.after_all || !print.after.empty()) && !runs_passes) {
     return absl::InvalidArgumentError(
         "--print-after-all and --print-after need --pass or --pipeline");
   }
-  if ((o.phase || o.tokens || o.batch) && !runs_passes) {
-    return absl::InvalidArgumentError("--phase, --tokens and --batch need --pass or --pipeline");
+  if ((tools::Given("phase") || tools::Given("prefill") || tools::Given("batch")) && !runs_passes) {
+    return absl::InvalidArgumentError("--phase, --prefill and --batch need --pass or --pipeline");
   }
-  if (!o.pipeline.empty() && o.phase) {
+  if (!o.pipeline.empty() && tools::Given("phase")) {
     return absl::InvalidArgumentError("--phase is fixed by --pipeline");
   }
-  const bool prefill = o.pipeline == "prefill" || o.phase == "prefill";
-  if (prefill && !o.tokens) {
-    return absl::InvalidArgumentError("prefill needs --tokens=N (the token bucket)");
+  o.prefill = o.pipeline == "prefill" || phase == "prefill";
+  const std::vector<int64_t>& buckets = absl::GetFlag(FLAGS_prefill).values;
+  if (o.prefill && (!tools::Given("prefill") || buckets.size() != 1)) {
+    return absl::InvalidArgumentError("prefill specializes for one token bucket: give --prefill=T");
   }
-  if (!prefill && o.tokens) {
-    return absl::InvalidArgumentError("--tokens is the prefill token bucket; decode binds T = 1");
+  if (!o.prefill && tools::Given("prefill")) {
+    return absl::InvalidArgumentError("--prefill is the prefill token bucket; decode binds T = 1");
   }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
-  Options o;
-  bool have_path = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value_of = [&](absl::string_view flag) -> std::optional<std::string> {
-      const std::string prefix = absl::StrCat(flag, "=");
-      if (absl::StartsWith(arg, prefix)) return arg.substr(prefix.size());
-      return std::nullopt;
-    };
-    if (arg == "--emit=text" || arg == "--emit=proto") {
-      o.emit_proto = arg == "--emit=proto";
-    } else if (arg == "--list-passes") {
-      o.list_passes = true;
-    } else if (arg == "--print-after-all") {
-      o.print_after_all = true;
-    } else if (arg == "--model") {
-      if (i + 1 >= argc) return absl::InvalidArgumentError("--model needs a NAME or DIR");
-      o.model = argv[++i];
-    } else if (auto v = value_of("--model")) {
-      o.model = *v;
-    } else if (auto v = value_of("--pass")) {
-      for (std::string& name : NameList(*v)) o.passes.push_back(std::move(name));
-    } else if (auto v = value_of("--pipeline")) {
-      if (*v != "prefill" && *v != "decode") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--pipeline expects prefill or decode, got '", *v, "'"));
-      }
-      o.pipeline = *v;
-    } else if (auto v = value_of("--phase")) {
-      if (*v != "prefill" && *v != "decode") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--phase expects prefill or decode, got '", *v, "'"));
-      }
-      o.phase = *v;
-    } else if (auto v = value_of("--tokens")) {
-      TP_ASSIGN_OR_RETURN(o.tokens, tools::PositiveInt("--tokens", *v));
-    } else if (auto v = value_of("--batch")) {
-      TP_ASSIGN_OR_RETURN(o.batch, tools::PositiveInt("--batch", *v));
-    } else if (auto v = value_of("--print-after")) {
-      for (std::string& name : NameList(*v)) o.print_after.push_back(std::move(name));
-    } else if (arg != "-" && absl::StartsWith(arg, "-")) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "'"));
-    } else if (have_path) {
-      return absl::InvalidArgumentError(absl::StrCat("more than one input: '", arg, "'"));
-    } else {
-      o.path = arg;
-      have_path = true;
-    }
-  }
-  TP_RETURN_IF_ERROR(CheckCombination(o));
+  if (o.prefill) o.tokens = buckets.front();
+  o.batch = absl::GetFlag(FLAGS_batch).value;
   return o;
 }
 
@@ -183,15 +162,14 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 absl::StatusOr<planner::PassPipeline> BuildPipeline(const Options& o) {
   if (!o.pipeline.empty()) {
     planner::PipelineOptions options;
-    options.tokens = o.tokens.value_or(0);
+    options.tokens = o.prefill ? o.tokens : 0;
     options.batch = o.batch;
-    return o.pipeline == "prefill" ? planner::BuildPrefillPipeline(options)
-                                   : planner::BuildDecodePipeline(options);
+    return o.prefill ? planner::BuildPrefillPipeline(options)
+                     : planner::BuildDecodePipeline(options);
   }
   planner::PassOptions options;
-  options.phase =
-      o.phase == "prefill" ? tileplan::ir::Phase::kPrefill : tileplan::ir::Phase::kDecode;
-  options.tokens = o.tokens.value_or(1);
+  options.phase = o.prefill ? tileplan::ir::Phase::kPrefill : tileplan::ir::Phase::kDecode;
+  options.tokens = o.tokens;
   options.batch = o.batch;
   planner::PassPipeline pipeline;
   for (const std::string& name : o.passes) TP_RETURN_IF_ERROR(pipeline.Add(name, options));
@@ -208,18 +186,6 @@ absl::StatusOr<std::string> Emit(const Graph& graph, bool emit_proto) {
   return out;
 }
 
-// The lowered graph of a bundled config or of a checkpoint directory's config.json. I/O
-// errors come back as they are; a config that does not parse or lower as InvalidArgument.
-absl::StatusOr<Graph> LowerNamedModel(const std::string& model) {
-  namespace models = tileplan::models;
-  bool bundled = false;
-  for (const std::string& name : models::BundledConfigNames()) bundled = bundled || name == model;
-  TP_ASSIGN_OR_RETURN(const models::ModelConfig config,
-                      bundled ? models::BundledModelConfig(model)
-                              : models::LoadModelConfig(std::filesystem::path(model)));
-  return models::LowerModel(config);
-}
-
 void ListPasses() {
   const planner::PassRegistry& registry = planner::GlobalPassRegistry();
   for (const std::string& name : registry.Names()) {
@@ -227,19 +193,19 @@ void ListPasses() {
   }
 }
 
-// Runs everything after argument parsing; returns the exit status.
+// Runs everything after argument parsing; returns the exit status. Errors of the request
+// (a pass that does not exist or run, an input that cannot be read or found) are prefixed
+// "tileplan-opt: ", errors of the input itself with the input's name.
 int Run(const Options& o) {
   const std::string name = o.model.empty() ? (o.path == "-" ? "<stdin>" : o.path) : o.model;
   absl::StatusOr<planner::PassPipeline> pipeline = BuildPipeline(o);
-  if (!pipeline.ok()) {
-    std::cerr << "tileplan-opt: " << pipeline.status().message() << "\n";
-    return 1;
-  }
+  if (!pipeline.ok()) return tools::UsageFailure(pipeline.status().message());
+  const planner::PrintOptions print = tools::PrintOptionsFromFlags();
   const std::vector<std::string> names = pipeline->PassNames();
-  for (const std::string& pass : o.print_after) {
+  for (const std::string& pass : print.after) {
     if (std::find(names.begin(), names.end(), pass) == names.end()) {
-      std::cerr << "tileplan-opt: --print-after=" << pass << " names a pass that does not run\n";
-      return 1;
+      return tools::UsageFailure(
+          absl::StrCat("--print-after=", pass, " names a pass that does not run"));
     }
   }
   absl::StatusOr<Graph> graph;
@@ -247,29 +213,25 @@ int Run(const Options& o) {
     absl::StatusOr<std::string> text = ReadInput(o.path);
     if (!text.ok()) {
       std::cerr << "tileplan-opt: " << text.status().message() << "\n";
-      return 1;
+      return kExitError;
     }
     graph = tileplan::ir::ParseGraph(*text);
   } else {
-    graph = LowerNamedModel(o.model);
-    if (!graph.ok() && graph.status().code() != absl::StatusCode::kInvalidArgument) {
-      std::cerr << "tileplan-opt: " << graph.status().message() << "\n";
-      return 1;
+    absl::StatusOr<tools::ModelArgument> model = tools::LoadModelArgument(o.model);
+    if (!model.ok() && model.status().code() != absl::StatusCode::kInvalidArgument) {
+      std::cerr << "tileplan-opt: " << model.status().message() << "\n";
+      return kExitError;
     }
+    graph = model.ok() ? tileplan::models::LowerModel(model->config)
+                       : absl::StatusOr<Graph>(model.status());
   }
   absl::Status status = graph.status();
-  if (status.ok()) {
-    planner::PrintOptions print;
-    print.after_all = o.print_after_all;
-    print.after = o.print_after;
-    print.out = &std::cerr;
-    status = pipeline->Run(*graph, print).status();
-  }
+  if (status.ok()) status = pipeline->Run(*graph, print).status();
   absl::StatusOr<std::string> out =
       status.ok() ? Emit(*graph, o.emit_proto) : absl::StatusOr<std::string>(status);
   if (!out.ok()) {
     std::cerr << name << ": " << out.status().message() << "\n";
-    return 2;
+    return kExitError;
   }
   std::cout << *out;
   return 0;
@@ -278,14 +240,12 @@ int Run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::StatusOr<Options> options = ParseArgs(argc, argv);
-  if (!options.ok()) {
-    std::cerr << "tileplan-opt: " << options.status().message() << "\n" << kUsage;
-    return 1;
-  }
-  if (options->list_passes) {
+  const std::vector<std::string> positional = tools::ParseFlags(argc, argv, {kUsage});
+  if (absl::GetFlag(FLAGS_list_passes)) {
     ListPasses();
     return 0;
   }
+  absl::StatusOr<Options> options = OptionsFromFlags(positional);
+  if (!options.ok()) return tools::UsageFailure(options.status().message());
   return Run(*options);
 }

@@ -1,39 +1,12 @@
 #include "tools/tool_support.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <system_error>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 
 namespace tileplan::tools {
-
-absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view text) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v) || v <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " needs a positive integer, got '", text, "'"));
-  }
-  return v;
-}
-
-absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    TP_ASSIGN_OR_RETURN(int64_t v, PositiveInt(flag, part));
-    out.push_back(v);
-  }
-  return out;
-}
-
-absl::StatusOr<bool> PrefillLastTokenLogits(absl::string_view flag, absl::string_view text) {
-  if (text == "all") return false;
-  if (text == "last") return true;
-  return absl::InvalidArgumentError(absl::StrCat(flag, " takes 'all' or 'last', got '", text, "'"));
-}
 
 planner::PlanOptions BenchmarkPlanOptions(const std::vector<int64_t>& prefill,
                                           const std::vector<int64_t>& decode, int64_t batch,
@@ -51,22 +24,29 @@ planner::PlanOptions BenchmarkPlanOptions(const std::vector<int64_t>& prefill,
   return options;
 }
 
-absl::StatusOr<models::ModelConfig> LoadModelArgument(const std::string& model, std::string* name) {
+absl::StatusOr<ModelArgument> LoadModelArgument(const std::string& model) {
+  namespace fs = std::filesystem;
+  ModelArgument out;
   std::error_code ec;
-  if (std::filesystem::exists(model, ec)) {
-    std::filesystem::path path = std::filesystem::path(model).lexically_normal();
-    if (path.filename().empty()) path = path.parent_path();
-    if (name != nullptr) *name = path.filename().string();
-    return models::LoadModelConfig(model);
+  if (fs::exists(model, ec)) {
+    TP_ASSIGN_OR_RETURN(out.config, models::LoadModelConfig(model));
+    fs::path path = fs::absolute(model, ec).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();  // "DIR/"
+    out.directory = fs::is_directory(path, ec) ? path : path.parent_path();
+    out.name = out.directory.filename().string();
+    out.has_weights = fs::exists(out.directory / "model.safetensors", ec) ||
+                      fs::exists(out.directory / "model.safetensors.index.json", ec);
+    return out;
   }
-  if (name != nullptr) *name = model;
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
   if (!config.ok()) {
     return absl::NotFoundError(absl::StrCat(
         "--model ", model,
         " is neither an existing path nor a bundled config: ", config.status().message()));
   }
-  return config;
+  out.config = *std::move(config);
+  out.name = model;
+  return out;
 }
 
 }  // namespace tileplan::tools

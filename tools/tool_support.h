@@ -1,27 +1,18 @@
-// What several command-line tools share: positive-integer flags and the model argument.
+// What several command-line tools share beyond their flags: the model argument and the plan
+// options of the benchmark and the tuner.
 #ifndef TILEPLAN_TOOLS_TOOL_SUPPORT_H_
 #define TILEPLAN_TOOLS_TOOL_SUPPORT_H_
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 
 namespace tileplan::tools {
-
-// InvalidArgument "<flag> needs a positive integer, got '<text>'" for anything else.
-absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view text);
-// A comma-separated list of positive integers ("128,512").
-absl::StatusOr<std::vector<int64_t>> PositiveList(absl::string_view flag, absl::string_view text);
-
-// --prefill-logits: "all" (every token's logits) is false, "last" (each sequence's last
-// token's only, planner::PlanOptions::prefill_last_token_logits) is true; InvalidArgument
-// naming the flag otherwise.
-absl::StatusOr<bool> PrefillLastTokenLogits(absl::string_view flag, absl::string_view text);
 
 // The plan options benchmark_transformer plans with and autotune_regions tunes for, one
 // function so that the tuner's keys are the ones the benchmark looks up: a prefill phase per
@@ -33,11 +24,21 @@ planner::PlanOptions BenchmarkPlanOptions(const std::vector<int64_t>& prefill,
                                           const std::vector<int64_t>& decode, int64_t batch,
                                           bool prefill_last_token_logits, int64_t max_context = 0);
 
-// `model` is a checkpoint directory or config file when the path exists, else a bundled
-// config name. `name` (optional) receives the directory's name or the bundled name.
-// NotFound naming the argument when it is neither.
-absl::StatusOr<models::ModelConfig> LoadModelArgument(const std::string& model,
-                                                      std::string* name = nullptr);
+// What --model names.
+struct ModelArgument {
+  models::ModelConfig config;
+  std::string name;  // the directory's name (a config file's directory's), or the bundled name
+  // The checkpoint directory (the argument, or the config file's directory); empty for a
+  // bundled config, which has no weights.
+  std::filesystem::path directory;
+  // Whether `directory` holds weights: model.safetensors or model.safetensors.index.json.
+  bool has_weights = false;
+};
+
+// `model` is a checkpoint directory or its config file when the path exists, else a bundled
+// config name. NotFound naming the argument when it is neither; the config's own errors
+// (InvalidArgument naming the field) as they are.
+absl::StatusOr<ModelArgument> LoadModelArgument(const std::string& model);
 
 }  // namespace tileplan::tools
 

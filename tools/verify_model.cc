@@ -1,7 +1,5 @@
-// verify_model: checks a backend against a reference fixture (docs/fixtures.md).
-//
-//   verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N] [--no-plan]
-//                [--no-cuda-graphs] [--print-after-all] [--print-after=PASS[,PASS...]]
+// verify_model: checks a backend against a reference fixture (docs/fixtures.md). Flags:
+// --help, README.md.
 //
 // Loads DIR's config.json and checkpoint and lowers the model. By default it then plans the
 // primitive graph for both phases (planner/phase_graphs.h: the prefill pipeline with the
@@ -25,9 +23,6 @@
 // greedy tokens (greedy_logits); argmax agrees everywhere except near-ties (a reference gap
 // within twice the measured deviation); greedy tokens match up to the first near-tie.
 // --no-cuda-graphs launches every kernel from the host instead of replaying graphs.
-//
-// Exit status: 0 all checks pass; 1 a numerical check fails; 2 bad arguments, unreadable or
-// malformed input, or an unsupported model (the message names the field or tensor).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,16 +31,16 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "device/device.h"
 #include "models/config.h"
@@ -56,6 +51,17 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "tools/common_flags.h"
+#include "tools/flags.h"
+#include "tools/gpu_flags.h"
+
+ABSL_FLAG(std::string, reference, "",
+          "the reference fixture to compare with (docs/fixtures.md): reference.safetensors");
+ABSL_FLAG(std::string, backend, "", "the backend to check: cpu or gpu");
+ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, threads, std::nullopt,
+          "threads of the cpu backend; unset: the backend's default");
+ABSL_FLAG(bool, plan, true,
+          "run the planned graphs; --no-plan runs the primitive graph (cpu backend only)");
 
 namespace tileplan {
 namespace {
@@ -75,93 +81,50 @@ constexpr double kBf16SpreadFactor = 2.0;
 constexpr double kMinRelativeErrorBf16 = 1e-2;
 constexpr double kMaxRelativeErrorBf16 = 5e-2;
 
-constexpr const char* kUsage =
+constexpr char kUsage[] =
+    "checks a backend against a reference fixture (docs/fixtures.md): the prompt's\n"
+    "logits and argmax, the decode steps' logits fed the reference's greedy tokens, and the\n"
+    "greedy continuation. --model must be a checkpoint directory (config.json and safetensors): a\n"
+    "bundled config has no weights. The cpu backend is float32 (limit 1e-4 relative); the gpu\n"
+    "backend plans for the device and runs the plan in bf16 (limits from the reference's\n"
+    "bf16_relative).\n"
+    "\n"
     "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N]\n"
-    "                    [--no-plan] [--no-cuda-graphs] [--pdl=never|decode|always]\n"
-    "                    [--print-after-all]\n"
-    "                    [--print-after=PASS[,PASS...]]";
+    "                    [--no-plan] [--no-cuda-graphs] [--pdl never|decode|always]\n"
+    "                    [--print-after-all] [--print-after PASS,...]\n"
+    "\n"
+    "Exit status: 0 all checks pass; 1 a numerical check fails; 2 bad arguments, unreadable or\n"
+    "malformed input, or an unsupported model (the message names the field or tensor).\n"
+    "\n"
+    "Examples:\n"
+    "  verify_model --model tests/data/qwen3-tiny \\\n"
+    "      --reference tests/data/qwen3-tiny/reference.safetensors --backend cpu\n"
+    "  verify_model --model DIR --reference DIR/reference.safetensors --backend gpu --pdl always\n";
 
-struct Args {
-  std::string model;
-  std::string reference;
-  std::string backend;
-  int threads = 0;   // 0: the backend's default
-  bool plan = true;  // false: run the primitive graph
-  bool cuda_graphs = true;
-  std::string pdl = "decode";  // programmatic dependent launch (GPU backend)
-  bool print_after_all = false;
-  std::vector<std::string> print_after;
-};
-
-absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  Args args;
-  for (int k = 1; k < argc; ++k) {
-    std::string flag = argv[k];
-    std::string value;
-    if (flag == "--no-plan") {
-      args.plan = false;
-      continue;
-    }
-    if (flag == "--print-after-all") {
-      args.print_after_all = true;
-      continue;
-    }
-    if (flag == "--no-cuda-graphs") {
-      args.cuda_graphs = false;
-      continue;
-    }
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (k + 1 < argc) {
-      value = argv[++k];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag ", flag, " needs a value"));
-    }
-    if (flag == "--model") {
-      args.model = value;
-    } else if (flag == "--reference") {
-      args.reference = value;
-    } else if (flag == "--backend") {
-      args.backend = value;
-    } else if (flag == "--pdl") {
-      args.pdl = value;
-      runtime::gpu::GpuOptions check;
-      TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, check));
-    } else if (flag == "--threads") {
-      if (!absl::SimpleAtoi(value, &args.threads) || args.threads < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--threads needs a positive integer, got '", value, "'"));
-      }
-    } else if (flag == "--print-after") {
-      for (absl::string_view pass : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-        args.print_after.emplace_back(pass);
-      }
-      if (args.print_after.empty()) {
-        return absl::InvalidArgumentError("--print-after needs a pass name");
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
-    }
-  }
-  if (args.model.empty() || args.reference.empty() || args.backend.empty()) {
+// Combinations and values that make no run.
+absl::Status CheckFlags() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (absl::GetFlag(FLAGS_model).empty() || absl::GetFlag(FLAGS_reference).empty() ||
+      backend.empty()) {
     return absl::InvalidArgumentError("--model, --reference and --backend are required");
   }
-  if (args.backend != "cpu" && args.backend != "gpu") {
+  if (backend != "cpu" && backend != "gpu") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown backend '", args.backend, "'; supported backends: cpu, gpu"));
+        absl::StrCat("unknown backend '", backend, "'; supported backends: cpu, gpu"));
   }
-  if (args.backend == "gpu" && !args.plan) {
+  const bool plan = absl::GetFlag(FLAGS_plan);
+  if (backend == "gpu" && !plan) {
     return absl::InvalidArgumentError("--backend gpu runs planned graphs; --no-plan is cpu only");
   }
-  if (args.backend == "cpu" && (!args.cuda_graphs || args.pdl != "decode")) {
+  if (backend == "cpu" && (tools::Given("cuda_graphs") || tools::Given("pdl"))) {
     return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
   }
-  if (!args.plan && (args.print_after_all || !args.print_after.empty())) {
+  if (!plan &&
+      (absl::GetFlag(FLAGS_print_after_all) || !absl::GetFlag(FLAGS_print_after).empty())) {
     return absl::InvalidArgumentError(
         "--print-after-all and --print-after show the planner's passes; --no-plan runs none");
   }
-  return args;
+  return tools::GpuOptionsFromFlags().status();
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -379,28 +342,25 @@ struct Outputs {
   std::vector<float> forced;
 };
 
-absl::StatusOr<Outputs> RunCpu(const Args& args, const ir::Graph& graph,
-                               const models::Checkpoint& checkpoint, const Reference& ref,
-                               int64_t vocab) {
+absl::StatusOr<Outputs> RunCpu(const ir::Graph& graph, const models::Checkpoint& checkpoint,
+                               const Reference& ref, int64_t vocab) {
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
   runtime::cpu::CpuBackend::Options options;
   options.batch = 1;
   options.max_seq = prompt_len + num_greedy;
-  options.threads = args.threads;
+  if (const auto threads = absl::GetFlag(FLAGS_threads)) {
+    options.threads = static_cast<int>(std::min<int64_t>(threads->value, 1 << 16));
+  }
   std::unique_ptr<runtime::cpu::CpuBackend> backend;
   std::string graph_line;
-  if (args.plan) {
+  if (absl::GetFlag(FLAGS_plan)) {
     planner::PipelineOptions plan_options;
     plan_options.tokens = prompt_len;
     plan_options.batch = options.batch;
     plan_options.cache_capacity = options.max_seq;
-    planner::PrintOptions print;
-    print.after_all = args.print_after_all;
-    print.after = args.print_after;
-    print.out = &std::cerr;
     TP_ASSIGN_OR_RETURN(planner::PhaseGraphs planned,
-                        planner::PlanPhases(graph, plan_options, print));
+                        planner::PlanPhases(graph, plan_options, tools::PrintOptionsFromFlags()));
     TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
                                      planned.prefill, planned.decode, checkpoint, options));
     graph_line = absl::StrCat("planned (prefill ", planned.prefill.regions().size(),
@@ -431,7 +391,7 @@ absl::StatusOr<Outputs> RunCpu(const Args& args, const ir::Graph& graph,
   return out;
 }
 
-absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& config,
+absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
                                const models::Checkpoint& checkpoint, const Reference& ref,
                                int64_t vocab) {
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
@@ -443,20 +403,16 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
   plan_options.prefill_batch = 1;
   plan_options.decode_batches = {1};
   plan_options.max_context = prompt_len + num_greedy;
-  plan_options.print.after_all = args.print_after_all;
-  plan_options.print.after = args.print_after;
-  plan_options.print.out = &std::cerr;
+  plan_options.print = tools::PrintOptionsFromFlags();
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));
-  runtime::gpu::GpuOptions options;
-  options.cuda_graphs = args.cuda_graphs;
-  TP_RETURN_IF_ERROR(runtime::gpu::ParseProgrammaticLaunch(args.pdl, options));
+  TP_ASSIGN_OR_RETURN(const runtime::gpu::GpuOptions options, tools::GpuOptionsFromFlags());
   TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
                       runtime::gpu::GpuRuntime::Create(*device, plan, &checkpoint, options));
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
   std::cout << "backend: gpu (" << device->Label() << ", target " << target.name() << ", "
-            << (args.cuda_graphs ? "CUDA graphs" : "host launches")
-            << ", programmatic dependent launch: " << args.pdl << "; setup "
+            << (options.cuda_graphs ? "CUDA graphs" : "host launches")
+            << ", programmatic dependent launch: " << absl::GetFlag(FLAGS_pdl) << "; setup "
             << absl::StrFormat("%.2f s: %d kernels in %.2f s, weights in %.2f s",
                                info.setup_seconds, info.kernels_compiled, info.compile_seconds,
                                info.weights_seconds)
@@ -485,16 +441,24 @@ absl::StatusOr<Outputs> RunGpu(const Args& args, const models::ModelConfig& conf
 }
 
 // Runs the check; returns the exit status, or an error for bad input.
-absl::StatusOr<int> Verify(const Args& args) {
-  TP_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(args.model));
+absl::StatusOr<int> Verify() {
+  TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
+  if (model.directory.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model ", model.name,
+                     " is a bundled config, which has no weights: verify_model "
+                     "needs a checkpoint directory (config.json and safetensors)"));
+  }
+  const models::ModelConfig& config = model.config;
   TP_ASSIGN_OR_RETURN(std::unique_ptr<models::Checkpoint> checkpoint,
-                      models::Checkpoint::Open(args.model));
+                      models::Checkpoint::Open(model.directory));
+  const std::string reference = absl::GetFlag(FLAGS_reference);
   TP_ASSIGN_OR_RETURN(ir::Graph graph, models::LowerModel(config));
-  TP_ASSIGN_OR_RETURN(Reference ref, LoadReference(args.reference, config.vocab_size));
+  TP_ASSIGN_OR_RETURN(Reference ref, LoadReference(reference, config.vocab_size));
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
   const int64_t vocab = config.vocab_size;
-  const bool gpu = args.backend == "gpu";
+  const bool gpu = absl::GetFlag(FLAGS_backend) == "gpu";
   // Limits of the prompt and the decode-step comparisons.
   double prompt_limit = kMaxRelativeErrorF32, decode_limit = kMaxRelativeErrorF32;
   if (gpu) {
@@ -505,17 +469,18 @@ absl::StatusOr<int> Verify(const Args& args) {
     }
   }
 
-  std::cout << "model: " << args.model << " (" << models::ArchitectureName(config.arch) << ", "
-            << config.num_layers << " layers, hidden " << config.hidden_size << ", heads "
-            << config.num_heads << "/" << config.num_kv_heads << ", head_dim " << config.head_dim
-            << ", vocab " << vocab << ", " << ir::DTypeName(config.dtype) << ")\n"
-            << "reference: " << args.reference << " (prompt " << prompt_len << " tokens, greedy "
+  std::cout << "model: " << absl::GetFlag(FLAGS_model) << " ("
+            << models::ArchitectureName(config.arch) << ", " << config.num_layers
+            << " layers, hidden " << config.hidden_size << ", heads " << config.num_heads << "/"
+            << config.num_kv_heads << ", head_dim " << config.head_dim << ", vocab " << vocab
+            << ", " << ir::DTypeName(config.dtype) << ")\n"
+            << "reference: " << reference << " (prompt " << prompt_len << " tokens, greedy "
             << num_greedy << " tokens)\n";
   Outputs outputs;
   if (gpu) {
-    TP_ASSIGN_OR_RETURN(outputs, RunGpu(args, config, *checkpoint, ref, vocab));
+    TP_ASSIGN_OR_RETURN(outputs, RunGpu(config, *checkpoint, ref, vocab));
   } else {
-    TP_ASSIGN_OR_RETURN(outputs, RunCpu(args, graph, *checkpoint, ref, vocab));
+    TP_ASSIGN_OR_RETURN(outputs, RunCpu(graph, *checkpoint, ref, vocab));
   }
   const std::vector<float>& logits = outputs.logits;
 
@@ -581,12 +546,13 @@ absl::StatusOr<int> Verify(const Args& args) {
 }  // namespace tileplan
 
 int main(int argc, char** argv) {
-  absl::StatusOr<tileplan::Args> args = tileplan::ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "verify_model: " << args.status().message() << "\n" << tileplan::kUsage << "\n";
-    return tileplan::kExitBadInput;
+  namespace tools = tileplan::tools;
+  const std::vector<std::string> positional = tools::ParseFlags(argc, argv, {tileplan::kUsage});
+  if (!positional.empty()) {
+    return tools::UsageFailure(absl::StrCat("unexpected argument '", positional.front(), "'"));
   }
-  absl::StatusOr<int> result = tileplan::Verify(*args);
+  if (absl::Status s = tileplan::CheckFlags(); !s.ok()) return tools::UsageFailure(s.message());
+  absl::StatusOr<int> result = tileplan::Verify();
   if (!result.ok()) {
     std::cerr << "verify_model: " << result.status().message() << "\n";
     return tileplan::kExitBadInput;

@@ -519,6 +519,14 @@ int64_t TacticStore::num_winners() const {
   return static_cast<int64_t>(winners_.size());
 }
 
+std::vector<TacticKey> TacticStore::keys() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TacticKey> out;
+  out.reserve(winners_.size());
+  for (const auto& [key, winner] : winners_) out.push_back(key);
+  return out;
+}
+
 std::vector<std::string> TacticStore::environments() const {
   absl::MutexLock lock(&mu_);
   return std::vector<std::string>(environments_.begin(), environments_.end());

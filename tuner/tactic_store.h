@@ -115,6 +115,8 @@ class TacticStore final : public planner::TacticCache {
   absl::Status Import(absl::string_view path);
 
   int64_t num_winners() const;
+  // The key of every stored winner, sorted (what a plan's lookups can hit).
+  std::vector<planner::TacticKey> keys() const;
   // The fingerprint of every environment stored, sorted.
   std::vector<std::string> environments() const;
   // What Open found wrong: why the file is not usable, or stored rows it skipped. Empty for

@@ -1,5 +1,6 @@
 #include "planner/tactic_selection.h"
 
+#include <map>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -56,6 +57,46 @@ TEST_F(TacticSelectionTest, MissUsesTheCostModelOverEveryFamily) {
   EXPECT_EQ(choice->key.shape_bucket, "B=1,Smax=4096,T=1");
   EXPECT_EQ(choice->key.region_signature,
             "linear(bf16[1,1,128], bf16[256,128]) -> (bf16[1,1,256]) {}");
+}
+
+// The planner looks up exactly the keys TacticKeyFor builds (what the tuner measures under),
+// one per family that can implement the region; a recording cache sees each lookup.
+TEST_F(TacticSelectionTest, LookupsAreTheKeysOfTacticKeyFor) {
+  const BoundRegion qkv(decode_, RegionNamed(graph_, "qkv"));
+  InMemoryTacticCache inner;
+  const kernels::KernelFamily& gemv = *kernels::GlobalKernelRegistry().Find("gemv");
+  const TacticKey gemv_key = TacticKeyFor(qkv, ir::Phase::kDecode, gemv, "env");
+  inner.Insert(gemv_key, MeasuredTactic{*gemv.DefaultTactic(qkv, target_), 1.5});
+  const RecordingTacticCache recording(&inner);
+  context_.cache = &recording;
+  context_.environment = "env";
+  absl::StatusOr<TacticChoice> choice = SelectTactic(qkv, context_);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->source, TacticSource::kTuned);
+  EXPECT_EQ(choice->key, gemv_key);
+  const TacticKey cublaslt_key = TacticKeyFor(
+      qkv, ir::Phase::kDecode, *kernels::GlobalKernelRegistry().Find("cublaslt_gemm"), "env");
+  const std::map<TacticKey, RecordingTacticCache::Record> records = recording.records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_TRUE(records.at(gemv_key).hit);
+  EXPECT_EQ(records.at(gemv_key).lookups, 1);
+  EXPECT_FALSE(records.at(cublaslt_key).hit);
+  // The key's fields.
+  EXPECT_EQ(gemv_key.environment, "env");
+  EXPECT_EQ(gemv_key.region_signature, RegionSignature(qkv));
+  EXPECT_EQ(gemv_key.shape_bucket, "B=1,Smax=4096,T=1");
+  EXPECT_EQ(gemv_key.phase, ir::Phase::kDecode);
+  EXPECT_EQ(gemv_key.family, "gemv");
+  EXPECT_EQ(gemv_key.family_version, gemv.version());
+
+  // Without an inner cache every lookup misses, and is still recorded.
+  const RecordingTacticCache alone(nullptr);
+  context_.cache = &alone;
+  ASSERT_TRUE(SelectTactic(qkv, context_).ok());
+  ASSERT_TRUE(SelectTactic(qkv, context_).ok());
+  EXPECT_EQ(alone.records().size(), 2u);
+  EXPECT_EQ(alone.records().at(gemv_key).lookups, 2);
+  EXPECT_FALSE(alone.records().at(gemv_key).hit);
 }
 
 TEST_F(TacticSelectionTest, HitReturnsTheMeasuredTacticAsTuned) {

@@ -123,17 +123,36 @@ TEST(TileplanOptTest, VerifyErrorExitsTwoNamingRegion) {
                                "f32[4]"));
 }
 
-TEST(TileplanOptTest, UsageAndIoErrorsExitOne) {
-  EXPECT_EQ(RunOpt("").exit_code, 1);
-  EXPECT_EQ(RunOpt(absl::StrCat("--emit=json '", GoldenPath(), "'")).exit_code, 1);
-  EXPECT_EQ(RunOpt(absl::StrCat("'", GoldenPath(), "' '", GoldenPath(), "'")).exit_code, 1);
+TEST(TileplanOptTest, UsageAndIoErrorsExitTwo) {
+  EXPECT_EQ(RunOpt("").exit_code, 2);
+  const RunResult emit = RunOpt(absl::StrCat("--emit=json '", GoldenPath(), "'"));
+  EXPECT_EQ(emit.exit_code, 2);
+  EXPECT_THAT(emit.err, HasSubstr("--emit expects text or proto, got 'json'"));
+  EXPECT_THAT(emit.err, HasSubstr("usage: tileplan-opt"));
+  EXPECT_EQ(RunOpt(absl::StrCat("'", GoldenPath(), "' '", GoldenPath(), "'")).exit_code, 2);
   const RunResult missing = RunOpt("/nonexistent/graph.tpir");
-  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("cannot open '/nonexistent/graph.tpir'"));
   const RunResult directory = RunOpt(
       absl::StrCat("'", tileplan::testing::SourcePath("tests/regions/testdata").string(), "'"));
-  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_EQ(directory.exit_code, 2);
   EXPECT_THAT(directory.err, HasSubstr("is a directory"));
+  // A mistyped flag names itself.
+  const RunResult unknown = RunOpt(absl::StrCat("--pipline=decode '", GoldenPath(), "'"));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.out, "");
+  EXPECT_THAT(unknown.err, ::testing::StartsWith("tileplan-opt: unknown flag --pipline\n"));
+}
+
+TEST(TileplanOptTest, HelpDescribesTheToolAndItsFlags) {
+  const RunResult r = RunOpt("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tileplan-opt: the IR driver"));
+  EXPECT_THAT(r.out, HasSubstr("usage: tileplan-opt FILE|- | --model DIR|FILE|NAME"));
+  EXPECT_THAT(r.out, HasSubstr("Exit status: 0 done; 2 "));
+  EXPECT_THAT(r.out, HasSubstr("    --pipeline (run the prefill or the decode pipeline"));
+  EXPECT_THAT(r.out, HasSubstr("    --print-after-all (print the IR"));
+  EXPECT_THAT(r.out, HasSubstr("    --list-passes (list the registered passes"));
 }
 
 constexpr char kDeadCode[] = R"(graph @g {
@@ -148,12 +167,13 @@ TEST(TileplanOptTest, RunsNamedPassesInOrder) {
   const std::string path = WriteTemp("dead.tpir", kDeadCode);
   const RunResult r = RunOpt(absl::StrCat("--pass=dce,specialize_phase '", path, "'"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // B is bound to --batch, 1 by default.
   EXPECT_EQ(r.out,
-            "graph @g {\n  input %x: f32[B,1,4]\n  %y: f32[B,1,4] = silu(%x) phase(decode)\n"
+            "graph @g {\n  input %x: f32[1,1,4]\n  %y: f32[1,1,4] = silu(%x) phase(decode)\n"
             "  output %y\n}\n");
   EXPECT_EQ(r.err, "");
   const RunResult prefill = RunOpt(
-      absl::StrCat("--pass=specialize_phase --phase=prefill --tokens=8 --batch=2 '", path, "'"));
+      absl::StrCat("--pass=specialize_phase --phase=prefill --prefill=8 --batch=2 '", path, "'"));
   EXPECT_EQ(prefill.exit_code, 0) << prefill.err;
   EXPECT_THAT(prefill.out, HasSubstr("%dead: f32[2,8,4] = mul(%y, %y) phase(prefill)"));
 }
@@ -188,13 +208,14 @@ TEST(TileplanOptTest, PlansABundledModel) {
 TEST(TileplanOptTest, PlansACheckpointDirectorysConfig) {
   const std::string model = tileplan::testing::SourcePath("tests/data/phi3-tiny").string();
   const RunResult r =
-      RunOpt(absl::StrCat("--model '", model, "' --pipeline=prefill --tokens=16"));
+      RunOpt(absl::StrCat("--model '", model, "' --pipeline=prefill --prefill=16"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("= rope_kv_write(%l0.qkv, "));
   EXPECT_THAT(r.out, HasSubstr("phase(prefill)"));
   const RunResult missing = RunOpt("--model /nonexistent/model --pipeline=decode");
-  EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_THAT(missing.err, HasSubstr("/nonexistent/model"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err,
+              HasSubstr("--model /nonexistent/model is neither an existing path nor a bundled"));
 }
 
 TEST(TileplanOptTest, PassFailureExitsTwoNamingPassAndRegion) {
@@ -213,24 +234,32 @@ TEST(TileplanOptTest, PassFailureExitsTwoNamingPassAndRegion) {
                                 "for decode\n"));
 }
 
-TEST(TileplanOptTest, PassUsageErrorsExitOne) {
+TEST(TileplanOptTest, PassUsageErrorsExitTwo) {
   const std::string g = absl::StrCat(" '", GoldenPath(), "'");
   EXPECT_THAT(RunOpt("--pass=fuse_everything" + g).err,
               HasSubstr("unknown pass 'fuse_everything'"));
-  EXPECT_EQ(RunOpt("--pass=fuse_everything" + g).exit_code, 1);
-  EXPECT_THAT(RunOpt("--pipeline=prefill" + g).err, HasSubstr("prefill needs --tokens=N"));
-  EXPECT_EQ(RunOpt("--pipeline=decode --tokens=4" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--pipeline=fast" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--pipeline=decode --pass=dce" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--pipeline=decode --phase=decode" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--pipeline=decode --batch=0" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--print-after-all" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--tokens=3" + g).exit_code, 1);
+  EXPECT_EQ(RunOpt("--pass=fuse_everything" + g).exit_code, 2);
+  EXPECT_THAT(RunOpt("--pipeline=prefill" + g).err,
+              HasSubstr("prefill specializes for one token bucket: give --prefill=T"));
+  EXPECT_EQ(RunOpt("--pipeline=prefill --prefill=16,32" + g).exit_code, 2);
+  EXPECT_THAT(RunOpt("--pipeline=decode --prefill=4" + g).err,
+              HasSubstr("--prefill is the prefill token bucket; decode binds T = 1"));
+  EXPECT_EQ(RunOpt("--pipeline=decode --prefill=4" + g).exit_code, 2);
+  EXPECT_EQ(RunOpt("--pipeline=fast" + g).exit_code, 2);
+  EXPECT_EQ(RunOpt("--pipeline=decode --pass=dce" + g).exit_code, 2);
+  EXPECT_EQ(RunOpt("--pipeline=decode --phase=decode" + g).exit_code, 2);
+  const RunResult zero = RunOpt("--pipeline=decode --batch=0" + g);
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--batch: invalid value '0': needs a positive integer"));
+  EXPECT_EQ(RunOpt("--print-after-all" + g).exit_code, 2);
+  EXPECT_EQ(RunOpt("--prefill=3" + g).exit_code, 2);
   const RunResult not_run = RunOpt("--pass=dce --print-after=pack_qkv" + g);
-  EXPECT_EQ(not_run.exit_code, 1);
+  EXPECT_EQ(not_run.exit_code, 2);
   EXPECT_THAT(not_run.err, HasSubstr("--print-after=pack_qkv names a pass that does not run"));
-  EXPECT_EQ(RunOpt("--model qwen3-0.6b" + g).exit_code, 1);
-  EXPECT_EQ(RunOpt("--model").exit_code, 1);
+  EXPECT_EQ(RunOpt("--model qwen3-0.6b" + g).exit_code, 2);
+  const RunResult no_value = RunOpt("--model");
+  EXPECT_EQ(no_value.exit_code, 2);
+  EXPECT_THAT(no_value.err, HasSubstr("--model needs a value"));
 }
 
 TEST(TileplanOptTest, ListsPasses) {

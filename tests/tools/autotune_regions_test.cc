@@ -1,6 +1,7 @@
-// autotune_regions end to end. Without a GPU: --help and the refusals of a bad
-// --inject-fault. On a GPU (skipped without one, saying why): a fault injected into one
-// candidate of a tiny fixture model kills the worker for real (a kernel that executes
+// autotune_regions end to end. Without a GPU: --help, the refusals of a bad --inject-fault,
+// of tuning without a GPU and of exporting a store that does not exist. On a GPU (skipped without
+// one, saying why): a fault injected into one candidate of a tiny fixture model kills the worker
+// for real (a kernel that executes
 // __trap()); the run restarts it, records the candidate as a fault with the CUDA error,
 // tunes every region, exits with 3 and says so in its summary; a second run finds every
 // region in the store. Label: gpu.
@@ -56,28 +57,61 @@ Result RunTool(const std::string& args) {
   return testing::RunTool(ToolPath(), args, Scratch() / "output.txt");
 }
 
-TEST(AutotuneRegionsTest, HelpDescribesFaultInjectionAndTheExitStatus) {
+TEST(AutotuneRegionsTest, HelpDescribesFaultInjectionTheWorkerAndTheExitStatus) {
   const Result r = RunTool("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("usage: autotune_regions --model DIR|FILE|NAME --tactic-cache"));
   EXPECT_THAT(r.output, HasSubstr("--inject-fault REGION:CANDIDATE"));
   EXPECT_THAT(r.output, HasSubstr("a testing aid"));
   EXPECT_THAT(r.output, HasSubstr("__trap()"));
   EXPECT_THAT(r.output, HasSubstr("3 every region tuned, but a candidate faulted the GPU"));
+  EXPECT_THAT(r.output, HasSubstr("    --worker (internal: the request of a measuring worker"));
 }
 
 TEST(AutotuneRegionsTest, BadInjectFaultIsRefusedWithTwo) {
   const std::string cache = (Scratch() / "tactics.db").string();
   for (const char* bad : {"--inject-fault=rms_norm", "--inject-fault=rms_norm:-1",
                           "--inject-fault=:2", "--inject-fault rms_norm:x"}) {
-    const Result r = RunTool(absl::StrCat("--model qwen3-0.6b --cache '", cache, "' ", bad));
+    const Result r = RunTool(absl::StrCat("--model qwen3-0.6b --tactic-cache '", cache, "' ", bad));
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr("--inject-fault takes REGION:CANDIDATE")) << bad;
     EXPECT_THAT(r.output, HasSubstr("usage: autotune_regions")) << bad;
   }
   const Result store_only =
-      RunTool(absl::StrCat("--cache '", cache, "' --export x.textproto --inject-fault=a:1"));
+      RunTool(absl::StrCat("--tactic-cache '", cache, "' --export x.textproto --inject-fault=a:1"));
   EXPECT_EQ(store_only.exit_code, 2) << store_only.output;
   EXPECT_THAT(store_only.output, HasSubstr("--inject-fault needs regions to tune"));
+}
+
+TEST(AutotuneRegionsTest, RefusalsWithoutAGpuOrAStoreExitWithTwo) {
+  const fs::path dir = Scratch();
+  const std::string cache = (dir / "tactics.db").string();
+  // Measuring needs a GPU; listing the keys does not.
+  Result r =
+      testing::RunTool(ToolPath(), absl::StrCat("--model qwen3-0.6b --tactic-cache '", cache, "'"),
+                       dir / "output.txt", "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no CUDA device"));
+  EXPECT_THAT(r.output, HasSubstr("autotune_regions measures on a GPU (--print-keys lists the keys "
+                                  "without one)"));
+  EXPECT_FALSE(fs::exists(cache));
+  r = RunTool("--model qwen3-0.6b");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("autotune_regions: --tactic-cache is required"));
+  r = RunTool("--tactic-cache t.db --model qwen3-0.6b --batch 1,16");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--batch: invalid value '1,16': needs a positive integer"));
+  // --export reads an existing store: a missing one is an error, and nothing is created.
+  const fs::path exported = dir / "tactics.textproto";
+  r = RunTool(absl::StrCat("--tactic-cache '", cache, "' --export '", exported.string(), "'"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("tactic store ", cache, " does not exist")));
+  EXPECT_FALSE(fs::exists(cache));
+  EXPECT_FALSE(fs::exists(exported));
+  // Nothing beside the tool's log: no store, no -wal or -shm file.
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename(), "output.txt");
+  }
 }
 
 // Skips, saying why, without a usable GPU.
@@ -92,7 +126,7 @@ TEST(AutotuneRegionsGpuTest, InjectedFaultIsRecordedAndTheOtherRegionsAreTuned) 
   const fs::path dir = Scratch();
   const std::string cache = (dir / "tactics.db").string();
   const std::string tune =
-      absl::StrCat("--model '", Fixture("qwen3-tiny").string(), "' --cache '", cache,
+      absl::StrCat("--model '", Fixture("qwen3-tiny").string(), "' --tactic-cache '", cache,
                    "' --prefill 16 --decode 32 --repeats 3 ", "--max-candidates 4");
   const Result r = RunTool(absl::StrCat(tune, " '--inject-fault=/ rms_norm:1'"));
   std::printf("%s\n", r.output.c_str());
@@ -112,7 +146,7 @@ TEST(AutotuneRegionsGpuTest, InjectedFaultIsRecordedAndTheOtherRegionsAreTuned) 
   // The store: every region tuned with a winner, the faulted candidate recorded as such.
   const fs::path exported = dir / "tactics.textproto";
   const Result e =
-      RunTool(absl::StrCat("--cache '", cache, "' --export '", exported.string(), "'"));
+      RunTool(absl::StrCat("--tactic-cache '", cache, "' --export '", exported.string(), "'"));
   ASSERT_EQ(e.exit_code, 0) << e.output;
   tuner::proto::TacticStoreFile file;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(ReadFile(exported), &file));

@@ -1,16 +1,28 @@
-// benchmark_transformer end to end: --show-plan for the bundled configs on a machine without
-// a GPU, its machine-readable forms, and the documented refusals (exit status 2).
+// benchmark_transformer end to end: --help, --show-plan for the bundled configs on a machine
+// without a GPU, its machine-readable forms, planning with a tactic store (how many lookups
+// hit, and why none did), and the documented refusals (exit status 2).
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "kernels/core/kernel_family.h"
 #include "models/config.h"
+#include "planner/plan.pb.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/tool_run.h"
+#include "tests/tuner/store_testing.h"
+#include "tuner/environment.h"
+#include "tuner/tactic_store.h"
 
 namespace tileplan {
 namespace {
@@ -29,6 +41,29 @@ fs::path Scratch() { return testing::ScratchDir("benchmark_transformer_test"); }
 Result RunTool(const std::string& args, const std::string& env = "CUDA_VISIBLE_DEVICES=") {
   return testing::RunTool(testing::BuiltBinary(BENCHMARK_TRANSFORMER_PATH).string(), args,
                           Scratch() / "output.txt", env);
+}
+
+TEST(BenchmarkTransformerTest, HelpDescribesTheToolItsFlagsAndExitStatus) {
+  const Result r = RunTool("--help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("benchmark_transformer: plans a decoder model for a GPU"));
+  EXPECT_THAT(r.output, HasSubstr("usage: benchmark_transformer --model DIR|FILE|NAME"));
+  EXPECT_THAT(r.output, HasSubstr("Exit status: 0 done; 2 bad arguments"));
+  EXPECT_THAT(r.output, HasSubstr("Examples:\n  benchmark_transformer --model qwen3-0.6b"));
+  EXPECT_THAT(r.output, HasSubstr("    --show-plan (print the plan"));
+  EXPECT_THAT(r.output, HasSubstr("    --max-context (KV-cache rows per sequence"));
+  EXPECT_THAT(r.output, HasSubstr("    --cuda-graphs (replay the phases as CUDA Graphs"));
+}
+
+// A bare --show-plan or --time-planning takes no value from the next argument.
+TEST(BenchmarkTransformerTest, OptionalValuesComeOnlyAfterEquals) {
+  const Result r = RunTool(
+      "--model qwen3-0.6b --show-plan --time-planning --prefill 16 "
+      "--decode 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("plan qwen3-0.6b on h200"));
+  EXPECT_THAT(r.output, HasSubstr("launches per decode step: "));
+  EXPECT_THAT(r.output, HasSubstr("(2 phases), 20 runs: median "));
 }
 
 TEST(BenchmarkTransformerTest, PrintAfterShowsThePassOutputOfEveryPhase) {
@@ -127,24 +162,32 @@ TEST(BenchmarkTransformerTest, RefusalsExitWithTwo) {
                            (Scratch() / "missing.db").string(), "'"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("missing.db does not exist (opened read-only)"));
-  r = RunTool("--model qwen3-0.6b --show-plan --freeze");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--freeze needs --tactic-cache"));
-  r = RunTool("--model qwen3-0.6b --show-plan=xml");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("unknown plan format 'xml'"));
-  r = RunTool("--model no-such-model --show-plan");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--model no-such-model is neither an existing path"));
-  r = RunTool("--model qwen3-0.6b --batch 0 --show-plan");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--batch needs a positive integer, got '0'"));
-  r = RunTool("--model qwen3-0.6b --target sm_61 --show-plan");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("unknown target 'sm_61'"));
-  r = RunTool("--show-plan");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("usage: benchmark_transformer"));
+  // Bad arguments: each refusal names what is wrong.
+  const struct {
+    const char* args;
+    const char* message;
+  } refusals[] = {
+      {"--model qwen3-0.6b --show-plan --freeze", "--freeze needs --tactic-cache"},
+      {"--model qwen3-0.6b --show-plan=xml", "--show-plan: unknown plan format 'xml'"},
+      {"--model no-such-model --show-plan", "--model no-such-model is neither an existing path"},
+      {"--model qwen3-0.6b --batch 0 --show-plan",
+       "--batch: invalid value '0': needs a positive integer"},
+      {"--model qwen3-0.6b --prefill 16,x --show-plan",
+       "--prefill: invalid value '16,x': needs positive integers separated by commas"},
+      {"--model qwen3-0.6b --prefill-logits first --show-plan",
+       "--prefill-logits takes all or last, not 'first'"},
+      {"--model qwen3-0.6b --pdl sometimes --show-plan",
+       "--pdl: programmatic dependent launch 'sometimes'"},
+      {"--model qwen3-0.6b --show-plna", "benchmark_transformer: unknown flag --show-plna"},
+      {"--model qwen3-0.6b --show-plan extra", "unexpected argument 'extra'"},
+      {"--model qwen3-0.6b --target sm_61 --show-plan", "unknown target 'sm_61'"},
+      {"--show-plan", "--model is required\nusage: benchmark_transformer"},
+  };
+  for (const auto& [args, message] : refusals) {
+    r = RunTool(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_THAT(r.output, HasSubstr(message)) << args;
+  }
   // head_dim 80 has no flash kernel, and 64 new tokens are too many for the split-KV decode
   // kernel.
   std::ifstream in(TinyModel() + "/config.json");
@@ -170,12 +213,91 @@ TEST(BenchmarkTransformerTest, AForeignTacticStoreWarnsAndPlansWithTheCostModel)
   Result r = RunTool(base);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("is treated as empty and will not be written"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "tactic cache .*junk.db: 0 of [0-9]+ lookups hit \\(0 of [0-9]+ "
+                            "keys\\): the store cannot be used \\(the warning above says why\\)"));
   EXPECT_THAT(r.output, HasSubstr("cost model"));
   EXPECT_THAT(r.output, Not(HasSubstr(" tuned ")));
   // Without a GPU no measurement matches this machine: --freeze refuses every step.
   r = RunTool(base + " --freeze");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("lookups found no measured tactic"));
+}
+
+// The key a step's provenance names: "environment | signature | bucket | phase | family vN".
+planner::TacticKey ParseKey(const std::string& text) {
+  const std::vector<std::string> fields = absl::StrSplit(text, " | ");
+  EXPECT_EQ(fields.size(), 5u) << text;
+  planner::TacticKey key;
+  if (fields.size() != 5) return key;
+  key.environment = fields[0];
+  key.region_signature = fields[1];
+  key.shape_bucket = fields[2];
+  key.phase = *ir::ParsePhase(fields[3]);
+  const size_t v = fields[4].rfind(" v");
+  key.family = fields[4].substr(0, v);
+  EXPECT_TRUE(absl::SimpleAtoi(fields[4].substr(v + 2), &key.family_version)) << text;
+  return key;
+}
+
+TEST(BenchmarkTransformerTest, TacticCacheSaysHowManyLookupsHitAndWhyNone) {
+  const std::string store_path = (Scratch() / "tactics.db").string();
+  const std::string args = absl::StrCat(
+      "--model qwen3-0.6b --prefill 16 --decode 16 "
+      "--tactic-cache '",
+      store_path, "'");
+  std::unique_ptr<tuner::TacticStore> store = *tuner::TacticStore::Open(store_path);
+  Result r = RunTool(args + " --show-plan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "tactic cache .*tactics.db: 0 of [0-9]+ lookups hit \\(0 of [0-9]+ "
+                            "keys\\): the store holds no measured tactics"));
+
+  // Measured on a GPU: no key matches the target description's environment.
+  ASSERT_TRUE(store
+                  ->Record(tuner::testing::TestMeasurement(tuner::testing::TestEnvironment(),
+                                                           "linear(...)"))
+                  .ok());
+  r = RunTool(args + " --show-plan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" keys): no GPU: the lookups are for the target description's "
+                                  "environment (NVIDIA H200|sm_90|132sm|l2=62914560|bw=4200|"
+                                  "driver=0|"));
+  EXPECT_THAT(r.output, HasSubstr("which no measurement matches; the store holds 1 for NVIDIA "
+                                  "H200|sm_90|132sm|l2=62914560|bw=4200|driver=13000|"));
+
+  // An entry for one step of the plan, in the plan's own environment, hits.
+  r = RunTool(args + " --show-plan=textproto");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The plan, without the notes on stderr.
+  std::string textproto;
+  for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
+    if (!absl::StartsWith(line, "tactic cache ") && !absl::StartsWith(line, "benchmark skipped")) {
+      absl::StrAppend(&textproto, line, "\n");
+    }
+  }
+  planner::proto::ExecutionPlan plan;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(textproto, &plan)) << r.output;
+  const planner::proto::Step& step = plan.phases(1).steps(1);
+  ASSERT_EQ(step.tactic().family(), "gemv") << step.DebugString();
+  tuner::RegionMeasurement m;
+  m.key = ParseKey(step.provenance().cache_key());
+  m.environment = tuner::FromTarget(plan.target());
+  ASSERT_EQ(m.key.environment, m.environment.Fingerprint());
+  const kernels::Tactic tactic = *kernels::TacticFromProto(step.tactic());
+  m.candidates = {{tactic, tuner::CandidateStatus::kOk, "", 1.25}};
+  m.winner = tactic;
+  m.winner_us = 1.25;
+  m.default_us = 1.5;
+  ASSERT_TRUE(store->Record(m).ok());
+  r = RunTool(args + " --show-plan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(" [1-9][0-9]* of [0-9]+ lookups hit \\(1 of "));
+  // The step's row: source tuned, the stored median as its measured time.
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(absl::StrCat("\n +1  ", absl::StrReplaceAll(step.name(), {{".", "\\."}}),
+                                        " [^\n]* tuned +[0-9.]+ +1\\.25 "))))
+      << r.output;
 }
 
 TEST(BenchmarkTransformerTest, TimePlanningReportsTheMedian) {

@@ -202,6 +202,40 @@ TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
   EXPECT_THAT(r.output, HasSubstr("--no-cuda-graphs and --pdl apply to --backend gpu"));
 }
 
+TEST_F(VerifyModelTest, ModelIsADirectoryOrItsConfigButNotABundledConfig) {
+  const std::string reference = (Fixture() / "reference.safetensors").string();
+  // The config file names the checkpoint beside it.
+  Result r = RunVerifyModel(absl::StrCat("--model '", (Fixture() / "config.json").string(),
+                                         "' --reference '", reference, "' --backend cpu"),
+                            dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+  // A bundled config has no weights to check.
+  r = RunVerifyModel(absl::StrCat("--model qwen3-0.6b --reference '", reference, "' --backend cpu"),
+                     dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("verify_model: --model qwen3-0.6b is a bundled config, which has "
+                                  "no weights: verify_model needs a checkpoint directory"));
+  r = RunVerifyModel(
+      absl::StrCat("--model no-such-model --reference '", reference, "' --backend cpu"), dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--model no-such-model is neither an existing path nor a bundled "
+                                  "config"));
+}
+
+TEST_F(VerifyModelTest, HelpAndMistypedFlags) {
+  Result r = RunVerifyModel("--help", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("verify_model: checks a backend against a reference fixture"));
+  EXPECT_THAT(r.output, HasSubstr("Exit status: 0 all checks pass; 1 a numerical check fails; 2 "
+                                  "bad arguments"));
+  EXPECT_THAT(r.output, HasSubstr("    --backend (the backend to check: cpu or gpu)"));
+  EXPECT_THAT(r.output, HasSubstr("    --plan (run the planned graphs; --no-plan runs the "));
+  r = RunVerifyModel("--model x --refrence y --backend cpu", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("verify_model: unknown flag --refrence\nusage: verify_model"));
+}
+
 TEST_F(VerifyModelTest, GpuBackendWithoutAGpuSaysSo) {
   // Every GPU hidden: the GPU backend stops with the reason, before any numerical check.
   const Result r =

@@ -2,7 +2,7 @@
 # An A/B of two builds of benchmark_transformer on the GPU machine (docs/PERF.md, "Method": a
 # lever is proven by the old and new build alternated in one device session). Each build is a
 # folder staged by tools/gpu/stage.sh. With --autotune, each build first tunes into its own
-# store (autotune_regions AUTOTUNE_ARGS --cache) and every benchmark plans with it; the
+# store (autotune_regions AUTOTUNE_ARGS and the store) and every benchmark plans with it; the
 # builds then run ROUNDS times each, A B A B ..., with the same benchmark arguments. Prints
 # the medians of each build's runs per phase and size, and their ratio (B over A).
 #
@@ -22,8 +22,12 @@ for side in a b; do
   if [[ -n $autotune ]]; then
     rm -f "$work/tactics_$side.db"*
     start=$SECONDS
-    LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" $autotune --cache "$work/tactics_$side.db" \
-      > "$out/autotune_$side.log" 2>&1
+    # The store's flag: --tactic-cache, or --cache in builds before the tools shared flags.
+    store_flag=--tactic-cache
+    LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" --help 2>&1 | grep -q -- --tactic-cache ||
+      store_flag=--cache
+    LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" $autotune "$store_flag" \
+      "$work/tactics_$side.db" > "$out/autotune_$side.log" 2>&1
     rc=$?
     ((rc == 0)) || status=1
     echo "autotune $side: rc=$rc ($((SECONDS - start)) s)"

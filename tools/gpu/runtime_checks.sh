@@ -81,7 +81,7 @@ while (($#)); do
       rm -f "$work/tactics.db"*
       for run in cold warm; do
         start=$(date +%s%N)
-        "$staged/autotune_regions" $2 --cache "$work/tactics.db" > "$work/autotune.$run.log" 2>&1
+        "$staged/autotune_regions" $2 --tactic-cache "$work/tactics.db" > "$work/autotune.$run.log" 2>&1
         rc=$?
         end=$(date +%s%N)
         note "autotune_regions ($run): rc=$rc, $(((end - start) / 1000000)) ms wall"
@@ -92,7 +92,7 @@ while (($#)); do
           tail -4 "$work/autotune.$run.log" >> "$summary"
         fi
       done
-      "$staged/autotune_regions" --cache "$work/tactics.db" --export "$out/tactics.textproto" \
+      "$staged/autotune_regions" --tactic-cache "$work/tactics.db" --export "$out/tactics.textproto" \
         >> "$summary" 2>&1
       shift ;;
     --bench-tuned)

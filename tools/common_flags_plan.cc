@@ -1,0 +1,33 @@
+// The plan group of tools/common_flags.h.
+#include "absl/flags/flag.h"
+#include "base/status_macros.h"
+#include "tools/common_flags.h"
+
+ABSL_FLAG(tileplan::tools::PositiveList, decode, (tileplan::tools::PositiveList{{128, 512, 2048}}),
+          "decode contexts C: the plan has one decode phase, estimated at the largest C (and "
+          "tuned there); benchmark_transformer times a decode step at every C");
+ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, max_context, std::nullopt,
+          "KV-cache rows per sequence (Smax); unset: the largest --prefill or --decode length");
+ABSL_FLAG(std::string, prefill_logits, "all",
+          "all: the prefill phases compute every token's logits, as the PyTorch references' "
+          "forward does; last: each sequence's last token's only, as generation needs (the "
+          "planner's last_token_logits pass)");
+ABSL_FLAG(std::string, target, "",
+          "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
+          "file; empty: this GPU's own, or h200 without a GPU");
+
+namespace tileplan::tools {
+
+absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
+  const std::string logits = absl::GetFlag(FLAGS_prefill_logits);
+  if (logits != "all" && logits != "last") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill-logits takes all or last, not '", logits, "'"));
+  }
+  const std::optional<PositiveInt> max_context = absl::GetFlag(FLAGS_max_context);
+  return BenchmarkPlanOptions(absl::GetFlag(FLAGS_prefill).values,
+                              absl::GetFlag(FLAGS_decode).values, absl::GetFlag(FLAGS_batch).value,
+                              logits == "last", max_context ? max_context->value : 0);
+}
+
+}  // namespace tileplan::tools
