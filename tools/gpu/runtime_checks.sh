@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 while (($#)); do
   case $1 in
     --tests)
-      for t in kernels_gpu_test cublaslt_gpu_test gpu_runtime_test tuner_environment_gpu_test \
+      for t in kernels_gpu_test gpu_runtime_test tuner_environment_gpu_test \
                autotune_regions_test; do
         [[ -x $staged/$t ]] || continue
         start=$SECONDS

@@ -1,0 +1,340 @@
+// Conformance cases of attention_decode and attention_prefill (tests/kernels/gpu_harness.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/kernels/conformance/cases.h"
+
+namespace tileplan::kernels::testing {
+
+std::string RopeAttentionGraph(bool norms, int batch, int tokens, int q_heads, int kv_heads,
+                               int capacity, int dim, const std::string& dtype, int window,
+                               const std::string& rope, int pad) {
+  const int width = (q_heads + 2 * kv_heads) * dim;
+  const std::string cache =
+      absl::StrCat(dtype, "[", batch, ",", kv_heads, ",", capacity, ",", dim, "]");
+  const std::string bt = absl::StrCat(batch, ",", tokens);
+  std::string text = "graph @g {\n";
+  if (pad > 0) {
+    absl::StrAppend(&text, "  input %rows: ", dtype, "[", bt, ",", width + pad, "]\n");
+  } else {
+    absl::StrAppend(&text, "  input %qkv: ", dtype, "[", bt, ",", width, "]\n");
+  }
+  if (norms) {
+    absl::StrAppend(&text, "  weight %q_norm: ", dtype, "[", dim, "] = \"q_norm\"\n",
+                    "  weight %k_norm: ", dtype, "[", dim, "] = \"k_norm\"\n");
+  }
+  absl::StrAppend(&text, "  input %k_cache: ", cache, "\n  input %v_cache: ", cache,
+                  "\n  input %positions: i32[", bt, "]\n");
+  if (pad > 0) {
+    absl::StrAppend(&text, "  %qkv: ", dtype, "[", bt, ",", width, "] view(%rows), %pad: ", dtype,
+                    "[", bt, ",", pad, "] view(%rows) = split(%rows) {sizes = [", width, ", ", pad,
+                    "]}\n");
+  }
+  absl::StrAppend(&text, "  %o: ", dtype, "[", bt, ",", q_heads, ",", dim, "], %kc: ", cache,
+                  " inplace(%k_cache), %vc: ", cache, " inplace(%v_cache) = ",
+                  norms ? "qk_norm_rope_kv_write_attention(%qkv, %q_norm, %k_norm, "
+                        : "rope_kv_write_attention(%qkv, ",
+                  "%k_cache, %v_cache, %positions) {", norms ? "eps = 1e-06, " : "",
+                  "num_heads = ", q_heads, ", num_kv_heads = ", kv_heads, ", ", rope,
+                  ", scale = ", 1.0 / std::sqrt(static_cast<double>(dim)),
+                  ", sliding_window = ", window, "}\n  output %o\n  output %kc\n  output %vc\n}\n");
+  return text;
+}
+
+namespace {
+
+std::vector<int32_t> Iota(int n, int start) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + i;
+  return v;
+}
+
+std::string AttentionGraph(int batch, int tokens, int q_heads, int kv_heads, int capacity, int dim,
+                           const std::string& dtype, int window) {
+  const std::string q = absl::StrCat(dtype, "[", batch, ",", tokens, ",", q_heads, ",", dim, "]");
+  const std::string cache =
+      absl::StrCat(dtype, "[", batch, ",", kv_heads, ",", capacity, ",", dim, "]");
+  return absl::StrCat(
+      "graph @g {\n  input %q: ", q, "\n  input %k: ", cache, "\n  input %v: ", cache,
+      "\n  input %positions: i32[", batch, ",", tokens, "]\n  %o: ", q,
+      " = attention(%q, %k, %v, %positions) {scale = ", 1.0 / std::sqrt(static_cast<double>(dim)),
+      ", sliding_window = ", window, "}\n  output %o\n}\n");
+}
+
+std::vector<Case> AttentionDecodeSplitKvCases() {
+  std::vector<Case> cases;
+  for (int window : {0, 64}) {
+    Case c;
+    c.graph = AttentionGraph(2, 1, 8, 2, 300, 128, "bf16", window);
+    c.family = "attention_decode";
+    c.context = 300;
+    c.ints["positions"] = {250, 37};
+    c.tactics = {{{"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                 {{"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"kv_chunk", 128}, {"splits", 2}, {"warps", 8}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<Case> AttentionDecodeSeveralTokensAndHeadDimsCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int tokens, q_heads, kv_heads, dim;
+    const char* dtype;
+  };
+  for (const Shape& s : {Shape{4, 4, 1, 64, "bf16"}, Shape{1, 6, 2, 96, "bf16"},
+                         Shape{2, 2, 2, 32, "f32"}, Shape{16, 14, 2, 64, "bf16"}}) {
+    Case c;
+    c.graph = AttentionGraph(1, s.tokens, s.q_heads, s.kv_heads, 200, s.dim, s.dtype, 0);
+    c.family = "attention_decode";
+    c.context = 180;
+    c.ints["positions"] = Iota(s.tokens, 180 - s.tokens);
+    c.tactics = {{{"kv_chunk", 64}, {"splits", 3}, {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<Case> AttentionPrefillFlashCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int tokens, first, dim, window;
+    const char* dtype;
+  };
+  for (const Shape& s :
+       {Shape{37, 0, 64, 0, "bf16"}, Shape{37, 20, 128, 0, "bf16"}, Shape{100, 0, 96, 16, "bf16"},
+        Shape{64, 5, 128, 0, "f16"}, Shape{24, 0, 16, 6, "bf16"}, Shape{50, 3, 32, 0, "bf16"}}) {
+    Case c;
+    c.graph = AttentionGraph(2, s.tokens, 4, 2, 160, s.dim, s.dtype, s.window);
+    c.family = "attention_prefill";
+    c.context = s.first + s.tokens;
+    std::vector<int32_t> positions = Iota(s.tokens, s.first);
+    const std::vector<int32_t> second = Iota(s.tokens, s.first + 3);
+    positions.insert(positions.end(), second.begin(), second.end());
+    c.ints["positions"] = positions;
+    c.tactics = {{{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 1},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 3},
+                  {"tile_kv", 64},
+                  {"tile_q", 128},
+                  {"warps", 8}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 128},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 64},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 // Split-KV: runs of whole key tiles, some of them empty on the first row
+                 // tiles, merged by the last CTA of each row tile.
+                 {{"pack_gqa", 0},
+                  {"splits", 2},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 3},
+                  {"stages", 1},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 // 16 runs: most of them empty here, one item per merge batch.
+                 {{"pack_gqa", 0},
+                  {"splits", 16},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The flash kernel with the GQA group packed into the query rows: decode-sized steps of a
+// 7-heads-per-kv-head model (Qwen2-7B's grouping) at batch 3 with contexts in different
+// tiles, a window, two new tokens, and a prefill of an odd length whose tiles mix tokens.
+std::vector<Case> AttentionPrefillPackedGqaCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int batch, tokens, q_heads, kv_heads, dim, window;
+    std::vector<int32_t> positions;
+  };
+  const std::vector<Shape> shapes = {
+      {3, 1, 14, 2, 128, 0, {0, 130, 299}},
+      {3, 1, 14, 2, 128, 50, {17, 200, 64}},
+      {2, 2, 8, 2, 64, 0, {40, 41, 250, 251}},
+      {1, 37, 8, 2, 128, 0, Iota(37, 11)},
+  };
+  for (const Shape& s : shapes) {
+    Case c;
+    c.graph =
+        AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, 300, s.dim, "bf16", s.window);
+    c.family = "attention_prefill";
+    c.context = *std::max_element(s.positions.begin(), s.positions.end()) + 1;
+    c.ints["positions"] = s.positions;
+    c.tactics = {{{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 1},
+                  {"tile_kv", 64},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 3},
+                  {"tile_kv", 32},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 1},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 128},
+                  {"tile_q", 128},
+                  {"warps", 8}},
+                 {{"pack_gqa", 0},
+                  {"splits", 1},
+                  {"stages", 2},
+                  {"tile_kv", 64},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 // Split-KV over the packed group (Qwen2-7B's decode form): runs of uneven
+                 // length, empty runs on short contexts, and a split of an unpacked tile.
+                 {{"pack_gqa", 1},
+                  {"splits", 4},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 3},
+                  {"stages", 1},
+                  {"tile_kv", 64},
+                  {"tile_q", 64},
+                  {"warps", 4}},
+                 {{"pack_gqa", 0},
+                  {"splits", 2},
+                  {"stages", 3},
+                  {"tile_kv", 32},
+                  {"tile_q", 16},
+                  {"warps", 1}},
+                 {{"pack_gqa", 1},
+                  {"splits", 8},
+                  {"stages", 2},
+                  {"tile_kv", 32},
+                  {"tile_q", 128},
+                  {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// ---- attention_decode: RoPE + KV write + attention ------------------------------------
+
+constexpr char kLlama3Rope[] =
+    R"(factor = 8.0, high_freq_factor = 4.0, low_freq_factor = 1.0, original_max_position_embeddings = 8192, rope_type = "llama3", theta = 500000.0)";
+
+// Qwen3-0.6B's attention (head_dim 128, 16 q heads over 8 kv heads, QK-norm) at contexts 1,
+// 37 and 600: the new row lands in the first chunk, inside a later one, and past several
+// splits' worth of chunks.
+std::vector<Case> RopeKvWriteAttentionQwen3ContextsCases() {
+  std::vector<Case> cases;
+  for (int context : {1, 37, 600}) {
+    Case c;
+    c.graph = RopeAttentionGraph(true, 1, 1, 16, 8, 640, 128, "bf16", 0, kQwenRope);
+    c.family = "attention_decode";
+    c.context = context;
+    c.ints["positions"] = {context - 1};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
+                 {{"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
+                 {{"kv_chunk", 256}, {"splits", 3}, {"warps", 4}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Two new tokens per sequence whose rows fall in different chunks (63 | 64 with 32-row
+// chunks: written by different CTAs, and token 64 attends to row 63), a sliding window, GQA
+// groups of 4 and 1, batch 2, with and without norms, head_dim 64 and 128.
+std::vector<Case> RopeKvWriteAttentionTwoTokensAcrossChunksCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    bool norms;
+    int q_heads, kv_heads, dim, window;
+  };
+  for (const Shape& s : {Shape{false, 4, 1, 64, 16}, Shape{true, 4, 1, 64, 0},
+                         Shape{true, 4, 4, 128, 40}, Shape{false, 6, 3, 128, 0}}) {
+    Case c;
+    c.graph = RopeAttentionGraph(s.norms, 2, 2, s.q_heads, s.kv_heads, 640, s.dim, "bf16", s.window,
+                                 kQwenRope);
+    c.family = "attention_decode";
+    c.context = 600;
+    c.ints["positions"] = {63, 64, 598, 599};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
+                 {{"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
+                 {{"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                 {{"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Short contexts (rows 0 and 36, one token per sequence), llama3 RoPE, f16 and f32, a qkv
+// that is a strided view of wider rows (the rope vector narrows to the stride).
+std::vector<Case> RopeKvWriteAttentionDtypesAndViewsCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    bool norms;
+    int q_heads, kv_heads, dim, pad;
+    const char* dtype;
+    const char* rope;
+  };
+  for (const Shape& s :
+       {Shape{true, 8, 4, 128, 0, "f16", kQwenRope},
+        Shape{false, 8, 2, 128, 0, "bf16", kLlama3Rope}, Shape{true, 4, 2, 64, 0, "f32", kQwenRope},
+        Shape{true, 8, 4, 64, 8, "bf16", kQwenRope},
+        Shape{false, 2, 1, 128, 2, "bf16", kLlama3Rope}}) {
+    Case c;
+    c.graph = RopeAttentionGraph(s.norms, 2, 1, s.q_heads, s.kv_heads, 48, s.dim, s.dtype, 0,
+                                 s.rope, s.pad);
+    c.family = "attention_decode";
+    c.context = 37;
+    c.ints["positions"] = {0, 36};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
+                 {{"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace
+
+std::vector<CaseGroup> AttentionCaseGroups() {
+  return {
+      {"AttentionDecodeSplitKv", AttentionDecodeSplitKvCases()},
+      {"AttentionDecodeSeveralTokensAndHeadDims", AttentionDecodeSeveralTokensAndHeadDimsCases()},
+      {"AttentionPrefillFlash", AttentionPrefillFlashCases()},
+      {"AttentionPrefillPackedGqa", AttentionPrefillPackedGqaCases()},
+      {"RopeKvWriteAttentionQwen3Contexts", RopeKvWriteAttentionQwen3ContextsCases()},
+      {"RopeKvWriteAttentionTwoTokensAcrossChunks",
+       RopeKvWriteAttentionTwoTokensAcrossChunksCases()},
+      {"RopeKvWriteAttentionDtypesAndViews", RopeKvWriteAttentionDtypesAndViewsCases()},
+  };
+}
+
+}  // namespace tileplan::kernels::testing

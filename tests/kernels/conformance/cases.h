@@ -1,0 +1,40 @@
+// The conformance cases of the kernel families (tests/kernels/gpu_harness.h, "How to add
+// cases"): one table per family, each in conformance/<family>_cases.cc.
+#ifndef TILEPLAN_TESTS_KERNELS_CONFORMANCE_CASES_H_
+#define TILEPLAN_TESTS_KERNELS_CONFORMANCE_CASES_H_
+
+#include <string>
+#include <vector>
+
+#include "tests/kernels/gpu_harness.h"
+
+namespace tileplan::kernels::testing {
+
+std::vector<CaseGroup> EmbeddingGatherCaseGroups();
+std::vector<CaseGroup> RmsNormCaseGroups();
+std::vector<CaseGroup> ElementwiseCaseGroups();
+std::vector<CaseGroup> GemvCaseGroups();
+std::vector<CaseGroup> RopeKvWriteCaseGroups();
+// attention_decode and attention_prefill (kernels/families/attention/).
+std::vector<CaseGroup> AttentionCaseGroups();
+std::vector<CaseGroup> ArgmaxCaseGroups();
+std::vector<CaseGroup> CublasLtGemmCaseGroups();
+
+// Every family's groups, in the order above.
+std::vector<CaseGroup> AllCaseGroups();
+
+// One region of qk_norm_rope_kv_write_attention (`norms`) or rope_kv_write_attention: `batch`
+// sequences of `tokens` new tokens, `q_heads` and `kv_heads` heads of `dim`, a cache of
+// `capacity` rows. With `pad` > 0 the qkv rows are a view of wider rows (`pad` more
+// elements per token), so the token stride differs from the row width. Outputs: the
+// attention result and both caches whole (the new rows and every row left alone).
+std::string RopeAttentionGraph(bool norms, int batch, int tokens, int q_heads, int kv_heads,
+                               int capacity, int dim, const std::string& dtype, int window,
+                               const std::string& rope, int pad = 0);
+
+// The RoPE attributes of Qwen's models (`rope` above).
+inline constexpr char kQwenRope[] = R"(rope_type = "default", theta = 1000000.0)";
+
+}  // namespace tileplan::kernels::testing
+
+#endif  // TILEPLAN_TESTS_KERNELS_CONFORMANCE_CASES_H_

@@ -1,0 +1,84 @@
+// Conformance cases of cublaslt_gemm (tests/kernels/gpu_harness.h), launched by cuBLASLt under
+// the target's default tactic (the heuristic's algo): linear with and without bias for M in
+// {1, 7, 128, 300}, odd N and K a multiple of 8, f16, a strided view as x; linear_residual,
+// also written over its residual (C == D); linear_swiglu with bias (its [M, 2F] workspace);
+// lm_head's float logits. One case per group, so that each is its own test.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/kernels/conformance/cases.h"
+
+namespace tileplan::kernels::testing {
+namespace {
+
+std::string LinearGraph(int m, bool bias, const char* dtype = "bf16") {
+  return absl::StrCat(
+      "graph @g {\n  input %x: ", dtype, "[", m, ",136]\n  weight %w: ", dtype,
+      "[200,136] = \"w\"\n", bias ? absl::StrCat("  weight %b: ", dtype, "[200] = \"b\"\n") : "",
+      "  %y: ", dtype, "[", m, ",200] = linear(%x, %w", bias ? ", %b" : "", ")\n  output %y\n}\n");
+}
+
+// The group `name` (prefixed with CublasLt: the template families have groups of the same
+// kinds) of the one case `graph`.
+CaseGroup Group(const std::string& name, std::string graph, int result_over_operand = -1) {
+  Case c;
+  c.graph = std::move(graph);
+  c.family = "cublaslt_gemm";
+  c.result_over_operand = result_over_operand;
+  return {absl::StrCat("CublasLt", name), {std::move(c)}};
+}
+
+}  // namespace
+
+std::vector<CaseGroup> CublasLtGemmCaseGroups() {
+  std::vector<CaseGroup> groups;
+  for (int m : {1, 7, 128, 300}) {
+    for (bool bias : {false, true}) {
+      groups.push_back(
+          Group(absl::StrCat("Linear", bias ? "Bias" : "", "M", m), LinearGraph(m, bias)));
+    }
+  }
+  groups.push_back(Group("LinearF16", LinearGraph(33, true, "f16")));
+  groups.push_back(Group("LinearOfAStridedView", R"(graph @g {
+  input %xx: bf16[2,9,200]
+  weight %w: bf16[200,136] = "w"
+  %a: bf16[2,9,64] view(%xx), %x: bf16[2,9,136] view(%xx) = split(%xx) {sizes = [64, 136]}
+  %y: bf16[2,9,200] = linear(%x, %w)
+  output %y
+})"));
+  // The result over its residual (operand 2).
+  groups.push_back(Group("LinearResidualInPlace", R"(graph @g {
+  input %x: bf16[2,64,136]
+  weight %w: bf16[200,136] = "w"
+  input %r: bf16[2,64,200]
+  weight %b: bf16[200] = "b"
+  %y: bf16[2,64,200] = linear_residual(%x, %w, %r, %b)
+  output %y
+})",
+                         2));
+  groups.push_back(Group("LinearResidual", R"(graph @g {
+  input %x: bf16[7,136]
+  weight %w: bf16[200,136] = "w"
+  input %r: bf16[7,200]
+  %y: bf16[7,200] = linear_residual(%x, %w, %r)
+  output %y
+})"));
+  groups.push_back(Group("LinearSwigluWithBias", R"(graph @g {
+  input %x: bf16[3,50,136]
+  weight %w: bf16[400,136] = "w"
+  weight %b: bf16[400] = "b"
+  %y: bf16[3,50,200] = linear_swiglu(%x, %w, %b)
+  output %y
+})"));
+  groups.push_back(Group("LmHeadFloatLogits", R"(graph @g {
+  input %x: bf16[1,5,136]
+  weight %w: bf16[1001,136] = "w"
+  %y: f32[1,5,1001] = lm_head(%x, %w)
+  output %y
+})"));
+  return groups;
+}
+
+}  // namespace tileplan::kernels::testing

@@ -1,0 +1,148 @@
+// Conformance cases of gemv (tests/kernels/gpu_harness.h).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/kernels/conformance/cases.h"
+
+namespace tileplan::kernels::testing {
+namespace {
+
+const std::vector<Params> kGemvTactics = {
+    {{"rows_per_cta", 1}, {"split_k", 1}, {"threads", 64}, {"vec", 8}},
+    {{"rows_per_cta", 4}, {"split_k", 2}, {"threads", 128}, {"vec", 8}},
+    {{"rows_per_cta", 16}, {"split_k", 4}, {"threads", 256}, {"vec", 8}},
+    {{"rows_per_cta", 2}, {"split_k", 16}, {"threads", 512}, {"vec", 4}},
+};
+
+// The gemv case of `graph`, under kGemvTactics besides the default.
+Case GemvCase(std::string graph) {
+  return {.graph = std::move(graph), .family = "gemv", .tactics = kGemvTactics};
+}
+
+// gemv cases over `graphs` with the rows of %x (or of %xx, the input %x is a view of) scaled
+// by `scales`.
+std::vector<Case> ScaledRowGemvCases(const std::vector<float>& scales,
+                                     const std::vector<std::string>& graphs) {
+  std::vector<Case> cases;
+  for (const std::string& graph : graphs) {
+    Case c = GemvCase(graph);
+    c.row_scales = {{"x", scales}, {"xx", scales}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The RMSNorm prologue (rms_norm_linear, rms_norm_linear_swiglu): one row (batch 1), 2 to 4
+// rows and 16 (the kernel's bound), rows whose magnitudes differ by up to 32x, so every
+// row's own factor must be used (the results do not depend on a row's scale); with and
+// without bias; split_k 1 and above (every CTA sums the squares of the whole row, not just
+// its slice, also past the end of a shorter last slice: K = 1000 at vec 4 and split_k 16);
+// several feature passes (rows_per_cta 16); a norm weight in bf16 and in f32; x a strided
+// view.
+std::vector<Case> RmsNormLinearCases() {
+  const std::vector<std::string> graphs = {
+      R"(graph @g {
+  input %x: bf16[1,1,1000]
+  weight %norm: bf16[1000] = "norm"
+  weight %w: bf16[37,1000] = "w"
+  weight %bias: bf16[37] = "bias"
+  %y: bf16[1,1,37] = rms_norm_linear(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[3,1,1024]
+  weight %norm: f32[1024] = "norm"
+  weight %w: bf16[130,1024] = "w"
+  %y: bf16[3,1,130] = rms_norm_linear(%x, %norm, %w) {eps = 1e-05} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %xx: bf16[2,1,1536]
+  weight %norm: bf16[512] = "norm"
+  weight %w: bf16[300,512] = "w"
+  weight %bias: bf16[300] = "bias"
+  %a: bf16[2,1,1024] view(%xx), %x: bf16[2,1,512] view(%xx) = split(%xx) {sizes = [1024, 512]}
+  %y: bf16[2,1,300] = rms_norm_linear(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[16,1,256]
+  weight %norm: bf16[256] = "norm"
+  weight %w: bf16[70,256] = "w"
+  %y: bf16[16,1,70] = rms_norm_linear(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})"};
+  return ScaledRowGemvCases({1.0f, 8.0f, 0.25f, 3.0f}, graphs);
+}
+
+std::vector<Case> RmsNormLinearSwigluCases() {
+  const std::vector<std::string> graphs = {
+      R"(graph @g {
+  input %x: bf16[1,1,512]
+  weight %norm: bf16[512] = "norm"
+  weight %w: bf16[600,512] = "w"
+  %y: bf16[1,1,300] = rms_norm_linear_swiglu(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[4,1,1000]
+  weight %norm: bf16[1000] = "norm"
+  weight %w: bf16[250,1000] = "w"
+  weight %bias: bf16[250] = "bias"
+  %y: bf16[4,1,125] = rms_norm_linear_swiglu(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})",
+      R"(graph @g {
+  input %x: bf16[2,1,768]
+  weight %norm: f32[768] = "norm"
+  weight %w: bf16[1000,768] = "w"
+  %y: bf16[2,1,500] = rms_norm_linear_swiglu(%x, %norm, %w) {eps = 1e-05} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})"};
+  return ScaledRowGemvCases({0.5f, 16.0f, 1.0f, 4.0f}, graphs);
+}
+
+}  // namespace
+
+std::vector<CaseGroup> GemvCaseGroups() {
+  return {
+      {"LinearWithBiasOddSizes", {GemvCase(R"(graph @g {
+  input %x: bf16[3,1,1000]
+  weight %w: bf16[37,1000] = "w"
+  weight %bias: bf16[37] = "bias"
+  %y: bf16[3,1,37] = linear(%x, %w, %bias)
+  output %y
+})")}},
+      {"LinearSixteenRows", {GemvCase(R"(graph @g {
+  input %x: bf16[16,1,512]
+  weight %w: bf16[300,512] = "w"
+  %y: bf16[16,1,300] = linear(%x, %w)
+  output %y
+})")}},
+      {"LinearResidual", {GemvCase(R"(graph @g {
+  input %x: bf16[2,1,768]
+  weight %w: bf16[130,768] = "w"
+  input %r: bf16[2,1,130]
+  %y: bf16[2,1,130] = linear_residual(%x, %w, %r)
+  output %y
+})")}},
+      {"LinearSwigluWithBias", {GemvCase(R"(graph @g {
+  input %x: bf16[5,1,256]
+  weight %w: bf16[2000,256] = "w"
+  weight %bias: bf16[2000] = "bias"
+  %y: bf16[5,1,1000] = linear_swiglu(%x, %w, %bias)
+  output %y
+})")}},
+      {"LmHeadFloatLogits", {GemvCase(R"(graph @g {
+  input %x: bf16[1,1,384]
+  weight %w: bf16[1001,384] = "w"
+  %y: f32[1,1,1001] = lm_head(%x, %w)
+  output %y
+})")}},
+      {"RmsNormLinear", RmsNormLinearCases()},
+      {"RmsNormLinearSwiglu", RmsNormLinearSwigluCases()},
+  };
+}
+
+}  // namespace tileplan::kernels::testing
