@@ -4,57 +4,26 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "base/align.h"
 #include "base/status_macros.h"
 #include "device/cuda_status.h"
 #include "device/device_buffer.h"
 #include "device/event_timer.h"
-#include "kernels/core/bound_graph.h"
-#include "kernels/core/kernel_family.h"
-#include "kernels/families/registry.h"
-#include "kernels/launch/kernel_loader.h"
 #include "kernels/step/step_launcher.h"
-#include "regions/ir.pb.h"
-#include "regions/parser.h"
-#include "regions/rope.h"
-#include "regions/serialization.h"
 #include "runtime/gpu/device_weights.h"
+#include "runtime/gpu/program.h"
 
 namespace tileplan::runtime::gpu {
 namespace {
 
 namespace pp = planner::proto;
-using kernels::BoundGraph;
-using kernels::BoundRegion;
 
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-int64_t ElementBytes(ir::proto::DType dtype) {
-  switch (dtype) {
-    case ir::proto::DTYPE_BF16:
-    case ir::proto::DTYPE_F16:
-      return 2;
-    default:
-      return 4;
-  }
-}
-
-// Bytes from a binding's first element to one past its last.
-int64_t SpanBytes(const pp::Binding& b) {
-  int64_t span = 1;
-  for (int i = 0; i < b.shape_size() && i < b.strides_size(); ++i) {
-    if (b.shape(i) == 0) return 0;
-    span += (b.shape(i) - 1) * b.strides(i);
-  }
-  return span * ElementBytes(b.dtype());
 }
 
 // Index of the largest element (the first of equal ones).
@@ -66,31 +35,6 @@ int32_t ArgMax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// One phase of the plan, with its graphs once captured.
-struct Program {
-  const pp::Phase* phase = nullptr;
-  bool decode = false;
-  int64_t batch = 0, tokens = 0;
-  // Prefill only: the logits are each sequence's last token's ([B, 1, V]; the planner's
-  // last_token_logits), so prompts are aligned to the end of the bucket.
-  bool last_token_logits = false;
-  std::unique_ptr<ir::Graph> graph;
-  std::unique_ptr<BoundGraph> bound;
-  std::vector<std::unique_ptr<kernels::PreparedStep>> steps;  // each bound once (binding 0)
-  int32_t* tokens_in = nullptr;
-  int32_t* positions_in = nullptr;
-  float* logits = nullptr;
-  std::vector<std::pair<int64_t, int64_t>> counters;  // arena offset, bytes
-  kernels::GraphExec exec;
-  // Decode only: argmax of the logits into tokens_in, then decode_advance.
-  std::unique_ptr<ir::Graph> argmax_graph;
-  std::unique_ptr<BoundGraph> argmax_bound;
-  std::unique_ptr<kernels::PreparedStep> argmax;
-  std::unique_ptr<kernels::PreparedStep> advance;
-  device::DeviceBuffer argmax_scratch;  // workspace and counters of the argmax
-  kernels::GraphExec loop_exec;
-};
-
 }  // namespace
 
 struct GpuRuntime::Impl {
@@ -101,251 +45,27 @@ struct GpuRuntime::Impl {
   std::unique_ptr<DeviceWeights> weights;
   device::DeviceBuffer state;
   device::DeviceBuffer arena;
-  device::DeviceBuffer aux;  // error word, step counter, history
-  std::vector<device::DeviceBuffer> rope_tables;
-  std::map<std::string, const float*> rope_by_key;
-  std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> state_slots;  // offset, bytes
-  int* error = nullptr;
-  int* step_counter = nullptr;
-  int32_t* history = nullptr;  // [max_context, max decode batch]
-  int64_t history_capacity = 0;
+  device::DeviceBuffer aux;                 // error word, step counter, history
+  PlanMemory memory;                        // into state, arena, aux and weights
+  std::unique_ptr<ProgramBuilder> builder;  // owns the RoPE tables the programs read
   cudaStream_t stream = nullptr;
   std::vector<std::unique_ptr<Program>> programs;
   const Program* active = nullptr;  // the program whose counters hold in the arena
 
   ~Impl() {
     programs.clear();  // graphs and steps before the launcher they refer to
+    builder.reset();
     launcher.reset();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
-  absl::StatusOr<std::byte*> Resolve(const pp::Binding& b, const std::string& step) {
-    const int64_t span = SpanBytes(b);
-    auto check = [&](int64_t size, absl::string_view space) -> absl::Status {
-      if (b.offset() < 0 || b.offset() + span > size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(step, ": %", b.value(), " at bytes [", b.offset(), ", ", b.offset() + span,
-                         ") lies outside the ", space, " of ", size, " bytes"));
-      }
-      return absl::OkStatus();
-    };
-    switch (b.storage()) {
-      case pp::Binding::STORAGE_ARENA:
-      case pp::Binding::STORAGE_INPUT:
-        TP_RETURN_IF_ERROR(check(arena.size(), "arena"));
-        return static_cast<std::byte*>(arena.data()) + b.offset();
-      case pp::Binding::STORAGE_WEIGHT: {
-        const WeightSlot* slot = weights->layout().Find(b.root());
-        if (slot == nullptr) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(step, ": %", b.value(), " names the unknown weight ", b.root()));
-        }
-        TP_RETURN_IF_ERROR(check(slot->bytes, absl::StrCat("weight ", b.root())));
-        TP_ASSIGN_OR_RETURN(void* base, weights->Address(b.root()));
-        return static_cast<std::byte*>(base) + b.offset();
-      }
-      case pp::Binding::STORAGE_STATE: {
-        // The offset is into the whole state space; it must lie in the named state's slot.
-        auto it = state_slots.find(b.root());
-        if (it == state_slots.end()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(step, ": %", b.value(), " names the unknown state ", b.root()));
-        }
-        const auto [slot_offset, slot_bytes] = it->second;
-        if (b.offset() < slot_offset || b.offset() + span > slot_offset + slot_bytes) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(step, ": %", b.value(), " at bytes [", b.offset(), ", ",
-                           b.offset() + span, ") lies outside the state ", b.root(), " at [",
-                           slot_offset, ", ", slot_offset + slot_bytes, ")"));
-        }
-        return static_cast<std::byte*>(state.data()) + b.offset();
-      }
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat(step, ": %", b.value(), " has no storage class"));
-    }
-  }
-
-  absl::StatusOr<const float*> RopeTable(const ir::Region& region, int64_t head_dim) {
-    TP_ASSIGN_OR_RETURN(const ir::RopeParams params, ir::RopeParamsFromAttributes(region.attrs));
-    const std::vector<float> freq = ir::RopeInvFreq(params, head_dim);
-    std::string key(reinterpret_cast<const char*>(freq.data()), freq.size() * sizeof(float));
-    if (auto it = rope_by_key.find(key); it != rope_by_key.end()) return it->second;
-    TP_ASSIGN_OR_RETURN(device::DeviceBuffer table,
-                        device::DeviceBuffer::Allocate(*device, key.size()));
-    TP_RETURN_IF_ERROR(table.CopyFromHost(freq.data(), static_cast<int64_t>(key.size())));
-    const float* p = table.as<float>();
-    rope_tables.push_back(std::move(table));
-    rope_by_key.emplace(std::move(key), p);
-    return p;
-  }
-
-  bool Programmatic(bool decode) const {
-    using P = GpuOptions::ProgrammaticLaunch;
-    return device->sm() >= 90 && (options.programmatic_launch == P::kAlways ||
-                                  (options.programmatic_launch == P::kDecode && decode));
-  }
-
-  // The step of `region` under `tactic`, bound to `buffers`.
-  absl::StatusOr<std::unique_ptr<kernels::PreparedStep>> PrepareStep(
-      const kernels::KernelFamily& family, const BoundRegion& region, const kernels::Tactic& tactic,
-      bool decode, const kernels::RegionBuffers& buffers, std::string label) {
-    TP_ASSIGN_OR_RETURN(
-        std::unique_ptr<kernels::PreparedStep> step,
-        launcher->Prepare(family, region, tactic, {.programmatic = Programmatic(decode)},
-                          std::move(label)));
-    TP_RETURN_IF_ERROR(step->Bind(buffers).status());
-    return step;
-  }
-
-  // `graph` is phase.graph() parsed.
-  absl::StatusOr<std::unique_ptr<Program>> BuildProgram(const pp::Phase& phase,
-                                                        std::unique_ptr<ir::Graph> graph) {
-    auto p = std::make_unique<Program>();
-    p->phase = &phase;
-    p->decode = phase.kind() == pp::Phase::KIND_DECODE;
-    p->graph = std::move(graph);
-    kernels::ShapeBindings bindings;
-    for (const pp::SymbolBinding& b : phase.bindings()) bindings[b.symbol()] = b.extent();
-    p->batch = bindings.count("B") ? bindings["B"] : 0;
-    p->tokens = bindings.count("T") ? bindings["T"] : 0;
-    if (p->batch <= 0 || p->tokens <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(phase.name(), ": the phase binds no positive B and T"));
-    }
-    TP_ASSIGN_OR_RETURN(BoundGraph bound,
-                        BoundGraph::Create(*p->graph, std::move(bindings), phase.context()));
-    p->bound = std::make_unique<BoundGraph>(std::move(bound));
-    if (p->graph->outputs().size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(phase.name(), ": the phase must have one output, %logits"));
-    }
-    const std::vector<int64_t>& logits_shape = p->bound->shape(p->graph->outputs()[0]);
-    if (logits_shape.size() != 3 || logits_shape[0] != p->batch ||
-        (logits_shape[1] != p->tokens && logits_shape[1] != 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(phase.name(), ": %logits is [", absl::StrJoin(logits_shape, ","),
-                       "]; expected [", p->batch, ",", p->tokens, ",V] or [", p->batch, ",1,V]"));
-    }
-    p->last_token_logits = !p->decode && p->tokens > 1 && logits_shape[1] == 1;
-
-    const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
-    std::byte* const arena_base = static_cast<std::byte*>(arena.data());
-    for (const pp::Step& step : phase.steps()) {
-      const std::string label =
-          absl::StrCat(phase.name(), " step ", p->steps.size(), " (", step.name(), ")");
-      kernels::RegionBuffers buffers;
-      if (step.region() < 0 || step.region() >= static_cast<int>(p->graph->regions().size())) {
-        return absl::InvalidArgumentError(absl::StrCat(label, ": no region ", step.region()));
-      }
-      const BoundRegion region(*p->bound, step.region());
-      TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, kernels::TacticFromProto(step.tactic()));
-      const kernels::KernelFamily* family = registry.Find(tactic.family);
-      if (family == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": unknown kernel family '", tactic.family, "'"));
-      }
-      if (tactic.family_version != family->version()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            label, ": the plan was made for ", tactic.family, " v", tactic.family_version,
-            "; this build has v", family->version(), " (plan again)"));
-      }
-      if (step.operands_size() != region.num_operands() ||
-          step.results_size() != region.num_results()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": bindings do not match ", region.Label()));
-      }
-      for (const pp::Binding& b : step.operands()) {
-        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, label));
-        buffers.operands.push_back(a);
-        if (b.value() == "tokens") p->tokens_in = reinterpret_cast<int32_t*>(a);
-        if (b.value() == "positions") p->positions_in = reinterpret_cast<int32_t*>(a);
-      }
-      for (const pp::Binding& b : step.results()) {
-        TP_ASSIGN_OR_RETURN(std::byte * a, Resolve(b, label));
-        buffers.results.push_back(a);
-        if (b.value() == "logits") p->logits = reinterpret_cast<float*>(a);
-      }
-      if (step.workspace_bytes() > 0) {
-        if (step.workspace_offset() + step.workspace_bytes() > arena.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(label, ": workspace outside the arena"));
-        }
-        buffers.workspace = arena_base + step.workspace_offset();
-      }
-      if (step.counters_bytes() > 0) {
-        if (step.counters_offset() + step.counters_bytes() > arena.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(label, ": counters outside the arena"));
-        }
-        buffers.counters = arena_base + step.counters_offset();
-        p->counters.emplace_back(step.counters_offset(), step.counters_bytes());
-      }
-      if (ir::HasRope(region.region())) {
-        TP_ASSIGN_OR_RETURN(buffers.rope_inv_freq,
-                            RopeTable(region.region(), region.result(0).shape.back()));
-      }
-      buffers.error = error;
-      TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PreparedStep> prepared,
-                          PrepareStep(*family, region, tactic, p->decode, buffers, label));
-      p->steps.push_back(std::move(prepared));
-    }
-    if (p->tokens_in == nullptr || p->positions_in == nullptr || p->logits == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          phase.name(), ": the phase must read %tokens and %positions and write %logits"));
-    }
-    if (p->decode) TP_RETURN_IF_ERROR(BuildDecodeLoop(*p));
-    return p;
-  }
-
-  // The argmax of the decode logits into the token input, and the position advance.
-  absl::Status BuildDecodeLoop(Program& p) {
-    const int64_t vocab = p.bound->shape(p.graph->outputs()[0]).back();
-    TP_ASSIGN_OR_RETURN(ir::Graph g, ir::ParseGraph(absl::StrCat(
-                                         "graph @greedy {\n  input %logits: f32[", p.batch, ",1,",
-                                         vocab, "]\n  %next: i32[", p.batch,
-                                         ",1] = argmax(%logits)\n", "  output %next\n}\n")));
-    p.argmax_graph = std::make_unique<ir::Graph>(std::move(g));
-    TP_ASSIGN_OR_RETURN(BoundGraph bound, BoundGraph::Create(*p.argmax_graph, {}, 1));
-    p.argmax_bound = std::make_unique<BoundGraph>(std::move(bound));
-    const BoundRegion region(*p.argmax_bound, 0);
-    // The first family that runs the argmax (they are sorted by name), at its default tactic.
-    const kernels::KernelFamily* family = nullptr;
-    for (const kernels::KernelFamily* f : kernels::GlobalKernelRegistry().FamiliesFor("argmax")) {
-      if (f->CanImplement(region, plan.target()).ok()) {
-        family = f;
-        break;
-      }
-    }
-    if (family == nullptr) {
-      return absl::InternalError(absl::StrCat(region.Label(), ": no kernel family runs it"));
-    }
-    TP_ASSIGN_OR_RETURN(const kernels::Tactic tactic, family->DefaultTactic(region, plan.target()));
-    const int64_t ws = AlignUp(family->WorkspaceBytes(tactic, region), 256);
-    const int64_t counters = family->CounterBytes(tactic, region);
-    TP_ASSIGN_OR_RETURN(p.argmax_scratch, device::DeviceBuffer::Allocate(
-                                              *device, ws + std::max<int64_t>(counters, 4)));
-    TP_RETURN_IF_ERROR(p.argmax_scratch.Fill(0));
-    kernels::RegionBuffers buffers;
-    buffers.operands = {p.logits};
-    buffers.results = {p.tokens_in};
-    std::byte* scratch = static_cast<std::byte*>(p.argmax_scratch.data());
-    if (ws > 0) buffers.workspace = scratch;
-    if (counters > 0) buffers.counters = scratch + ws;
-    TP_ASSIGN_OR_RETURN(p.argmax, PrepareStep(*family, region, tactic, /*decode=*/true, buffers,
-                                              absl::StrCat(p.phase->name(), " greedy argmax")));
-
-    DecodeAdvanceParams advance{};
-    advance.tokens = p.tokens_in;
-    advance.positions = p.positions_in;
-    advance.history = history;
-    advance.step = step_counter;
-    advance.batch = static_cast<int>(p.batch);
-    advance.capacity = static_cast<int>(history_capacity);
-    p.advance = launcher->PrepareKernels(absl::StrCat(p.phase->name(), " decode_advance"),
-                                         kernels::DecodeAdvanceInstance(),
-                                         {kernels::DecodeAdvanceLaunch(advance, p.batch)},
-                                         {.programmatic = Programmatic(/*decode=*/true)});
-    return absl::OkStatus();
-  }
+  // Allocates what `layout` asks (nothing when it cannot all fit) and the cuBLASLt workspace,
+  // uploads or generates the weights.
+  absl::Status Allocate(PlanLayout& layout, const models::Checkpoint* checkpoint,
+                        GpuRuntimeInfo& info);
+  // Runs every phase once from the host (first launches load lazily and raise shared-memory
+  // limits, which must not happen inside a capture), then captures the graphs.
+  absl::Status WarmUpAndCapture();
 
   absl::Status EnqueueProgram(Program& p, bool greedy) {
     for (auto& s : p.steps) TP_RETURN_IF_ERROR(s->Enqueue(0, stream));
@@ -384,9 +104,9 @@ struct GpuRuntime::Impl {
   absl::Status Finish() {
     TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     int word = 0;
-    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(&word, error, sizeof(int), cudaMemcpyDeviceToHost));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(&word, memory.error, sizeof(int), cudaMemcpyDeviceToHost));
     if (word != 0) {
-      TP_CUDA_RETURN_IF_ERROR(cudaMemset(error, 0, sizeof(int)));
+      TP_CUDA_RETURN_IF_ERROR(cudaMemset(memory.error, 0, sizeof(int)));
       return absl::InvalidArgumentError(absl::StrCat(
           "a token id outside the vocabulary or a position outside the KV cache at flat token "
           "index ",
@@ -539,6 +259,81 @@ absl::Status ParseProgrammaticLaunch(absl::string_view text, GpuOptions& options
 GpuRuntime::GpuRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuRuntime::~GpuRuntime() = default;
 
+absl::Status GpuRuntime::Impl::Allocate(PlanLayout& layout, const models::Checkpoint* checkpoint,
+                                        GpuRuntimeInfo& info) {
+  memory.history_capacity = std::max<int64_t>(1, plan.options().max_context());
+  const int64_t aux_bytes = 256 + memory.history_capacity * layout.max_decode_batch * 4;
+  const int64_t weight_bytes = layout.weights->total_bytes();
+  const int64_t total = weight_bytes + layout.state_bytes + layout.arena_bytes +
+                        options.cublaslt_workspace_bytes + aux_bytes;
+  TP_ASSIGN_OR_RETURN(const device::Device::MemoryInfo free, device->GetMemoryInfo());
+  if (total > free.free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the plan needs ", total, " bytes on ", device->Label(), " (weights ", weight_bytes,
+        ", KV cache ", layout.state_bytes, ", arena ", layout.arena_bytes, ", cuBLASLt workspace ",
+        options.cublaslt_workspace_bytes, ", other ", aux_bytes, ") but only ", free.free_bytes,
+        " of ", free.total_bytes, " bytes are free"));
+  }
+
+  TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kernels::StepLauncher::Options launcher_options;
+  launcher_options.cublaslt_workspace_bytes = options.cublaslt_workspace_bytes;
+  TP_ASSIGN_OR_RETURN(launcher,
+                      kernels::StepLauncher::Create(*device, std::move(launcher_options)));
+
+  const Clock::time_point weights_start = Clock::now();
+  if (checkpoint != nullptr) {
+    TP_ASSIGN_OR_RETURN(weights,
+                        DeviceWeights::Load(*device, *std::move(layout.weights), *checkpoint));
+  } else {
+    TP_ASSIGN_OR_RETURN(weights, DeviceWeights::Random(*device, *std::move(layout.weights),
+                                                       launcher->loader(), options.seed));
+  }
+  info.weights_seconds = SecondsSince(weights_start);
+  TP_ASSIGN_OR_RETURN(state, device::DeviceBuffer::Allocate(*device, layout.state_bytes));
+  TP_ASSIGN_OR_RETURN(arena, device::DeviceBuffer::Allocate(*device, layout.arena_bytes));
+  TP_ASSIGN_OR_RETURN(aux, device::DeviceBuffer::Allocate(*device, aux_bytes));
+  TP_RETURN_IF_ERROR(arena.Fill(0));
+  TP_RETURN_IF_ERROR(aux.Fill(0));
+  memory.arena = &arena;
+  memory.state = &state;
+  memory.weights = weights.get();
+  memory.state_slots = std::move(layout.state_slots);
+  memory.error = aux.as<int>();
+  memory.step_counter = aux.as<int>() + 1;
+  memory.history = reinterpret_cast<int32_t*>(static_cast<std::byte*>(aux.data()) + 256);
+  info.weight_bytes = weights->bytes();
+  info.state_bytes = layout.state_bytes;
+  info.arena_bytes = layout.arena_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status GpuRuntime::Impl::WarmUpAndCapture() {
+  for (auto& p : programs) {
+    TP_RETURN_IF_ERROR(Activate(*p));
+    // Token 0 at position 0: valid inputs whatever another phase left in the arena.
+    const size_t inputs = static_cast<size_t>(p->batch * p->tokens) * sizeof(int32_t);
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->tokens_in, 0, inputs, stream));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->positions_in, 0, inputs, stream));
+    TP_RETURN_IF_ERROR(EnqueueProgram(*p, false));
+    if (p->decode) TP_RETURN_IF_ERROR(EnqueueProgram(*p, true));
+    TP_RETURN_IF_ERROR(Finish());
+  }
+  if (options.cuda_graphs) {
+    for (auto& p : programs) {
+      TP_ASSIGN_OR_RETURN(p->exec, Capture(*p, false));
+      if (p->decode) {
+        TP_ASSIGN_OR_RETURN(p->loop_exec, Capture(*p, true));
+      }
+    }
+  }
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(aux.data(), 0, 8, stream));
+  TP_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), stream));
+  TP_RETURN_IF_ERROR(Finish());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Device& device,
                                                                const pp::ExecutionPlan& plan,
                                                                const models::Checkpoint* checkpoint,
@@ -549,93 +344,19 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
         "the plan targets ", plan.target().name(), " (sm_", plan.target().sm(), ") but ",
         device.Label(), " is sm_", device.sm(), "; plan for this device's target"));
   }
-  if (plan.phases().empty()) return absl::InvalidArgumentError("the plan has no phases");
   TP_RETURN_IF_ERROR(device.MakeCurrent());
   auto impl = std::make_unique<Impl>();
   GpuRuntimeInfo info;
   impl->device = &device;
   impl->options = options;
   impl->plan = plan;
-
-  // Sizes first: nothing is allocated for a plan that cannot fit.
-  std::vector<std::unique_ptr<ir::Graph>> graphs;
-  std::vector<const ir::Graph*> graph_ptrs;
-  int64_t arena_bytes = 0;
-  const pp::Arena& first_arena = impl->plan.phases(0).arena();
-  for (const pp::Phase& phase : impl->plan.phases()) {
-    TP_ASSIGN_OR_RETURN(ir::Graph g, ir::GraphFromProto(phase.graph()));
-    graphs.push_back(std::make_unique<ir::Graph>(std::move(g)));
-    graph_ptrs.push_back(graphs.back().get());
-    arena_bytes = std::max(arena_bytes, phase.arena().arena_bytes());
-    // Every phase must lay the KV cache out the same way: they share it.
-    bool same = phase.arena().states_size() == first_arena.states_size() &&
-                phase.arena().state_bytes() == first_arena.state_bytes();
-    for (int i = 0; same && i < phase.arena().states_size(); ++i) {
-      same = phase.arena().states(i).state() == first_arena.states(i).state() &&
-             phase.arena().states(i).offset() == first_arena.states(i).offset() &&
-             phase.arena().states(i).bytes() == first_arena.states(i).bytes();
-    }
-    if (!same) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          phase.name(), " lays out the KV cache differently from ", impl->plan.phases(0).name()));
-    }
-  }
-  for (const pp::StateSlot& s : first_arena.states()) {
-    impl->state_slots[s.state()] = {s.offset(), s.bytes()};
-  }
-  TP_ASSIGN_OR_RETURN(WeightLayout layout, WeightLayout::ForGraphs(graph_ptrs));
-  int64_t max_decode_batch = 1;
-  for (const pp::Phase& phase : impl->plan.phases()) {
-    for (const pp::SymbolBinding& b : phase.bindings()) {
-      if (phase.kind() == pp::Phase::KIND_DECODE && b.symbol() == "B") {
-        max_decode_batch = std::max(max_decode_batch, b.extent());
-      }
-    }
-  }
-  impl->history_capacity = std::max<int64_t>(1, impl->plan.options().max_context());
-  const int64_t aux_bytes = 256 + impl->history_capacity * max_decode_batch * 4;
-  const int64_t total = layout.total_bytes() + first_arena.state_bytes() + arena_bytes +
-                        options.cublaslt_workspace_bytes + aux_bytes;
-  TP_ASSIGN_OR_RETURN(const device::Device::MemoryInfo memory, device.GetMemoryInfo());
-  if (total > memory.free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the plan needs ", total, " bytes on ", device.Label(), " (weights ", layout.total_bytes(),
-        ", KV cache ", first_arena.state_bytes(), ", arena ", arena_bytes, ", cuBLASLt workspace ",
-        options.cublaslt_workspace_bytes, ", other ", aux_bytes, ") but only ", memory.free_bytes,
-        " of ", memory.total_bytes, " bytes are free"));
-  }
-
-  TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  kernels::StepLauncher::Options launcher_options;
-  launcher_options.cublaslt_workspace_bytes = options.cublaslt_workspace_bytes;
-  TP_ASSIGN_OR_RETURN(impl->launcher,
-                      kernels::StepLauncher::Create(device, std::move(launcher_options)));
-
-  const Clock::time_point weights_start = Clock::now();
-  if (checkpoint != nullptr) {
-    TP_ASSIGN_OR_RETURN(impl->weights, DeviceWeights::Load(device, std::move(layout), *checkpoint));
-  } else {
-    TP_ASSIGN_OR_RETURN(
-        impl->weights,
-        DeviceWeights::Random(device, std::move(layout), impl->launcher->loader(), options.seed));
-  }
-  info.weights_seconds = SecondsSince(weights_start);
-  TP_ASSIGN_OR_RETURN(impl->state,
-                      device::DeviceBuffer::Allocate(device, first_arena.state_bytes()));
-  TP_ASSIGN_OR_RETURN(impl->arena, device::DeviceBuffer::Allocate(device, arena_bytes));
-  TP_ASSIGN_OR_RETURN(impl->aux, device::DeviceBuffer::Allocate(device, aux_bytes));
-  TP_RETURN_IF_ERROR(impl->arena.Fill(0));
-  TP_RETURN_IF_ERROR(impl->aux.Fill(0));
-  impl->error = impl->aux.as<int>();
-  impl->step_counter = impl->aux.as<int>() + 1;
-  impl->history = reinterpret_cast<int32_t*>(static_cast<std::byte*>(impl->aux.data()) + 256);
-  info.weight_bytes = impl->weights->bytes();
-  info.state_bytes = first_arena.state_bytes();
-  info.arena_bytes = arena_bytes;
-
+  TP_ASSIGN_OR_RETURN(PlanLayout layout, LayOutPlan(impl->plan));
+  TP_RETURN_IF_ERROR(impl->Allocate(layout, checkpoint, info));
+  impl->builder = std::make_unique<ProgramBuilder>(device, impl->plan, impl->memory,
+                                                   *impl->launcher, impl->options);
   for (int i = 0; i < impl->plan.phases_size(); ++i) {
     TP_ASSIGN_OR_RETURN(std::unique_ptr<Program> program,
-                        impl->BuildProgram(impl->plan.phases(i), std::move(graphs[i])));
+                        impl->builder->Build(impl->plan.phases(i), std::move(layout.graphs[i])));
     impl->programs.push_back(std::move(program));
   }
   TP_RETURN_IF_ERROR(impl->CompileAll(info));
@@ -651,30 +372,7 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   }
   info.gemm_algos.assign(algos.begin(), algos.end());
 
-  // Run every phase once from the host (first launches load lazily and raise shared-memory
-  // limits, which must not happen inside a capture), then capture.
-  for (auto& p : impl->programs) {
-    TP_RETURN_IF_ERROR(impl->Activate(*p));
-    // Token 0 at position 0: valid inputs whatever another phase left in the arena.
-    const size_t inputs = static_cast<size_t>(p->batch * p->tokens) * sizeof(int32_t);
-    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->tokens_in, 0, inputs, impl->stream));
-    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->positions_in, 0, inputs, impl->stream));
-    TP_RETURN_IF_ERROR(impl->EnqueueProgram(*p, false));
-    if (p->decode) TP_RETURN_IF_ERROR(impl->EnqueueProgram(*p, true));
-    TP_RETURN_IF_ERROR(impl->Finish());
-  }
-  if (options.cuda_graphs) {
-    for (auto& p : impl->programs) {
-      TP_ASSIGN_OR_RETURN(p->exec, impl->Capture(*p, false));
-      if (p->decode) {
-        TP_ASSIGN_OR_RETURN(p->loop_exec, impl->Capture(*p, true));
-      }
-    }
-  }
-  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->aux.data(), 0, 8, impl->stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->state.data(), 0,
-                                          static_cast<size_t>(impl->state.size()), impl->stream));
-  TP_RETURN_IF_ERROR(impl->Finish());
+  TP_RETURN_IF_ERROR(impl->WarmUpAndCapture());
   info.setup_seconds = SecondsSince(start);
   auto runtime = std::unique_ptr<GpuRuntime>(new GpuRuntime(std::move(impl)));
   runtime->info_ = std::move(info);
@@ -778,10 +476,10 @@ absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int3
                                           cudaMemcpyHostToDevice, stream));
   TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode->positions_in, positions.data(),
                                           positions.size() * 4, cudaMemcpyHostToDevice, stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl_->step_counter, 0, sizeof(int), stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl_->memory.step_counter, 0, sizeof(int), stream));
   for (int i = 1; i < new_tokens; ++i) TP_RETURN_IF_ERROR(impl_->Run(*decode, /*greedy=*/true));
   std::vector<int32_t> history(static_cast<size_t>((new_tokens - 1) * batch));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(history.data(), impl_->history, history.size() * 4,
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(history.data(), impl_->memory.history, history.size() * 4,
                                           cudaMemcpyDeviceToHost, stream));
   TP_RETURN_IF_ERROR(impl_->Finish());
   for (int i = 1; i < new_tokens; ++i) {

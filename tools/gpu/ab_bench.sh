@@ -24,8 +24,8 @@ for side in a b; do
     start=$SECONDS
     # The store's flag: --tactic-cache, or --cache in builds before the tools shared flags.
     store_flag=--tactic-cache
-    LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" --help 2>&1 | grep -q -- --tactic-cache ||
-      store_flag=--cache
+    help=$(LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" --help 2>&1)
+    [[ $help == *--tactic-cache* ]] || store_flag=--cache
     LD_LIBRARY_PATH="$dir/lib" "$dir/autotune_regions" $autotune "$store_flag" \
       "$work/tactics_$side.db" > "$out/autotune_$side.log" 2>&1
     rc=$?
