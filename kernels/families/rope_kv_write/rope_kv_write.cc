@@ -53,6 +53,31 @@ HeadShape ShapeOf(const BoundRegion& r) {
 
 constexpr absl::string_view kSource = "rope_kv_write.cuh";
 
+// What rope_kv_write and qk_norm_rope_kv_write share: the packed qkv rows, positions and
+// frequencies in, the rotated q and both caches out.
+struct FusedShape {
+  int64_t stride = 0, tokens = 0, q_heads = 0, kv_heads = 0, capacity = 0;
+  int positions = 0;  // the operand holding them
+};
+
+template <typename P>
+P FusedParams(const LaunchBuilder& b, const FusedShape& s) {
+  P p{};
+  p.qkv = b.Operand(0);
+  p.qkv_stride = s.stride;
+  p.positions = static_cast<const int*>(b.Operand(s.positions));
+  p.inv_freq = b.rope_inv_freq();
+  p.q_out = b.Result(0);
+  p.k_cache = b.Result(1);
+  p.v_cache = b.Result(2);
+  p.tokens = static_cast<int>(s.tokens);
+  p.q_heads = static_cast<int>(s.q_heads);
+  p.kv_heads = static_cast<int>(s.kv_heads);
+  p.capacity = static_cast<int>(s.capacity);
+  p.error = b.error();
+  return p;
+}
+
 absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
                                           const RegionBuffers* buffers) {
   LaunchBuilder b(r, t, buffers);
@@ -96,6 +121,7 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
                                        std::max<int64_t>(1, batch * tokens), 1};
   const std::array<int64_t, 3> block = {32 * heads_per_cta, 1, 1};
   const std::string args = absl::StrCat(dim, ", ", heads_per_cta, ", ", vec, ">");
+  const FusedShape fused_shape{stride, tokens, q_heads, kv_heads, capacity, positions};
   if (kind == "rope") {
     RopeParams p{};
     p.x = b.Operand(0);
@@ -119,41 +145,16 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
   } else if (norm) {
     TP_ASSIGN_OR_RETURN(const double eps, r.region().attrs.GetFloat("eps"));
     TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(1), "q_norm"));
-    QkNormRopeKvWriteParams p{};
-    p.qkv = b.Operand(0);
-    p.qkv_stride = stride;
+    QkNormRopeKvWriteParams p = FusedParams<QkNormRopeKvWriteParams>(b, fused_shape);
     p.q_norm = b.Operand(1);
     p.k_norm = b.Operand(2);
     p.eps = static_cast<float>(eps);
-    p.positions = static_cast<const int*>(b.Operand(positions));
-    p.inv_freq = b.rope_inv_freq();
-    p.q_out = b.Result(0);
-    p.k_cache = b.Result(1);
-    p.v_cache = b.Result(2);
-    p.tokens = static_cast<int>(tokens);
-    p.q_heads = static_cast<int>(q_heads);
-    p.kv_heads = static_cast<int>(kv_heads);
-    p.capacity = static_cast<int>(capacity);
-    p.error = b.error();
     b.Launch(kSource,
              absl::StrCat("tileplan::qk_norm_rope_kv_write<", type, ", ", w_type, ", ", args), grid,
              block, 0, p);
   } else {
-    RopeKvWriteParams p{};
-    p.qkv = b.Operand(0);
-    p.qkv_stride = stride;
-    p.positions = static_cast<const int*>(b.Operand(positions));
-    p.inv_freq = b.rope_inv_freq();
-    p.q_out = b.Result(0);
-    p.k_cache = b.Result(1);
-    p.v_cache = b.Result(2);
-    p.tokens = static_cast<int>(tokens);
-    p.q_heads = static_cast<int>(q_heads);
-    p.kv_heads = static_cast<int>(kv_heads);
-    p.capacity = static_cast<int>(capacity);
-    p.error = b.error();
     b.Launch(kSource, absl::StrCat("tileplan::rope_kv_write<", type, ", ", args), grid, block, 0,
-             p);
+             FusedParams<RopeKvWriteParams>(b, fused_shape));
   }
   return std::move(b).Finish();
 }
