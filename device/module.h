@@ -25,7 +25,7 @@ struct LaunchConfig {
   cudaStream_t stream = nullptr;  // null: the legacy default stream
   // Programmatic dependent launch (sm_90+): the grid may begin launching while the previous
   // grid in the stream finishes; it must wait for it in the kernel (every kernel template
-  // calls grid_dependency_sync() first, kernels/cuda/primitives.cuh).
+  // calls grid_dependency_sync() first, kernels/core/primitives.cuh).
   bool programmatic = false;
 };
 

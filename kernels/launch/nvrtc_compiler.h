@@ -1,4 +1,4 @@
-// Run-time compilation of the CUDA C++ kernel templates (kernels/cuda/*.cuh) with NVRTC.
+// Run-time compilation of the CUDA C++ kernel templates (kernels/families/<family>/*.cuh) with NVRTC.
 //
 // A request names one template file and the instantiations wanted as C++ name expressions
 // ("tileplan::rms_norm<tileplan::bf16, tileplan::bf16, 256, 1, 8>"). The program is
