@@ -39,9 +39,10 @@ absl::StatusOr<TuningWork> TuningWork::Collect(planner::proto::ExecutionPlan pla
       const kernels::BoundRegion region(*work.bound_.back(), step.region());
       std::vector<int>& of_step = phase_items.emplace_back();
       std::vector<const kernels::KernelFamily*> families = registry.FamiliesFor(region.kind());
-      std::stable_partition(families.begin(), families.end(), [&](const kernels::KernelFamily* k) {
-        return k->name() == step.tactic().family();
-      });
+      // The plan's own family (the cost model's pick) first.
+      const kernels::KernelFamily* planned = registry.Find(step.tactic().family());
+      std::stable_partition(families.begin(), families.end(),
+                            [&](const kernels::KernelFamily* k) { return k == planned; });
       for (const kernels::KernelFamily* family : families) {
         if (!HasTacticsToMeasure(*family) || !family->CanImplement(region, target).ok()) continue;
         planner::TacticKey key = planner::TacticKeyFor(region, ir_phase, *family, environment);

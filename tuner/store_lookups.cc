@@ -105,7 +105,9 @@ std::string WhyNoHits(const std::vector<planner::TacticKey>& keys, const TacticS
 
 }  // namespace
 
-bool HasTacticsToMeasure(const kernels::KernelFamily& family) { return family.name() != "view"; }
+bool HasTacticsToMeasure(const kernels::KernelFamily& family) {
+  return family.launch_kind() != kernels::LaunchKind::kNothing;
+}
 
 std::vector<planner::TacticKey> MeasurableKeys(const Records& records) {
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
