@@ -299,7 +299,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // == 0; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_SPLIT_KV_PARAMS)) {
+    attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
   grid_dependency_sync();

@@ -65,7 +65,7 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps,
           bool kPackGqa, int kSplits>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_prefill_flash(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PREFILL_FLASH_PARAMS)) {
+    attention_prefill_flash(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   grid_dependency_sync();
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);  // 16-row tiles per warp

@@ -64,14 +64,14 @@ __device__ __forceinline__ void elementwise_binary(const T* a, long long a_strid
 
 template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    elementwise_add(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_ADD_PARAMS)) {
+    elementwise_add(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_BINARY_PARAMS)) {
   grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 0>(a, a_stride, b, b_stride, out, rows, cols);
 }
 
 template <typename T, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    elementwise_mul(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_MUL_PARAMS)) {
+    elementwise_mul(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ELEMENTWISE_BINARY_PARAMS)) {
   grid_dependency_sync();
   elementwise_binary<T, kThreads, kItems, kVec, 1>(a, a_stride, b, b_stride, out, rows, cols);
 }

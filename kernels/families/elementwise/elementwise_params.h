@@ -1,7 +1,7 @@
 // The parameters of the elementwise kernels, declared once for the templates (NVRTC) and the
-// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
-// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
-// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_..._PARAMS list is the signature
+// of the kernels named above it, entry by entry (host type, kernel type, name), and each
+// struct below is what the host fills; the launch passes a struct's fields as the kernel's
 // parameters, so the host cannot drift from the kernel.
 #pragma once
 
@@ -11,18 +11,8 @@
 #include "kernels/core/kernel_params.h"
 #endif
 
-// elementwise_add
-#define TILEPLAN_ELEMENTWISE_ADD_PARAMS(FIRST, NEXT) \
-  FIRST(const void*, const T*, a) \
-  NEXT(long long, long long, a_stride) \
-  NEXT(const void*, const T*, b) \
-  NEXT(long long, long long, b_stride) \
-  NEXT(void*, T*, out) \
-  NEXT(long long, long long, rows) \
-  NEXT(int, int, cols)
-
-// elementwise_mul
-#define TILEPLAN_ELEMENTWISE_MUL_PARAMS(FIRST, NEXT) \
+// elementwise_add, elementwise_mul
+#define TILEPLAN_ELEMENTWISE_BINARY_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T*, a) \
   NEXT(long long, long long, a_stride) \
   NEXT(const void*, const T*, b) \
@@ -49,7 +39,7 @@
 
 namespace tileplan {
 
-TILEPLAN_PARAMS_STRUCT(ElementwiseBinaryParams, TILEPLAN_ELEMENTWISE_ADD_PARAMS)
+TILEPLAN_PARAMS_STRUCT(ElementwiseBinaryParams, TILEPLAN_ELEMENTWISE_BINARY_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ElementwiseUnaryParams, TILEPLAN_ELEMENTWISE_SILU_PARAMS)
 
 }  // namespace tileplan

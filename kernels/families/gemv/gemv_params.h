@@ -1,7 +1,7 @@
 // The parameters of the gemv kernels, declared once for the templates (NVRTC) and the
-// host launcher (kernels/core/kernel_params.h): each TILEPLAN_<KERNEL>_PARAMS list is the
-// kernel's signature, entry by entry (host type, kernel type, name), and the struct named
-// below it is what the host fills; the launch passes the struct's fields as the kernel's
+// host launcher (kernels/core/kernel_params.h): each TILEPLAN_..._PARAMS list is the signature
+// of the kernels named above it, entry by entry (host type, kernel type, name), and each
+// struct below is what the host fills; the launch passes a struct's fields as the kernel's
 // parameters, so the host cannot drift from the kernel.
 #pragma once
 
