@@ -239,7 +239,6 @@ absl::StatusOr<int> Run(const std::vector<std::string>& args) {
     TP_ASSIGN_OR_RETURN(const tuner::WorkerRequest parsed, tuner::ParseWorkerRequest(request));
     tuner::WorkerSetup setup;
     setup.device = device->get();
-    setup.compiler = compiler.get();
     setup.target = &target;
     setup.environment = &environment;
     setup.store_path = absl::GetFlag(FLAGS_tactic_cache);

@@ -30,7 +30,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/launch/nvrtc_compiler.h"
 #include "targets/target.pb.h"
 #include "device/device.h"
 #include "tuner/environment.h"
@@ -84,7 +83,6 @@ WorkerLine ParseWorkerLine(absl::string_view line);
 // What the worker measures with; everything must outlive RunWorker.
 struct WorkerSetup {
   const device::Device* device = nullptr;
-  const kernels::NvrtcCompiler* compiler = nullptr;
   const targets::TargetDescription* target = nullptr;
   // DetectEnvironment's for the device: every TuningWork key's environment.
   const Environment* environment = nullptr;
