@@ -183,9 +183,6 @@ class LaunchBuilder {
   LaunchBuilder(const BoundRegion& region, const Tactic& tactic, const RegionBuffers* buffers)
       : r_(region), t_(tactic), buffers_(buffers) {}
 
-  const BoundRegion& region() const { return r_; }
-  bool has_buffers() const { return buffers_ != nullptr; }
-
   template <typename... Args>
   absl::Status Error(const Args&... args) const {
     return absl::InvalidArgumentError(absl::StrCat(r_.Label(), ": ", args...));

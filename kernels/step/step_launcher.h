@@ -123,7 +123,6 @@ class StepLauncher {
                                                      int limit);
 
   const device::Device& device() const { return *device_; }
-  const NvrtcCompiler& compiler() const { return *compiler_; }
   KernelLoader& loader() { return *loader_; }
   CublasLtRunner& cublaslt() { return *cublaslt_; }
 
