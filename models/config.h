@@ -1,12 +1,14 @@
 // Strict parsing of Hugging Face config.json for the decoder architectures tileplan plans.
 //
 // Supported model_type values: "llama" (also SmolLM2), "qwen2" (QKV bias), "qwen3"
-// (QK-norm), "mistral" (sliding window), "phi3" (fused qkv_proj / gate_up_proj). Both the
+// (QK-norm), "mistral" (sliding window), "phi3" (fused qkv_proj / gate_up_proj),
+// "deepseek_v2" (multi-head latent attention, routed + shared experts, YaRN RoPE) and
+// "qwen3_moe" (qwen3 attention, routed experts). Both the
 // transformers-5 layout (`rope_parameters`, `dtype`) and the long-standing hub layout
 // (`rope_theta`, `rope_scaling`, `torch_dtype`) are read.
 //
 // Strict means: a field that changes the computation and that tileplan does not implement
-// (MoE fields, partial rotary, quantization_config, an unknown RoPE type or activation,
+// (MoE fields outside the MoE architectures, partial rotary, quantization_config, an unknown RoPE type or activation,
 // attention/MLP biases where the architecture has none, ...) is refused with an
 // InvalidArgument error naming the field. Known metadata fields (token ids, architectures,
 // transformers_version, initializer_range, ...) are accepted and listed in
@@ -33,17 +35,68 @@
 
 namespace tileplan::models {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kPhi3 };
+enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kPhi3, kDeepseekV2, kQwen3Moe };
 absl::string_view ArchitectureName(Architecture arch);  // the model_type string
 
 struct RopeConfig {
-  std::string type = "default";  // "default" or "llama3"
+  std::string type = "default";  // "default", "llama3" or "yarn"
   double theta = 10000.0;
-  // llama3 only:
+  // llama3 and yarn:
   double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  // llama3 only:
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 0;
+  // yarn only (transformers' _compute_yarn_parameters): the correction range bounds
+  // (beta_fast, beta_slow; 32 and 1 when absent, null or 0), whether the range is truncated to
+  // whole dims (`truncate`, default true), and the factor applied to cos and sin:
+  // `attention_factor` when given, else mscale(factor, mscale) / mscale(factor,
+  // mscale_all_dim) when both are given and non-zero, else mscale(factor, 1), where
+  // mscale(s, m) = 1 for s <= 1 and 0.1 * m * ln(s) + 1 otherwise.
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
+  // yarn's `mscale_all_dim` (0 when absent): deepseek_v2 multiplies its softmax scale by
+  // mscale(factor, mscale_all_dim)^2 (ModelConfig::attention_scale).
+  double mscale_all_dim = 0.0;
+  // Rotate interleaved pairs (x[2i], x[2i+1]) instead of halves (x[i], x[i + D/2]):
+  // deepseek_v2's complex-number RoPE.
+  bool interleaved = false;
+};
+
+// Multi-head latent attention (deepseek_v2). Per head, queries are
+// [qk_nope_head_dim | qk_rope_head_dim] wide; keys and values are up-projected from a
+// kv_lora_rank-wide latent (kv_a_proj_with_mqa, then kv_a_layernorm), which with the
+// rotated qk_rope_head_dim-wide key shared by all heads is all the cache holds.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0 (null): a plain q_proj; else q_a_proj, q_a_layernorm, q_b_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
+// Routed experts (deepseek_v2, qwen3_moe). Per token: the router's logits (float32) over
+// num_experts, softmax, the top_k experts (deepseek_v2 `group_limited_greedy`: only within the
+// topk_groups best of num_groups equal groups of experts, a group scored by its best expert),
+// their probabilities renormalised to sum 1 when norm_topk_prob, times routed_scaling_factor;
+// the output is the weighted sum of the selected experts' SwiGLU MLPs (width
+// moe_intermediate_size), plus, unweighted, the shared experts' MLP (width
+// shared_intermediate_size; 0 = none).
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: no MoE layers
+  int64_t top_k = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_intermediate_size = 0;  // deepseek_v2: n_shared_experts * moe_intermediate_size
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  int64_t num_groups = 1;   // n_group (1: plain greedy top-k)
+  int64_t topk_groups = 1;  // topk_group
+  // Per layer: whether its MLP is the routed experts (else a dense MLP of intermediate_size).
+  // deepseek_v2: layers >= first_k_dense_replace; qwen3_moe: (L + 1) % decoder_sparse_step == 0
+  // and L not in mlp_only_layers. Size num_layers (all false without MoE).
+  std::vector<bool> sparse_layers;
 };
 
 struct ModelConfig {
@@ -68,6 +121,15 @@ struct ModelConfig {
   bool mlp_bias = false;   // gate/up/down have biases (llama mlp_bias)
   bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3)
   bool fused_qkv = false;  // phi3: self_attn.qkv_proj, mlp.gate_up_proj
+  // deepseek_v2: attention is multi-head latent attention (`mla` holds its geometry; head_dim
+  // is qk_rope_head_dim, as transformers sets it).
+  bool is_mla = false;
+  MlaConfig mla;
+  MoeConfig moe;
+  // The softmax scale of attention: 1 / sqrt(head_dim), or for MLA
+  // 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale(factor, mscale_all_dim)^2 for
+  // yarn with a non-zero mscale_all_dim (transformers' yarn_apply_mscale).
+  double attention_scale = 0.0;
   // Per layer: attention window in tokens (a query at position p sees keys in
   // (p - window, p]), or 0 for full causal attention. Size num_layers.
   std::vector<int64_t> sliding_window;
@@ -82,7 +144,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& path);
 
 // Bundled public geometries, embedded in the binary: "qwen3-0.6b", "qwen2-7b",
-// "qwen2.5-0.5b", "llama-3.2-1b", "smollm2-360m", "phi-3-mini-4k", "mistral-7b".
+// "qwen2.5-0.5b", "llama-3.2-1b", "smollm2-360m", "phi-3-mini-4k", "mistral-7b",
+// "deepseek-v2-lite", "qwen3-30b-a3b".
 std::vector<std::string> BundledConfigNames();
 absl::StatusOr<std::string> BundledConfigJson(absl::string_view name);
 absl::StatusOr<ModelConfig> BundledModelConfig(absl::string_view name);
