@@ -95,7 +95,7 @@ struct MoeConfig {
   int64_t topk_groups = 1;  // topk_group
   // Per layer: whether its MLP is the routed experts (else a dense MLP of intermediate_size).
   // deepseek_v2: layers >= first_k_dense_replace; qwen3_moe: (L + 1) % decoder_sparse_step == 0
-  // and L not in mlp_only_layers. Size num_layers (all false without MoE).
+  // and L not in mlp_only_layers. Size num_layers, or empty: no MoE layers.
   std::vector<bool> sparse_layers;
 };
 
@@ -128,7 +128,8 @@ struct ModelConfig {
   MoeConfig moe;
   // The softmax scale of attention: 1 / sqrt(head_dim), or for MLA
   // 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale(factor, mscale_all_dim)^2 for
-  // yarn with a non-zero mscale_all_dim (transformers' yarn_apply_mscale).
+  // yarn with a non-zero mscale_all_dim (transformers' yarn_apply_mscale). 0 (a config built
+  // by hand) means that default without the yarn correction.
   double attention_scale = 0.0;
   // Per layer: attention window in tokens (a query at position p sees keys in
   // (p - window, p]), or 0 for full causal attention. Size num_layers.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -36,12 +37,17 @@ absl::Status CheckConfig(const ModelConfig& c) {
   TP_RETURN_IF_ERROR(positive(c.num_kv_heads, "num_key_value_heads"));
   TP_RETURN_IF_ERROR(positive(c.head_dim, "head_dim"));
   TP_RETURN_IF_ERROR(positive(c.vocab_size, "vocab_size"));
+  if (c.is_mla && c.mla.qk_rope_head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: qk_rope_head_dim must be even for rotary embeddings, got ",
+        c.mla.qk_rope_head_dim));
+  }
   if (c.num_heads % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: num_attention_heads (", c.num_heads,
                      ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
   }
-  if (c.head_dim % 2 != 0) {
+  if (!c.is_mla && c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model config: head_dim must be even for rotary embeddings, got ", c.head_dim));
   }
@@ -75,12 +81,72 @@ absl::Status CheckConfig(const ModelConfig& c) {
           c.rope.high_freq_factor, ", original_max_position_embeddings ",
           c.rope.original_max_position_embeddings));
     }
-  } else if (c.rope.type != "default") {
+  }
+  if (c.rope.type == "yarn") {
+    if (!(c.rope.factor >= 1) || !(c.rope.beta_fast > 0) || !(c.rope.beta_slow > 0) ||
+        !(c.rope.attention_factor > 0) || !std::isfinite(c.rope.attention_factor) ||
+        c.rope.original_max_position_embeddings <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: rope_scaling (yarn) needs factor >= 1, beta_fast, beta_slow and "
+          "attention_factor > 0 and original_max_position_embeddings > 0; got factor ",
+          c.rope.factor, ", beta_fast ", c.rope.beta_fast, ", beta_slow ", c.rope.beta_slow,
+          ", attention_factor ", c.rope.attention_factor, ", original_max_position_embeddings ",
+          c.rope.original_max_position_embeddings));
+    }
+  } else if (c.rope.type != "default" && c.rope.type != "llama3") {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: unsupported rope type '", c.rope.type, "'"));
   }
   if (c.dtype == DType::kI32) {
     return absl::InvalidArgumentError("model config: dtype must be a floating-point type");
+  }
+  if (!(std::isfinite(c.attention_scale) && c.attention_scale >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: the attention scale must be finite and >= 0, got ", c.attention_scale));
+  }
+  if (c.is_mla) {
+    TP_RETURN_IF_ERROR(positive(c.mla.kv_lora_rank, "kv_lora_rank"));
+    TP_RETURN_IF_ERROR(positive(c.mla.qk_nope_head_dim, "qk_nope_head_dim"));
+    TP_RETURN_IF_ERROR(positive(c.mla.qk_rope_head_dim, "qk_rope_head_dim"));
+    TP_RETURN_IF_ERROR(positive(c.mla.v_head_dim, "v_head_dim"));
+    if (c.mla.q_lora_rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: q_lora_rank must be positive or null, got ", c.mla.q_lora_rank));
+    }
+    if (c.head_dim != c.mla.qk_rope_head_dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: head_dim (", c.head_dim, ") must be qk_rope_head_dim (",
+                       c.mla.qk_rope_head_dim, ") for multi-head latent attention"));
+    }
+  }
+  const MoeConfig& m = c.moe;
+  if (!m.sparse_layers.empty() && static_cast<int64_t>(m.sparse_layers.size()) != c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: the MoE layer list has ",
+                                                   m.sparse_layers.size(), " entries for ",
+                                                   c.num_layers, " layers"));
+  }
+  if (std::find(m.sparse_layers.begin(), m.sparse_layers.end(), true) != m.sparse_layers.end()) {
+    TP_RETURN_IF_ERROR(positive(m.num_experts, "num_experts"));
+    TP_RETURN_IF_ERROR(positive(m.moe_intermediate_size, "moe_intermediate_size"));
+    TP_RETURN_IF_ERROR(positive(m.num_groups, "n_group"));
+    if (m.shared_intermediate_size < 0) {
+      return absl::InvalidArgumentError("model config: the shared experts' width is negative");
+    }
+    if (m.num_experts % m.num_groups != 0 || m.topk_groups < 1 || m.topk_groups > m.num_groups) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: n_group (", m.num_groups, ") must divide the ", m.num_experts,
+          " experts and topk_group (", m.topk_groups, ") must be in [1, n_group]"));
+    }
+    const int64_t candidates = m.topk_groups * (m.num_experts / m.num_groups);
+    if (m.top_k < 1 || m.top_k > candidates) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: num_experts_per_tok (", m.top_k, ") must be in [1, ",
+                       candidates, "]"));
+    }
+    if (!(std::isfinite(m.routed_scaling_factor) && m.routed_scaling_factor > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: routed_scaling_factor must be > 0, got ", m.routed_scaling_factor));
+    }
   }
   return absl::OkStatus();
 }
@@ -125,8 +191,19 @@ class Lowerer {
   TensorType Heads(int64_t heads) const {
     return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(heads), Ext(c_.head_dim)});
   }
-  TensorType Cache() const {
-    return ir::MakeType(x_, {Sym("B"), Ext(c_.num_kv_heads), Sym("Smax"), Ext(c_.head_dim)});
+  TensorType Cache() const { return CacheOf(c_.num_kv_heads, c_.head_dim); }
+  // X[B,T,heads,dim]
+  TensorType HeadsOf(int64_t heads, int64_t dim) const {
+    return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(heads), Ext(dim)});
+  }
+  // The softmax scale: the config's, or 1 / sqrt(qk_dim) when it gives none.
+  double Scale(int64_t qk_dim) const {
+    return c_.attention_scale > 0 ? c_.attention_scale
+                                  : 1.0 / std::sqrt(static_cast<double>(qk_dim));
+  }
+  // X[B,heads,Smax,dim]
+  TensorType CacheOf(int64_t heads, int64_t dim) const {
+    return ir::MakeType(x_, {Sym("B"), Ext(heads), Sym("Smax"), Ext(dim)});
   }
 
   absl::StatusOr<ValueId> Weight(std::string tensor, const std::vector<int64_t>& shape) {
@@ -147,13 +224,17 @@ class Lowerer {
     return ids[0];
   }
 
-  // Splits the last dim of `x` into consecutive views.
+  // Splits the last dim of `x` (of type `type`; X[B,T,n] when absent) into consecutive views.
   absl::StatusOr<std::vector<ValueId>> Split(
-      ValueId x, const std::vector<std::pair<std::string, int64_t>>& parts) {
+      ValueId x, const std::vector<std::pair<std::string, int64_t>>& parts,
+      std::optional<TensorType> type = std::nullopt) {
+    const TensorType base = type.has_value() ? *type : Act(1);
     std::vector<ir::ResultSpec> results;
     std::vector<int64_t> sizes;
     for (const auto& [name, size] : parts) {
-      results.push_back(ir::ResultSpec{name, Act(size), ResultAlias{AliasKind::kView, 0}});
+      TensorType part = base;
+      part.dims.back() = Ext(size);
+      results.push_back(ir::ResultSpec{name, std::move(part), ResultAlias{AliasKind::kView, 0}});
       sizes.push_back(size);
     }
     Attributes attrs;
@@ -197,7 +278,15 @@ class Lowerer {
       attrs.Set("low_freq_factor", c_.rope.low_freq_factor);
       attrs.Set("high_freq_factor", c_.rope.high_freq_factor);
       attrs.Set("original_max_position_embeddings", c_.rope.original_max_position_embeddings);
+    } else if (c_.rope.type == "yarn") {
+      attrs.Set("factor", c_.rope.factor);
+      attrs.Set("original_max_position_embeddings", c_.rope.original_max_position_embeddings);
+      attrs.Set("beta_fast", c_.rope.beta_fast);
+      attrs.Set("beta_slow", c_.rope.beta_slow);
+      attrs.Set("attention_factor", c_.rope.attention_factor);
+      attrs.Set("truncate", c_.rope.truncate);
     }
+    if (c_.rope.interleaved) attrs.Set("interleaved", true);
     return Op("rope", {x, positions_}, std::move(name), std::move(type), std::move(attrs));
   }
 
@@ -206,11 +295,36 @@ class Lowerer {
     const std::string l = absl::StrCat("l", layer, ".");
     const std::string p = absl::StrCat("model.layers.", layer, ".");
     const int64_t hidden = c_.hidden_size;
-    const int64_t q_size = c_.num_heads * c_.head_dim;
-    const int64_t kv_size = c_.num_kv_heads * c_.head_dim;
-
     TP_ASSIGN_OR_RETURN(ValueId attn_norm,
                         RmsNorm(h, p + "input_layernorm.weight", l + "attn_norm", Act(hidden)));
+    ValueId attn_out;
+    if (c_.is_mla) {
+      TP_ASSIGN_OR_RETURN(attn_out, LatentAttention(layer, attn_norm));
+    } else {
+      TP_ASSIGN_OR_RETURN(attn_out, Attention(layer, attn_norm));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId attn_residual,
+                        Op("add", {h, attn_out}, l + "attn_residual", Act(hidden)));
+    TP_ASSIGN_OR_RETURN(
+        ValueId mlp_norm,
+        RmsNorm(attn_residual, p + "post_attention_layernorm.weight", l + "mlp_norm", Act(hidden)));
+    ValueId mlp_out;
+    if (!c_.moe.sparse_layers.empty() && c_.moe.sparse_layers[static_cast<size_t>(layer)]) {
+      TP_ASSIGN_OR_RETURN(mlp_out, Experts(layer, mlp_norm));
+    } else {
+      TP_ASSIGN_OR_RETURN(mlp_out, Mlp(mlp_norm, p + "mlp.", l, c_.intermediate_size,
+                                       /*fused=*/c_.fused_qkv, l + "mlp_out"));
+    }
+    return Op("add", {attn_residual, mlp_out}, l + "out", Act(hidden));
+  }
+
+  // Multi-head (GQA/MQA) attention of the normed input; returns o_proj's output.
+  absl::StatusOr<ValueId> Attention(int64_t layer, ValueId attn_norm) {
+    const std::string l = absl::StrCat("l", layer, ".");
+    const std::string p = absl::StrCat("model.layers.", layer, ".");
+    const int64_t hidden = c_.hidden_size;
+    const int64_t q_size = c_.num_heads * c_.head_dim;
+    const int64_t kv_size = c_.num_kv_heads * c_.head_dim;
     ValueId q, k, v;
     if (c_.fused_qkv) {
       TP_ASSIGN_OR_RETURN(ValueId qkv, Linear(attn_norm, p + "self_attn.qkv_proj", hidden,
@@ -248,39 +362,168 @@ class Lowerer {
     TP_ASSIGN_OR_RETURN(ValueId v_cache, Op("kv_write", {v_state, v_heads, positions_},
                                             l + "v_cache", Cache(), {}, in_place));
     Attributes attn_attrs;
-    attn_attrs.Set("scale", 1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+    attn_attrs.Set("scale", Scale(c_.head_dim));
     attn_attrs.Set("sliding_window", c_.sliding_window[static_cast<size_t>(layer)]);
     TP_ASSIGN_OR_RETURN(ValueId attn, Op("attention", {q_rope, k_cache, v_cache, positions_},
                                          l + "attn", Heads(c_.num_heads), std::move(attn_attrs)));
     TP_ASSIGN_OR_RETURN(ValueId attn_flat, Reshape(attn, l + "attn_flat", Act(q_size)));
-    TP_ASSIGN_OR_RETURN(ValueId attn_out, Linear(attn_flat, p + "self_attn.o_proj", q_size, hidden,
-                                                 c_.o_bias, l + "attn_out"));
-    TP_ASSIGN_OR_RETURN(ValueId attn_residual,
-                        Op("add", {h, attn_out}, l + "attn_residual", Act(hidden)));
+    return Linear(attn_flat, p + "self_attn.o_proj", q_size, hidden, c_.o_bias, l + "attn_out");
+  }
 
+  // Multi-head latent attention (docs/ir.md `mla_attention`); returns o_proj's output. The
+  // caches hold the normed latent and the rotated shared rope key.
+  absl::StatusOr<ValueId> LatentAttention(int64_t layer, ValueId attn_norm) {
+    const std::string l = absl::StrCat("l", layer, ".");
+    const std::string p = absl::StrCat("model.layers.", layer, ".self_attn.");
+    const MlaConfig& m = c_.mla;
+    const int64_t hidden = c_.hidden_size;
+    const int64_t heads = c_.num_heads;
+    const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    ValueId q;
+    if (m.q_lora_rank == 0) {
+      TP_ASSIGN_OR_RETURN(q, Linear(attn_norm, p + "q_proj", hidden, heads * qk, false, l + "q"));
+    } else {
+      TP_ASSIGN_OR_RETURN(
+          ValueId q_a, Linear(attn_norm, p + "q_a_proj", hidden, m.q_lora_rank, false, l + "q_a"));
+      TP_ASSIGN_OR_RETURN(ValueId q_a_norm, RmsNorm(q_a, p + "q_a_layernorm.weight",
+                                                    l + "q_a_norm", Act(m.q_lora_rank)));
+      TP_ASSIGN_OR_RETURN(
+          q, Linear(q_a_norm, p + "q_b_proj", m.q_lora_rank, heads * qk, false, l + "q"));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", HeadsOf(heads, qk)));
+    TP_ASSIGN_OR_RETURN(std::vector<ValueId> q_parts,
+                        Split(q_heads,
+                              {{l + "q_nope", m.qk_nope_head_dim}, {l + "q_pe", m.qk_rope_head_dim}},
+                              HeadsOf(heads, qk)));
+    TP_ASSIGN_OR_RETURN(ValueId kv_a, Linear(attn_norm, p + "kv_a_proj_with_mqa", hidden,
+                                             m.kv_lora_rank + m.qk_rope_head_dim, false,
+                                             l + "kv_a"));
     TP_ASSIGN_OR_RETURN(
-        ValueId mlp_norm,
-        RmsNorm(attn_residual, p + "post_attention_layernorm.weight", l + "mlp_norm", Act(hidden)));
-    const int64_t inter = c_.intermediate_size;
+        std::vector<ValueId> kv_parts,
+        Split(kv_a, {{l + "latent", m.kv_lora_rank}, {l + "k_pe", m.qk_rope_head_dim}}));
+    TP_ASSIGN_OR_RETURN(ValueId latent_norm, RmsNorm(kv_parts[0], p + "kv_a_layernorm.weight",
+                                                     l + "latent_norm", Act(m.kv_lora_rank)));
+    TP_ASSIGN_OR_RETURN(ValueId latent_heads,
+                        Reshape(latent_norm, l + "latent_heads", HeadsOf(1, m.kv_lora_rank)));
+    TP_ASSIGN_OR_RETURN(ValueId k_pe_heads,
+                        Reshape(kv_parts[1], l + "k_pe_heads", HeadsOf(1, m.qk_rope_head_dim)));
+    TP_ASSIGN_OR_RETURN(ValueId q_rope,
+                        Rope(q_parts[1], l + "q_rope", HeadsOf(heads, m.qk_rope_head_dim)));
+    TP_ASSIGN_OR_RETURN(ValueId k_rope,
+                        Rope(k_pe_heads, l + "k_rope", HeadsOf(1, m.qk_rope_head_dim)));
+
+    const TensorType latent_type = CacheOf(1, m.kv_lora_rank);
+    const TensorType rope_type = CacheOf(1, m.qk_rope_head_dim);
+    TP_ASSIGN_OR_RETURN(ValueId latent_state,
+                        graph_.AddState(absl::StrCat("latent_cache.", layer), latent_type));
+    TP_ASSIGN_OR_RETURN(ValueId rope_state,
+                        graph_.AddState(absl::StrCat("rope_cache.", layer), rope_type));
+    const ResultAlias in_place{AliasKind::kInPlace, 0};
+    TP_ASSIGN_OR_RETURN(ValueId latent_cache,
+                        Op("kv_write", {latent_state, latent_heads, positions_},
+                           l + "latent_cache", latent_type, {}, in_place));
+    TP_ASSIGN_OR_RETURN(ValueId rope_cache, Op("kv_write", {rope_state, k_rope, positions_},
+                                               l + "rope_cache", rope_type, {}, in_place));
+    TP_ASSIGN_OR_RETURN(ValueId kv_b, Weight(p + "kv_b_proj.weight",
+                                             {heads * (m.qk_nope_head_dim + m.v_head_dim),
+                                              m.kv_lora_rank}));
+    Attributes attrs;
+    attrs.Set("scale", Scale(qk));
+    TP_ASSIGN_OR_RETURN(
+        ValueId attn,
+        Op("mla_attention", {q_parts[0], q_rope, latent_cache, rope_cache, kv_b, positions_},
+           l + "attn", HeadsOf(heads, m.v_head_dim), std::move(attrs)));
+    const int64_t out_size = heads * m.v_head_dim;
+    TP_ASSIGN_OR_RETURN(ValueId attn_flat, Reshape(attn, l + "attn_flat", Act(out_size)));
+    return Linear(attn_flat, p + "o_proj", out_size, hidden, false, l + "attn_out");
+  }
+
+  // A SwiGLU MLP of width `inter` on `x` whose weights live under module path `p` (ending in
+  // '.'); value names start with `l`; the result is named `out_name`.
+  absl::StatusOr<ValueId> Mlp(ValueId x, const std::string& p, const std::string& l, int64_t inter,
+                              bool fused, std::string out_name) {
+    const int64_t hidden = c_.hidden_size;
     ValueId gate, up;
-    if (c_.fused_qkv) {
-      TP_ASSIGN_OR_RETURN(ValueId gate_up, Linear(mlp_norm, p + "mlp.gate_up_proj", hidden,
-                                                  2 * inter, c_.mlp_bias, l + "gate_up"));
+    if (fused) {
+      TP_ASSIGN_OR_RETURN(ValueId gate_up, Linear(x, p + "gate_up_proj", hidden, 2 * inter,
+                                                  c_.mlp_bias, l + "gate_up"));
       TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts,
                           Split(gate_up, {{l + "gate", inter}, {l + "up", inter}}));
       gate = parts[0];
       up = parts[1];
     } else {
-      TP_ASSIGN_OR_RETURN(
-          gate, Linear(mlp_norm, p + "mlp.gate_proj", hidden, inter, c_.mlp_bias, l + "gate"));
-      TP_ASSIGN_OR_RETURN(
-          up, Linear(mlp_norm, p + "mlp.up_proj", hidden, inter, c_.mlp_bias, l + "up"));
+      TP_ASSIGN_OR_RETURN(gate, Linear(x, p + "gate_proj", hidden, inter, c_.mlp_bias, l + "gate"));
+      TP_ASSIGN_OR_RETURN(up, Linear(x, p + "up_proj", hidden, inter, c_.mlp_bias, l + "up"));
     }
     TP_ASSIGN_OR_RETURN(ValueId gate_act, Op("silu", {gate}, l + "gate_act", Act(inter)));
     TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "swiglu", Act(inter)));
-    TP_ASSIGN_OR_RETURN(ValueId mlp_out, Linear(swiglu, p + "mlp.down_proj", inter, hidden,
-                                                c_.mlp_bias, l + "mlp_out"));
-    return Op("add", {attn_residual, mlp_out}, l + "out", Act(hidden));
+    return Linear(swiglu, p + "down_proj", inter, hidden, c_.mlp_bias, std::move(out_name));
+  }
+
+  // The routed experts (plus the shared experts, when the config has them) of one layer.
+  absl::StatusOr<ValueId> Experts(int64_t layer, ValueId x) {
+    const std::string l = absl::StrCat("l", layer, ".");
+    const std::string p = absl::StrCat("model.layers.", layer, ".mlp.");
+    const MoeConfig& m = c_.moe;
+    const int64_t hidden = c_.hidden_size;
+    const int64_t inter = m.moe_intermediate_size;
+    TP_ASSIGN_OR_RETURN(ValueId router_w, Weight(p + "gate.weight", {m.num_experts, hidden}));
+    TP_ASSIGN_OR_RETURN(
+        ValueId logits,
+        Op("moe_router", {x, router_w}, l + "router_logits",
+           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(m.num_experts)})));
+    Attributes topk;
+    topk.Set("top_k", m.top_k);
+    topk.Set("norm_topk_prob", m.norm_topk_prob);
+    topk.Set("scaling", m.routed_scaling_factor);
+    topk.Set("num_groups", m.num_groups);
+    topk.Set("topk_groups", m.topk_groups);
+    const std::vector<Dim> selection = {Sym("B"), Sym("T"), Ext(m.top_k)};
+    std::vector<ir::ResultSpec> routed;
+    routed.push_back({l + "expert_ids", ir::MakeType(DType::kI32, selection), {}});
+    routed.push_back({l + "expert_weights", ir::MakeType(DType::kF32, selection), {}});
+    TP_ASSIGN_OR_RETURN(std::vector<ValueId> route,
+                        graph_.AddRegion("moe_topk", {logits}, std::move(routed), std::move(topk)));
+    const ValueId ids = route[0];
+    auto per_expert = [&](TensorType type) {
+      type.dims = {Sym("B"), Sym("T"), Ext(m.top_k), type.dims.back()};
+      return type;
+    };
+    TP_ASSIGN_OR_RETURN(ValueId gate, ExpertLinear(x, ids, p + "experts.", "gate_proj", inter,
+                                                   hidden, l + "expert_gate"));
+    TP_ASSIGN_OR_RETURN(ValueId up, ExpertLinear(x, ids, p + "experts.", "up_proj", inter, hidden,
+                                                 l + "expert_up"));
+    TP_ASSIGN_OR_RETURN(ValueId gate_act,
+                        Op("silu", {gate}, l + "expert_gate_act", per_expert(Act(inter))));
+    TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "expert_swiglu",
+                                           per_expert(Act(inter))));
+    TP_ASSIGN_OR_RETURN(ValueId down, ExpertLinear(swiglu, ids, p + "experts.", "down_proj", hidden,
+                                                   inter, l + "expert_out"));
+    const bool shared = m.shared_intermediate_size > 0;
+    TP_ASSIGN_OR_RETURN(ValueId combined, Op("moe_combine", {down, route[1]},
+                                             shared ? l + "moe_out" : l + "mlp_out", Act(hidden)));
+    if (!shared) return combined;
+    TP_ASSIGN_OR_RETURN(ValueId shared_out, Mlp(x, p + "shared_experts.", l + "shared_",
+                                                m.shared_intermediate_size, /*fused=*/false,
+                                                l + "shared_out"));
+    return Op("add", {combined, shared_out}, l + "mlp_out", Act(hidden));
+  }
+
+  // expert_linear of `x` with the experts' `proj` weights ([out, in] each), stacked into
+  // one weight [E, out, in] named <p><proj>.
+  absl::StatusOr<ValueId> ExpertLinear(ValueId x, ValueId ids, const std::string& p,
+                                       const std::string& proj, int64_t out, int64_t in,
+                                       std::string name) {
+    const MoeConfig& m = c_.moe;
+    std::vector<std::string> parts;
+    for (int64_t e = 0; e < m.num_experts; ++e) {
+      parts.push_back(absl::StrCat(p, e, ".", proj, ".weight"));
+    }
+    TP_ASSIGN_OR_RETURN(
+        ValueId w, graph_.AddWeight(p + proj, ir::MakeType(x_, {Ext(m.num_experts), Ext(out), Ext(in)}),
+                                    std::move(parts)));
+    return Op("expert_linear", {x, ids, w}, std::move(name),
+              ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(m.top_k), Ext(out)}));
   }
 
   const ModelConfig& c_;
@@ -308,6 +551,21 @@ std::string TypeString(StDType dtype, const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+int64_t PackedPartRows(const std::vector<int64_t>& part, const std::vector<int64_t>& weight,
+                       size_t num_parts) {
+  if (num_parts <= 1) return part == weight ? (weight.empty() ? 1 : weight[0]) : -1;
+  if (weight.empty()) return -1;
+  if (part.size() == weight.size() &&
+      std::equal(part.begin() + 1, part.end(), weight.begin() + 1, weight.end())) {
+    return part[0];
+  }
+  if (part.size() + 1 == weight.size() &&
+      std::equal(part.begin(), part.end(), weight.begin() + 1, weight.end())) {
+    return 1;
+  }
+  return -1;
+}
 
 absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config) {
   TP_RETURN_IF_ERROR(CheckConfig(config));
@@ -340,12 +598,18 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
       return absl::InvalidArgumentError(absl::StrCat("packed weight '%", w.name, "' has type ",
                                                      w.type.ToString(), ", which has no dim 0"));
     }
-    // A part's expected type; for a packed weight dim 0 is free ("N").
-    const std::string expected =
-        num_parts == 1
-            ? TypeString(want_dtype, want_shape)
-            : absl::StrCat(StDTypeName(want_dtype), "[N", want_shape.size() > 1 ? "," : "",
-                           absl::StrJoin(want_shape.begin() + 1, want_shape.end(), ","), "]");
+    // A part's expected type; for a packed weight dim 0 is free ("N"), or the part is one
+    // stacked slice (the weight's trailing dims).
+    std::string expected = TypeString(want_dtype, want_shape);
+    if (num_parts > 1) {
+      const std::string trailing =
+          absl::StrJoin(want_shape.begin() + 1, want_shape.end(), ",");
+      expected = absl::StrCat(StDTypeName(want_dtype), "[N", want_shape.size() > 1 ? "," : "",
+                              trailing, "]");
+      if (want_shape.size() > 1) {
+        absl::StrAppend(&expected, " or ", StDTypeName(want_dtype), "[", trailing, "]");
+      }
+    }
     const std::string role =
         num_parts == 1 ? std::string() : absl::StrCat(" (a part of packed weight '%", w.name, "')");
     std::vector<const TensorView*> parts;
@@ -357,12 +621,8 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
                                                 " has no tensor '", name, "'", role, " (expected ",
                                                 expected, ")"));
       }
-      const bool trailing_match =
-          t->shape.size() == want_shape.size() &&
-          (want_shape.empty() || std::equal(t->shape.begin() + 1, t->shape.end(),
-                                            want_shape.begin() + 1, want_shape.end()));
-      const bool shape_ok = num_parts == 1 ? t->shape == want_shape : trailing_match;
-      if (t->dtype != want_dtype || !shape_ok) {
+      const int64_t part_rows = PackedPartRows(t->shape, want_shape, num_parts);
+      if (t->dtype != want_dtype || part_rows < 0) {
         return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", name, "'", role,
                                                        " is ", TypeString(t->dtype, t->shape),
                                                        ", expected ", expected));
@@ -374,13 +634,14 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
                          graph.value(it->second).name, "' and by weight '%", w.name, "')"));
       }
       it->second = id;
-      if (!want_shape.empty()) rows += t->shape[0];
+      rows += part_rows;
       parts.push_back(t);
     }
     if (num_parts > 1 && rows != want_shape[0]) {
       std::vector<std::string> extents;
       for (size_t k = 0; k < num_parts; ++k) {
-        extents.push_back(absl::StrCat("'", w.checkpoint_tensors[k], "' ", parts[k]->shape[0]));
+        extents.push_back(absl::StrCat("'", w.checkpoint_tensors[k], "' ",
+                                       PackedPartRows(parts[k]->shape, want_shape, num_parts)));
       }
       return absl::InvalidArgumentError(absl::StrCat(
           "packed weight '%", w.name, "' is ", w.type.ToString(), " but its parts have dim-0 ",

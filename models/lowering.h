@@ -33,11 +33,18 @@ absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config);
 // Checks that `checkpoint` holds exactly the weights of `graph`: every checkpoint tensor a
 // weight binds exists with the weight's dtype and (static) shape, and every checkpoint
 // tensor is bound exactly once. A packed weight (several checkpoint tensors, docs/ir.md
-// "Packed weights") needs each part to have the weight's dtype, rank and trailing dims, and
-// the parts' dim-0 extents to sum to the weight's. Errors name the tensor, the expected and
+// "Packed weights") needs each part to have the weight's dtype and to fit it
+// (PackedPartRows), and the parts' rows to sum to the weight's dim 0. Errors name the tensor, the expected and
 // the found type. On success returns, parallel to graph.weights(), the tensors each weight
 // binds to, in order (views into `checkpoint`, valid while it lives); a runtime packs them
 // by concatenating their row-major data.
+// How many dim-0 rows a checkpoint tensor of shape `part` contributes to a weight of shape
+// `weight` bound to `num_parts` tensors (docs/ir.md, "Packed weights"): a single part must have
+// the weight's shape; one of several either its rank and trailing dims (its dim-0 extent) or,
+// stacked, exactly the weight's trailing dims (one row). -1 when it does not fit.
+int64_t PackedPartRows(const std::vector<int64_t>& part, const std::vector<int64_t>& weight,
+                       size_t num_parts);
+
 absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
     const ir::Graph& graph, const Checkpoint& checkpoint);
 

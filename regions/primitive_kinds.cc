@@ -202,6 +202,128 @@ Results InferArgmax(const KindArgs& a) {
   return One(MakeType(DType::kI32, {logits.dims[0], logits.dims[1]}));
 }
 
+Results InferMoeRouter(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[E,H]"));
+  const TensorType& x = a.operands[0];
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, x.dims[2], "[E,H]", "H"));
+  return One(MakeType(DType::kF32, {x.dims[0], x.dims[1], a.operands[1].dims[0]}));
+}
+
+Results InferMoeTopk(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kF32, 3, "[B,T,E]"));
+  const TensorType& logits = a.operands[0];
+  const Dim& e = logits.dims[2];
+  if (!e.is_static() || e.extent() == 0) return a.OperandError(0, "f32[B,T,E] with E static, > 0");
+  const int64_t experts = e.extent();
+  TP_ASSIGN_OR_RETURN(int64_t groups, a.attrs.GetInt("num_groups"));
+  if (groups < 1 || experts % groups != 0) {
+    return AttrError("num_groups", PrintAttrValue(groups),
+                     absl::StrCat("a divisor of E = ", experts));
+  }
+  TP_ASSIGN_OR_RETURN(int64_t topk_groups, a.attrs.GetInt("topk_groups"));
+  if (topk_groups < 1 || topk_groups > groups) {
+    return AttrError("topk_groups", PrintAttrValue(topk_groups),
+                     absl::StrCat("1 ... num_groups = ", groups));
+  }
+  TP_ASSIGN_OR_RETURN(int64_t k, a.attrs.GetInt("top_k"));
+  const int64_t candidates = topk_groups * (experts / groups);
+  if (k < 1 || k > candidates) {
+    return AttrError("top_k", PrintAttrValue(k),
+                     absl::StrCat("1 ... ", candidates, " (the experts of the topk_groups best "
+                                  "groups)"));
+  }
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         a.attrs, "scaling", [](double v) { return v > 0; }, "a finite float > 0")
+                         .status());
+  TP_RETURN_IF_ERROR(a.attrs.GetBool("norm_topk_prob").status());
+  const std::vector<Dim> dims = {logits.dims[0], logits.dims[1], Dim::Static(k)};
+  return std::vector<InferredResult>{{MakeType(DType::kI32, dims), {}},
+                                     {MakeType(DType::kF32, dims), {}}};
+}
+
+Results InferExpertLinear(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 3, "[B,T,H] or [B,T,K,H]"));
+  const TensorType& x = a.operands[0];
+  if (x.dims.size() > 4) return a.OperandError(0, "[B,T,H] or [B,T,K,H]");
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kI32, 3, "[B,T,K]"));
+  const TensorType& ids = a.operands[1];
+  if (!DimsMatch(ids.dims[0], x.dims[0]) || !DimsMatch(ids.dims[1], x.dims[1]) ||
+      (x.dims.size() == 4 && !DimsMatch(ids.dims[2], x.dims[2]))) {
+    return a.OperandError(
+        1, x.dims.size() == 4
+               ? shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}, {"K", x.dims[2]}})
+               : shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 3, "[E,N,H]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 2, 2, x.dims.back(), "[E,N,H]", "H"));
+  return One(MakeType(x.dtype, {x.dims[0], x.dims[1], ids.dims[2], a.operands[2].dims[1]}));
+}
+
+Results InferMoeCombine(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,K,H]"));
+  const TensorType& y = a.operands[0];
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kF32, 3, "[B,T,K]"));
+  const TensorType& w = a.operands[1];
+  for (int d = 0; d < 3; ++d) {
+    if (!DimsMatch(w.dims[d], y.dims[d])) {
+      return a.OperandError(
+          1, shape::Pattern("f32[B,T,K]", {{"B", y.dims[0]}, {"T", y.dims[1]}, {"K", y.dims[2]}}));
+    }
+  }
+  return One(MakeType(y.dtype, {y.dims[0], y.dims[1], y.dims[3]}));
+}
+
+Results InferMlaAttention(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,Hq,Dn]"));
+  const TensorType& q_nope = a.operands[0];
+  const Dim& b = q_nope.dims[0];
+  const Dim& t = q_nope.dims[1];
+  const Dim& hq = q_nope.dims[2];
+  const Dim& dn = q_nope.dims[3];
+  if (!hq.is_static() || hq.extent() == 0 || !dn.is_static()) {
+    return a.OperandError(0, "a floating-point tensor [B,T,Hq,Dn] with Hq, Dn static, Hq > 0");
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 4, "[B,T,Hq,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 1, 0, "[B,T,Hq,Dr]"));
+  const TensorType& q_rope = a.operands[1];
+  if (!DimsMatch(q_rope.dims[0], b) || !DimsMatch(q_rope.dims[1], t) ||
+      !DimsMatch(q_rope.dims[2], hq)) {
+    return a.OperandError(1, shape::Pattern("[B,T,Hq,Dr]", {{"B", b}, {"T", t}, {"Hq", hq}}));
+  }
+  const Dim& dr = q_rope.dims[3];
+  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 4, "[B,1,Smax,C]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 2, 0, "[B,1,Smax,C]"));
+  const TensorType& latent = a.operands[2];
+  if (!DimsMatch(latent.dims[0], b) || !DimsMatch(latent.dims[1], Dim::Static(1))) {
+    return a.OperandError(2, shape::Pattern("[B,1,Smax,C]", {{"B", b}}));
+  }
+  const Dim& smax = latent.dims[2];
+  const Dim& c = latent.dims[3];
+  TP_RETURN_IF_ERROR(ExpectRank(a, 3, Element::kFloat, 4, "[B,1,Smax,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 3, 0, "[B,1,Smax,Dr]"));
+  const TensorType& rope = a.operands[3];
+  if (!DimsMatch(rope.dims[0], b) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
+      !DimsMatch(rope.dims[2], smax) || !DimsMatch(rope.dims[3], dr)) {
+    return a.OperandError(
+        3, shape::Pattern("[B,1,Smax,Dr]", {{"B", b}, {"Smax", smax}, {"Dr", dr}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 4, Element::kFloat, 2, "[Hq*(Dn+Dv),C]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 4, 1, c, "[Hq*(Dn+Dv),C]", "C"));
+  const Dim& rows = a.operands[4].dims[0];
+  const int64_t heads = hq.extent();
+  if (!rows.is_static() || rows.extent() % heads != 0 || rows.extent() / heads <= dn.extent()) {
+    return a.OperandError(4, absl::StrCat("[Hq*(Dn+Dv),C] with Hq = ", heads, ", Dn = ",
+                                          dn.extent(), " and Dv > 0"));
+  }
+  const int64_t dv = rows.extent() / heads - dn.extent();
+  TP_RETURN_IF_ERROR(ExpectPositions(a, 5, b, t));
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         a.attrs, "scale", [](double) { return true; }, "a finite float")
+                         .status());
+  return One(MakeType(q_nope.dtype, {b, t, hq, Dim::Static(dv)}));
+}
+
 }  // namespace
 
 absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
@@ -234,6 +356,21 @@ absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
       {.name = "silu", .operands = {"x"}, .infer = InferSilu},
       {.name = "lm_head", .operands = {"x", "w"}, .infer = InferLmHead},
       {.name = "argmax", .operands = {"logits"}, .infer = InferArgmax},
+      {.name = "moe_router", .operands = {"x", "w"}, .infer = InferMoeRouter},
+      {.name = "moe_topk",
+       .operands = {"logits"},
+       .attrs = {{"top_k", AttrType::kInt},
+                 {"norm_topk_prob", AttrType::kBool},
+                 {"scaling", AttrType::kFloat},
+                 {"num_groups", AttrType::kInt},
+                 {"topk_groups", AttrType::kInt}},
+       .infer = InferMoeTopk},
+      {.name = "expert_linear", .operands = {"x", "ids", "w"}, .infer = InferExpertLinear},
+      {.name = "moe_combine", .operands = {"y", "weights"}, .infer = InferMoeCombine},
+      {.name = "mla_attention",
+       .operands = {"q_nope", "q_rope", "latent_cache", "rope_cache", "w_kv_b", "positions"},
+       .attrs = {{"scale", AttrType::kFloat}},
+       .infer = InferMlaAttention},
   };
   for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 #include "regions/shape_rules.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -8,9 +10,6 @@
 
 namespace tileplan::ir::shape {
 namespace {
-
-constexpr absl::string_view kRopeLlama3Keys[] = {"factor", "high_freq_factor", "low_freq_factor",
-                                                 "original_max_position_embeddings"};
 
 absl::string_view ElementPrefix(Element element) {
   switch (element) {
@@ -142,7 +141,12 @@ std::vector<AttrSpec> RopeAttrSpecs() {
           {"factor", AttrType::kFloat, false},
           {"low_freq_factor", AttrType::kFloat, false},
           {"high_freq_factor", AttrType::kFloat, false},
-          {"original_max_position_embeddings", AttrType::kInt, false}};
+          {"original_max_position_embeddings", AttrType::kInt, false},
+          {"beta_fast", AttrType::kFloat, false},
+          {"beta_slow", AttrType::kFloat, false},
+          {"attention_factor", AttrType::kFloat, false},
+          {"truncate", AttrType::kBool, false},
+          {"interleaved", AttrType::kBool, false}};
 }
 
 absl::Status CheckRopeAttrs(const Attributes& attrs) {
@@ -150,37 +154,57 @@ absl::Status CheckRopeAttrs(const Attributes& attrs) {
                          attrs, "theta", [](double v) { return v > 0; }, "a finite float > 0")
                          .status());
   TP_ASSIGN_OR_RETURN(std::string type, attrs.GetString("rope_type"));
+  // The keys each rope_type requires; every other optional key but `interleaved` is refused.
+  const std::vector<absl::string_view>* required = nullptr;
+  static const std::vector<absl::string_view> kNone;
+  static const std::vector<absl::string_view> kLlama3 = {
+      "factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"};
+  static const std::vector<absl::string_view> kYarn = {
+      "attention_factor", "beta_fast", "beta_slow", "factor", "original_max_position_embeddings",
+      "truncate"};
   if (type == "default") {
-    for (absl::string_view key : kRopeLlama3Keys) {
-      if (attrs.Has(key)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "attribute '", key, "' applies only to rope_type \"llama3\", not \"default\""));
-      }
-    }
-    return absl::OkStatus();
+    required = &kNone;
+  } else if (type == "llama3") {
+    required = &kLlama3;
+  } else if (type == "yarn") {
+    required = &kYarn;
+  } else {
+    return AttrError("rope_type", PrintAttrValue(type), "\"default\", \"llama3\" or \"yarn\"");
   }
-  if (type != "llama3") {
-    return AttrError("rope_type", PrintAttrValue(type), "\"default\" or \"llama3\"");
-  }
-  for (absl::string_view key : kRopeLlama3Keys) {
+  for (absl::string_view key : *required) {
     if (!attrs.Has(key)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("missing attribute '", key, "', required by rope_type \"llama3\""));
+          absl::StrCat("missing attribute '", key, "', required by rope_type \"", type, "\""));
     }
   }
+  for (const AttrSpec& spec : RopeAttrSpecs()) {
+    if (spec.required || spec.key == "interleaved" || !attrs.Has(spec.key)) continue;
+    if (std::find(required->begin(), required->end(), spec.key) == required->end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attribute '", spec.key, "' does not apply to rope_type \"", type, "\""));
+    }
+  }
+  if (type == "default") return absl::OkStatus();
   auto positive = [](double v) { return v > 0; };
-  TP_RETURN_IF_ERROR(FloatAttr(attrs, "factor", positive, "a finite float > 0").status());
-  TP_ASSIGN_OR_RETURN(double low,
-                      FloatAttr(attrs, "low_freq_factor", positive, "a finite float > 0"));
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         attrs, "high_freq_factor", [low](double v) { return v > low; },
-                         absl::StrCat("a finite float > low_freq_factor = ", PrintAttrValue(low)))
-                         .status());
   TP_ASSIGN_OR_RETURN(int64_t original, attrs.GetInt("original_max_position_embeddings"));
   if (original <= 0) {
     return AttrError("original_max_position_embeddings", PrintAttrValue(original), "> 0");
   }
-  return absl::OkStatus();
+  if (type == "yarn") {
+    TP_RETURN_IF_ERROR(FloatAttr(
+                           attrs, "factor", [](double v) { return v >= 1; }, "a finite float >= 1")
+                           .status());
+    TP_RETURN_IF_ERROR(FloatAttr(attrs, "beta_fast", positive, "a finite float > 0").status());
+    TP_RETURN_IF_ERROR(FloatAttr(attrs, "beta_slow", positive, "a finite float > 0").status());
+    return FloatAttr(attrs, "attention_factor", positive, "a finite float > 0").status();
+  }
+  TP_RETURN_IF_ERROR(FloatAttr(attrs, "factor", positive, "a finite float > 0").status());
+  TP_ASSIGN_OR_RETURN(double low,
+                      FloatAttr(attrs, "low_freq_factor", positive, "a finite float > 0"));
+  return FloatAttr(
+             attrs, "high_freq_factor", [low](double v) { return v > low; },
+             absl::StrCat("a finite float > low_freq_factor = ", PrintAttrValue(low)))
+      .status();
 }
 
 std::vector<AttrSpec> AttentionAttrSpecs() {

@@ -59,11 +59,14 @@ absl::Status AttrError(absl::string_view key, absl::string_view value, absl::str
 absl::StatusOr<double> FloatAttr(const Attributes& attrs, absl::string_view key,
                                  const std::function<bool(double)>& ok, absl::string_view expected);
 
-// rope's attributes (docs/ir.md): theta, rope_type and the four llama3 keys, which are
-// optional in the schema; kinds that embed a RoPE (rope_kv_write, ...) append them to theirs.
+// rope's attributes (docs/ir.md): theta, rope_type, the llama3 and yarn keys and
+// `interleaved`, which are optional in the schema; kinds that embed a RoPE (rope_kv_write, ...)
+// append them to theirs.
 std::vector<AttrSpec> RopeAttrSpecs();
-// theta finite and > 0; rope_type "default" (no llama3 keys) or "llama3" (all four keys,
-// factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0).
+// theta finite and > 0; rope_type "default" (no type keys), "llama3" (its four keys, factor >
+// 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0) or "yarn"
+// (factor >= 1, beta_fast, beta_slow and attention_factor > 0, original_max_position_embeddings
+// > 0, truncate); a key of another type is refused. `interleaved` may accompany any type.
 absl::Status CheckRopeAttrs(const Attributes& attrs);
 
 // attention's attributes (docs/ir.md): scale and sliding_window, which kinds that embed an

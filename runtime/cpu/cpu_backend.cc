@@ -185,12 +185,12 @@ absl::StatusOr<std::map<std::string, std::shared_ptr<HostTensor>>> LoadWeights(
     if (tensor == nullptr) {
       // A packed weight is its parts concatenated along dim 0: with row-major data, their
       // element sequences one after the other (BindCheckpoint checked the trailing dims).
-      std::vector<int64_t> shape = bound[k][0]->shape;
+      // A stacked part is one slice of dim 0; either way the data is the parts' in order.
+      TP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ResolveShape(w.type, {}, w.name));
       std::vector<float> data;
       for (size_t part = 0; part < bound[k].size(); ++part) {
         TP_ASSIGN_OR_RETURN(std::vector<float> values, models::ToFloat32(*bound[k][part]));
         data.insert(data.end(), values.begin(), values.end());
-        if (part > 0) shape[0] += bound[k][part]->shape[0];
       }
       tensor = std::make_shared<HostTensor>(HostTensor::Float(std::move(shape), std::move(data)));
     }

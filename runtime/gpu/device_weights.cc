@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "device/cuda_status.h"
 #include "kernels/core/template_launch.h"
+#include "models/lowering.h"
 
 namespace tileplan::runtime::gpu {
 namespace {
@@ -142,16 +143,14 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
                                                        models::StDTypeName(t->dtype),
                                                        "; weights must be F32, BF16 or F16"));
       }
-      const bool trailing_match =
-          t->shape.size() == shape.size() && !shape.empty() &&
-          std::equal(t->shape.begin() + 1, t->shape.end(), shape.begin() + 1);
-      const bool whole = slot.checkpoint_tensors.size() == 1 && t->shape == shape;
-      if (!whole && !trailing_match) {
+      const int64_t part_rows =
+          models::PackedPartRows(t->shape, shape, slot.checkpoint_tensors.size());
+      if (part_rows < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("checkpoint tensor '", part, "' has shape [", absl::StrJoin(t->shape, ","),
                          "], which does not fit weight %", slot.name, " ", slot.type.ToString()));
       }
-      rows += shape.empty() ? 1 : t->shape[0];
+      rows += shape.empty() ? 1 : part_rows;
     }
     if (!shape.empty() && rows != shape[0]) {
       return absl::InvalidArgumentError(absl::StrCat("the parts of weight %", slot.name, " have ",

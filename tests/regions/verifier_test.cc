@@ -99,18 +99,28 @@ TEST(VerifierTest, AttributeValue) {
                         "{scale = 0.25, sliding_window = -1}\n"),
             "region #0 'attention' (%y): attribute 'sliding_window' is -1, expected >= 0 "
             "(0 = no window)");
-  EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {rope_type = \"yarn\", "
+  EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {rope_type = \"ntk\", "
                         "theta = 10000.0}\n"),
-            "region #0 'rope' (%y): attribute 'rope_type' is \"yarn\", expected \"default\" or "
-            "\"llama3\"");
+            "region #0 'rope' (%y): attribute 'rope_type' is \"ntk\", expected \"default\", "
+            "\"llama3\" or \"yarn\"");
   EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {factor = 8.0, "
                         "rope_type = \"llama3\", theta = 10000.0}\n"),
             "region #0 'rope' (%y): missing attribute 'high_freq_factor', required by "
             "rope_type \"llama3\"");
   EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {factor = 8.0, "
                         "rope_type = \"default\", theta = 10000.0}\n"),
-            "region #0 'rope' (%y): attribute 'factor' applies only to rope_type \"llama3\", "
-            "not \"default\"");
+            "region #0 'rope' (%y): attribute 'factor' does not apply to rope_type \"default\"");
+  EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {attention_factor = 1.0, "
+                        "beta_fast = 32.0, beta_slow = 1.0, factor = 40.0, "
+                        "high_freq_factor = 4.0, original_max_position_embeddings = 4096, "
+                        "rope_type = \"yarn\", theta = 10000.0, truncate = true}\n"),
+            "region #0 'rope' (%y): attribute 'high_freq_factor' does not apply to rope_type "
+            "\"yarn\"");
+  EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {attention_factor = 1.0, "
+                        "beta_fast = 32.0, beta_slow = 1.0, factor = 0.5, "
+                        "original_max_position_embeddings = 4096, rope_type = \"yarn\", "
+                        "theta = 10000.0, truncate = true}\n"),
+            "region #0 'rope' (%y): attribute 'factor' is 0.5, expected a finite float >= 1");
   EXPECT_EQ(VerifyError("  %y: bf16[B,T,2,16] = rope(%k, %positions) {rope_type = \"default\", "
                         "theta = inf}\n"),
             "region #0 'rope' (%y): attribute 'theta' is inf, expected a finite float > 0");
