@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regions/parser.h"
+#include "regions/printer.h"
 #include "regions/verifier.h"
 #include "tests/models/safetensors_builder.h"
 #include "tests/testing/random_weights.h"
@@ -192,8 +193,111 @@ TEST(Lowering, Phi3SplitsFusedProjections) {
   EXPECT_EQ(OperandName(g, "l0.swiglu", 1), "l0.up");
 }
 
+std::string AttrOf(const ir::Graph& g, const std::string& result, const std::string& key) {
+  const ir::Region& r = ProducerOf(g, result);
+  auto it = r.attrs.map().find(key);
+  return it == r.attrs.map().end() ? "<none>" : ir::PrintAttrValue(it->second);
+}
+
+TEST(Lowering, DeepseekV2LatentAttention) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kDeepseekV2));
+  std::vector<std::string> states;
+  for (ir::ValueId id : g.states()) states.push_back(g.value(id).name);
+  EXPECT_THAT(states, ::testing::ElementsAre("latent_cache.0", "rope_cache.0", "latent_cache.1",
+                                             "rope_cache.1"));
+  // The caches hold the normed latent and the rotated shared key, nothing per head.
+  EXPECT_EQ(TypeOf(g, "latent_cache.0"), "bf16[B,1,Smax,12]");
+  EXPECT_EQ(TypeOf(g, "rope_cache.0"), "bf16[B,1,Smax,4]");
+  EXPECT_EQ(TypeOf(g, "l0.q"), "bf16[B,T,40]");  // 4 heads x (6 nope + 4 rope)
+  EXPECT_EQ(TypeOf(g, "l0.q_nope"), "bf16[B,T,4,6]");
+  EXPECT_EQ(TypeOf(g, "l0.q_pe"), "bf16[B,T,4,4]");
+  EXPECT_EQ(TypeOf(g, "l0.kv_a"), "bf16[B,T,16]");
+  EXPECT_EQ(TypeOf(g, "l0.latent_norm"), "bf16[B,T,12]");
+  EXPECT_EQ(TypeOf(g, "l0.k_rope"), "bf16[B,T,1,4]");
+  EXPECT_EQ(TypeOf(g, "l0.attn"), "bf16[B,T,4,5]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.kv_b_proj.weight"), "bf16[44,12]");
+  EXPECT_EQ(TypeOf(g, "model.layers.0.self_attn.o_proj.weight"), "bf16[32,20]");
+  EXPECT_EQ(OperandName(g, "l0.latent_cache", 1), "l0.latent_heads");
+  EXPECT_EQ(OperandName(g, "l0.latent_heads", 0), "l0.latent_norm");
+  EXPECT_EQ(OperandName(g, "l0.latent_norm", 0), "l0.latent");
+  EXPECT_EQ(OperandName(g, "l0.attn", 0), "l0.q_nope");
+  EXPECT_EQ(OperandName(g, "l0.attn", 1), "l0.q_rope");
+  EXPECT_EQ(OperandName(g, "l0.attn", 2), "l0.latent_cache");
+  EXPECT_EQ(OperandName(g, "l0.attn", 3), "l0.rope_cache");
+  EXPECT_EQ(OperandName(g, "l0.attn", 4), "model.layers.0.self_attn.kv_b_proj.weight");
+  EXPECT_EQ(AttrOf(g, "l0.attn", "scale"), "0.35");
+  for (const char* rotated : {"l0.q_rope", "l0.k_rope"}) {
+    EXPECT_EQ(AttrOf(g, rotated, "rope_type"), "\"yarn\"");
+    EXPECT_EQ(AttrOf(g, rotated, "interleaved"), "true");
+    EXPECT_EQ(AttrOf(g, rotated, "attention_factor"), "1.1");
+    EXPECT_EQ(AttrOf(g, rotated, "factor"), "4.0");
+  }
+  EXPECT_EQ(g.FindValue("model.layers.0.self_attn.q_a_proj.weight"), ir::kNoValue);
+
+  ModelConfig lora = TinyModelConfig(Architecture::kDeepseekV2);
+  lora.mla.q_lora_rank = 7;
+  const ir::Graph q = Lower(lora);
+  EXPECT_EQ(TypeOf(q, "model.layers.1.self_attn.q_a_proj.weight"), "bf16[7,32]");
+  EXPECT_EQ(TypeOf(q, "model.layers.1.self_attn.q_a_layernorm.weight"), "bf16[7]");
+  EXPECT_EQ(TypeOf(q, "model.layers.1.self_attn.q_b_proj.weight"), "bf16[40,7]");
+  EXPECT_EQ(OperandName(q, "l1.q", 0), "l1.q_a_norm");
+  EXPECT_EQ(q.FindValue("model.layers.1.self_attn.q_proj.weight"), ir::kNoValue);
+}
+
+TEST(Lowering, DeepseekV2DenseFirstLayerThenRoutedAndSharedExperts) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kDeepseekV2));
+  EXPECT_EQ(TypeOf(g, "model.layers.0.mlp.gate_proj.weight"), "bf16[48,32]");
+  EXPECT_EQ(g.FindValue("l0.router_logits"), ir::kNoValue);
+  EXPECT_EQ(TypeOf(g, "model.layers.1.mlp.gate.weight"), "bf16[6,32]");
+  EXPECT_EQ(TypeOf(g, "l1.router_logits"), "f32[B,T,6]");
+  EXPECT_EQ(TypeOf(g, "l1.expert_ids"), "i32[B,T,2]");
+  EXPECT_EQ(TypeOf(g, "l1.expert_weights"), "f32[B,T,2]");
+  EXPECT_EQ(AttrOf(g, "l1.expert_ids", "top_k"), "2");
+  EXPECT_EQ(AttrOf(g, "l1.expert_ids", "num_groups"), "3");
+  EXPECT_EQ(AttrOf(g, "l1.expert_ids", "topk_groups"), "2");
+  EXPECT_EQ(AttrOf(g, "l1.expert_ids", "scaling"), "1.5");
+  EXPECT_EQ(AttrOf(g, "l1.expert_ids", "norm_topk_prob"), "false");
+  EXPECT_EQ(TypeOf(g, "model.layers.1.mlp.experts.gate_proj"), "bf16[6,8,32]");
+  EXPECT_EQ(TypeOf(g, "model.layers.1.mlp.experts.down_proj"), "bf16[6,32,8]");
+  const ir::Value& gate = g.value(g.FindValue("model.layers.1.mlp.experts.gate_proj"));
+  ASSERT_EQ(gate.checkpoint_tensors.size(), 6u);
+  EXPECT_EQ(gate.checkpoint_tensors[0], "model.layers.1.mlp.experts.0.gate_proj.weight");
+  EXPECT_EQ(gate.checkpoint_tensors[5], "model.layers.1.mlp.experts.5.gate_proj.weight");
+  EXPECT_EQ(TypeOf(g, "l1.expert_gate"), "bf16[B,T,2,8]");
+  EXPECT_EQ(OperandName(g, "l1.expert_gate", 0), "l1.mlp_norm");
+  EXPECT_EQ(OperandName(g, "l1.expert_out", 0), "l1.expert_swiglu");
+  EXPECT_EQ(TypeOf(g, "l1.expert_out"), "bf16[B,T,2,32]");
+  EXPECT_EQ(OperandName(g, "l1.moe_out", 1), "l1.expert_weights");
+  EXPECT_EQ(TypeOf(g, "model.layers.1.mlp.shared_experts.gate_proj.weight"), "bf16[16,32]");
+  EXPECT_EQ(OperandName(g, "l1.shared_out", 0), "l1.shared_swiglu");
+  EXPECT_EQ(OperandName(g, "l1.mlp_out", 0), "l1.moe_out");
+  EXPECT_EQ(OperandName(g, "l1.mlp_out", 1), "l1.shared_out");
+  EXPECT_EQ(OperandName(g, "l1.out", 1), "l1.mlp_out");
+}
+
+TEST(Lowering, Qwen3MoeRoutesEveryLayerWithoutSharedExperts) {
+  ModelConfig c = TinyModelConfig(Architecture::kQwen3Moe);
+  const ir::Graph g = Lower(c);
+  EXPECT_EQ(ProducerOf(g, "l0.mlp_out").kind, "moe_combine");
+  EXPECT_EQ(AttrOf(g, "l0.expert_ids", "norm_topk_prob"), "true");
+  EXPECT_EQ(TypeOf(g, "l1.expert_ids"), "i32[B,T,3]");
+  EXPECT_EQ(g.FindValue("l0.shared_out"), ir::kNoValue);
+  EXPECT_EQ(OperandName(g, "l0.q_rope", 0), "l0.q_normed");
+  EXPECT_EQ(TypeOf(g, "k_cache.0"), "bf16[B,2,Smax,16]");
+  c.moe.sparse_layers = {false, true};
+  const ir::Graph mixed = Lower(c);
+  EXPECT_EQ(ProducerOf(mixed, "l0.mlp_out").kind, "linear");
+  EXPECT_EQ(ProducerOf(mixed, "l1.mlp_out").kind, "moe_combine");
+}
+
+std::vector<Architecture> EveryArchitecture() {
+  std::vector<Architecture> all = testing::AllArchitectures();
+  for (Architecture arch : testing::MoeArchitectures()) all.push_back(arch);
+  return all;
+}
+
 TEST(Lowering, EveryArchitectureVerifies) {
-  for (Architecture arch : testing::AllArchitectures()) {
+  for (Architecture arch : EveryArchitecture()) {
     const ir::Graph g = Lower(TinyModelConfig(arch));
     EXPECT_TRUE(ir::Verify(g).ok()) << ArchitectureName(arch) << ": " << ir::Verify(g);
   }
@@ -208,13 +312,15 @@ TEST(Lowering, BundledPublicConfigsLowerAndVerify) {
     EXPECT_TRUE(ir::Verify(*g).ok()) << name << ": " << ir::Verify(*g);
     EXPECT_EQ(g->states().size(), 2u * static_cast<size_t>(config->num_layers)) << name;
     int attention = 0;
-    for (const ir::Region& r : g->regions()) attention += r.kind == "attention";
+    for (const ir::Region& r : g->regions()) {
+      attention += r.kind == (config->is_mla ? "mla_attention" : "attention");
+    }
     EXPECT_EQ(attention, config->num_layers) << name;
   }
 }
 
 TEST(Lowering, IsDeterministic) {
-  for (Architecture arch : testing::AllArchitectures()) {
+  for (Architecture arch : EveryArchitecture()) {
     const ir::Graph a = Lower(TinyModelConfig(arch));
     const ir::Graph b = Lower(TinyModelConfig(arch));
     ASSERT_EQ(a.num_values(), b.num_values());
@@ -278,7 +384,7 @@ absl::StatusOr<std::vector<std::vector<Shape>>> BindShapes(const ir::Graph& grap
 }
 
 TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
-  for (Architecture arch : testing::AllArchitectures()) {
+  for (Architecture arch : EveryArchitecture()) {
     const ir::Graph g = Lower(TinyModelConfig(arch));
     auto shapes = BindShapes(g, testing::RandomWeights(g, 1));
     ASSERT_TRUE(shapes.ok()) << ArchitectureName(arch) << ": " << shapes.status();
@@ -287,9 +393,32 @@ TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
       const ir::Value& w = g.value(g.weights()[k]);
       Shape want;
       for (const ir::Dim& d : w.type.dims) want.push_back(d.extent());
-      EXPECT_EQ((*shapes)[k], std::vector<Shape>{want}) << w.name;
+      if (w.checkpoint_tensors.size() > 1) {  // stacked experts: one [N,H] tensor per expert
+        const Shape slice(want.begin() + 1, want.end());
+        EXPECT_EQ((*shapes)[k], std::vector<Shape>(static_cast<size_t>(want[0]), slice)) << w.name;
+      } else {
+        EXPECT_EQ((*shapes)[k], std::vector<Shape>{want}) << w.name;
+      }
     }
   }
+}
+
+TEST(BindCheckpoint, StackedExpertWeightsNeedEveryExpertWithItsShape) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kQwen3Moe));
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  tensors["model.layers.1.mlp.experts.3.up_proj.weight"].shape = {6, 64};
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.status().message(),
+            "checkpoint tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (a part of packed "
+            "weight '%model.layers.1.mlp.experts.up_proj') is BF16[6,64], expected BF16[N,12,32] "
+            "or BF16[12,32]");
+  tensors = testing::RandomWeights(g, 1);
+  tensors.erase("model.layers.0.mlp.experts.4.down_proj.weight");
+  shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("has no tensor 'model.layers.0.mlp.experts.4.down_proj.weight'"));
 }
 
 TEST(BindCheckpoint, MissingTensorIsNamed) {
@@ -374,7 +503,7 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
             "checkpoint tensor 'k' (a part of packed weight '%qkv') is F32[2,4], expected "
-            "BF16[N,4]");
+            "BF16[N,4] or BF16[4]");
 
   tensors = PackedTensors();
   tensors["v"] = testing::WeightData{StDType::kBF16, {1, 8}, std::vector<float>(8, 1.0f), {}};
@@ -382,7 +511,7 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
             "checkpoint tensor 'v' (a part of packed weight '%qkv') is BF16[1,8], expected "
-            "BF16[N,4]");
+            "BF16[N,4] or BF16[4]");
 
   tensors = PackedTensors();
   tensors["v"] = testing::WeightData{StDType::kBF16, {3, 4}, std::vector<float>(12, 1.0f), {}};
@@ -398,7 +527,8 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("has no tensor 'v' (a part of packed weight '%qkv') (expected BF16[N,4])"));
+              HasSubstr("has no tensor 'v' (a part of packed weight '%qkv') (expected BF16[N,4] or "
+                        "BF16[4])"));
 }
 
 TEST(BindCheckpoint, EveryTensorIsBoundExactlyOnce) {

@@ -18,6 +18,7 @@
 #include "planner/pipelines.h"
 #include "regions/printer.h"
 #include "regions/verifier.h"
+#include "tests/testing/tiny_models.h"
 
 namespace tileplan::planner {
 namespace {

@@ -80,7 +80,12 @@ WeightMap RandomWeights(const ir::Graph& graph, uint32_t seed) {
       t.shape.push_back(d.extent());
       n *= d.extent();
     }
-    if (w.checkpoint_tensors.size() != 1) {
+    // A stacked weight (experts, docs/ir.md "Packed weights") is drawn as one tensor per
+    // slice of dim 0; any other packed weight belongs to a planned graph.
+    const bool stacked = w.checkpoint_tensors.size() > 1 &&
+                         static_cast<int64_t>(w.checkpoint_tensors.size()) == t.shape[0] &&
+                         t.shape.size() >= 3;
+    if (w.checkpoint_tensors.size() != 1 && !stacked) {
       ADD_FAILURE() << "weight %" << w.name << " is packed; draw random weights for the "
                     << "primitive graph, whose weights are not";
       continue;
@@ -92,11 +97,23 @@ WeightMap RandomWeights(const ir::Graph& graph, uint32_t seed) {
       offset = 1.0;
     } else if (absl::EndsWith(name, ".bias")) {
       scale = 0.2;
-    } else if (!absl::StrContains(name, "embed_tokens") && t.shape.size() == 2) {
-      scale = 1.5 / std::sqrt(static_cast<double>(t.shape[1]));
+    } else if (!absl::StrContains(name, "embed_tokens") && t.shape.size() >= 2) {
+      scale = 1.5 / std::sqrt(static_cast<double>(t.shape.back()));
     }
     for (int64_t k = 0; k < n; ++k) {
       t.values.push_back(static_cast<float>(offset + scale * normal.Next()));
+    }
+    if (stacked) {
+      const size_t slice = static_cast<size_t>(n / t.shape[0]);
+      for (size_t e = 0; e < w.checkpoint_tensors.size(); ++e) {
+        WeightData part;
+        part.dtype = t.dtype;
+        part.shape.assign(t.shape.begin() + 1, t.shape.end());
+        part.values.assign(t.values.begin() + static_cast<std::ptrdiff_t>(e * slice),
+                           t.values.begin() + static_cast<std::ptrdiff_t>((e + 1) * slice));
+        out[w.checkpoint_tensors[e]] = std::move(part);
+      }
+      continue;
     }
     out[name] = std::move(t);
   }

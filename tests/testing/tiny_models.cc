@@ -51,8 +51,48 @@ models::ModelConfig TinyModelConfig(models::Architecture arch) {
       c.num_kv_heads = 4;
       c.sliding_window = {0, 5};
       break;
+    case models::Architecture::kDeepseekV2:
+      c.is_mla = true;
+      c.num_kv_heads = 4;
+      c.mla = {.q_lora_rank = 0,
+               .kv_lora_rank = 12,
+               .qk_nope_head_dim = 6,
+               .qk_rope_head_dim = 4,
+               .v_head_dim = 5};
+      c.head_dim = 4;
+      c.rope = {.type = "yarn",
+                .theta = 10000.0,
+                .factor = 4.0,
+                .original_max_position_embeddings = 8,
+                .attention_factor = 1.1,
+                .mscale_all_dim = 0.8,
+                .interleaved = true};
+      c.attention_scale = 0.35;
+      c.moe = {.num_experts = 6,
+               .top_k = 2,
+               .moe_intermediate_size = 8,
+               .shared_intermediate_size = 16,
+               .routed_scaling_factor = 1.5,
+               .num_groups = 3,
+               .topk_groups = 2,
+               .sparse_layers = {false, true}};
+      break;
+    case models::Architecture::kQwen3Moe:
+      c.qk_norm = true;
+      c.head_dim = 16;
+      c.num_kv_heads = 2;
+      c.moe = {.num_experts = 5,
+               .top_k = 3,
+               .moe_intermediate_size = 12,
+               .norm_topk_prob = true,
+               .sparse_layers = {true, true}};
+      break;
   }
   return c;
+}
+
+std::vector<models::Architecture> MoeArchitectures() {
+  return {models::Architecture::kDeepseekV2, models::Architecture::kQwen3Moe};
 }
 
 std::vector<models::Architecture> AllArchitectures() {
