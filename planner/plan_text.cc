@@ -1,6 +1,10 @@
 #include "planner/plan_text.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +79,44 @@ std::string CompactFusedFrom(const google::protobuf::RepeatedPtrField<std::strin
   return absl::StrJoin(parts, ",");
 }
 
+// "KV cache per token: 1152 B per layer (latent_cache 1024 B + rope_cache 128 B) x 27 layers\n":
+// the state bytes per cached position and sequence, grouped by state name without its layer
+// suffix ("k_cache.3" -> "k_cache"); empty when the phase binds no B or Smax or has no state.
+std::string CachePerToken(const proto::Phase& phase) {
+  int64_t batch = 0, capacity = 0;
+  for (const proto::SymbolBinding& b : phase.bindings()) {
+    if (b.symbol() == "B") batch = b.extent();
+    if (b.symbol() == "Smax") capacity = b.extent();
+  }
+  const proto::Arena& a = phase.arena();
+  if (batch <= 0 || capacity <= 0 || a.states().empty()) return "";
+  std::vector<std::pair<std::string, int64_t>> groups;  // first-seen order
+  std::map<std::string, int> layers;
+  for (const proto::StateSlot& slot : a.states()) {
+    const std::string& name = slot.state();
+    const size_t dot = name.rfind('.');
+    const std::string group = dot == std::string::npos ? name : name.substr(0, dot);
+    const int64_t per_token = slot.bytes() / (batch * capacity);
+    if (++layers[group] == 1) {
+      groups.push_back({group, per_token});
+    } else {
+      for (auto& [g, bytes] : groups) {
+        if (g == group && bytes != per_token) bytes = -1;  // differs between layers
+      }
+    }
+  }
+  const int count = layers.begin()->second;
+  int64_t total = 0;
+  std::vector<std::string> parts;
+  for (const auto& [group, bytes] : groups) {
+    if (bytes < 0 || layers[group] != count) return "";
+    total += bytes;
+    parts.push_back(absl::StrCat(group, " ", bytes, " B"));
+  }
+  return absl::StrCat("KV cache per token: ", total, " B per layer (", absl::StrJoin(parts, " + "),
+                      ") x ", count, count == 1 ? " layer\n" : " layers\n");
+}
+
 std::string PlanTable(const proto::ExecutionPlan& plan) {
   const targets::TargetDescription& t = plan.target();
   std::string out = absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases\n", plan.model(),
@@ -113,6 +155,7 @@ std::string PlanTable(const proto::ExecutionPlan& plan) {
                     HumanBytes(a.peak_live_bytes()), ", intermediates ",
                     HumanBytes(a.intermediate_bytes()), ", KV cache ", HumanBytes(a.state_bytes()),
                     ", weights ", HumanBytes(a.weight_bytes()), "\n");
+    absl::StrAppend(&out, CachePerToken(phase));
   }
   return out;
 }

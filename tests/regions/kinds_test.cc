@@ -68,18 +68,25 @@ Attributes Attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
 TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
   EXPECT_EQ(
       PrimitiveKindNames(),
-      (std::vector<std::string>{"add", "argmax", "attention", "embedding", "kv_write", "linear",
-                                "lm_head", "mul", "reshape", "rms_norm", "rope", "silu", "split"}));
+      (std::vector<std::string>{"add", "argmax", "attention", "embedding", "expert_linear",
+                                "kv_write", "linear", "lm_head", "mla_attention", "moe_combine",
+                                "moe_router", "moe_topk", "mul", "reshape", "rms_norm", "rope",
+                                "silu", "split"}));
   EXPECT_EQ(KindNames(), (std::vector<std::string>{"add",
                                                    "add_rms_norm",
                                                    "argmax",
                                                    "attention",
                                                    "embedding",
+                                                   "expert_linear",
                                                    "kv_write",
                                                    "linear",
                                                    "linear_residual",
                                                    "linear_swiglu",
                                                    "lm_head",
+                                                   "mla_attention",
+                                                   "moe_combine",
+                                                   "moe_router",
+                                                   "moe_topk",
                                                    "mul",
                                                    "qk_norm_rope_kv_write",
                                                    "qk_norm_rope_kv_write_attention",
@@ -498,7 +505,8 @@ TEST(KindsTest, RopeKvWrite) {
   EXPECT_EQ(InferOne("rope_kv_write", ok, RopeKvAttrs(true, 2, 1)),
             "unknown attribute 'eps' (rope_kv_write takes num_heads, num_kv_heads, theta, "
             "rope_type, factor, low_freq_factor, high_freq_factor, "
-            "original_max_position_embeddings)");
+            "original_max_position_embeddings, beta_fast, beta_slow, attention_factor, truncate, "
+            "interleaved)");
   EXPECT_EQ(InferOne("rope_kv_write", ok, RopeKvAttrs(false, 4, 1)),
             "operand 0 has type f16[2,T,64], expected [B,T,(Hq+2*Hkv)*D] with Hq = 4, Hkv = 1, "
             "D = 16");

@@ -103,7 +103,8 @@ void CheckParsesOrFailsCleanly(const std::string& text, int* parsed, int* reject
 }
 
 TEST(MutationTest, EditedTextGivesLocatedErrorOrConsistentGraph) {
-  std::vector<std::string> seeds = {testing::ReadTestData("tiny_llama.tpir")};
+  std::vector<std::string> seeds = {testing::ReadTestData("tiny_llama.tpir"),
+                                    testing::ReadTestData("tiny_moe_mla.tpir")};
   for (uint64_t s = 0; s < 6; ++s) {
     seeds.push_back(PrintGraph(testing::RandomValidGraph(s)));
     seeds.push_back(PrintGraph(testing::RandomAttributeGraph(s)));
