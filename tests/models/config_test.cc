@@ -131,9 +131,9 @@ std::string FullAttention(int layers) {
 // --- Bundled configs -----------------------------------------------------------------------------
 
 TEST(BundledConfigTest, ListsEveryBundledModel) {
-  EXPECT_THAT(BundledConfigNames(),
-              ElementsAre("llama-3.2-1b", "mistral-7b", "phi-3-mini-4k", "qwen2-7b", "qwen2.5-0.5b",
-                          "qwen3-0.6b", "smollm2-360m"));
+  EXPECT_THAT(BundledConfigNames(), ElementsAre("deepseek-v2-lite", "llama-3.2-1b", "mistral-7b",
+                                                "phi-3-mini-4k", "qwen2-7b", "qwen2.5-0.5b",
+                                                "qwen3-0.6b", "qwen3-30b-a3b", "smollm2-360m"));
   for (const std::string& name : BundledConfigNames()) {
     absl::StatusOr<std::string> json = BundledConfigJson(name);
     ASSERT_TRUE(json.ok()) << name;
@@ -295,6 +295,103 @@ TEST(BundledConfigTest, Mistral7B) {
                           "transformers_version", "use_cache"));
 }
 
+TEST(BundledConfigTest, DeepseekV2Lite) {
+  const ModelConfig c = Bundled("deepseek-v2-lite");
+  EXPECT_EQ(c.arch, Architecture::kDeepseekV2);
+  EXPECT_EQ(c.num_layers, 27);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 10944);
+  EXPECT_EQ(c.num_heads, 16);
+  EXPECT_EQ(c.num_kv_heads, 16);
+  EXPECT_EQ(c.head_dim, 64);  // qk_rope_head_dim, as transformers sets it
+  EXPECT_EQ(c.vocab_size, 102400);
+  EXPECT_EQ(c.max_position_embeddings, 163840);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.fused_qkv);
+  EXPECT_EQ(c.dtype, ir::DType::kBF16);
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(27, 0));
+
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope.truncate);
+  EXPECT_EQ(c.rope.attention_factor, 1.0);  // mscale == mscale_all_dim: exactly 1
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 0.707);
+  EXPECT_TRUE(c.rope.interleaved);
+
+  EXPECT_TRUE(c.is_mla);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);  // null: a plain q_proj
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c.attention_scale, mscale * mscale / std::sqrt(192.0));
+  EXPECT_NEAR(c.attention_scale, 0.1147, 1e-4);
+
+  EXPECT_EQ(c.moe.num_experts, 64);
+  EXPECT_EQ(c.moe.top_k, 6);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 1408);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 2 * 1408);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.num_groups, 1);
+  EXPECT_EQ(c.moe.topk_groups, 1);
+  std::vector<bool> sparse(27, true);
+  sparse[0] = false;
+  EXPECT_EQ(c.moe.sparse_layers, sparse);
+  EXPECT_THAT(c.ignored_fields,
+              ElementsAre("architectures", "attention_dropout", "aux_loss_alpha", "bos_token_id",
+                          "eos_token_id", "initializer_range", "pretraining_tp", "seq_aux",
+                          "transformers_version", "use_cache"));
+}
+
+TEST(BundledConfigTest, Qwen3_30B_A3B) {
+  const ModelConfig c = Bundled("qwen3-30b-a3b");
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.num_layers, 48);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 6144);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_FALSE(c.rope.interleaved);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.is_mla);
+  EXPECT_EQ(c.dtype, ir::DType::kBF16);
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(48, 0));
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(128.0));
+  EXPECT_EQ(c.moe.num_experts, 128);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 768);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 0);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.num_groups, 1);
+  EXPECT_EQ(c.moe.topk_groups, 1);
+  EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(48, true));
+  EXPECT_THAT(
+      c.ignored_fields,
+      ElementsAre("architectures", "attention_dropout", "bos_token_id", "eos_token_id",
+                  "initializer_range", "max_window_layers", "output_router_logits",
+                  "router_aux_loss_coef", "sliding_window", "transformers_version", "use_cache"));
+}
+
 TEST(BundledConfigTest, AttentionScaleIsSetForEveryModel) {
   for (const std::string& name : BundledConfigNames()) {
     const ModelConfig c = Bundled(name);
@@ -437,6 +534,48 @@ TEST(LayoutTest, Qwen2Transformers5LayoutMatchesHubLayout) {
     "sliding_window": null, "tie_word_embeddings": true, "transformers_version": "5.0.0",
     "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
   ExpectSameModel(ParseText(v5), Bundled("qwen2.5-0.5b"));
+}
+
+// DeepSeek-V2-Lite as transformers 5 saves it: rope_parameters (with rope_theta and rope_type),
+// dtype, head_dim written as qk_rope_head_dim, n_group/topk_group null.
+TEST(LayoutTest, DeepseekV2Transformers5LayoutMatchesHubLayout) {
+  const std::string v5 = R"({
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "dtype": "bfloat16", "eos_token_id": 100001,
+    "first_k_dense_replace": 1, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 10944, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "mlp_bias": false, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": null, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": false, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "pad_token_id": null, "pretraining_tp": 1, "q_lora_rank": null, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 40.0, "mscale": 0.707,
+                        "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                        "rope_theta": 10000.0, "rope_type": "yarn"},
+    "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": null, "topk_method": "greedy",
+    "transformers_version": "5.17.0", "use_cache": true, "v_head_dim": 128,
+    "vocab_size": 102400})";
+  ExpectSameModel(ParseText(v5), Bundled("deepseek-v2-lite"));
+}
+
+// Qwen3-30B-A3B as transformers 5 saves it: rope_parameters, dtype, num_local_experts.
+TEST(LayoutTest, Qwen3MoeTransformers5LayoutMatchesHubLayout) {
+  const std::string v5 = R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "dtype": "bfloat16",
+    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "num_local_experts": 128, "output_router_logits": false, "pad_token_id": null,
+    "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+    "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+    "transformers_version": "5.17.0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})";
+  ExpectSameModel(ParseText(v5), Bundled("qwen3-30b-a3b"));
 }
 
 TEST(LayoutTest, LegacyTypeKeyAndTopLevelThetaAreRead) {
