@@ -45,7 +45,10 @@ struct ArchTraits {
   int64_t default_head_dim;
   // sliding_window when the field is absent (0: none).
   int64_t default_sliding_window;
-  // Fields only this architecture knows.
+  // Whether RoPE type "yarn" is accepted (the architectures whose checkpoints ship it).
+  bool yarn;
+  // Fields only this architecture knows. They take precedence over kRefusedFields: the MoE and
+  // MLA fields are refused elsewhere but read here.
   std::vector<absl::string_view> extra_fields;
 };
 
@@ -56,31 +59,84 @@ const std::vector<ArchTraits>& AllArchTraits() {
        .default_kv_heads = 0,
        .default_head_dim = 0,
        .default_sliding_window = 0,
+       .yarn = false,
        .extra_fields = {"is_llama_config", "pretraining_tp", "rope_interleaved"}},
       {.arch = Architecture::kQwen2,
        .model_type = "qwen2",
        .default_kv_heads = 32,
        .default_head_dim = 0,
        .default_sliding_window = 4096,
-       .extra_fields = {"max_window_layers", "use_mrope", "use_sliding_window"}},
+       .yarn = true,
+       .extra_fields = {"max_window_layers", "original_max_position_embeddings", "use_mrope",
+                        "use_sliding_window"}},
       {.arch = Architecture::kQwen3,
        .model_type = "qwen3",
        .default_kv_heads = 32,
        .default_head_dim = 128,
        .default_sliding_window = 4096,
-       .extra_fields = {"max_window_layers", "use_sliding_window"}},
+       .yarn = true,
+       .extra_fields = {"max_window_layers", "original_max_position_embeddings",
+                        "use_sliding_window"}},
       {.arch = Architecture::kMistral,
        .model_type = "mistral",
        .default_kv_heads = 8,
        .default_head_dim = 0,
        .default_sliding_window = 4096,
+       .yarn = false,
        .extra_fields = {}},
       {.arch = Architecture::kPhi3,
        .model_type = "phi3",
        .default_kv_heads = 0,
        .default_head_dim = 0,
        .default_sliding_window = 0,
+       .yarn = false,
        .extra_fields = {"embd_pdrop", "original_max_position_embeddings", "resid_pdrop"}},
+      // DeepseekV2Config. head_dim is set from qk_rope_head_dim (ParseMla); aux_loss_alpha and
+      // seq_aux are training-only, pretraining_tp bookkeeping.
+      {.arch = Architecture::kDeepseekV2,
+       .model_type = "deepseek_v2",
+       .default_kv_heads = 0,
+       .default_head_dim = 0,
+       .default_sliding_window = 0,
+       .yarn = true,
+       .extra_fields = {"aux_loss_alpha",
+                        "ep_size",
+                        "first_k_dense_replace",
+                        "kv_lora_rank",
+                        "moe_intermediate_size",
+                        "moe_layer_freq",
+                        "n_group",
+                        "n_routed_experts",
+                        "n_shared_experts",
+                        "norm_topk_prob",
+                        "num_experts",
+                        "num_experts_per_tok",
+                        "num_nextn_predict_layers",
+                        "original_max_position_embeddings",
+                        "pretraining_tp",
+                        "q_lora_rank",
+                        "qk_nope_head_dim",
+                        "qk_rope_head_dim",
+                        "routed_scaling_factor",
+                        "scoring_func",
+                        "seq_aux",
+                        "topk_group",
+                        "topk_method",
+                        "v_head_dim"}},
+      // Qwen3MoeConfig. output_router_logits and router_aux_loss_coef are training-only;
+      // max_window_layers is not read (qwen3_moe windows every layer or none).
+      {.arch = Architecture::kQwen3Moe,
+       .model_type = "qwen3_moe",
+       .default_kv_heads = 4,
+       .default_head_dim = 0,
+       .default_sliding_window = 4096,
+       .yarn = true,
+       .extra_fields = {"decoder_sparse_step", "max_window_layers", "mlp_only_layers",
+                        "moe_intermediate_size", "norm_topk_prob", "num_experts",
+                        "num_experts_per_tok", "num_local_experts",
+                        "original_max_position_embeddings", "output_router_logits",
+                        "router_aux_loss_coef", "shared_expert_intermediate_size",
+                        "use_sliding_window"}},
   };
   return *traits;
 }
@@ -179,8 +235,9 @@ constexpr absl::string_view kMetadataFields[] = {
     "use_cache",
 };
 
-// Fields of computations tileplan does not implement. Refused unless the value is the neutral
-// one (null, or 1.0 for partial_rotary_factor).
+// Fields of computations tileplan does not implement (for the architectures whose extra_fields
+// do not name them). Refused unless the value is the neutral one (null, or 1.0 for
+// partial_rotary_factor).
 struct RefusedField {
   absl::string_view name;
   absl::string_view what;
@@ -259,6 +316,19 @@ bool IsNeutral(const RefusedField& field, const Json& value) {
   return field.name == "partial_rotary_factor" && value.is_number() && value.as_double() == 1.0;
 }
 
+// transformers' yarn get_mscale: the magnitude correction of YaRN for a context scale s.
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// What a yarn RoPE object gives that is derived only once the whole config is read.
+struct YarnInputs {
+  std::optional<double> factor;  // null: max_position_embeddings / original_max_position_embeddings
+  std::optional<double> attention_factor;
+  double mscale = 0.0;  // absent or null: 0
+  std::optional<int64_t> original_max_position_embeddings;
+};
+
 // Reads the fields of one config object; every field read is recorded as used.
 class ConfigParser {
  public:
@@ -283,16 +353,28 @@ class ConfigParser {
   absl::StatusOr<int64_t> Int(absl::string_view key, const Json& value, int64_t min, int64_t max);
   absl::StatusOr<int64_t> RequiredInt(absl::string_view key, int64_t min, int64_t max);
   absl::StatusOr<double> PositiveNumber(absl::string_view key, const Json& value);
+  absl::StatusOr<int64_t> OptionalInt(absl::string_view key, int64_t absent_value, int64_t min,
+                                      int64_t max);
+  absl::StatusOr<double> NonNegativeNumber(absl::string_view key, const Json& value);
+  absl::StatusOr<double> OptionalPositiveNumber(absl::string_view key, double absent_value);
   absl::StatusOr<bool> OptionalBool(absl::string_view key, bool absent_value);
   absl::Status RequireFalse(absl::string_view key);
   absl::Status RequireEmptyObject(absl::string_view key);
   absl::Status ParseGeometry(ModelConfig& config);
+  absl::Status ParseHeadDim(ModelConfig& config);
   absl::Status ParseRope(ModelConfig& config);
   absl::Status ParseRopeObject(absl::string_view field, const Json& object, RopeConfig& rope,
-                               bool& theta_given);
+                               bool& theta_given, YarnInputs& yarn);
+  absl::Status ParseYarn(absl::string_view field, const YarnInputs& yarn, ModelConfig& config);
   absl::Status ParseDType(ModelConfig& config);
   absl::Status ParseBiases(ModelConfig& config);
   absl::Status ParseSlidingWindow(ModelConfig& config);
+  absl::StatusOr<int64_t> AliasedInt(absl::string_view key, absl::string_view alias,
+                                     int64_t absent_value, int64_t min, int64_t max);
+  absl::Status CheckExpertWeights(const MoeConfig& moe);
+  absl::Status ParseMla(ModelConfig& config);
+  absl::Status ParseDeepseekMoe(ModelConfig& config);
+  absl::Status ParseQwen3Moe(ModelConfig& config);
 
   const Json& root_;
   const ArchTraits* traits_ = nullptr;
@@ -319,6 +401,30 @@ absl::StatusOr<double> ConfigParser::PositiveNumber(absl::string_view key, const
     return FieldError(key, absl::StrCat("must be a positive number, got ", Describe(value)));
   }
   return value.as_double();
+}
+
+absl::StatusOr<int64_t> ConfigParser::OptionalInt(absl::string_view key, int64_t absent_value,
+                                                  int64_t min, int64_t max) {
+  const Json* value = Use(key);
+  if (value == nullptr) return absent_value;
+  return Int(key, *value, min, max);
+}
+
+// A number >= 0; null counts as 0.
+absl::StatusOr<double> ConfigParser::NonNegativeNumber(absl::string_view key, const Json& value) {
+  if (value.is_null()) return 0.0;
+  if (!value.is_number() || !(value.as_double() >= 0) || !std::isfinite(value.as_double())) {
+    return FieldError(key,
+                      absl::StrCat("must be a non-negative number or null, got ", Describe(value)));
+  }
+  return value.as_double();
+}
+
+absl::StatusOr<double> ConfigParser::OptionalPositiveNumber(absl::string_view key,
+                                                            double absent_value) {
+  const Json* value = Use(key);
+  if (value == nullptr) return absent_value;
+  return PositiveNumber(key, *value);
 }
 
 absl::StatusOr<bool> ConfigParser::OptionalBool(absl::string_view key, bool absent_value) {
@@ -351,6 +457,10 @@ absl::Status ConfigParser::RequireEmptyObject(absl::string_view key) {
 // its neutral value.
 absl::Status ConfigParser::CheckFieldNames() {
   for (const auto& [key, value] : root_.as_object()) {
+    if (std::find(traits_->extra_fields.begin(), traits_->extra_fields.end(), key) !=
+        traits_->extra_fields.end()) {
+      continue;
+    }
     auto refused = std::find_if(std::begin(kRefusedFields), std::end(kRefusedFields),
                                 [&](const RefusedField& f) { return f.name == key; });
     if (refused != std::end(kRefusedFields)) {
@@ -361,10 +471,7 @@ absl::Status ConfigParser::CheckFieldNames() {
       used_.insert(key);
       continue;
     }
-    const bool known = Contains(kModelFields, key) || Contains(kMetadataFields, key) ||
-                       std::find(traits_->extra_fields.begin(), traits_->extra_fields.end(), key) !=
-                           traits_->extra_fields.end();
-    if (!known) {
+    if (!Contains(kModelFields, key) && !Contains(kMetadataFields, key)) {
       return FieldError(key,
                         absl::StrCat("unknown field for model_type ", Quote(traits_->model_type)));
     }
@@ -399,6 +506,19 @@ absl::Status ConfigParser::ParseGeometry(ModelConfig& config) {
                                    config.num_heads));
   }
 
+  // deepseek_v2's head_dim is qk_rope_head_dim (ParseMla).
+  if (traits_->arch != Architecture::kDeepseekV2) TP_RETURN_IF_ERROR(ParseHeadDim(config));
+
+  const Json* act = Use("hidden_act");
+  if (act != nullptr && (!act->is_string() || act->as_string() != "silu")) {
+    return FieldError("hidden_act", absl::StrCat("activation ", Describe(*act),
+                                                 " is not supported (only \"silu\")"));
+  }
+  TP_ASSIGN_OR_RETURN(config.tie_word_embeddings, OptionalBool("tie_word_embeddings", false));
+  return absl::OkStatus();
+}
+
+absl::Status ConfigParser::ParseHeadDim(ModelConfig& config) {
   const Json* head_dim = Use("head_dim");
   if (head_dim != nullptr && !head_dim->is_null()) {
     TP_ASSIGN_OR_RETURN(config.head_dim, Int("head_dim", *head_dim, 1, kMaxExtent));
@@ -419,19 +539,13 @@ absl::Status ConfigParser::ParseGeometry(ModelConfig& config) {
     return FieldError(
         "head_dim", absl::StrCat("rotary embedding needs an even head_dim, got ", config.head_dim));
   }
-
-  const Json* act = Use("hidden_act");
-  if (act != nullptr && (!act->is_string() || act->as_string() != "silu")) {
-    return FieldError("hidden_act", absl::StrCat("activation ", Describe(*act),
-                                                 " is not supported (only \"silu\")"));
-  }
-  TP_ASSIGN_OR_RETURN(config.tie_word_embeddings, OptionalBool("tie_word_embeddings", false));
   return absl::OkStatus();
 }
 
 // One RoPE object: `rope_parameters` (transformers 5) or `rope_scaling` (hub layout).
 absl::Status ConfigParser::ParseRopeObject(absl::string_view field, const Json& object,
-                                           RopeConfig& rope, bool& theta_given) {
+                                           RopeConfig& rope, bool& theta_given,
+                                           YarnInputs& yarn_inputs) {
   if (!object.is_object()) {
     return FieldError(field, absl::StrCat("must be an object or null, got ", Describe(object)));
   }
@@ -452,13 +566,16 @@ absl::Status ConfigParser::ParseRopeObject(absl::string_view field, const Json& 
   }
   const Json* type = rope_type != nullptr ? rope_type : legacy_type;
   rope.type = type != nullptr ? type->as_string() : "default";
-  if (rope.type != "default" && rope.type != "llama3") {
+  if (rope.type != "default" && rope.type != "llama3" && !(traits_->yarn && rope.type == "yarn")) {
     return FieldError(sub(rope_type != nullptr ? "rope_type" : "type"),
                       absl::StrCat("RoPE type ", Quote(rope.type),
-                                   " is not supported (only \"default\" and \"llama3\")"));
+                                   " is not supported for model_type ", Quote(traits_->model_type),
+                                   traits_->yarn ? " (only \"default\", \"llama3\" and \"yarn\")"
+                                                 : " (only \"default\" and \"llama3\")"));
   }
 
   const bool llama3 = rope.type == "llama3";
+  const bool yarn = rope.type == "yarn";
   for (const auto& [key, value] : object.as_object()) {
     if (key == "rope_type" || key == "type") continue;
     if (key == "rope_theta") {
@@ -478,6 +595,30 @@ absl::Status ConfigParser::ParseRopeObject(absl::string_view field, const Json& 
     } else if (llama3 && key == "original_max_position_embeddings") {
       TP_ASSIGN_OR_RETURN(rope.original_max_position_embeddings,
                           Int(sub(key), value, 1, kMaxPositions));
+    } else if (yarn && key == "factor") {
+      if (!value.is_null()) {
+        TP_ASSIGN_OR_RETURN(yarn_inputs.factor, PositiveNumber(sub(key), value));
+      }
+    } else if (yarn && key == "attention_factor") {
+      if (!value.is_null()) {
+        TP_ASSIGN_OR_RETURN(yarn_inputs.attention_factor, PositiveNumber(sub(key), value));
+      }
+    } else if (yarn && (key == "beta_fast" || key == "beta_slow")) {
+      // transformers: `get(key) or default`, so null and 0 take the default.
+      TP_ASSIGN_OR_RETURN(const double beta, NonNegativeNumber(sub(key), value));
+      if (beta > 0) (key == "beta_fast" ? rope.beta_fast : rope.beta_slow) = beta;
+    } else if (yarn && key == "mscale") {
+      TP_ASSIGN_OR_RETURN(yarn_inputs.mscale, NonNegativeNumber(sub(key), value));
+    } else if (yarn && key == "mscale_all_dim") {
+      TP_ASSIGN_OR_RETURN(rope.mscale_all_dim, NonNegativeNumber(sub(key), value));
+    } else if (yarn && key == "truncate") {
+      if (!value.is_bool()) {
+        return FieldError(sub(key), absl::StrCat("must be true or false, got ", Describe(value)));
+      }
+      rope.truncate = value.as_bool();
+    } else if (yarn && key == "original_max_position_embeddings") {
+      TP_ASSIGN_OR_RETURN(yarn_inputs.original_max_position_embeddings,
+                          Int(sub(key), value, 1, kMaxPositions));
     } else {
       return FieldError(sub(key), absl::StrCat("unknown field for RoPE type ", Quote(rope.type)));
     }
@@ -495,6 +636,44 @@ absl::Status ConfigParser::ParseRopeObject(absl::string_view field, const Json& 
                                      rope.low_freq_factor));
     }
   }
+  if (yarn && object.Find("factor") == nullptr) {
+    return FieldError(sub("factor"), "required for RoPE type \"yarn\" but missing");
+  }
+  return absl::OkStatus();
+}
+
+// The derived yarn parameters (transformers' standardize_rope_params and
+// _compute_yarn_parameters).
+absl::Status ConfigParser::ParseYarn(absl::string_view field, const YarnInputs& yarn,
+                                     ModelConfig& config) {
+  RopeConfig& rope = config.rope;
+  // A top-level original_max_position_embeddings takes priority over the RoPE object's.
+  const Json* top_level = UseNonNull("original_max_position_embeddings");
+  if (top_level != nullptr) {
+    TP_ASSIGN_OR_RETURN(rope.original_max_position_embeddings,
+                        Int("original_max_position_embeddings", *top_level, 1, kMaxPositions));
+  } else {
+    rope.original_max_position_embeddings =
+        yarn.original_max_position_embeddings.value_or(config.max_position_embeddings);
+  }
+  rope.factor = yarn.factor.value_or(static_cast<double>(config.max_position_embeddings) /
+                                     static_cast<double>(rope.original_max_position_embeddings));
+  if (rope.factor < 1.0) {
+    return FieldError(
+        absl::StrCat(field, ".factor"),
+        absl::StrCat("must be at least 1, got ", rope.factor,
+                     yarn.factor.has_value()
+                         ? ""
+                         : " (null: max_position_embeddings / original_max_position_embeddings)"));
+  }
+  if (yarn.attention_factor.has_value()) {
+    rope.attention_factor = *yarn.attention_factor;
+  } else if (yarn.mscale != 0 && rope.mscale_all_dim != 0) {
+    rope.attention_factor =
+        YarnMscale(rope.factor, yarn.mscale) / YarnMscale(rope.factor, rope.mscale_all_dim);
+  } else {
+    rope.attention_factor = YarnMscale(rope.factor, 1.0);
+  }
   return absl::OkStatus();
 }
 
@@ -508,10 +687,11 @@ absl::Status ConfigParser::ParseRope(ModelConfig& config) {
   RopeConfig rope;
   rope.theta = kDefaultRopeTheta;
   bool theta_in_object = false;
-  if (parameters != nullptr) {
-    TP_RETURN_IF_ERROR(ParseRopeObject("rope_parameters", *parameters, rope, theta_in_object));
-  } else if (scaling != nullptr) {
-    TP_RETURN_IF_ERROR(ParseRopeObject("rope_scaling", *scaling, rope, theta_in_object));
+  YarnInputs yarn;
+  const absl::string_view field = parameters != nullptr ? "rope_parameters" : "rope_scaling";
+  if (parameters != nullptr || scaling != nullptr) {
+    TP_RETURN_IF_ERROR(ParseRopeObject(field, parameters != nullptr ? *parameters : *scaling, rope,
+                                       theta_in_object, yarn));
   }
   if (theta != nullptr) {
     TP_ASSIGN_OR_RETURN(const double top_level, PositiveNumber("rope_theta", *theta));
@@ -522,6 +702,7 @@ absl::Status ConfigParser::ParseRope(ModelConfig& config) {
     rope.theta = top_level;
   }
   config.rope = rope;
+  if (rope.type == "yarn") TP_RETURN_IF_ERROR(ParseYarn(field, yarn, config));
   return absl::OkStatus();
 }
 
@@ -555,34 +736,40 @@ absl::Status ConfigParser::ParseDType(ModelConfig& config) {
 absl::Status ConfigParser::ParseBiases(ModelConfig& config) {
   TP_ASSIGN_OR_RETURN(const bool attention_bias, OptionalBool("attention_bias", false));
   TP_ASSIGN_OR_RETURN(const bool mlp_bias, OptionalBool("mlp_bias", false));
-  if (traits_->arch == Architecture::kLlama) {
+  const Architecture arch = traits_->arch;
+  // llama and qwen3_moe: attention_bias puts biases on q/k/v and o_proj; only llama reads
+  // mlp_bias. (deepseek_v2's attention_bias would bias q_a_proj, kv_a_proj_with_mqa and o_proj
+  // of multi-head latent attention, which tileplan does not implement.)
+  if (arch == Architecture::kLlama || arch == Architecture::kQwen3Moe) {
     config.qkv_bias = attention_bias;
     config.o_bias = attention_bias;
-    config.mlp_bias = mlp_bias;
-    return absl::OkStatus();
-  }
-  if (attention_bias) {
+  } else if (attention_bias) {
     return FieldError("attention_bias", absl::StrCat("true is not supported for model_type ",
                                                      Quote(traits_->model_type)));
   }
-  if (mlp_bias) {
+  if (arch == Architecture::kLlama) {
+    config.mlp_bias = mlp_bias;
+  } else if (mlp_bias) {
     return FieldError("mlp_bias", absl::StrCat("true is not supported for model_type ",
                                                Quote(traits_->model_type)));
   }
-  config.qkv_bias = traits_->arch == Architecture::kQwen2;
+  if (arch == Architecture::kQwen2) config.qkv_bias = true;
   return absl::OkStatus();
 }
 
 absl::Status ConfigParser::ParseSlidingWindow(ModelConfig& config) {
   const Architecture arch = traits_->arch;
+  // qwen2/qwen3 window layers >= max_window_layers and read layer_types; qwen3_moe windows
+  // every layer. All three only when use_sliding_window is true.
   const bool qwen = arch == Architecture::kQwen2 || arch == Architecture::kQwen3;
+  const bool gated = qwen || arch == Architecture::kQwen3Moe;
 
   // The window size in effect (0: none), and the per-layer pattern the architecture applies
   // when no layer_types list is given.
   int64_t window = 0;
   std::vector<int64_t> pattern(static_cast<size_t>(config.num_layers), 0);
-  bool use_window = !qwen;
-  if (qwen) {
+  bool use_window = !gated;
+  if (gated) {
     TP_ASSIGN_OR_RETURN(use_window, OptionalBool("use_sliding_window", false));
   }
   if (use_window) {
@@ -590,8 +777,9 @@ absl::Status ConfigParser::ParseSlidingWindow(ModelConfig& config) {
     if (value == nullptr) {
       window = traits_->default_sliding_window;
     } else if (!value->is_null()) {
-      if (arch == Architecture::kLlama) {
-        return FieldError("sliding_window", "model_type \"llama\" has no sliding window");
+      if (arch == Architecture::kLlama || arch == Architecture::kDeepseekV2) {
+        return FieldError("sliding_window", absl::StrCat("model_type ", Quote(traits_->model_type),
+                                                         " has no sliding window"));
       }
       TP_ASSIGN_OR_RETURN(window, Int("sliding_window", *value, 1, kMaxPositions));
     }
@@ -642,6 +830,231 @@ absl::Status ConfigParser::ParseSlidingWindow(ModelConfig& config) {
   return absl::OkStatus();
 }
 
+// An integer field with an alias (a transformers attribute_map entry): either may be given, both
+// only with the same value. A null alias counts as absent.
+absl::StatusOr<int64_t> ConfigParser::AliasedInt(absl::string_view key, absl::string_view alias,
+                                                 int64_t absent_value, int64_t min, int64_t max) {
+  TP_ASSIGN_OR_RETURN(const int64_t value, OptionalInt(key, absent_value, min, max));
+  const Json* alias_value = UseNonNull(alias);
+  if (alias_value == nullptr) return value;
+  TP_ASSIGN_OR_RETURN(const int64_t aliased, Int(alias, *alias_value, min, max));
+  if (root_.Find(key) != nullptr && aliased != value) {
+    return FieldError(alias, absl::StrCat(aliased, " disagrees with ", key, " ", value));
+  }
+  return aliased;
+}
+
+// The stacked expert weights W[E, N, H] keep E * N within the bound of one extent.
+absl::Status ConfigParser::CheckExpertWeights(const MoeConfig& moe) {
+  if (moe.num_experts * moe.moe_intermediate_size > kMaxExtent) {
+    return FieldError("moe_intermediate_size",
+                      absl::StrCat(moe.moe_intermediate_size, " times ", moe.num_experts,
+                                   " experts exceeds ", kMaxExtent));
+  }
+  return absl::OkStatus();
+}
+
+// Multi-head latent attention (deepseek_v2, DeepseekV2Config and DeepseekV2Attention).
+absl::Status ConfigParser::ParseMla(ModelConfig& config) {
+  if (config.hidden_size % config.num_heads != 0) {
+    return FieldError(
+        "num_attention_heads",
+        absl::StrCat(config.num_heads, " does not divide hidden_size ", config.hidden_size));
+  }
+  if (config.num_kv_heads != config.num_heads) {
+    return FieldError("num_key_value_heads",
+                      absl::StrCat("must equal num_attention_heads (", config.num_heads,
+                                   ") for multi-head latent attention, got ", config.num_kv_heads));
+  }
+  MlaConfig& mla = config.mla;
+  const Json* q_lora_rank = Use("q_lora_rank");
+  if (q_lora_rank == nullptr) {
+    mla.q_lora_rank = 1536;
+  } else if (!q_lora_rank->is_null()) {
+    TP_ASSIGN_OR_RETURN(mla.q_lora_rank, Int("q_lora_rank", *q_lora_rank, 1, kMaxExtent));
+  }  // null: a plain q_proj (0)
+  TP_ASSIGN_OR_RETURN(mla.kv_lora_rank, OptionalInt("kv_lora_rank", 512, 1, kMaxExtent));
+  TP_ASSIGN_OR_RETURN(mla.qk_nope_head_dim, OptionalInt("qk_nope_head_dim", 128, 1, kMaxExtent));
+  TP_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, OptionalInt("qk_rope_head_dim", 64, 1, kMaxExtent));
+  TP_ASSIGN_OR_RETURN(mla.v_head_dim, OptionalInt("v_head_dim", 128, 1, kMaxExtent));
+  if (mla.qk_rope_head_dim % 2 != 0) {
+    return FieldError("qk_rope_head_dim", absl::StrCat("rotary embedding needs an even width, got ",
+                                                       mla.qk_rope_head_dim));
+  }
+  // transformers overwrites head_dim with qk_rope_head_dim; a different value would be lost.
+  const Json* head_dim = Use("head_dim");
+  if (head_dim != nullptr && !head_dim->is_null() &&
+      !(head_dim->is_int() && head_dim->as_int() == mla.qk_rope_head_dim)) {
+    return FieldError("head_dim",
+                      absl::StrCat("must be null or qk_rope_head_dim (", mla.qk_rope_head_dim,
+                                   ") for model_type \"deepseek_v2\", got ", Describe(*head_dim)));
+  }
+  config.head_dim = mla.qk_rope_head_dim;
+  config.is_mla = true;
+  config.rope.interleaved = true;  // DeepSeek rotates (x[2i], x[2i+1]) as complex numbers
+  return absl::OkStatus();
+}
+
+// Routed + shared experts of deepseek_v2 (DeepseekV2Moe).
+absl::Status ConfigParser::ParseDeepseekMoe(ModelConfig& config) {
+  MoeConfig& moe = config.moe;
+  // attribute_map: num_experts reads n_routed_experts.
+  TP_ASSIGN_OR_RETURN(moe.num_experts,
+                      AliasedInt("n_routed_experts", "num_experts", 64, 1, kMaxExtent));
+  TP_ASSIGN_OR_RETURN(moe.moe_intermediate_size,
+                      OptionalInt("moe_intermediate_size", 1407, 1, kMaxExtent));
+  TP_RETURN_IF_ERROR(CheckExpertWeights(moe));
+  int64_t shared_experts = 2;
+  if (const Json* value = Use("n_shared_experts"); value != nullptr) {
+    shared_experts = 0;  // null: none
+    if (!value->is_null()) {
+      TP_ASSIGN_OR_RETURN(shared_experts, Int("n_shared_experts", *value, 0, kMaxExtent));
+    }
+  }
+  if (shared_experts * moe.moe_intermediate_size > kMaxExtent) {
+    return FieldError("n_shared_experts",
+                      absl::StrCat(shared_experts, " shared experts of moe_intermediate_size ",
+                                   moe.moe_intermediate_size, " exceed ", kMaxExtent));
+  }
+  moe.shared_intermediate_size = shared_experts * moe.moe_intermediate_size;
+
+  const Json* top_k = UseNonNull("num_experts_per_tok");
+  if (top_k == nullptr) {
+    return FieldError("num_experts_per_tok",
+                      "required for model_type \"deepseek_v2\" but missing or null");
+  }
+  TP_ASSIGN_OR_RETURN(moe.top_k, Int("num_experts_per_tok", *top_k, 1, moe.num_experts));
+  TP_ASSIGN_OR_RETURN(moe.routed_scaling_factor,
+                      OptionalPositiveNumber("routed_scaling_factor", 1.0));
+
+  // The DeepseekV2 router of transformers applies no renormalisation whatever norm_topk_prob
+  // says, while the original DeepSeek code renormalises when it is true: which one a checkpoint
+  // with true expects is ambiguous.
+  if (const Json* norm = UseNonNull("norm_topk_prob"); norm != nullptr) {
+    if (!norm->is_bool()) {
+      return FieldError("norm_topk_prob",
+                        absl::StrCat("must be true, false or null, got ", Describe(*norm)));
+    }
+    if (norm->as_bool()) {
+      return FieldError("norm_topk_prob",
+                        "true is not supported for model_type \"deepseek_v2\": transformers' "
+                        "DeepseekV2 router does not renormalise the top-k weights, so what the "
+                        "checkpoint expects is ambiguous");
+    }
+  }
+  moe.norm_topk_prob = false;
+
+  const Json* method = Use("topk_method");
+  const std::string topk_method =
+      method == nullptr ? "greedy" : (method->is_string() ? method->as_string() : "");
+  const bool grouped = topk_method == "group_limited_greedy";
+  if (topk_method != "greedy" && !grouped) {
+    return FieldError("topk_method",
+                      absl::StrCat(Describe(*method),
+                                   " is not supported (\"greedy\" or \"group_limited_greedy\")"));
+  }
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
+  if (const Json* value = UseNonNull("n_group"); value != nullptr) {
+    TP_ASSIGN_OR_RETURN(num_groups, Int("n_group", *value, 1, kMaxExtent));
+  }
+  if (const Json* value = UseNonNull("topk_group"); value != nullptr) {
+    TP_ASSIGN_OR_RETURN(topk_groups, Int("topk_group", *value, 1, kMaxExtent));
+  }
+  if (grouped) {  // greedy ignores n_group and topk_group
+    if (moe.num_experts % num_groups != 0) {
+      return FieldError("n_group", absl::StrCat(num_groups, " does not divide n_routed_experts ",
+                                                moe.num_experts));
+    }
+    if (topk_groups > num_groups) {
+      return FieldError("topk_group", absl::StrCat(topk_groups, " exceeds n_group ", num_groups));
+    }
+    const int64_t eligible = topk_groups * (moe.num_experts / num_groups);
+    if (moe.top_k > eligible) {
+      return FieldError("num_experts_per_tok",
+                        absl::StrCat(moe.top_k, " exceeds the ", eligible,
+                                     " experts of topk_group ", topk_groups, " groups"));
+    }
+    moe.num_groups = num_groups;
+    moe.topk_groups = topk_groups;
+  }
+
+  // Fields that transformers 5 ignores or that name computations tileplan does not implement:
+  // only their neutral values.
+  if (const Json* value = Use("moe_layer_freq");
+      value != nullptr && !(value->is_int() && value->as_int() == 1)) {
+    return FieldError("moe_layer_freq",
+                      absl::StrCat("only 1 is supported (transformers ignores the field and makes "
+                                   "every layer from first_k_dense_replace on MoE), got ",
+                                   Describe(*value)));
+  }
+  if (const Json* value = Use("scoring_func");
+      value != nullptr && !(value->is_string() && value->as_string() == "softmax")) {
+    return FieldError("scoring_func", absl::StrCat("router scoring ", Describe(*value),
+                                                   " is not supported (only \"softmax\")"));
+  }
+  if (const Json* value = Use("ep_size");
+      value != nullptr && !(value->is_int() && value->as_int() == 1)) {
+    return FieldError("ep_size", absl::StrCat("only 1 is supported, got ", Describe(*value)));
+  }
+  if (const Json* value = UseNonNull("num_nextn_predict_layers");
+      value != nullptr && !(value->is_int() && value->as_int() == 0)) {
+    return FieldError("num_nextn_predict_layers",
+                      absl::StrCat("multi-token prediction layers are not supported (got ",
+                                   Describe(*value), ")"));
+  }
+
+  TP_ASSIGN_OR_RETURN(const int64_t first_dense,
+                      OptionalInt("first_k_dense_replace", 0, 0, kMaxLayers));
+  moe.sparse_layers.assign(static_cast<size_t>(config.num_layers), false);
+  for (int64_t i = first_dense; i < config.num_layers; ++i) moe.sparse_layers[i] = true;
+  return absl::OkStatus();
+}
+
+// Routed experts of qwen3_moe (Qwen3MoeSparseMoeBlock).
+absl::Status ConfigParser::ParseQwen3Moe(ModelConfig& config) {
+  MoeConfig& moe = config.moe;
+  // attribute_map: num_experts reads num_local_experts, which newer transformers write.
+  TP_ASSIGN_OR_RETURN(moe.num_experts,
+                      AliasedInt("num_experts", "num_local_experts", 128, 0, kMaxExtent));
+  const bool routed = moe.num_experts > 0;
+  TP_ASSIGN_OR_RETURN(moe.top_k, OptionalInt("num_experts_per_tok", 8, routed ? 1 : 0,
+                                             routed ? moe.num_experts : kMaxExtent));
+  TP_ASSIGN_OR_RETURN(moe.moe_intermediate_size,
+                      OptionalInt("moe_intermediate_size", 768, 1, kMaxExtent));
+  TP_RETURN_IF_ERROR(CheckExpertWeights(moe));
+  TP_ASSIGN_OR_RETURN(moe.norm_topk_prob, OptionalBool("norm_topk_prob", false));
+  TP_ASSIGN_OR_RETURN(const int64_t sparse_step,
+                      OptionalInt("decoder_sparse_step", 1, 1, kMaxExtent));
+  if (const Json* value = UseNonNull("shared_expert_intermediate_size");
+      value != nullptr && !(value->is_int() && value->as_int() == 0)) {
+    return FieldError("shared_expert_intermediate_size",
+                      absl::StrCat("a shared expert (qwen2_moe) is not supported for model_type "
+                                   "\"qwen3_moe\" (got ",
+                                   Describe(*value), ")"));
+  }
+
+  std::vector<bool> dense_only(static_cast<size_t>(config.num_layers), false);
+  if (const Json* layers = UseNonNull("mlp_only_layers"); layers != nullptr) {
+    if (!layers->is_array()) {
+      return FieldError("mlp_only_layers",
+                        absl::StrCat("must be a list of layer indices, got ", Describe(*layers)));
+    }
+    for (size_t i = 0; i < layers->as_array().size(); ++i) {
+      TP_ASSIGN_OR_RETURN(const int64_t layer,
+                          Int(absl::StrCat("mlp_only_layers[", i, "]"), layers->as_array()[i], 0,
+                              config.num_layers - 1));
+      dense_only[static_cast<size_t>(layer)] = true;
+    }
+  }
+  moe.sparse_layers.assign(static_cast<size_t>(config.num_layers), false);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    moe.sparse_layers[i] = routed && !dense_only[i] && (i + 1) % sparse_step == 0;
+  }
+  if (!routed) moe = MoeConfig{.sparse_layers = std::move(moe.sparse_layers)};
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ConfigParser::Parse() {
   if (!root_.is_object()) {
     return absl::InvalidArgumentError(
@@ -655,9 +1068,9 @@ absl::StatusOr<ModelConfig> ConfigParser::Parse() {
     }
   }
   if (traits_ == nullptr) {
-    return FieldError("model_type",
-                      absl::StrCat(Describe(*model_type),
-                                   " is not supported (llama, qwen2, qwen3, mistral, phi3)"));
+    return FieldError("model_type", absl::StrCat(Describe(*model_type),
+                                                 " is not supported (llama, qwen2, qwen3, mistral, "
+                                                 "phi3, deepseek_v2, qwen3_moe)"));
   }
   TP_RETURN_IF_ERROR(CheckFieldNames());
 
@@ -668,8 +1081,29 @@ absl::StatusOr<ModelConfig> ConfigParser::Parse() {
   TP_RETURN_IF_ERROR(ParseDType(config));
   TP_RETURN_IF_ERROR(ParseBiases(config));
   TP_RETURN_IF_ERROR(ParseSlidingWindow(config));
-  config.qk_norm = traits_->arch == Architecture::kQwen3;
+  config.moe.sparse_layers.assign(static_cast<size_t>(config.num_layers), false);
+  if (traits_->arch == Architecture::kDeepseekV2) {
+    TP_RETURN_IF_ERROR(ParseMla(config));
+    TP_RETURN_IF_ERROR(ParseDeepseekMoe(config));
+  } else if (traits_->arch == Architecture::kQwen3Moe) {
+    TP_RETURN_IF_ERROR(ParseQwen3Moe(config));
+  }
+  config.qk_norm =
+      traits_->arch == Architecture::kQwen3 || traits_->arch == Architecture::kQwen3Moe;
   config.fused_qkv = traits_->arch == Architecture::kPhi3;
+  if (config.is_mla) {
+    // DeepseekV2Attention: (qk_nope_head_dim + qk_rope_head_dim)^-0.5, times yarn's
+    // mscale(factor, mscale_all_dim)^2 (yarn_apply_mscale).
+    config.attention_scale =
+        1.0 /
+        std::sqrt(static_cast<double>(config.mla.qk_nope_head_dim + config.mla.qk_rope_head_dim));
+    if (config.rope.type != "default" && config.rope.mscale_all_dim != 0) {
+      const double mscale = YarnMscale(config.rope.factor, config.rope.mscale_all_dim);
+      config.attention_scale *= mscale * mscale;
+    }
+  } else {
+    config.attention_scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+  }
 
   for (absl::string_view key :
        {"add_cross_attention", "is_encoder_decoder", "rope_interleaved", "use_mrope"}) {

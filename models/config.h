@@ -8,19 +8,33 @@
 // (`rope_theta`, `rope_scaling`, `torch_dtype`) are read.
 //
 // Strict means: a field that changes the computation and that tileplan does not implement
-// (MoE fields outside the MoE architectures, partial rotary, quantization_config, an unknown RoPE type or activation,
-// attention/MLP biases where the architecture has none, ...) is refused with an
-// InvalidArgument error naming the field. Known metadata fields (token ids, architectures,
-// transformers_version, initializer_range, ...) are accepted and listed in
-// `ignored_fields`; an unknown field is refused, naming it.
+// (MoE and MLA fields outside the MoE architectures, partial rotary, quantization_config, an
+// unknown RoPE type or activation, attention/MLP biases where the architecture has none, ...)
+// is refused with an InvalidArgument error naming the field. Known metadata fields (token ids,
+// architectures, transformers_version, initializer_range, training-only MoE settings such as
+// router_aux_loss_coef, ...) are accepted and listed in `ignored_fields`; an unknown field is
+// refused, naming it.
 //
 // Absent fields take the defaults of the transformers config class of the model_type (see the
-// field comments below); rms_norm_eps, max_position_embeddings and the sizes are required.
+// field comments below); rms_norm_eps, max_position_embeddings and the sizes are required, and
+// so is num_experts_per_tok for deepseek_v2.
 // Sliding windows: mistral and phi3 apply `sliding_window` to every layer (mistral's default is
 // 4096 when the field is absent, phi3 has none); qwen2/qwen3 apply it only when
-// `use_sliding_window` is true, to layers i >= `max_window_layers` (default 28); a
-// `layer_types` list decides per layer for qwen2/qwen3 and must agree with the rule above for
-// the others, which do not read it.
+// `use_sliding_window` is true, to layers i >= `max_window_layers` (default 28); qwen3_moe
+// applies it to every layer when `use_sliding_window` is true (default 4096; it does not read
+// max_window_layers); llama and deepseek_v2 have none. A `layer_types` list decides per layer
+// for qwen2/qwen3 and must agree with the rule above for the others, which do not read it.
+//
+// RoPE type "yarn" (rope_type, or the legacy key `type`) is accepted for qwen2, qwen3,
+// deepseek_v2 and qwen3_moe, whose checkpoints ship it; a top-level
+// `original_max_position_embeddings` takes priority over the RoPE object's, as in transformers.
+// deepseek_v2 refuses what transformers 5 ignores or tileplan does not implement, naming the
+// field: norm_topk_prob true (transformers' router does not renormalise, so its meaning is
+// ambiguous), attention or MLP biases, num_key_value_heads != num_attention_heads, MTP layers
+// (num_nextn_predict_layers > 0), ep_size != 1, moe_layer_freq != 1, scoring_func other than
+// "softmax", topk_method other than "greedy" and "group_limited_greedy", and a head_dim other
+// than qk_rope_head_dim. qwen3_moe refuses a shared expert (shared_expert_intermediate_size > 0,
+// which is qwen2_moe).
 #ifndef TILEPLAN_MODELS_CONFIG_H_
 #define TILEPLAN_MODELS_CONFIG_H_
 
@@ -39,7 +53,7 @@ enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kPhi3, kDeepseekV2, 
 absl::string_view ArchitectureName(Architecture arch);  // the model_type string
 
 struct RopeConfig {
-  std::string type = "default";  // "default", "llama3" or "yarn"
+  std::string type = "default";  // "default", "llama3" or "yarn" (see the top of the file)
   double theta = 10000.0;
   // llama3 and yarn:
   double factor = 1.0;
@@ -105,21 +119,22 @@ struct ModelConfig {
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
-  // num_key_value_heads; null means num_heads, and so does an absent field for llama and phi3
-  // (qwen2/qwen3 classes default to 32, mistral to 8).
+  // num_key_value_heads; null means num_heads, and so does an absent field for llama, phi3 and
+  // deepseek_v2 (qwen2/qwen3 classes default to 32, mistral to 8, qwen3_moe to 4).
   int64_t num_kv_heads = 0;
   // head_dim; hidden_size / num_heads when absent or null (qwen3: 128 when absent, as its
-  // class default; null refused).
+  // class default; null refused; deepseek_v2: qk_rope_head_dim, see is_mla).
   int64_t head_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;   // q_proj/k_proj/v_proj have biases (qwen2; llama attention_bias)
-  bool o_bias = false;     // o_proj has a bias (llama attention_bias)
+  // q_proj/k_proj/v_proj have biases (qwen2; llama and qwen3_moe attention_bias)
+  bool qkv_bias = false;
+  bool o_bias = false;     // o_proj has a bias (llama and qwen3_moe attention_bias)
   bool mlp_bias = false;   // gate/up/down have biases (llama mlp_bias)
-  bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3)
+  bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3, qwen3_moe)
   bool fused_qkv = false;  // phi3: self_attn.qkv_proj, mlp.gate_up_proj
   // deepseek_v2: attention is multi-head latent attention (`mla` holds its geometry; head_dim
   // is qk_rope_head_dim, as transformers sets it).

@@ -1,5 +1,6 @@
 #include "models/config.h"
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,38 @@ Fields Tiny(absl::string_view model_type) {
   return fields;
 }
 
+// A small deepseek_v2: 4 heads of [8 nope | 4 rope] queries and 8-wide values over a 16-wide
+// latent, 8 routed experts (2 per token) and one shared one, the first layer dense.
+Fields TinyDeepseek() {
+  Fields fields = Tiny("deepseek_v2");
+  fields.erase("num_key_value_heads");
+  fields["kv_lora_rank"] = "16";
+  fields["q_lora_rank"] = "24";
+  fields["qk_nope_head_dim"] = "8";
+  fields["qk_rope_head_dim"] = "4";
+  fields["v_head_dim"] = "8";
+  fields["n_routed_experts"] = "8";
+  fields["num_experts_per_tok"] = "2";
+  fields["moe_intermediate_size"] = "32";
+  fields["n_shared_experts"] = "1";
+  fields["first_k_dense_replace"] = "1";
+  return fields;
+}
+
+// A small qwen3_moe: 8 experts, 2 per token.
+Fields TinyQwen3Moe() {
+  Fields fields = Tiny("qwen3_moe");
+  fields["num_experts"] = "8";
+  fields["num_experts_per_tok"] = "2";
+  fields["moe_intermediate_size"] = "32";
+  return fields;
+}
+
+// transformers' yarn get_mscale.
+double Mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
 Fields With(Fields fields, const std::string& key, const std::string& value) {
   fields[key] = value;
   return fields;
@@ -69,6 +102,22 @@ std::string ParseError(const Fields& fields) {
   return config.ok() ? "" : std::string(config.status().message());
 }
 
+struct RefusalCase {
+  std::string field;
+  std::string value;
+  std::string expected;  // substring of the error, which always names the field
+};
+
+// Each case's field set to its value in `base` is refused, naming the field.
+void ExpectRefusals(const Fields& base, const std::vector<RefusalCase>& cases) {
+  for (const RefusalCase& c : cases) {
+    const std::string error = ParseError(With(base, c.field, c.value));
+    EXPECT_THAT(error, HasSubstr(absl::StrCat("field \"", c.field, "\"")))
+        << c.field << " = " << c.value;
+    EXPECT_THAT(error, HasSubstr(c.expected)) << c.field << " = " << c.value;
+  }
+}
+
 std::string LayerTypes(const std::vector<absl::string_view>& types) {
   std::vector<std::string> quoted;
   for (absl::string_view t : types) quoted.push_back(absl::StrCat("\"", t, "\""));
@@ -82,9 +131,9 @@ std::string FullAttention(int layers) {
 // --- Bundled configs -----------------------------------------------------------------------------
 
 TEST(BundledConfigTest, ListsEveryBundledModel) {
-  EXPECT_THAT(BundledConfigNames(),
-              ElementsAre("llama-3.2-1b", "mistral-7b", "phi-3-mini-4k", "qwen2-7b", "qwen2.5-0.5b",
-                          "qwen3-0.6b", "smollm2-360m"));
+  EXPECT_THAT(BundledConfigNames(), ElementsAre("deepseek-v2-lite", "llama-3.2-1b", "mistral-7b",
+                                                "phi-3-mini-4k", "qwen2-7b", "qwen2.5-0.5b",
+                                                "qwen3-0.6b", "qwen3-30b-a3b", "smollm2-360m"));
   for (const std::string& name : BundledConfigNames()) {
     absl::StatusOr<std::string> json = BundledConfigJson(name);
     ASSERT_TRUE(json.ok()) << name;
@@ -123,6 +172,11 @@ TEST(BundledConfigTest, Qwen3_0_6B) {
   EXPECT_FALSE(c.fused_qkv);
   EXPECT_EQ(c.dtype, ir::DType::kBF16);
   EXPECT_EQ(c.sliding_window, std::vector<int64_t>(28, 0));
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(128.0));
+  EXPECT_FALSE(c.is_mla);
+  EXPECT_FALSE(c.rope.interleaved);
+  EXPECT_EQ(c.moe.num_experts, 0);
+  EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(28, false));
   EXPECT_THAT(c.ignored_fields,
               ElementsAre("architectures", "attention_dropout", "bos_token_id", "eos_token_id",
                           "initializer_range", "max_window_layers", "sliding_window",
@@ -241,6 +295,112 @@ TEST(BundledConfigTest, Mistral7B) {
                           "transformers_version", "use_cache"));
 }
 
+TEST(BundledConfigTest, DeepseekV2Lite) {
+  const ModelConfig c = Bundled("deepseek-v2-lite");
+  EXPECT_EQ(c.arch, Architecture::kDeepseekV2);
+  EXPECT_EQ(c.num_layers, 27);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 10944);
+  EXPECT_EQ(c.num_heads, 16);
+  EXPECT_EQ(c.num_kv_heads, 16);
+  EXPECT_EQ(c.head_dim, 64);  // qk_rope_head_dim, as transformers sets it
+  EXPECT_EQ(c.vocab_size, 102400);
+  EXPECT_EQ(c.max_position_embeddings, 163840);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.fused_qkv);
+  EXPECT_EQ(c.dtype, ir::DType::kBF16);
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(27, 0));
+
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope.truncate);
+  EXPECT_EQ(c.rope.attention_factor, 1.0);  // mscale == mscale_all_dim: exactly 1
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 0.707);
+  EXPECT_TRUE(c.rope.interleaved);
+
+  EXPECT_TRUE(c.is_mla);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);  // null: a plain q_proj
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c.attention_scale, mscale * mscale / std::sqrt(192.0));
+  EXPECT_NEAR(c.attention_scale, 0.1147, 1e-4);
+
+  EXPECT_EQ(c.moe.num_experts, 64);
+  EXPECT_EQ(c.moe.top_k, 6);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 1408);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 2 * 1408);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.num_groups, 1);
+  EXPECT_EQ(c.moe.topk_groups, 1);
+  std::vector<bool> sparse(27, true);
+  sparse[0] = false;
+  EXPECT_EQ(c.moe.sparse_layers, sparse);
+  EXPECT_THAT(c.ignored_fields,
+              ElementsAre("architectures", "attention_dropout", "aux_loss_alpha", "bos_token_id",
+                          "eos_token_id", "initializer_range", "pretraining_tp", "seq_aux",
+                          "transformers_version", "use_cache"));
+}
+
+TEST(BundledConfigTest, Qwen3_30B_A3B) {
+  const ModelConfig c = Bundled("qwen3-30b-a3b");
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.num_layers, 48);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 6144);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_FALSE(c.rope.interleaved);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.is_mla);
+  EXPECT_EQ(c.dtype, ir::DType::kBF16);
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(48, 0));
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(128.0));
+  EXPECT_EQ(c.moe.num_experts, 128);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 768);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 0);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.num_groups, 1);
+  EXPECT_EQ(c.moe.topk_groups, 1);
+  EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(48, true));
+  EXPECT_THAT(
+      c.ignored_fields,
+      ElementsAre("architectures", "attention_dropout", "bos_token_id", "eos_token_id",
+                  "initializer_range", "max_window_layers", "output_router_logits",
+                  "router_aux_loss_coef", "sliding_window", "transformers_version", "use_cache"));
+}
+
+TEST(BundledConfigTest, AttentionScaleIsSetForEveryModel) {
+  for (const std::string& name : BundledConfigNames()) {
+    const ModelConfig c = Bundled(name);
+    if (c.is_mla) continue;
+    EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(static_cast<double>(c.head_dim))) << name;
+    EXPECT_EQ(c.moe.sparse_layers.size(), static_cast<size_t>(c.num_layers)) << name;
+  }
+}
+
 // --- Both layouts
 // ---------------------------------------------------------------------------------
 
@@ -269,6 +429,28 @@ void ExpectSameModel(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.fused_qkv, b.fused_qkv);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.rope.beta_fast, b.rope.beta_fast);
+  EXPECT_EQ(a.rope.beta_slow, b.rope.beta_slow);
+  EXPECT_EQ(a.rope.truncate, b.rope.truncate);
+  EXPECT_EQ(a.rope.attention_factor, b.rope.attention_factor);
+  EXPECT_EQ(a.rope.mscale_all_dim, b.rope.mscale_all_dim);
+  EXPECT_EQ(a.rope.interleaved, b.rope.interleaved);
+  EXPECT_EQ(a.is_mla, b.is_mla);
+  EXPECT_EQ(a.mla.q_lora_rank, b.mla.q_lora_rank);
+  EXPECT_EQ(a.mla.kv_lora_rank, b.mla.kv_lora_rank);
+  EXPECT_EQ(a.mla.qk_nope_head_dim, b.mla.qk_nope_head_dim);
+  EXPECT_EQ(a.mla.qk_rope_head_dim, b.mla.qk_rope_head_dim);
+  EXPECT_EQ(a.mla.v_head_dim, b.mla.v_head_dim);
+  EXPECT_EQ(a.moe.num_experts, b.moe.num_experts);
+  EXPECT_EQ(a.moe.top_k, b.moe.top_k);
+  EXPECT_EQ(a.moe.moe_intermediate_size, b.moe.moe_intermediate_size);
+  EXPECT_EQ(a.moe.shared_intermediate_size, b.moe.shared_intermediate_size);
+  EXPECT_EQ(a.moe.norm_topk_prob, b.moe.norm_topk_prob);
+  EXPECT_EQ(a.moe.routed_scaling_factor, b.moe.routed_scaling_factor);
+  EXPECT_EQ(a.moe.num_groups, b.moe.num_groups);
+  EXPECT_EQ(a.moe.topk_groups, b.moe.topk_groups);
+  EXPECT_EQ(a.moe.sparse_layers, b.moe.sparse_layers);
+  EXPECT_EQ(a.attention_scale, b.attention_scale);
 }
 
 ModelConfig ParseText(const std::string& text) {
@@ -352,6 +534,48 @@ TEST(LayoutTest, Qwen2Transformers5LayoutMatchesHubLayout) {
     "sliding_window": null, "tie_word_embeddings": true, "transformers_version": "5.0.0",
     "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
   ExpectSameModel(ParseText(v5), Bundled("qwen2.5-0.5b"));
+}
+
+// DeepSeek-V2-Lite as transformers 5 saves it: rope_parameters (with rope_theta and rope_type),
+// dtype, head_dim written as qk_rope_head_dim, n_group/topk_group null.
+TEST(LayoutTest, DeepseekV2Transformers5LayoutMatchesHubLayout) {
+  const std::string v5 = R"({
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "dtype": "bfloat16", "eos_token_id": 100001,
+    "first_k_dense_replace": 1, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 10944, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "mlp_bias": false, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": null, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": false, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "pad_token_id": null, "pretraining_tp": 1, "q_lora_rank": null, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 40.0, "mscale": 0.707,
+                        "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                        "rope_theta": 10000.0, "rope_type": "yarn"},
+    "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": null, "topk_method": "greedy",
+    "transformers_version": "5.17.0", "use_cache": true, "v_head_dim": 128,
+    "vocab_size": 102400})";
+  ExpectSameModel(ParseText(v5), Bundled("deepseek-v2-lite"));
+}
+
+// Qwen3-30B-A3B as transformers 5 saves it: rope_parameters, dtype, num_local_experts.
+TEST(LayoutTest, Qwen3MoeTransformers5LayoutMatchesHubLayout) {
+  const std::string v5 = R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "dtype": "bfloat16",
+    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "num_local_experts": 128, "output_router_logits": false, "pad_token_id": null,
+    "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+    "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+    "transformers_version": "5.17.0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})";
+  ExpectSameModel(ParseText(v5), Bundled("qwen3-30b-a3b"));
 }
 
 TEST(LayoutTest, LegacyTypeKeyAndTopLevelThetaAreRead) {
@@ -526,14 +750,454 @@ TEST(FeaturesTest, QkNormAndFusedQkv) {
   EXPECT_EQ(ArchitectureName(Architecture::kLlama), "llama");
 }
 
+// --- YaRN RoPE
+// ------------------------------------------------------------------------------------
+
+TEST(YarnTest, BothLayoutsAndTheLegacyTypeKey) {
+  const Fields base = With(Tiny("qwen2"), "max_position_embeddings", "131072");
+  const ModelConfig legacy = ParseOk(
+      With(With(base, "rope_theta", "1000000.0"), "rope_scaling",
+           R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})"));
+  const ModelConfig typed = ParseOk(
+      With(With(base, "rope_theta", "1000000.0"), "rope_scaling",
+           R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})"));
+  const ModelConfig v5 = ParseOk(With(base, "rope_parameters",
+                                      R"({"rope_type": "yarn", "rope_theta": 1000000.0,
+                                          "factor": 4.0, "original_max_position_embeddings": 32768})"));
+  ExpectSameModel(legacy, v5);
+  ExpectSameModel(typed, v5);
+  EXPECT_EQ(v5.rope.type, "yarn");
+  EXPECT_EQ(v5.rope.theta, 1e6);
+  EXPECT_EQ(v5.rope.factor, 4.0);
+  EXPECT_EQ(v5.rope.original_max_position_embeddings, 32768);
+  EXPECT_EQ(v5.rope.beta_fast, 32.0);
+  EXPECT_EQ(v5.rope.beta_slow, 1.0);
+  EXPECT_TRUE(v5.rope.truncate);
+  EXPECT_EQ(v5.rope.mscale_all_dim, 0.0);
+  EXPECT_FALSE(v5.rope.interleaved);
+  // Neither mscale nor mscale_all_dim: mscale(factor, 1).
+  EXPECT_DOUBLE_EQ(v5.rope.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  // The softmax scale of a non-MLA model is not touched by yarn.
+  EXPECT_DOUBLE_EQ(v5.attention_scale, 0.25);
+}
+
+TEST(YarnTest, AcceptedForQwenAndTheMoeArchitectures) {
+  const std::string yarn = R"({"type": "yarn", "factor": 2.0})";
+  for (const Fields& fields : {Tiny("qwen2"), Tiny("qwen3"), TinyQwen3Moe(), TinyDeepseek()}) {
+    EXPECT_EQ(ParseOk(With(fields, "rope_scaling", yarn)).rope.type, "yarn")
+        << fields.at("model_type");
+  }
+  for (const char* type : {"llama", "mistral", "phi3"}) {
+    EXPECT_THAT(ParseError(With(Tiny(type), "rope_scaling", yarn)),
+                HasSubstr("field \"rope_scaling.type\": RoPE type \"yarn\" is not supported for "
+                          "model_type"))
+        << type;
+  }
+  EXPECT_THAT(ParseError(With(Tiny("qwen2"), "rope_scaling", R"({"type": "linear", "factor": 2})")),
+              HasSubstr("(only \"default\", \"llama3\" and \"yarn\")"));
+}
+
+TEST(YarnTest, AttentionFactor) {
+  const auto parse = [](const std::string& rope) {
+    return ParseOk(With(TinyQwen3Moe(), "rope_parameters", rope)).rope;
+  };
+  // Given: taken as is.
+  EXPECT_EQ(
+      parse(R"({"rope_type": "yarn", "factor": 8.0, "attention_factor": 1.25})").attention_factor,
+      1.25);
+  // mscale and mscale_all_dim both non-zero: their ratio.
+  EXPECT_DOUBLE_EQ(
+      parse(R"({"rope_type": "yarn", "factor": 8.0, "mscale": 1.0, "mscale_all_dim": 0.5})")
+          .attention_factor,
+      Mscale(8.0, 1.0) / Mscale(8.0, 0.5));
+  EXPECT_EQ(parse(R"({"rope_type": "yarn", "factor": 8.0, "mscale": 0.707,
+                      "mscale_all_dim": 0.707})")
+                .attention_factor,
+            1.0);
+  // One of them 0 or null: mscale(factor, 1).
+  for (const char* rope :
+       {R"({"rope_type": "yarn", "factor": 8.0, "mscale": 1.0})",
+        R"({"rope_type": "yarn", "factor": 8.0, "mscale": 0, "mscale_all_dim": 1.0})",
+        R"({"rope_type": "yarn", "factor": 8.0, "mscale": null, "mscale_all_dim": null,
+            "attention_factor": null})"}) {
+    EXPECT_DOUBLE_EQ(parse(rope).attention_factor, Mscale(8.0, 1.0)) << rope;
+  }
+  EXPECT_EQ(parse(R"({"rope_type": "yarn", "factor": 8.0, "mscale_all_dim": 0.5})").mscale_all_dim,
+            0.5);
+  // factor 1: no correction.
+  EXPECT_EQ(parse(R"({"rope_type": "yarn", "factor": 1})").attention_factor, 1.0);
+}
+
+TEST(YarnTest, DefaultsAndDerivedValues) {
+  const auto parse = [](const Fields& fields, const std::string& rope) {
+    return ParseOk(With(fields, "rope_scaling", rope)).rope;
+  };
+  const Fields moe = With(TinyQwen3Moe(), "max_position_embeddings", "1024");
+  // original_max_position_embeddings defaults to max_position_embeddings.
+  EXPECT_EQ(parse(moe, R"({"type": "yarn", "factor": 4})").original_max_position_embeddings, 1024);
+  // A null factor is max_position_embeddings / original_max_position_embeddings.
+  const RopeConfig derived =
+      parse(moe, R"({"type": "yarn", "factor": null, "original_max_position_embeddings": 256})");
+  EXPECT_EQ(derived.factor, 4.0);
+  EXPECT_DOUBLE_EQ(derived.attention_factor, Mscale(4.0, 1.0));
+  // A top-level original_max_position_embeddings takes priority.
+  const Fields top = With(moe, "original_max_position_embeddings", "128");
+  EXPECT_EQ(parse(top, R"({"type": "yarn", "factor": 2, "original_max_position_embeddings": 256})")
+                .original_max_position_embeddings,
+            128);
+  EXPECT_EQ(parse(top, R"({"type": "yarn", "factor": null})").factor, 8.0);
+  // ... and is metadata when the RoPE is not yarn.
+  EXPECT_THAT(ParseOk(top).ignored_fields, ::testing::Contains("original_max_position_embeddings"));
+  // beta_fast / beta_slow: null or 0 take 32 and 1.
+  const RopeConfig betas =
+      parse(moe, R"({"type": "yarn", "factor": 4, "beta_fast": null, "beta_slow": 0})");
+  EXPECT_EQ(betas.beta_fast, 32.0);
+  EXPECT_EQ(betas.beta_slow, 1.0);
+  const RopeConfig given = parse(
+      moe, R"({"type": "yarn", "factor": 4, "beta_fast": 16, "beta_slow": 2, "truncate": false})");
+  EXPECT_EQ(given.beta_fast, 16.0);
+  EXPECT_EQ(given.beta_slow, 2.0);
+  EXPECT_FALSE(given.truncate);
+}
+
+TEST(YarnTest, MalformedYarnIsRefusedNamingTheKey) {
+  const auto error = [](const std::string& rope) {
+    return ParseError(With(TinyQwen3Moe(), "rope_scaling", rope));
+  };
+  EXPECT_THAT(error(R"({"type": "yarn"})"),
+              HasSubstr("field \"rope_scaling.factor\": required for RoPE type \"yarn\""));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 0.5})"),
+              HasSubstr("field \"rope_scaling.factor\": must be at least 1, got 0.5"));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 0})"),
+              HasSubstr("field \"rope_scaling.factor\": must be a positive number"));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": null, "original_max_position_embeddings": 512})"),
+              HasSubstr("field \"rope_scaling.factor\": must be at least 1"));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "low_freq_factor": 1})"),
+              HasSubstr("field \"rope_scaling.low_freq_factor\": unknown field for RoPE type "
+                        "\"yarn\""));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "beta_fast": -1})"),
+              HasSubstr("field \"rope_scaling.beta_fast\": must be a non-negative number"));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "mscale": "big"})"),
+              HasSubstr("field \"rope_scaling.mscale\""));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "attention_factor": 0})"),
+              HasSubstr("field \"rope_scaling.attention_factor\""));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "truncate": null})"),
+              HasSubstr("field \"rope_scaling.truncate\": must be true or false"));
+  EXPECT_THAT(error(R"({"type": "yarn", "factor": 2, "original_max_position_embeddings": 0})"),
+              HasSubstr("field \"rope_scaling.original_max_position_embeddings\""));
+  EXPECT_THAT(
+      ParseError(With(With(TinyQwen3Moe(), "rope_scaling", R"({"type": "yarn", "factor": 2})"),
+                      "original_max_position_embeddings", "-1")),
+      HasSubstr("field \"original_max_position_embeddings\""));
+  // Another architecture's field stays unknown.
+  EXPECT_THAT(ParseError(With(TinyLlama(), "original_max_position_embeddings", "4096")),
+              HasSubstr("field \"original_max_position_embeddings\": unknown field"));
+}
+
+// --- deepseek_v2
+// -----------------------------------------------------------------------------------
+
+TEST(DeepseekV2Test, TinyConfig) {
+  const ModelConfig c = ParseOk(TinyDeepseek());
+  EXPECT_EQ(c.arch, Architecture::kDeepseekV2);
+  EXPECT_EQ(ArchitectureName(Architecture::kDeepseekV2), "deepseek_v2");
+  EXPECT_TRUE(c.is_mla);
+  EXPECT_EQ(c.num_kv_heads, 4);  // absent: num_attention_heads
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.mla.q_lora_rank, 24);
+  EXPECT_EQ(c.mla.kv_lora_rank, 16);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 8);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 4);
+  EXPECT_EQ(c.mla.v_head_dim, 8);
+  EXPECT_TRUE(c.rope.interleaved);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(12.0));
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 32);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 32);
+  EXPECT_THAT(c.moe.sparse_layers, ElementsAre(false, true, true));
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(3, 0));
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_TRUE(c.ignored_fields.empty());
+}
+
+TEST(DeepseekV2Test, ClassDefaults) {
+  Fields fields = TinyDeepseek();
+  for (const char* key :
+       {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+        "n_routed_experts", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace"}) {
+    fields.erase(key);
+  }
+  const ModelConfig c = ParseOk(fields);
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.moe.num_experts, 64);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 1407);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 2 * 1407);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_THAT(c.moe.sparse_layers, Each(true));  // first_k_dense_replace 0
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(192.0));
+
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "n_shared_experts", "null")).moe.shared_intermediate_size,
+            0);
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "q_lora_rank", "null")).mla.q_lora_rank, 0);
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "num_key_value_heads", "null")).num_kv_heads, 4);
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "num_key_value_heads", "4")).num_kv_heads, 4);
+  EXPECT_THAT(ParseOk(With(TinyDeepseek(), "first_k_dense_replace", "5")).moe.sparse_layers,
+              Each(false));
+  EXPECT_EQ(
+      ParseOk(With(TinyDeepseek(), "routed_scaling_factor", "16.0")).moe.routed_scaling_factor,
+      16.0);
+}
+
+TEST(DeepseekV2Test, HeadDimIsQkRopeHeadDim) {
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "head_dim", "4")).head_dim, 4);
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "head_dim", "null")).head_dim, 4);
+  EXPECT_THAT(ParseError(With(TinyDeepseek(), "head_dim", "16")),
+              HasSubstr("field \"head_dim\": must be null or qk_rope_head_dim (4)"));
+}
+
+TEST(DeepseekV2Test, NumExpertsIsAnAliasOfNRoutedExperts) {
+  EXPECT_EQ(ParseOk(With(Without(TinyDeepseek(), "n_routed_experts"), "num_experts", "16"))
+                .moe.num_experts,
+            16);
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "num_experts", "8")).moe.num_experts, 8);
+  EXPECT_THAT(ParseError(With(TinyDeepseek(), "num_experts", "16")),
+              HasSubstr("field \"num_experts\": 16 disagrees with n_routed_experts 8"));
+}
+
+TEST(DeepseekV2Test, TopkMethods) {
+  // greedy ignores n_group and topk_group.
+  const ModelConfig greedy = ParseOk(With(With(TinyDeepseek(), "n_group", "4"), "topk_group", "3"));
+  EXPECT_EQ(greedy.moe.num_groups, 1);
+  EXPECT_EQ(greedy.moe.topk_groups, 1);
+  const Fields grouped =
+      With(With(With(TinyDeepseek(), "topk_method", "\"group_limited_greedy\""), "n_group", "4"),
+           "topk_group", "2");
+  const ModelConfig c = ParseOk(grouped);
+  EXPECT_EQ(c.moe.num_groups, 4);
+  EXPECT_EQ(c.moe.topk_groups, 2);
+  // Absent or null n_group and topk_group: 1.
+  const ModelConfig one = ParseOk(With(TinyDeepseek(), "topk_method", "\"group_limited_greedy\""));
+  EXPECT_EQ(one.moe.num_groups, 1);
+  EXPECT_EQ(one.moe.topk_groups, 1);
+
+  EXPECT_THAT(ParseError(With(grouped, "n_group", "3")),
+              HasSubstr("field \"n_group\": 3 does not divide n_routed_experts 8"));
+  EXPECT_THAT(ParseError(With(grouped, "topk_group", "5")),
+              HasSubstr("field \"topk_group\": 5 exceeds n_group 4"));
+  // 1 group of 2 experts cannot give 3.
+  EXPECT_THAT(ParseError(With(With(grouped, "topk_group", "1"), "num_experts_per_tok", "3")),
+              HasSubstr("field \"num_experts_per_tok\": 3 exceeds the 2 experts"));
+  EXPECT_THAT(ParseError(With(TinyDeepseek(), "topk_method", "\"noaux_tc\"")),
+              HasSubstr("field \"topk_method\": \"noaux_tc\" is not supported"));
+  EXPECT_THAT(ParseError(With(TinyDeepseek(), "topk_method", "null")),
+              HasSubstr("field \"topk_method\""));
+}
+
+TEST(DeepseekV2Test, YarnScalesTheSoftmax) {
+  const std::string yarn = R"({"type": "yarn", "factor": 40, "mscale": 0.707,
+                              "mscale_all_dim": 0.707, "original_max_position_embeddings": 64})";
+  const ModelConfig c = ParseOk(With(TinyDeepseek(), "rope_scaling", yarn));
+  const double mscale = Mscale(40.0, 0.707);
+  EXPECT_DOUBLE_EQ(c.attention_scale, mscale * mscale / std::sqrt(12.0));
+  EXPECT_EQ(c.rope.attention_factor, 1.0);
+  EXPECT_TRUE(c.rope.interleaved);
+  // Without mscale_all_dim the softmax scale is plain; cos/sin carry mscale(factor, 1).
+  const ModelConfig plain =
+      ParseOk(With(TinyDeepseek(), "rope_scaling", R"({"type": "yarn", "factor": 40})"));
+  EXPECT_DOUBLE_EQ(plain.attention_scale, 1.0 / std::sqrt(12.0));
+  EXPECT_DOUBLE_EQ(plain.rope.attention_factor, Mscale(40.0, 1.0));
+  // mscale_all_dim 1 alone (DeepSeek-V3 style): the squared correction, and cos/sin get
+  // mscale(factor, 1) since mscale is absent.
+  const ModelConfig all_dim = ParseOk(With(
+      TinyDeepseek(), "rope_scaling", R"({"type": "yarn", "factor": 4, "mscale_all_dim": 1})"));
+  EXPECT_DOUBLE_EQ(all_dim.attention_scale, Mscale(4.0, 1.0) * Mscale(4.0, 1.0) / std::sqrt(12.0));
+}
+
+TEST(DeepseekV2Test, UnsupportedFeaturesAreRefusedNamingTheField) {
+  const std::vector<RefusalCase> cases = {
+      {"norm_topk_prob", "true", "does not renormalise"},
+      {"attention_bias", "true", "true is not supported for model_type \"deepseek_v2\""},
+      {"mlp_bias", "true", "true is not supported"},
+      {"num_key_value_heads", "2", "must equal num_attention_heads (4)"},
+      {"num_nextn_predict_layers", "1", "multi-token prediction"},
+      {"quantization_config", R"({"quant_method": "fp8"})", "quantized weights"},
+      {"ep_size", "2", "only 1 is supported"},
+      {"moe_layer_freq", "2", "only 1 is supported"},
+      {"scoring_func", "\"sigmoid\"", "router scoring \"sigmoid\" is not supported"},
+      {"num_experts_per_tok", "9", "must be an integer in [1, 8]"},
+      {"num_experts_per_tok", "null", "required for model_type \"deepseek_v2\""},
+      {"n_routed_experts", "0", "must be an integer in [1, "},
+      {"kv_lora_rank", "0", "must be an integer in [1, "},
+      {"qk_nope_head_dim", "0", "must be an integer in [1, "},
+      {"qk_rope_head_dim", "-4", "must be an integer in [1, "},
+      {"qk_rope_head_dim", "5", "rotary embedding needs an even width"},
+      {"v_head_dim", "0", "must be an integer in [1, "},
+      {"q_lora_rank", "0", "must be an integer in [1, "},
+      {"n_shared_experts", "-1", "must be an integer in [0, "},
+      {"moe_intermediate_size", "4194304", "experts exceeds"},
+      {"routed_scaling_factor", "0", "must be a positive number"},
+      {"first_k_dense_replace", "-1", "must be an integer in [0, "},
+      {"hidden_act", "\"gelu\"", "is not supported"},
+      {"sliding_window", "4096", "model_type \"deepseek_v2\" has no sliding window"},
+      {"rope_interleave", "true", "multi-head latent attention is not supported"},
+      {"num_local_experts", "8", "mixture-of-experts is not supported"},
+      {"use_sliding_window", "false", "unknown field for model_type \"deepseek_v2\""},
+  };
+  ExpectRefusals(TinyDeepseek(), cases);
+  EXPECT_THAT(ParseError(Without(TinyDeepseek(), "num_experts_per_tok")),
+              HasSubstr("field \"num_experts_per_tok\": required"));
+  EXPECT_THAT(ParseError(With(TinyDeepseek(), "hidden_size", "66")),
+              HasSubstr("field \"num_attention_heads\": 4 does not divide hidden_size 66"));
+  // The neutral values are accepted.
+  Fields neutral = TinyDeepseek();
+  for (const auto& [key, value] : Fields{{"norm_topk_prob", "false"},
+                                         {"attention_bias", "false"},
+                                         {"mlp_bias", "false"},
+                                         {"num_nextn_predict_layers", "0"},
+                                         {"quantization_config", "null"},
+                                         {"ep_size", "1"},
+                                         {"moe_layer_freq", "1"},
+                                         {"scoring_func", "\"softmax\""},
+                                         {"topk_method", "\"greedy\""},
+                                         {"aux_loss_alpha", "0.001"},
+                                         {"seq_aux", "true"},
+                                         {"pretraining_tp", "1"},
+                                         {"auto_map", R"({"AutoConfig": "x.y"})"}}) {
+    neutral[key] = value;
+  }
+  EXPECT_THAT(ParseOk(neutral).ignored_fields,
+              ElementsAre("auto_map", "aux_loss_alpha", "pretraining_tp", "seq_aux"));
+}
+
+// --- qwen3_moe
+// -------------------------------------------------------------------------------------
+
+TEST(Qwen3MoeTest, TinyConfig) {
+  const ModelConfig c = ParseOk(TinyQwen3Moe());
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(ArchitectureName(Architecture::kQwen3Moe), "qwen3_moe");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.is_mla);
+  EXPECT_EQ(c.head_dim, 16);  // absent: hidden_size / num_attention_heads, unlike qwen3
+  EXPECT_DOUBLE_EQ(c.attention_scale, 0.25);
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 32);
+  EXPECT_EQ(c.moe.shared_intermediate_size, 0);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.num_groups, 1);
+  EXPECT_EQ(c.moe.topk_groups, 1);
+  EXPECT_THAT(c.moe.sparse_layers, ElementsAre(true, true, true));
+  EXPECT_TRUE(c.ignored_fields.empty());
+  EXPECT_EQ(ParseOk(With(TinyQwen3Moe(), "head_dim", "32")).head_dim, 32);
+  EXPECT_EQ(ParseOk(With(TinyQwen3Moe(), "head_dim", "null")).head_dim, 16);
+  EXPECT_TRUE(ParseOk(With(TinyQwen3Moe(), "norm_topk_prob", "true")).moe.norm_topk_prob);
+}
+
+TEST(Qwen3MoeTest, ClassDefaults) {
+  Fields fields = Tiny("qwen3_moe");
+  fields.erase("num_key_value_heads");
+  const ModelConfig c = ParseOk(fields);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.moe.num_experts, 128);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 768);
+  EXPECT_THAT(c.moe.sparse_layers, Each(true));
+}
+
+TEST(Qwen3MoeTest, NumExpertsAndNumLocalExperts) {
+  EXPECT_EQ(ParseOk(With(Without(TinyQwen3Moe(), "num_experts"), "num_local_experts", "16"))
+                .moe.num_experts,
+            16);
+  const ModelConfig both = ParseOk(With(TinyQwen3Moe(), "num_local_experts", "8"));
+  EXPECT_EQ(both.moe.num_experts, 8);
+  EXPECT_TRUE(both.ignored_fields.empty());
+  EXPECT_THAT(ParseError(With(TinyQwen3Moe(), "num_local_experts", "16")),
+              HasSubstr("field \"num_local_experts\": 16 disagrees with num_experts 8"));
+}
+
+TEST(Qwen3MoeTest, SparseLayers) {
+  const auto sparse = [](const Fields& fields) { return ParseOk(fields).moe.sparse_layers; };
+  const Fields six = With(TinyQwen3Moe(), "num_hidden_layers", "6");
+  EXPECT_THAT(sparse(With(six, "decoder_sparse_step", "2")),
+              ElementsAre(false, true, false, true, false, true));
+  EXPECT_THAT(sparse(With(six, "decoder_sparse_step", "3")),
+              ElementsAre(false, false, true, false, false, true));
+  EXPECT_THAT(sparse(With(six, "mlp_only_layers", "[0, 4]")),
+              ElementsAre(false, true, true, true, false, true));
+  EXPECT_THAT(sparse(With(With(six, "mlp_only_layers", "[1]"), "decoder_sparse_step", "2")),
+              ElementsAre(false, false, false, true, false, true));
+  EXPECT_THAT(sparse(With(six, "mlp_only_layers", "null")), Each(true));
+  EXPECT_THAT(sparse(With(six, "mlp_only_layers", "[]")), Each(true));
+  EXPECT_THAT(sparse(With(six, "decoder_sparse_step", "7")), Each(false));
+  // No experts: every layer dense, whatever num_experts_per_tok says.
+  const ModelConfig dense = ParseOk(With(six, "num_experts", "0"));
+  EXPECT_THAT(dense.moe.sparse_layers, ElementsAre(false, false, false, false, false, false));
+  EXPECT_EQ(dense.moe.num_experts, 0);
+  EXPECT_EQ(dense.moe.top_k, 0);
+}
+
+TEST(Qwen3MoeTest, AttentionBiasAndSlidingWindow) {
+  const ModelConfig bias = ParseOk(With(TinyQwen3Moe(), "attention_bias", "true"));
+  EXPECT_TRUE(bias.qkv_bias);
+  EXPECT_TRUE(bias.o_bias);
+  EXPECT_FALSE(bias.mlp_bias);
+  EXPECT_FALSE(ParseOk(TinyQwen3Moe()).qkv_bias);
+  // use_sliding_window: sliding_window on every layer (no max_window_layers rule).
+  const Fields on =
+      With(With(TinyQwen3Moe(), "use_sliding_window", "true"), "max_window_layers", "1");
+  EXPECT_THAT(ParseOk(on).sliding_window, ElementsAre(4096, 4096, 4096));
+  EXPECT_THAT(ParseOk(on).ignored_fields, ElementsAre("max_window_layers"));
+  EXPECT_THAT(ParseOk(With(on, "sliding_window", "64")).sliding_window, ElementsAre(64, 64, 64));
+  EXPECT_THAT(ParseOk(With(on, "sliding_window", "null")).sliding_window, Each(0));
+  EXPECT_THAT(ParseOk(With(TinyQwen3Moe(), "sliding_window", "64")).sliding_window, Each(0));
+  EXPECT_THAT(ParseError(With(on, "layer_types", FullAttention(3))),
+              HasSubstr("field \"layer_types[0]\": \"full_attention\" contradicts"));
+}
+
+TEST(Qwen3MoeTest, RefusalsNameTheField) {
+  const std::vector<RefusalCase> cases = {
+      {"num_experts_per_tok", "9", "must be an integer in [1, 8]"},
+      {"num_experts_per_tok", "0", "must be an integer in [1, 8]"},
+      {"num_experts", "-1", "must be an integer in [0, "},
+      {"decoder_sparse_step", "0", "must be an integer in [1, "},
+      {"moe_intermediate_size", "0", "must be an integer in [1, "},
+      {"mlp_only_layers", "2", "must be a list of layer indices"},
+      {"shared_expert_intermediate_size", "768", "a shared expert (qwen2_moe) is not supported"},
+      {"norm_topk_prob", "null", "must be true or false"},
+      {"mlp_bias", "true", "true is not supported for model_type \"qwen3_moe\""},
+      {"n_routed_experts", "8", "mixture-of-experts is not supported"},
+      {"kv_lora_rank", "512", "multi-head latent attention is not supported"},
+      {"first_k_dense_replace", "1", "mixture-of-experts is not supported"},
+      {"quantization_config", R"({"quant_method": "fp8"})", "quantized weights"},
+  };
+  ExpectRefusals(TinyQwen3Moe(), cases);
+  EXPECT_THAT(ParseError(With(TinyQwen3Moe(), "mlp_only_layers", "[0, 3]")),
+              HasSubstr("field \"mlp_only_layers[1]\": must be an integer in [0, 2], got 3"));
+  EXPECT_THAT(ParseError(With(TinyQwen3Moe(), "mlp_only_layers", "[-1]")),
+              HasSubstr("field \"mlp_only_layers[0]\": must be an integer in [0, 2]"));
+  for (const char* value : {"0", "null"}) {
+    EXPECT_TRUE(ParseOk(With(TinyQwen3Moe(), "shared_expert_intermediate_size", value))
+                    .ignored_fields.empty());
+  }
+  // Metadata of the MoE training.
+  EXPECT_THAT(ParseOk(With(With(TinyQwen3Moe(), "output_router_logits", "false"),
+                           "router_aux_loss_coef", "0.001"))
+                  .ignored_fields,
+              ElementsAre("output_router_logits", "router_aux_loss_coef"));
+}
+
 // --- Refusals
 // --------------------------------------------------------------------------------------
-
-struct RefusalCase {
-  std::string field;
-  std::string value;
-  std::string expected;  // substring of the error, which always names the field
-};
 
 TEST(RefusalTest, UnsupportedComputationsAreRefusedNamingTheField) {
   const std::vector<RefusalCase> cases = {
@@ -562,14 +1226,21 @@ TEST(RefusalTest, UnsupportedComputationsAreRefusedNamingTheField) {
       {"pruned_heads", R"({"0": [1]})", "only {} is supported"},
       {"rope_interleaved", "true", "only false is supported"},
   };
-  for (const RefusalCase& c : cases) {
-    const std::string error = ParseError(With(TinyLlama(), c.field, c.value));
-    EXPECT_THAT(error, HasSubstr(absl::StrCat("field \"", c.field, "\"")))
-        << c.field << " = " << c.value;
-    EXPECT_THAT(error, HasSubstr(c.expected)) << c.field << " = " << c.value;
-  }
+  ExpectRefusals(TinyLlama(), cases);
   EXPECT_THAT(ParseError(With(Tiny("qwen2"), "use_mrope", "true")),
               HasSubstr("field \"use_mrope\": only false is supported"));
+  // The MoE and MLA fields the MoE architectures read stay refused for the dense ones.
+  for (const char* type : {"qwen2", "qwen3", "mistral", "phi3"}) {
+    for (const auto& [field, value] : Fields{{"num_experts", "8"},
+                                             {"mlp_only_layers", "[]"},
+                                             {"decoder_sparse_step", "1"},
+                                             {"n_routed_experts", "64"},
+                                             {"kv_lora_rank", "512"}}) {
+      EXPECT_THAT(ParseError(With(Tiny(type), field, value)),
+                  HasSubstr(absl::StrCat("field \"", field, "\"")))
+          << type << " " << field;
+    }
+  }
 }
 
 TEST(RefusalTest, NeutralValuesOfRefusedFieldsAreAccepted) {
