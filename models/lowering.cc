@@ -151,6 +151,10 @@ absl::Status CheckConfig(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// transformers' DeepseekV2RMSNorm default: q_a_layernorm and kv_a_layernorm are built
+// without the config's rms_norm_eps.
+constexpr double kLatentNormEps = 1e-6;
+
 Dim Sym(const char* name) { return Dim::Symbol(name); }
 Dim Ext(int64_t extent) { return Dim::Static(extent); }
 
@@ -259,13 +263,14 @@ class Lowerer {
     return Op("linear", std::move(operands), std::move(name), Act(out));
   }
 
-  // RMSNorm over the last dim of `x`; `type` is x's (and the result's) type.
+  // RMSNorm over the last dim of `x`; `type` is x's (and the result's) type; `eps` the
+  // config's rms_norm_eps when absent.
   absl::StatusOr<ValueId> RmsNorm(ValueId x, std::string tensor, std::string name,
-                                  TensorType type) {
+                                  TensorType type, std::optional<double> eps = std::nullopt) {
     const int64_t n = type.dims.back().extent();
     TP_ASSIGN_OR_RETURN(ValueId w, Weight(std::move(tensor), {n}));
     Attributes attrs;
-    attrs.Set("eps", c_.rms_norm_eps);
+    attrs.Set("eps", eps.value_or(c_.rms_norm_eps));
     return Op("rms_norm", {x, w}, std::move(name), std::move(type), std::move(attrs));
   }
 
@@ -385,8 +390,9 @@ class Lowerer {
     } else {
       TP_ASSIGN_OR_RETURN(
           ValueId q_a, Linear(attn_norm, p + "q_a_proj", hidden, m.q_lora_rank, false, l + "q_a"));
-      TP_ASSIGN_OR_RETURN(ValueId q_a_norm, RmsNorm(q_a, p + "q_a_layernorm.weight",
-                                                    l + "q_a_norm", Act(m.q_lora_rank)));
+      TP_ASSIGN_OR_RETURN(ValueId q_a_norm,
+                          RmsNorm(q_a, p + "q_a_layernorm.weight", l + "q_a_norm",
+                                  Act(m.q_lora_rank), kLatentNormEps));
       TP_ASSIGN_OR_RETURN(
           q, Linear(q_a_norm, p + "q_b_proj", m.q_lora_rank, heads * qk, false, l + "q"));
     }
@@ -401,8 +407,9 @@ class Lowerer {
     TP_ASSIGN_OR_RETURN(
         std::vector<ValueId> kv_parts,
         Split(kv_a, {{l + "latent", m.kv_lora_rank}, {l + "k_pe", m.qk_rope_head_dim}}));
-    TP_ASSIGN_OR_RETURN(ValueId latent_norm, RmsNorm(kv_parts[0], p + "kv_a_layernorm.weight",
-                                                     l + "latent_norm", Act(m.kv_lora_rank)));
+    TP_ASSIGN_OR_RETURN(ValueId latent_norm,
+                        RmsNorm(kv_parts[0], p + "kv_a_layernorm.weight", l + "latent_norm",
+                                Act(m.kv_lora_rank), kLatentNormEps));
     TP_ASSIGN_OR_RETURN(ValueId latent_heads,
                         Reshape(latent_norm, l + "latent_heads", HeadsOf(1, m.kv_lora_rank)));
     TP_ASSIGN_OR_RETURN(ValueId k_pe_heads,

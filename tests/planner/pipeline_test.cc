@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -143,8 +144,17 @@ TEST_P(BundledPipelineTest, PrefillVerifiesWithBoundBucket) {
   EXPECT_FALSE(*again);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, BundledPipelineTest,
-                         ::testing::ValuesIn(models::BundledConfigNames()),
+// The bundled configs of dense attention and MLP layers (MoE and MLA: MoePipelineTest).
+std::vector<std::string> DenseBundledConfigs() {
+  std::vector<std::string> dense;
+  for (const std::string& name : models::BundledConfigNames()) {
+    absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(name);
+    if (config.ok() && !config->is_mla && config->moe.num_experts == 0) dense.push_back(name);
+  }
+  return dense;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, BundledPipelineTest, ::testing::ValuesIn(DenseBundledConfigs()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -199,6 +209,59 @@ TEST(Qwen3DecodeTest, LayerHasTheFiveExpectedKernels) {
   std::sort(before.begin(), before.end());
   std::sort(after.begin(), after.end());
   EXPECT_EQ(before, after);
+}
+
+// DeepSeek-V2-Lite and Qwen3-30B-A3B decode at batch 1: the dense parts fuse as in the dense
+// models; the latent attention, the router, the top-k and the experts keep their regions.
+TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
+  const std::vector<std::string> moe = {"moe_router", "moe_topk", "expert_linear",
+                                        "expert_linear", "silu", "mul", "expert_linear",
+                                        "moe_combine"};
+  auto layer = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the latent norm,
+  // both RoPEs and both cache writes stay primitive; the shared experts' gate/up fold into a
+  // SwiGLU GEMV whose down projection adds the routed output; the residual add and the next
+  // layer's norm fuse.
+  const std::vector<std::string> mla = {"rms_norm", "rope", "rope", "kv_write", "kv_write",
+                                        "mla_attention", "linear_residual"};
+  const std::vector<std::string> deepseek_moe =
+      layer(layer({"rms_norm"}, moe), {"linear_swiglu", "linear_residual", "add_rms_norm"});
+  using Kinds = std::vector<std::string>;
+  for (const auto& [model, layer0, layer1, layer2] :
+       std::vector<std::tuple<std::string, Kinds, Kinds, Kinds>>{
+           {"deepseek-v2-lite",
+            layer(layer({"rms_norm_linear"}, mla),
+                  {"rms_norm_linear_swiglu", "linear_residual"}),
+            // Layer 0 ends in linear_residual, so layer 1's input norm folds into its GEMV;
+            // from layer 2 on the previous layer's add_rms_norm has it.
+            layer(layer({"rms_norm_linear"}, mla), deepseek_moe),
+            layer(layer({"linear"}, mla), deepseek_moe)},
+           {"qwen3-30b-a3b",
+            layer({"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual",
+                   "rms_norm"},
+                  layer(moe, {"add_rms_norm"})),
+            layer({"linear", "qk_norm_rope_kv_write_attention", "linear_residual", "rms_norm"},
+                  layer(moe, {"add_rms_norm"})),
+            layer({"linear", "qk_norm_rope_kv_write_attention", "linear_residual", "rms_norm"},
+                  layer(moe, {"add_rms_norm"}))}}) {
+    SCOPED_TRACE(model);
+    absl::StatusOr<ir::Graph> g = Lower(model);
+    ASSERT_TRUE(g.ok()) << g.status();
+    PipelineOptions options;
+    options.batch = 1;
+    absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_TRUE(pipeline->Run(*g).ok());
+    ASSERT_TRUE(ir::Verify(*g).ok());
+    const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
+    EXPECT_THAT(kinds.at(0), ElementsAreArray(layer0));
+    EXPECT_THAT(kinds.at(1), ElementsAreArray(layer1));
+    EXPECT_THAT(kinds.at(2), ElementsAreArray(layer2));
+    EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "lm_head"));
+  }
 }
 
 }  // namespace

@@ -185,6 +185,7 @@ models::ModelConfig TwoLayers(const std::string& name) {
   models::ModelConfig config = MustConfig(name);
   config.num_layers = 2;
   config.sliding_window.resize(2);
+  if (!config.moe.sparse_layers.empty()) config.moe.sparse_layers.resize(2);
   return config;
 }
 
