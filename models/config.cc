@@ -115,6 +115,7 @@ const std::vector<ArchTraits>& AllArchTraits() {
                         "original_max_position_embeddings",
                         "pretraining_tp",
                         "q_lora_rank",
+                        "qk_head_dim",
                         "qk_nope_head_dim",
                         "qk_rope_head_dim",
                         "routed_scaling_factor",
@@ -888,6 +889,15 @@ absl::Status ConfigParser::ParseMla(ModelConfig& config) {
     return FieldError("head_dim",
                       absl::StrCat("must be null or qk_rope_head_dim (", mla.qk_rope_head_dim,
                                    ") for model_type \"deepseek_v2\", got ", Describe(*head_dim)));
+  }
+  // transformers 5 writes the derived qk_head_dim (nope + rope) into saved configs.
+  const Json* qk_head_dim = Use("qk_head_dim");
+  const int64_t qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+  if (qk_head_dim != nullptr && !qk_head_dim->is_null() &&
+      !(qk_head_dim->is_int() && qk_head_dim->as_int() == qk)) {
+    return FieldError("qk_head_dim",
+                      absl::StrCat("must be qk_nope_head_dim + qk_rope_head_dim (", qk,
+                                   "), got ", Describe(*qk_head_dim)));
   }
   config.head_dim = mla.qk_rope_head_dim;
   config.is_mla = true;

@@ -1050,8 +1050,11 @@ TEST(DeepseekV2Test, UnsupportedFeaturesAreRefusedNamingTheField) {
       {"rope_interleave", "true", "multi-head latent attention is not supported"},
       {"num_local_experts", "8", "mixture-of-experts is not supported"},
       {"use_sliding_window", "false", "unknown field for model_type \"deepseek_v2\""},
+      {"qk_head_dim", "13", "must be qk_nope_head_dim + qk_rope_head_dim (12)"},
   };
   ExpectRefusals(TinyDeepseek(), cases);
+  // transformers 5 saves the derived qk_head_dim; its true value is accepted.
+  EXPECT_EQ(ParseOk(With(TinyDeepseek(), "qk_head_dim", "12")).mla.qk_nope_head_dim, 8);
   EXPECT_THAT(ParseError(Without(TinyDeepseek(), "num_experts_per_tok")),
               HasSubstr("field \"num_experts_per_tok\": required"));
   EXPECT_THAT(ParseError(With(TinyDeepseek(), "hidden_size", "66")),
