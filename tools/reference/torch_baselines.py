@@ -18,7 +18,11 @@ the static cache's length reset to C-1 before every timed step). Each figure is 
 The physical floors are measured in the same run: device-to-device copy bandwidth (1 GiB
 cudaMemcpy, median) and bf16 GEMM rate (8192^3 torch.matmul, median). Decode floor = (all
 weight bytes + KV bytes at the context) / copy bandwidth; prefill floor = 2 * params * T * B
-/ GEMM rate.
+/ GEMM rate. A mixture-of-experts model counts only the weights a step touches (attention,
+dense MLPs, routers, shared experts, LM head, and E * (1 - (1 - K/E)^B) distinct routed
+experts per MoE layer at batch B: each sequence's K experts assumed uniform and independent)
+and the parameters one token multiplies by; MLA caches kv_lora_rank + qk_rope_head_dim values
+per token and layer. --floor-only prints those bytes and FLOPs from a MoE config, no GPU.
 
 Every variant runs in its own process, so a crash or hang in one (a compiler or CUDA-graph
 failure) is recorded in the JSON and the others still run; the exit status is non-zero only
@@ -176,6 +180,95 @@ def kv_geometry(config):
     text = config.get_text_config()
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     return text.num_hidden_layers, text.num_key_value_heads, head_dim
+
+
+def kv_bytes_per_token(config, element_bytes=2):
+    """Cache bytes one token of one sequence adds, bf16. Multi-head latent attention
+    (DeepSeek-V2: kv_lora_rank set) caches the compressed latent and the shared RoPE key,
+    kv_lora_rank + qk_rope_head_dim values per layer (as transformers' cache holds them);
+    every other attention caches K and V of every KV head."""
+    text = config.get_text_config()
+    if getattr(text, "kv_lora_rank", None):
+        return text.num_hidden_layers * (text.kv_lora_rank + text.qk_rope_head_dim) * element_bytes
+    layers, kv_heads, head_dim = kv_geometry(config)
+    return layers * 2 * kv_heads * head_dim * element_bytes
+
+
+def moe_geometry(config):
+    """(routed experts E, experts per token K) of a mixture-of-experts config, else None."""
+    text = config.get_text_config()
+    experts = None
+    for key in ("n_routed_experts", "num_experts", "num_local_experts"):
+        experts = experts or getattr(text, key, None)
+    top_k = getattr(text, "num_experts_per_tok", None)
+    return (int(experts), int(top_k)) if experts and top_k else None
+
+
+EXPECTED_EXPERTS = ("a decode step of batch B reads E * (1 - (1 - K/E)^B) distinct routed experts "
+                    "per MoE layer: the expected count when each sequence picks its K experts "
+                    "uniformly and independently of the others (K at batch 1)")
+
+
+def expected_experts(experts, top_k, batch):
+    """Expected distinct experts B sequences touch in one MoE layer (EXPECTED_EXPERTS)."""
+    return min(float(experts), experts * (1.0 - (1.0 - top_k / experts) ** batch))
+
+
+def active_weights(config, batch, element_bytes=2):
+    """The weight bytes one decode step of `batch` sequences reads from a mixture-of-experts
+    model, from its parameter shapes (the model is built on the meta device: no memory).
+
+    Every MoE layer's router and shared experts, the routed experts the batch is expected to
+    touch (EXPECTED_EXPERTS), attention and dense-MLP layers, norms, the LM head and one
+    embedding row per sequence. Also the parameters one token multiplies by (K routed experts
+    per MoE layer, no embedding table), for the prefill FLOP floor. None for a dense model,
+    whose floors count every weight byte."""
+    moe = moe_geometry(config)
+    if moe is None:
+        return None
+    experts, top_k = moe
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    head = model.get_output_embeddings().weight
+    embed = model.get_input_embeddings().weight
+    counts = {"routed": 0, "router": 0, "shared": 0, "other": 0}
+    moe_layers = set()
+    for name, p in model.named_parameters():  # a tied matrix is listed once
+        if p is embed or p is head:
+            continue
+        if ".mlp.experts." in name:
+            counts["routed"] += p.numel()
+            moe_layers.add(name.split(".mlp.experts.")[0])
+        elif ".mlp.gate." in name:
+            counts["router"] += p.numel()
+        elif ".shared_expert" in name:  # shared_experts (DeepSeek), shared_expert(_gate) (Qwen2-MoE)
+            counts["shared"] += p.numel()
+        else:
+            counts["other"] += p.numel()
+    if not moe_layers:
+        return None
+    per_expert = counts["routed"] // (len(moe_layers) * experts)
+    distinct = expected_experts(experts, top_k, batch)
+    vocab, hidden = head.shape
+    elements = {
+        "attention_dense_norms": counts["other"], "routers": counts["router"],
+        "shared_experts": counts["shared"],
+        "routed_experts": round(len(moe_layers) * distinct * per_expert),
+        "lm_head": head.numel(), "embedding_rows": batch * embed.shape[1],
+    }
+    token_params = (counts["other"] + counts["router"] + counts["shared"]
+                    + len(moe_layers) * top_k * per_expert + head.numel())
+    return {
+        "batch": batch, "experts": experts, "experts_per_token": top_k,
+        "moe_layers": len(moe_layers), "params_per_expert": per_expert,
+        "expected_distinct_experts_per_layer": distinct, "assumption": EXPECTED_EXPERTS,
+        "bytes": {k: v * element_bytes for k, v in elements.items()},
+        "weight_bytes": sum(elements.values()) * element_bytes,
+        "params_per_token": token_params,
+        "all_weight_bytes": (sum(counts.values()) + embed.numel()
+                             + (head.numel() if head is not embed else 0)) * element_bytes,
+        "vocab": vocab, "hidden": hidden,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,24 +581,44 @@ def run_child(args, variant, out_path):
 
 
 def floor_table(floors, model, config, args):
-    """Per-size floors from the measured rates and the model's bytes and parameters."""
-    layers, kv_heads, head_dim = kv_geometry(config)
-    kv_bytes_per_token = layers * 2 * kv_heads * head_dim * 2  # K and V, bf16, one sequence
+    """Per-size floors from the measured rates and the model's bytes and parameters.
+
+    Dense models: every weight byte per decode step, 2 x parameters FLOPs per token.
+    Mixture-of-experts models: only what a step touches (active_weights: the routed experts
+    the batch is expected to read, EXPECTED_EXPERTS) and the parameters one token multiplies
+    by. Both add the KV cache at the context (kv_bytes_per_token; MLA caches its latent)."""
+    floor_bytes(floors, model, config, args)
     bandwidth = floors["copy"]["GBps"] * 1e9
     flops_rate = floors["gemm"]["TFLOPs"] * 1e12
-    floors["weight_bytes"] = model["weight_bytes"]
-    floors["params"] = model["params"]
-    floors["kv_bytes_per_token"] = kv_bytes_per_token
-    floors["decode"] = []
-    for c in args.decode_sizes:
-        nbytes = model["weight_bytes"] + args.batch * c * kv_bytes_per_token
-        floors["decode"].append({"context": c, "batch": args.batch, "bytes": nbytes,
-                                 "floor_ms": nbytes / bandwidth * 1e3})
-    floors["prefill"] = []
-    for t in args.prefill_sizes:
-        flops = 2 * model["params"] * t * args.batch
-        floors["prefill"].append({"tokens": t, "batch": args.batch, "flops": flops,
-                                  "floor_ms": flops / flops_rate * 1e3})
+    for f in floors["decode"]:
+        f["floor_ms"] = f["bytes"] / bandwidth * 1e3
+    for f in floors["prefill"]:
+        f["floor_ms"] = f["flops"] / flops_rate * 1e3
+
+
+def floor_bytes(floors, model, config, args):
+    """The bytes of each decode floor and the FLOPs of each prefill floor (no GPU needed):
+    fills floors with weight_bytes, params, kv_bytes_per_token, active_weights (MoE only),
+    decode [{context, batch, bytes}] and prefill [{tokens, batch, flops}]. `model` holds the
+    built model's params and weight_bytes (dense models), or None for a MoE model's config
+    alone."""
+    kv = kv_bytes_per_token(config)
+    active = active_weights(config, args.batch)
+    if active is None and model is None:
+        raise BaselineError("a dense model's floors need its built parameters")
+    floors["weight_bytes"] = model["weight_bytes"] if model else active["all_weight_bytes"]
+    floors["params"] = model["params"] if model else active["all_weight_bytes"] // 2
+    floors["kv_bytes_per_token"] = kv
+    step_bytes = floors["weight_bytes"]
+    token_params = floors["params"]
+    if active is not None:
+        floors["active_weights"] = active
+        step_bytes = active["weight_bytes"]
+        token_params = active["params_per_token"]
+    floors["decode"] = [{"context": c, "batch": args.batch,
+                         "bytes": step_bytes + args.batch * c * kv} for c in args.decode_sizes]
+    floors["prefill"] = [{"tokens": t, "batch": args.batch,
+                          "flops": 2 * token_params * t * args.batch} for t in args.prefill_sizes]
 
 
 def print_table(doc):
@@ -520,6 +633,8 @@ def print_table(doc):
           f"{doc['settings']['iters']} timed calls each")
     print(f"floors: copy {floors['copy']['GBps']:.0f} GB/s (read + write), "
           f"bf16 GEMM {floors['gemm']['TFLOPs']:.0f} TFLOP/s")
+    if "active_weights" in floors:
+        print_active(floors)
     header = (f"{'variant':15s} {'phase':8s} {'T/ctx':>6s} {'median ms':>10s} {'p10':>9s} "
               f"{'p90':>9s} {'floor ms':>9s} {'% floor':>8s} {'x eager':>8s}")
     print(header)
@@ -542,6 +657,38 @@ def print_table(doc):
         print(f"WARNING {warning}")
 
 
+def print_active(floors):
+    a = floors["active_weights"]
+    print(f"MoE decode floor: {a['weight_bytes'] / 1e9:.3f} GB of weights per step at batch "
+          f"{a['batch']} (of {a['all_weight_bytes'] / 1e9:.3f} GB): "
+          + ", ".join(f"{k} {v / 1e9:.3f}" for k, v in a["bytes"].items())
+          + f"; {a['expected_distinct_experts_per_layer']:.2f} of {a['experts']} routed experts "
+          f"per layer ({a['moe_layers']} MoE layers, top {a['experts_per_token']}); KV "
+          f"{floors['kv_bytes_per_token']} bytes per token")
+    print(f"  assumption: {a['assumption']}")
+    for f in floors["decode"]:
+        print(f"  decode context {f['context']:6d} batch {f['batch']}: {f['bytes'] / 1e9:.4f} GB")
+
+
+def floor_only(args, config):
+    """--floor-only: the bytes and FLOPs of the floors from the config alone (no GPU, no
+    weights; mixture-of-experts configs only, a dense model's floors count its built
+    parameters)."""
+    floors = {}
+    if moe_geometry(config) is None:
+        fail("--floor-only needs a mixture-of-experts config (dense floors count the built model)")
+    floor_bytes(floors, None, config, args)
+    print_active(floors)
+    for f in floors["prefill"]:
+        print(f"  prefill {f['tokens']:6d} batch {f['batch']}: {f['flops'] / 1e12:.3f} TFLOP")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": shlex.join([sys.executable] + sys.argv),
+                       "model": {"config": args.config, "model_type": config.model_type},
+                       "floors": floors}, f, indent=2)
+            f.write("\n")
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, help="a model config JSON (models/configs/*.json)")
@@ -558,6 +705,9 @@ def parse_args():
     ap.add_argument("--variant-timeout", type=int, default=480,
                     help="seconds before a variant's process is killed and recorded as failed")
     ap.add_argument("--json", help="where to write the results (required)")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="print a mixture-of-experts config's floor bytes and FLOPs and stop "
+                         "(no GPU, no weights)")
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -575,7 +725,7 @@ def parse_args():
         fail(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
     if args.child and not args.child_out:
         fail("--child needs --child-out")
-    if not args.child and not args.json:
+    if not args.child and not args.json and not args.floor_only:
         fail("--json OUT.json is required")
     if args.model and not os.path.isdir(args.model):
         fail(f"--model {args.model}: not a directory")
@@ -587,10 +737,13 @@ def main():
     if args.child:
         sys.exit(child_main(args))
     t_start = time.perf_counter()
-    if not torch.cuda.is_available():
-        fail("torch sees no CUDA device")
     config = (transformers.AutoConfig.from_pretrained(args.model) if args.model
               else load_config(args.config))
+    if args.floor_only:
+        floor_only(args, config)
+        return
+    if not torch.cuda.is_available():
+        fail("torch sees no CUDA device")
     longest = max(args.prefill_sizes + args.decode_sizes)
     if longest > config.get_text_config().max_position_embeddings:
         fail(f"size {longest} exceeds max_position_embeddings")
