@@ -99,7 +99,21 @@ def prepare_out(out):
         os.remove(os.path.join(out, f))
 
 
-def build_and_save(config, out, seed, gain, embed_std, device):
+def with_layers(config, layers):
+    """`config` cut to its first `layers` decoder layers (the real widths, fewer layers: a
+    parity reference at real geometry that fits the disk). Per-layer lists are cut too."""
+    text = config.get_text_config()
+    if layers > text.num_hidden_layers:
+        fail(f"--layers {layers} exceeds the config's {text.num_hidden_layers} layers")
+    text.num_hidden_layers = layers
+    if getattr(text, "layer_types", None):
+        text.layer_types = list(text.layer_types)[:layers]
+    if getattr(text, "mlp_only_layers", None):
+        text.mlp_only_layers = [i for i in text.mlp_only_layers if i < layers]
+    return config
+
+
+def build_and_save(config, out, seed, gain, embed_std, device, router_gain=None):
     """Random weights on `device`, saved to `out` in bf16. Returns (parameter count, tied)."""
     t0 = time.perf_counter()
     torch.manual_seed(seed)
@@ -108,7 +122,7 @@ def build_and_save(config, out, seed, gain, embed_std, device):
     model.to(device)  # a no-op where from_config already built on the device
     tied = check_tied(model, config)
     gen = torch.Generator(device=device).manual_seed(seed)
-    make_fixtures.init_weights(model, gen, gain, embed_std)
+    make_fixtures.init_weights(model, gen, gain, embed_std, router_gain)
     params = sum(p.numel() for p in model.parameters())  # a tied matrix counts once
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -138,6 +152,10 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--greedy-tokens", type=int, default=16)
     ap.add_argument("--device", default="cuda", help="where to build and run the reference")
+    ap.add_argument("--layers", type=int, default=0,
+                    help="keep only the first N decoder layers (0: all), real widths")
+    ap.add_argument("--router-gain", type=float, default=None,
+                    help="gain of MoE router weights (default: the linear gain)")
     args = ap.parse_args()
     if args.prompt_len < 1:
         fail("--prompt-len must be positive")
@@ -151,6 +169,10 @@ def main():
             fail("--device cuda but torch sees no CUDA device (use --device cpu to run slowly)")
         disable_tf32()
     config = load_config(args.config)
+    if args.layers < 0:
+        fail("--layers must be >= 0")
+    if args.layers:
+        config = with_layers(config, args.layers)
     vocab = config.get_text_config().vocab_size
     if args.prompt_len + args.greedy_tokens > config.get_text_config().max_position_embeddings:
         fail("--prompt-len + --greedy-tokens exceeds max_position_embeddings")
@@ -164,7 +186,8 @@ def main():
     for gain, embed_std in make_fixtures.INIT_CANDIDATES:
         print(f"gain={gain} embed_std={embed_std}:")
         prepare_out(args.out)
-        params, tied = build_and_save(config, args.out, args.seed, gain, embed_std, device)
+        params, tied = build_and_save(config, args.out, args.seed, gain, embed_std, device,
+                                      args.router_gain)
         t0 = time.perf_counter()
         logits, greedy, greedy_logits = make_fixtures.reference(args.out, prompt,
                                                                 args.greedy_tokens, device)
