@@ -6,7 +6,7 @@
 # failing logs are copied to OUT_DIR.
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
-#       [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
+#       [--random NAME ARGS] [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
 #       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES]
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
@@ -71,6 +71,24 @@ while (($#)); do
         cat "$work/verify.q06.log" >> "$summary"
       fi
       ((rc == 0)) || status=1 ;;
+    --random)
+      # --random NAME ARGS: make_random_model.py ARGS (e.g. "--config C --layers 3") into
+      # WORK_DIR/NAME, then verify_model --backend gpu on it.
+      start=$SECONDS
+      python3 tools/reference/make_random_model.py $3 --out "$work/$2" > "$work/random.$2.log" 2>&1
+      rc=$?
+      note "make_random_model $2 ($3): rc=$rc ($((SECONDS - start)) s)"
+      tail -5 "$work/random.$2.log" >> "$summary"
+      if ((rc == 0)); then
+        "$staged/verify_model" --model "$work/$2" --reference "$work/$2/reference.safetensors" \
+          --backend gpu > "$work/verify.$2.log" 2>&1
+        rc=$?
+        note "verify_model gpu $2: rc=$rc"
+        cat "$work/verify.$2.log" >> "$summary"
+        rm -rf "${work:?}/$2"
+      fi
+      ((rc == 0)) || status=1
+      shift 2 ;;
     --spread)
       extra=()
       [[ -d $work/qwen3-0.6b-random ]] && extra=("$work/qwen3-0.6b-random/")
