@@ -4,8 +4,16 @@
 // expert_gemv (decode-sized inputs, any token count): CTA (s, y) takes selection s =
 // token * K + k, reads e = ids[s] and computes `rows_per_cta` rows of W[e] against the
 // selection's input row, a warp per `rows_per_cta / (threads / 32)` rows, `vec` elements per
-// load (16 bytes for bf16), float accumulation. Bytes count each selected expert's weight once:
-// min(E, selections) distinct experts.
+// load (16 bytes for bf16), float accumulation.
+//
+// expert_gemm (prefill-sized inputs): a grouped GEMM on tensor cores in two launches. A
+// one-CTA counting sort groups the selections by expert in the step's workspace (a tile table
+// of up to `tile_m` rows of one expert each, and the sorted selections); then CTA (x, y) runs
+// tile x against `tile_n` output features of its expert's weight, `warps` warps of mma.sync
+// m16n8k16 over a `stages`-deep cp.async pipeline of 32-wide H slices. The cost model picks it
+// over expert_gemv when the flops outweigh the second launch (prefill).
+//
+// Both count each selected expert's weight once: min(E, selections) distinct experts.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -198,7 +206,6 @@ class ExpertGemvFamily final : public TemplateFamilyBase {
     while (rows > threads / 32 && s.selections * CeilDiv(s.cols, rows) < target.sm_count()) {
       rows /= 2;
     }
-    while (rows / (threads / 32) > kMaxRowsPerWarp) threads *= 2;
     return MakeTactic({{"rows_per_cta", rows}, {"threads", threads}, {"vec", ExpertVec(r)}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
@@ -231,7 +238,266 @@ class ExpertGemvFamily final : public TemplateFamilyBase {
   }
 };
 
+// ---- expert_gemm ---------------------------------------------------------------------------
+
+struct GemmRow {
+  absl::string_view arch;
+  int64_t tile_m, tile_n, warps, stages;
+};
+constexpr GemmRow kGemmRows[] = {{"sm_80", 64, 128, 4, 3},
+                                 {"sm_90", 64, 128, 4, 3},
+                                 {"sm_100", 128, 128, 8, 3},
+                                 {"sm_120", 64, 64, 4, 3},
+                                 {"default", 64, 64, 4, 2}};
+
+// As expert_gemm.cuh: H per pipeline stage, the shared row stride and the route kernel's
+// block; the sort keeps a counter and a cursor per expert in shared memory.
+constexpr int64_t kGemmTileK = 32;
+constexpr int64_t kGemmLd = kGemmTileK + 8;
+constexpr int64_t kRouteThreads = 1024;
+constexpr int64_t kMaxRoutedExperts = 4096;
+// Accumulator floats a thread holds (warp tile rows x columns / 32).
+constexpr int64_t kMaxAccumulators = 128;
+
+// The tiles a routing can have: sum_e ceil(count_e / tile_m) <= this.
+int64_t MaxTiles(const ExpertShape& s, int64_t tile_m) {
+  return CeilDiv(s.selections, tile_m) + std::min(s.experts, s.selections);
+}
+// Route workspace ints: the tile count (padded to 4), 4 per tile, one per selection.
+int64_t RouteBytes(const ExpertShape& s, int64_t tile_m) {
+  return CeilDiv((4 + 4 * MaxTiles(s, tile_m) + s.selections) * 4, 16) * 16;
+}
+int64_t GemmSharedMemory(const Tactic& t, const BoundRegion& r) {
+  return t.params.at("stages") * (t.params.at("tile_m") + t.params.at("tile_n")) * kGemmLd *
+         ir::DTypeSize(r.operand_dtype(0));
+}
+// expert_gemm_warps_m: half the warps (one for one), at most one per 16-row tile.
+int64_t GemmWarpsM(int64_t tile_m, int64_t warps) {
+  return std::min(std::max<int64_t>(1, warps / 2), tile_m / 16);
+}
+// Whether (tile_m, tile_n, warps) makes warp tiles of 16 x 16 multiples whose accumulators fit.
+bool GemmLayoutFits(int64_t tile_m, int64_t tile_n, int64_t warps) {
+  const int64_t warps_m = GemmWarpsM(tile_m, warps);
+  if (warps_m < 1 || warps % warps_m != 0) return false;
+  const int64_t warps_n = warps / warps_m;
+  if (tile_m % (16 * warps_m) != 0 || tile_n % (16 * warps_n) != 0) return false;
+  return (tile_m / warps_m) * (tile_n / warps_n) / 32 <= kMaxAccumulators;
+}
+
+absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tactic& t,
+                                                const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t tile_m, b.Param("tile_m"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_n, b.Param("tile_n"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+  TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+  const ExpertShape s = ShapeOf(r);
+  const ir::DType dtype = r.operand_dtype(0);
+  if ((dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) || r.operand_dtype(2) != dtype ||
+      r.result_dtype(0) != dtype) {
+    return b.Error("x, the weight and the result must be one dtype, bf16 or f16");
+  }
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "x"));
+  TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(1), "the ids"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "the weight"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  if (x.rows != (s.x_per_selection ? s.selections : s.tokens) || x.cols != s.depth) {
+    return b.Error("x is [", x.rows, ", ", x.cols, "], not one row of H = ", s.depth,
+                   s.x_per_selection ? " per selection" : " per token");
+  }
+  if (s.depth % 8 != 0 || x.stride % 8 != 0) {
+    return b.Error("x rows of ", s.depth, " (stride ", x.stride, ") are not 16-byte chunks");
+  }
+  if (!GemmLayoutFits(tile_m, tile_n, warps) || stages < 2) {
+    return b.Error("tile ", tile_m, "x", tile_n, " with ", warps, " warps and ", stages,
+                   " stages is not an instantiable layout");
+  }
+  TP_RETURN_IF_ERROR(b.CheckOperands(16, {0, 2}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {1}));
+  TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(dtype), {0}));
+  void* route = nullptr;
+  if (buffers != nullptr) {
+    if (buffers->workspace == nullptr) return b.Error("no device buffer for the route workspace");
+    if (reinterpret_cast<uintptr_t>(buffers->workspace) % 16 != 0) {
+      return b.Error("the route workspace is not aligned to 16 bytes");
+    }
+    route = buffers->workspace;
+  }
+  const int64_t max_tiles = MaxTiles(s, tile_m);
+  ExpertRouteParams rp{};
+  rp.ids = static_cast<const int*>(b.Operand(1));
+  rp.route = static_cast<int*>(route);
+  rp.max_tiles = static_cast<int>(max_tiles);
+  rp.out = b.Result(0);
+  rp.selections = static_cast<int>(s.selections);
+  rp.top_k = static_cast<int>(s.top_k);
+  rp.experts = static_cast<int>(s.experts);
+  rp.cols = static_cast<int>(s.cols);
+  rp.error = b.error();
+  b.Launch("expert_gemm.cuh", absl::StrCat("tileplan::expert_route<", type, ", ", tile_m, ">"),
+           {1, 1, 1}, {kRouteThreads, 1, 1}, 8 * s.experts, rp);
+  ExpertGemmParams gp{};
+  gp.x = b.Operand(0);
+  gp.x_stride = x.stride;
+  gp.x_per_selection = s.x_per_selection ? 1 : 0;
+  gp.route = static_cast<const int*>(route);
+  gp.max_tiles = static_cast<int>(max_tiles);
+  gp.w = b.Operand(2);
+  gp.out = b.Result(0);
+  gp.top_k = static_cast<int>(s.top_k);
+  gp.cols = static_cast<int>(s.cols);
+  gp.depth = static_cast<int>(s.depth);
+  b.Launch("expert_gemm.cuh",
+           absl::StrCat("tileplan::expert_gemm<", type, ", ", tile_m, ", ", tile_n, ", ", warps,
+                        ", ", stages, ">"),
+           {std::max<int64_t>(1, max_tiles), CeilDiv(s.cols, tile_n), 1}, {32 * warps, 1, 1},
+           GemmSharedMemory(t, r), gp);
+  return std::move(b).Finish();
+}
+
+class ExpertGemmFamily final : public TemplateFamilyBase {
+ public:
+  ExpertGemmFamily()
+      : TemplateFamilyBase("expert_gemm", 1, {"expert_linear"},
+                           {"stages", "tile_m", "tile_n", "warps"}) {}
+
+  // The GEMM's launch (the route kernel before it is one CTA).
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const ExpertShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {std::max<int64_t>(1, MaxTiles(s, t.params.at("tile_m"))),
+              CeilDiv(s.cols, t.params.at("tile_n")), 1};
+    g.block = {32 * t.params.at("warps"), 1, 1};
+    g.dynamic_shared_memory_bytes = GemmSharedMemory(t, r);
+    return g;
+  }
+  // Whole tiles execute: each of the min(E, selections) experts a routing can use runs its
+  // share of the rows (evenly routed) in whole tile_m tiles, over whole tile_n and 32-wide H
+  // tiles.
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    const ExpertShape s = ShapeOf(r);
+    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
+    const int64_t used = std::min(s.experts, s.selections);
+    const int64_t rows =
+        used == 0 ? 0 : used * CeilDiv(CeilDiv(s.selections, used), tile_m) * tile_m;
+    WorkEstimate w;
+    w.bytes = ExpertBytes(r);
+    w.flops =
+        2 * rows * CeilDiv(s.cols, tile_n) * tile_n * CeilDiv(s.depth, kGemmTileK) * kGemmTileK;
+    w.tensor_core = true;
+    return w;
+  }
+  int Launches(const Tactic&, const BoundRegion&) const override { return 2; }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    return RouteBytes(ShapeOf(r), t.params.at("tile_m"));
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(moe::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    return LaunchExpertGemm(r, t, buffers);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+    TP_RETURN_IF_ERROR(CheckExpertRegion(r));
+    const ir::DType dtype = r.operand_dtype(0);
+    if (dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) {
+      return Refuse(absl::StrCat("dtype ", ir::DTypeName(dtype), " has no tensor-core path"));
+    }
+    if (r.operand_dtype(2) != dtype) {
+      return Refuse(absl::StrCat("the weight is ", ir::DTypeName(r.operand_dtype(2)), ", x is ",
+                                 ir::DTypeName(dtype), ": the MMA takes one dtype"));
+    }
+    const ExpertShape s = ShapeOf(r);
+    for (int64_t e : AlignmentExtents(r, {0})) {
+      if (s.depth % 8 != 0 || e % 8 != 0) {
+        return Refuse(absl::StrCat("H = ", s.depth, " or x's strides and offset are not ",
+                                   "multiples of 8 (16-byte cp.async chunks)"));
+      }
+    }
+    if (s.experts > kMaxRoutedExperts) {
+      return Refuse(absl::StrCat("E = ", s.experts, " experts exceed ", kMaxRoutedExperts,
+                                 " (the sort counts them in shared memory)"));
+    }
+    return absl::OkStatus();
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
+                   int64_t shared_memory) const override {
+    GemmRow row = kGemmRows[4];
+    for (const GemmRow& candidate : kGemmRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const ExpertShape s = ShapeOf(r);
+    // Tiles no taller than an evenly routed expert's rows need (down to 16), and no more warps
+    // than the tile has 16 x 16 warp tiles for.
+    const int64_t used = std::max<int64_t>(1, std::min(s.experts, s.selections));
+    const int64_t per_expert = CeilDiv(s.selections, used);
+    int64_t tile_m = row.tile_m, tile_n = row.tile_n, warps = row.warps, stages = row.stages;
+    while (tile_m > 16 && per_expert <= tile_m / 2) tile_m /= 2;
+    while (warps > 1 && !GemmLayoutFits(tile_m, tile_n, warps)) warps /= 2;
+    Tactic t =
+        MakeTactic({{"stages", stages}, {"tile_m", tile_m}, {"tile_n", tile_n}, {"warps", warps}});
+    // Fewer stages, then narrower tiles, until the row's shared memory holds them.
+    while (GemmSharedMemory(t, r) > shared_memory) {
+      if (t.params["stages"] > 2) {
+        --t.params["stages"];
+      } else if (t.params["tile_n"] > 32) {
+        t.params["tile_n"] /= 2;
+      } else {
+        break;
+      }
+    }
+    while (t.params["warps"] > 1 &&
+           !GemmLayoutFits(t.params["tile_m"], t.params["tile_n"], t.params["warps"])) {
+      t.params["warps"] /= 2;
+    }
+    return t;
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"stages", {2, 3, 4}},
+            {"tile_m", {16, 32, 64, 128}},
+            {"tile_n", {32, 64, 128}},
+            {"warps", {1, 2, 4, 8}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
+    const int64_t warps = t.params.at("warps"), stages = t.params.at("stages");
+    if (tile_m != 16 && tile_m != 32 && tile_m != 64 && tile_m != 128) {
+      return BadParam("tile_m", tile_m, "16, 32, 64 or 128");
+    }
+    if (tile_n != 32 && tile_n != 64 && tile_n != 128) {
+      return BadParam("tile_n", tile_n, "32, 64 or 128");
+    }
+    if (warps != 1 && warps != 2 && warps != 4 && warps != 8) {
+      return BadParam("warps", warps, "1, 2, 4 or 8");
+    }
+    if (!GemmLayoutFits(tile_m, tile_n, warps)) {
+      return BadParam("warps", warps,
+                      absl::StrCat("a count whose warp tiles of the ", tile_m, "x", tile_n,
+                                   " tile are 16 x 16 multiples holding at most ", kMaxAccumulators,
+                                   " accumulators per thread"));
+    }
+    if (stages < 2 || stages > 4) return BadParam("stages", stages, "2, 3 or 4");
+    if (GemmSharedMemory(t, r) > target.shared_memory_per_block_bytes()) {
+      return BadParam(
+          "stages", stages,
+          absl::StrCat("a pipeline whose tiles (", GemmSharedMemory(t, r), " bytes) fit ",
+                       target.shared_memory_per_block_bytes(), " bytes of shared memory"));
+    }
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<KernelFamily> MakeExpertGemmFamily() {
+  return std::make_unique<ExpertGemmFamily>();
+}
 
 std::unique_ptr<KernelFamily> MakeExpertGemvFamily() {
   return std::make_unique<ExpertGemvFamily>();

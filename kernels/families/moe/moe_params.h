@@ -40,9 +40,36 @@
   NEXT(int, int, depth) \
   NEXT(int*, int*, error)
 
+// expert_route
+#define TILEPLAN_EXPERT_ROUTE_PARAMS(FIRST, NEXT) \
+  FIRST(const int*, const int* __restrict__, ids) \
+  NEXT(int*, int* __restrict__, route) \
+  NEXT(int, int, max_tiles) \
+  NEXT(void*, T*, out) \
+  NEXT(int, int, selections) \
+  NEXT(int, int, top_k) \
+  NEXT(int, int, experts) \
+  NEXT(int, int, cols) \
+  NEXT(int*, int*, error)
+
+// expert_gemm
+#define TILEPLAN_EXPERT_GEMM_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(int, int, x_per_selection) \
+  NEXT(const int*, const int*, route) \
+  NEXT(int, int, max_tiles) \
+  NEXT(const void*, const T* __restrict__, w) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(int, int, top_k) \
+  NEXT(int, int, cols) \
+  NEXT(int, int, depth)
+
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(MoeTopkParams, TILEPLAN_MOE_TOPK_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ExpertGemvParams, TILEPLAN_EXPERT_GEMV_PARAMS)
+TILEPLAN_PARAMS_STRUCT(ExpertRouteParams, TILEPLAN_EXPERT_ROUTE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(ExpertGemmParams, TILEPLAN_EXPERT_GEMM_PARAMS)
 
 }  // namespace tileplan

@@ -3,8 +3,9 @@
 // scaling; logits that are a strided view), expert_gemv's expert_linear (a token's one input
 // shared by its K selections and an input per selection; 1, 3 and 17 tokens; N = 1, 7, 33 and
 // wider; H that splits only into narrower vectors; E from 6 to 160; expert ids repeated across
-// tokens and within one) and elementwise's moe_combine. The router (moe_router) has its cases
-// with gemv's and cuBLASLt's.
+// tokens and within one), expert_gemm's (the same shapes where H is a multiple of 8, and
+// experts spanning several row tiles) and elementwise's moe_combine. The router (moe_router) has
+// its cases with gemv's and cuBLASLt's.
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,37 @@ Case ExpertLinearOfAViewCase() {
   return c;
 }
 
+// expert_gemm tactics: one warp on 16-row tiles, a 2 x 2 warp grid, 8 warps on 128-row tiles,
+// 2 to 4 pipeline stages, 32- to 128-wide feature tiles.
+const std::vector<Params> kExpertGemmTactics = {
+    {{"stages", 2}, {"tile_m", 16}, {"tile_n", 32}, {"warps", 1}},
+    {{"stages", 3}, {"tile_m", 32}, {"tile_n", 64}, {"warps", 2}},
+    {{"stages", 4}, {"tile_m", 64}, {"tile_n", 128}, {"warps", 4}},
+    {{"stages", 2}, {"tile_m", 128}, {"tile_n", 64}, {"warps", 8}},
+};
+
+Case GemmCase(Case c) {
+  c.family = "expert_gemm";
+  c.tactics = kExpertGemmTactics;
+  return c;
+}
+
+// The grouped GEMM on the shapes of expert_gemv's cases (H a multiple of 8), and on enough
+// tokens that experts span several row tiles: 200 tokens of K = 6 among 6 experts (200 rows
+// each at evenly spread ids), H = 136 (a 32-wide slice past its end), N = 33 and 200.
+std::vector<Case> ExpertGemmCases() {
+  return {
+      GemmCase(ExpertCase(1, 8, 128, 33, 256, false, {})),
+      GemmCase(ExpertCase(3, 2, 6, 1, 104, false, {})),
+      GemmCase(ExpertCase(3, 2, 6, 7, 96, true, {})),
+      GemmCase(ExpertCase(17, 6, 160, 200, 64, false, {})),
+      GemmCase(ExpertCase(17, 6, 64, 33, 72, true, {})),
+      GemmCase(ExpertCase(200, 6, 6, 33, 136, false, {})),
+      GemmCase(ExpertCase(130, 2, 9, 200, 48, true, {}, "f16")),
+      GemmCase(ExpertLinearOfAViewCase()),
+  };
+}
+
 Case CombineCase(int tokens, int top_k, int h, const std::vector<Params>& tactics) {
   Case c;
   c.graph = absl::StrCat("graph @g {\n  input %y: bf16[1,", tokens, ",", top_k, ",", h,
@@ -157,6 +189,7 @@ std::vector<CaseGroup> MoeCaseGroups() {
       {"ExpertLinearSharedInput", ExpertLinearSharedInputCases()},
       {"ExpertLinearPerSelection", ExpertLinearPerSelectionCases()},
       {"ExpertLinearOfAView", {ExpertLinearOfAViewCase()}},
+      {"ExpertGemm", ExpertGemmCases()},
       {"MoeCombine",
        {CombineCase(1, 8, 2048, {{{"items", 1}, {"threads", 128}, {"vec", 8}}}),
         CombineCase(17, 6, 200,
