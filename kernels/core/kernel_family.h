@@ -158,7 +158,8 @@ class KernelFamily {
                               const TargetDescription& target) const {
     return true;
   }
-  // REQUIRES: ValidateTactic(tactic, region, target) is OK.
+  // REQUIRES: ValidateTactic(tactic, region, target) is OK. The main launch's geometry: with
+  // several launches, the last one's (a template family's preparatory kernels come first).
   virtual LaunchGeometry Geometry(const Tactic& tactic, const BoundRegion& region) const = 0;
   virtual WorkEstimate Work(const Tactic& tactic, const BoundRegion& region) const = 0;
   // Kernels launched for the region (0 for views).

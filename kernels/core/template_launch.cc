@@ -244,16 +244,23 @@ absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& fa
   }
   TP_ASSIGN_OR_RETURN(TemplateLaunch launch, launcher->Launch(region, tactic, &buffers));
   const LaunchGeometry geometry = family.Geometry(tactic, region);
-  const KernelLaunch& first = launch.launches.front();
-  if (launch.launches.size() != 1 || geometry.grid != first.grid || geometry.block != first.block ||
-      geometry.dynamic_shared_memory_bytes != first.dynamic_shared_memory_bytes) {
+  const int described = family.Launches(tactic, region);
+  if (static_cast<int>(launch.launches.size()) != described || described < 1) {
+    return absl::InternalError(absl::StrCat(region.Label(), ": family ", family.name(),
+                                            " describes ", described, " launches, but its ",
+                                            "templates make ", launch.launches.size()));
+  }
+  // The main launch, which Geometry describes, is the last (a routing kernel may precede it).
+  const KernelLaunch& main = launch.launches.back();
+  if (geometry.grid != main.grid || geometry.block != main.block ||
+      geometry.dynamic_shared_memory_bytes != main.dynamic_shared_memory_bytes) {
     return absl::InternalError(absl::StrCat(
         region.Label(), ": family ", family.name(), " describes grid ",
         absl::StrJoin(geometry.grid, "x"), ", block ", absl::StrJoin(geometry.block, "x"), ", ",
         geometry.dynamic_shared_memory_bytes, " bytes shared memory, but its template ",
-        launch.instance.name_expressions.front(), " launches with grid ",
-        absl::StrJoin(first.grid, "x"), ", block ", absl::StrJoin(first.block, "x"), ", ",
-        first.dynamic_shared_memory_bytes, " bytes"));
+        launch.instance.name_expressions[static_cast<size_t>(main.kernel)], " launches with grid ",
+        absl::StrJoin(main.grid, "x"), ", block ", absl::StrJoin(main.block, "x"), ", ",
+        main.dynamic_shared_memory_bytes, " bytes"));
   }
   return std::move(launch.launches);
 }

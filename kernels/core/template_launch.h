@@ -157,8 +157,9 @@ absl::StatusOr<KernelInstance> InstanceFor(const KernelFamily& family, const Bou
                                            const Tactic& tactic);
 
 // The launches that run `region` under `tactic` of a template family on `buffers`, in order.
-// Errors as InstanceFor's; Internal when the launch disagrees with the family's description
-// (KernelFamily::Geometry), so a description cannot drift from its templates.
+// Errors as InstanceFor's; Internal when the launches disagree with the family's description
+// (KernelFamily::Launches, and KernelFamily::Geometry of the last launch, the main one), so a
+// description cannot drift from its templates.
 absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& family,
                                                           const BoundRegion& region,
                                                           const Tactic& tactic,

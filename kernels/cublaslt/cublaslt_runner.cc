@@ -231,13 +231,14 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
   p.kind = r.kind();
   const bool linear = p.kind == "linear", residual = p.kind == "linear_residual";
   p.swiglu = p.kind == "linear_swiglu";
-  const bool lm_head = p.kind == "lm_head";
+  // lm_head and moe_router (the MoE router's logits): float D, no bias.
+  const bool lm_head = p.kind == "lm_head" || p.kind == "moe_router";
   auto error = [&](absl::StatusCode code, auto... args) {
     return absl::Status(code, absl::StrCat(r.Label(), ": ", args...));
   };
   if (!linear && !residual && !p.swiglu && !lm_head) {
     return error(absl::StatusCode::kInvalidArgument, "cuBLASLt runs linear, linear_residual, ",
-                 "linear_swiglu and lm_head, not '", p.kind, "'");
+                 "linear_swiglu, lm_head and moe_router, not '", p.kind, "'");
   }
   const int min_operands = residual ? 3 : 2;
   const int max_operands = lm_head ? 2 : min_operands + 1;

@@ -1,6 +1,6 @@
 // The launch half of the cublaslt_gemm family (docs/kernels.md, `cublaslt_gemm`): linear,
-// linear_residual, linear_swiglu and lm_head through cuBLASLt (linked dynamically,
-// libcublasLt.so.13; never the driver library).
+// linear_residual, linear_swiglu, lm_head and moe_router through cuBLASLt (linked
+// dynamically, libcublasLt.so.13; never the driver library).
 //
 // Row-major x [M, K] (leading dim from its layout, so x may be a strided view) and w [N, K]
 // become cuBLASLt's column-major Dᵀ = W · xᵀ: A = w (column-major [K, N], transa = T),
@@ -13,6 +13,7 @@
 //                    [0, F), up columns [F, 2F): the packed weight's gate rows then up rows),
 //                    then the elementwise family's swiglu kernel writes the result
 //   lm_head          float32 D from 16-bit x and w
+//   moe_router       the MoE router's logits: as lm_head
 //
 // Algo resolution (Prepare), by the tactic's form (kernels/cublaslt_gemm.cc):
 //   raw config  (tile_id and the other raw fields): cublasLtMatmulAlgoInit of algo_id, then
@@ -73,7 +74,7 @@ struct GemmProblem {
   int64_t n = 0;  // rows of w: the GEMM's output columns (2F for linear_swiglu)
   int64_t k = 0;
   ir::DType input_dtype = ir::DType::kBF16;   // x and w
-  ir::DType output_dtype = ir::DType::kBF16;  // D (f32 for lm_head)
+  ir::DType output_dtype = ir::DType::kBF16;  // D (f32 for lm_head and moe_router)
   GemmMatrix x, w, d;
   std::optional<GemmMatrix> residual;  // linear_residual: C, with β = 1
   int bias_operand = -1;               // the bias operand's index, -1 when there is none
@@ -82,11 +83,11 @@ struct GemmProblem {
   bool swiglu = false;
 };
 
-// The problem of a linear, linear_residual, linear_swiglu or lm_head region. Errors name
-// the region: InvalidArgument for another kind or an operand that is not one matrix with a
-// leading dimension and a contiguous last dim; FailedPrecondition for dtypes cuBLASLt is
-// not asked to run here (x and w must be bf16 or f16 of one dtype; f32 activations are
-// refused rather than run in TF32).
+// The problem of a linear, linear_residual, linear_swiglu, lm_head or moe_router region.
+// Errors name the region: InvalidArgument for another kind or an operand that is not one
+// matrix with a leading dimension and a contiguous last dim; FailedPrecondition for dtypes
+// cuBLASLt is not asked to run here (x and w must be bf16 or f16 of one dtype; f32
+// activations are refused rather than run in TF32).
 absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& region);
 
 // The algo a PreparedGemm runs, as read back from cuBLASLt: its id and every configuration

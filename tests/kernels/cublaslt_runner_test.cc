@@ -116,6 +116,20 @@ TEST(GemmProblemTest, LmHeadWritesFloat) {
   EXPECT_EQ(p->d.ld, 1001);
 }
 
+TEST(GemmProblemTest, MoeRouterWritesFloatLikeLmHead) {
+  absl::StatusOr<GemmProblem> p = ProblemOf(R"(graph @g {
+  input %x: bf16[2,7,64]
+  weight %w: bf16[160,64] = "w"
+  %y: f32[2,7,160] = moe_router(%x, %w)
+  output %y
+})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->output_dtype, ir::DType::kF32);
+  EXPECT_EQ(p->m, 14);
+  EXPECT_EQ(p->n, 160);
+  EXPECT_EQ(p->bias_operand, -1);
+}
+
 TEST(GemmProblemTest, RefusesF32NamingTheRegion) {
   absl::StatusOr<GemmProblem> p = ProblemOf(R"(graph @g {
   input %x: f32[4,64]

@@ -5,10 +5,12 @@
 // error word of the template kernels, the device description and out-of-memory errors here;
 // the cuBLASLt runner's own in cublaslt_gpu_test.cc. Without a usable GPU the device tests
 // skip with the reason. Label: gpu.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +120,70 @@ TEST(KernelsGpuDeviceTest, BadTokenIdsAndPositionsRaiseTheErrorWord) {
     const uint16_t want = (t == 1 || t == 3) ? 0 : 0x3f3f;  // bad ids give zero rows
     EXPECT_EQ(rows[static_cast<size_t>(t) * 64], want) << "token " << t;
     EXPECT_EQ(rows[static_cast<size_t>(t) * 64 + 63], want) << "token " << t;
+  }
+}
+
+// Both expert families follow the embedding's contract for expert ids outside [0, E): the
+// selection's output row is zero and the error word rises to the flat token index + 1
+// (selections 1 and 5 of 3 tokens with K = 2 are bad: tokens 0 and 2, so the word reads 3);
+// the good selections are computed as usual.
+TEST(KernelsGpuDeviceTest, BadExpertIdsRaiseTheErrorWord) {
+  TP_REQUIRE_GPU();
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(R"(graph @g {
+  input %x: bf16[1,3,64]
+  input %ids: i32[1,3,2]
+  weight %w: bf16[4,16,64] = "w"
+  %y: bf16[1,3,2,16] = expert_linear(%x, %ids, %w)
+  output %y
+})");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<BoundGraph> bound = BoundGraph::Create(*graph, {}, 1);
+  ASSERT_TRUE(bound.ok());
+  const BoundRegion region(*bound, 0);
+  const std::vector<std::pair<std::string, Params>> tactics = {
+      {"expert_gemv", {{"rows_per_cta", 8}, {"threads", 64}, {"vec", 8}}},
+      {"expert_gemm", {{"stages", 2}, {"tile_m", 16}, {"tile_n", 32}, {"warps", 1}}}};
+  for (const auto& [name, params] : tactics) {
+    SCOPED_TRACE(name);
+    const KernelFamily* family = GlobalKernelRegistry().Find(name);
+    ASSERT_NE(family, nullptr);
+    const Tactic tactic{name, family->version(), params};
+    const Device& device = GpuEnvironment::device();
+    absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Allocate(device, 3 * 64 * 2);
+    absl::StatusOr<DeviceBuffer> ids = DeviceBuffer::Allocate(device, 6 * 4);
+    absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Allocate(device, 4 * 16 * 64 * 2);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, 6 * 16 * 2);
+    absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(
+        device, std::max<int64_t>(16, family->WorkspaceBytes(tactic, region)));
+    absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
+    ASSERT_TRUE(x.ok() && ids.ok() && w.ok() && out.ok() && workspace.ok() && error.ok());
+    const int32_t host_ids[6] = {0, 4, 3, 1, 2, -1};
+    ASSERT_TRUE(ids->CopyFromHost(host_ids, 24).ok());
+    ASSERT_TRUE(x->Fill(0x3f).ok());  // bf16 0.746...
+    ASSERT_TRUE(w->Fill(0x3f).ok());
+    ASSERT_TRUE(out->Fill(0xff).ok());
+    ASSERT_TRUE(error->Fill(0).ok());
+    RegionBuffers buffers;
+    buffers.operands = {x->data(), ids->data(), w->data()};
+    buffers.results = {out->data()};
+    buffers.workspace = workspace->data();
+    buffers.error = error->as<int>();
+    ASSERT_NO_FATAL_FAILURE(RunOnce(*family, region, tactic, buffers));
+    int error_word = 0;
+    ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
+    EXPECT_EQ(error_word, 3);
+    std::vector<uint16_t> rows(6 * 16);
+    ASSERT_TRUE(out->CopyToHost(rows.data(), 6 * 16 * 2).ok());
+    for (int s = 0; s < 6; ++s) {
+      for (int n = 0; n < 16; ++n) {
+        const uint16_t v = rows[static_cast<size_t>(s) * 16 + n];
+        if (s == 1 || s == 5) {
+          EXPECT_EQ(v, 0) << "selection " << s << ", row " << n;
+        } else {
+          EXPECT_TRUE(v != 0 && (v & 0x7f80) != 0x7f80) << "selection " << s << ", row " << n;
+        }
+      }
+    }
   }
 }
 

@@ -4,15 +4,20 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "kernels/families/registry.h"
 #include "models/config.h"
+#include "models/lowering.h"
+#include "planner/pipelines.h"
 #include "planner/plan_text.h"
 #include "targets/target.h"
 #include "tests/kernels/kernels_testing.h"
+#include "tests/testing/tiny_models.h"
 
 namespace tileplan::planner {
 namespace {
@@ -119,6 +124,65 @@ TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinSixLaunchesPerLayer) {
     if (s.kind() == "rms_norm") ++prefill_norms;
   }
   EXPECT_EQ(prefill_norms, 57);
+}
+
+// One phase of the tiny qwen3_moe model, planned as BuildExecutionPlan plans its phases (the
+// lowered graph is named here: this branch's config layer has no qwen3_moe model_type yet).
+absl::StatusOr<proto::Phase> PlanTinyMoePhase(bool decode, int64_t tokens) {
+  TP_ASSIGN_OR_RETURN(
+      ir::Graph graph,
+      models::LowerModel(tileplan::testing::TinyModelConfig(models::Architecture::kQwen3Moe)));
+  graph.set_name("qwen3_moe");
+  PipelineOptions pipeline;
+  pipeline.batch = 1;
+  pipeline.tokens = tokens;
+  TP_ASSIGN_OR_RETURN(PassPipeline passes,
+                      decode ? BuildDecodePipeline(pipeline) : BuildPrefillPipeline(pipeline));
+  TP_RETURN_IF_ERROR(passes.Run(graph).status());
+  PhaseSpec spec;
+  spec.kind = decode ? proto::Phase::KIND_DECODE : proto::Phase::KIND_PREFILL;
+  spec.name = decode ? "decode B=1" : absl::StrCat("prefill T=", tokens);
+  spec.bindings = {{"B", 1}, {"Smax", 512}, {"T", tokens}};
+  spec.context = decode ? 512 : tokens;
+  spec.pipeline = passes.PassNames();
+  return PlanPhase(graph, spec, MustTarget("h200"), kernels::GlobalKernelRegistry(), nullptr);
+}
+
+// The routed experts plan in both phases: the router's logits on gemv (decode) or cuBLASLt
+// (prefill), moe_topk on moe_routing, the expert linears on expert_gemv (decode) or either
+// expert family (prefill), whose bytes count only the weights of the experts the step can
+// select (min(E, tokens·K) of them), and the combine on elementwise.
+TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
+  const models::ModelConfig config =
+      tileplan::testing::TinyModelConfig(models::Architecture::kQwen3Moe);
+  const int64_t hidden = config.hidden_size, inter = config.moe.moe_intermediate_size;
+  const int64_t experts = config.moe.num_experts, top_k = config.moe.top_k;
+  for (const int64_t tokens : {1, 64}) {
+    const bool decode = tokens == 1;
+    SCOPED_TRACE(decode ? "decode" : "prefill");
+    absl::StatusOr<proto::Phase> phase = PlanTinyMoePhase(decode, tokens);
+    ASSERT_TRUE(phase.ok()) << phase.status();
+    std::map<std::string, std::set<std::string>> families;  // kind -> families
+    for (const proto::Step& s : phase->steps()) {
+      families[s.kind()].insert(s.tactic().family());
+      if (s.kind() != "expert_linear") continue;
+      // gate and up read x [T, H] and write [T, K, inter]; down reads [T, K, inter].
+      const bool down = s.name().find("expert_out") != std::string::npos;
+      const int64_t n = down ? hidden : inter, h = down ? inter : hidden;
+      const int64_t x = tokens * (down ? top_k : 1) * h * 2;
+      EXPECT_EQ(s.bytes(), x + tokens * top_k * 4 + tokens * top_k * n * 2 +
+                               std::min(experts, tokens * top_k) * n * h * 2)
+          << s.name();
+    }
+    EXPECT_THAT(families["moe_router"], ::testing::ElementsAre(decode ? "gemv" : "cublaslt_gemm"));
+    EXPECT_THAT(families["moe_topk"], ::testing::ElementsAre("moe_routing"));
+    if (decode) {
+      EXPECT_THAT(families["expert_linear"], ::testing::ElementsAre("expert_gemv"));
+    } else {  // the cost model's choice (expert_gemm for real prefill shapes)
+      EXPECT_THAT(families["expert_linear"], ::testing::IsSubsetOf({"expert_gemm", "expert_gemv"}));
+    }
+    EXPECT_THAT(families["moe_combine"], ::testing::ElementsAre("elementwise"));
+  }
 }
 
 // A decode step of batch 16 runs its linears on cuBLASLt, which has no norm prologue: its

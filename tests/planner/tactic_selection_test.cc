@@ -207,5 +207,31 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
   EXPECT_EQ(choice->family->name(), "attention_decode");
 }
 
+// Qwen3-30B-A3B's routed experts (128 experts of [768, 2048], top 8): a decode step's few
+// selections stream their experts' weights on expert_gemv in one launch; a 2048-token prefill
+// (16384 selections, every expert used) is a grouped GEMM on tensor cores. Either way the
+// bytes are the weights of the experts the step can select, min(E, tokens·K) of them.
+TEST_F(TacticSelectionTest, ExpertLinearsAreGemvForDecodeAndGroupedGemmForPrefill) {
+  const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,2048]
+  input %ids: i32[B,T,8]
+  weight %w: bf16[128,768,2048] = "gate"
+  %y: bf16[B,T,8,768] = expert_linear(%x, %ids, %w)
+  output %y
+})");
+  const int64_t weight = 768 * 2048 * 2;
+  for (const int64_t tokens : {1, 2048}) {
+    SCOPED_TRACE(tokens);
+    const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", tokens}}, tokens);
+    context_.phase = tokens == 1 ? ir::Phase::kDecode : ir::Phase::kPrefill;
+    absl::StatusOr<TacticChoice> choice = SelectTactic(BoundRegion(bound, 0), context_);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_EQ(choice->family->name(), tokens == 1 ? "expert_gemv" : "expert_gemm");
+    ASSERT_EQ(choice->considered.size(), 2u);
+    const int64_t activations = tokens * 2048 * 2 + tokens * 8 * 4 + tokens * 8 * 768 * 2;
+    EXPECT_EQ(choice->estimate.bytes, activations + std::min<int64_t>(128, tokens * 8) * weight);
+  }
+}
+
 }  // namespace
 }  // namespace tileplan::planner

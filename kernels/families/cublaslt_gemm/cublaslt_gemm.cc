@@ -1,6 +1,7 @@
-// cublaslt_gemm: linear, linear_residual, linear_swiglu and lm_head through cuBLASLt, any M.
-// D = x · wᵀ with the bias epilogue; linear_residual passes the residual as C with β = 1 (C
-// and D may be one buffer); lm_head writes float D from 16-bit inputs. cuBLASLt has no SwiGLU
+// cublaslt_gemm: linear, linear_residual, linear_swiglu, lm_head and moe_router through
+// cuBLASLt, any M. D = x · wᵀ with the bias epilogue; linear_residual passes the residual as C
+// with β = 1 (C and D may be one buffer); lm_head and moe_router (the MoE router's logits)
+// write float D from 16-bit inputs. cuBLASLt has no SwiGLU
 // epilogue, so linear_swiglu runs the GEMM into a workspace [M, 2F] and then the elementwise
 // family's swiglu kernel: two launches.
 //
@@ -85,7 +86,7 @@ class CublasLtGemmFamily final : public FamilyBase {
  public:
   CublasLtGemmFamily()
       : FamilyBase(std::string(kCublasLtGemmFamily), 2,
-                   {"linear", "linear_residual", "linear_swiglu", "lm_head"},
+                   {"linear", "linear_residual", "linear_swiglu", "lm_head", "moe_router"},
                    {"reduction_scheme", "split_k", "stages", "swizzle", "tile_m", "tile_n"},
                    {"algo_id", "cluster_shape_id", "custom_option", "inner_shape_id", "stages_id",
                     "tile_id"}) {}

@@ -1,6 +1,7 @@
-// elementwise: add, mul, silu, swiglu over rows of the last dim. Operands are addressed with
-// their full strides (views of packed tensors are fine) but each needs a contiguous last dim.
-// A thread handles `items` vectors of `vec` elements; the grid covers the output once.
+// elementwise: add, mul, silu, swiglu and moe_combine over rows of the last dim. Operands are
+// addressed with their full strides (views of packed tensors are fine) but each needs a
+// contiguous last dim. A thread handles `items` vectors of `vec` elements; the grid covers the
+// output once (moe_combine: each output vector sums its token's top_k expert vectors).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +28,54 @@ constexpr Row kRows[] = {{"sm_80", 256, 2},
                          {"sm_120", 256, 2},
                          {"default", 256, 1}};
 
+// moe_combine: y [B,T,K,H] as rows of H (token r's selection k at row r * K + k), the f32
+// weights [B,T,K] as rows of K.
+absl::StatusOr<TemplateLaunch> LaunchMoeCombine(const BoundRegion& r, const Tactic& t,
+                                                const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
+  TP_ASSIGN_OR_RETURN(const int64_t items, b.Param("items"));
+  TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
+  const ir::DType dtype = r.result_dtype(0);
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "the result"));
+  if (r.operand_dtype(0) != dtype || r.operand_dtype(1) != ir::DType::kF32) {
+    return b.Error("y must have the result's dtype and the weights must be f32");
+  }
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  TP_ASSIGN_OR_RETURN(const Matrix out, b.AsMatrix(r.result(0), "the result"));
+  TP_ASSIGN_OR_RETURN(const Matrix y, b.AsMatrix(r.operand(0), "y"));
+  TP_ASSIGN_OR_RETURN(const Matrix weights, b.AsMatrix(r.operand(1), "the weights"));
+  const int64_t top_k = weights.cols;
+  if (y.rows != out.rows * top_k || weights.rows != out.rows || y.cols != out.cols) {
+    return b.Error("y [", y.rows, ", ", y.cols, "] and weights [", weights.rows, ", ", top_k,
+                   "] do not make [", out.rows, ", ", out.cols, "]");
+  }
+  if (out.cols % vec != 0 || y.stride % vec != 0) {
+    return b.Error("y rows of ", y.cols, " (stride ", y.stride, ") do not split into vec ", vec);
+  }
+  const int64_t bytes = vec * ir::DTypeSize(dtype);
+  TP_RETURN_IF_ERROR(b.CheckResults(bytes, {0}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(bytes, {0}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {1}));
+  MoeCombineParams p{};
+  p.y = b.Operand(0);
+  p.y_stride = y.stride;
+  p.weights = static_cast<const float*>(b.Operand(1));
+  p.weights_stride = weights.stride;
+  p.out = b.Result(0);
+  p.rows = out.rows;
+  p.cols = static_cast<int>(out.cols);
+  p.top_k = static_cast<int>(top_k);
+  b.Launch("elementwise.cuh",
+           absl::StrCat("tileplan::moe_combine<", type, ", ", threads, ", ", items, ", ", vec, ">"),
+           {std::max<int64_t>(1, CeilDiv(out.rows * out.cols, threads * items * vec)), 1, 1},
+           {threads, 1, 1}, 0, p);
+  return std::move(b).Finish();
+}
+
 absl::StatusOr<TemplateLaunch> LaunchElementwise(const BoundRegion& r, const Tactic& t,
                                                  const RegionBuffers* buffers) {
+  if (r.kind() == "moe_combine") return LaunchMoeCombine(r, t, buffers);
   LaunchBuilder b(r, t, buffers);
   TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
   TP_ASSIGN_OR_RETURN(const int64_t items, b.Param("items"));
@@ -78,7 +125,7 @@ absl::StatusOr<TemplateLaunch> LaunchElementwise(const BoundRegion& r, const Tac
 class ElementwiseFamily final : public TemplateFamilyBase {
  public:
   ElementwiseFamily()
-      : TemplateFamilyBase("elementwise", 1, {"add", "mul", "silu", "swiglu"},
+      : TemplateFamilyBase("elementwise", 1, {"add", "moe_combine", "mul", "silu", "swiglu"},
                            {"items", "threads", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -94,13 +141,17 @@ class ElementwiseFamily final : public TemplateFamilyBase {
     w.bytes = r.result_bytes(0);
     for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
     const std::string& k = r.kind();
-    w.flops = k == "silu" ? 4 * n : k == "swiglu" ? 5 * n : n;
+    if (k == "moe_combine") {
+      w.flops = 2 * r.operand(1).shape.back() * n;  // a multiply-add per selection
+    } else {
+      w.flops = k == "silu" ? 4 * n : k == "swiglu" ? 5 * n : n;
+    }
     return w;
   }
   bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
     // Each thread reads its elements before writing the same positions; swiglu's result is
-    // half its operand's width, so positions differ.
-    return r.kind() != "swiglu";
+    // half its operand's width and moe_combine's a K-th of its y, so positions differ.
+    return r.kind() != "swiglu" && r.kind() != "moe_combine";
   }
 
   std::vector<SourceFile> Sources() const override {
@@ -147,9 +198,11 @@ class ElementwiseFamily final : public TemplateFamilyBase {
   }
 
  private:
-  // The widest access that divides the last dims and keeps every operand's rows aligned.
+  // The widest access that divides the last dims and keeps every operand's rows aligned
+  // (moe_combine's float weights are read one at a time).
   static int64_t Vec(const BoundRegion& r) {
-    std::vector<int64_t> extents = AlignmentExtents(r, {0, 1});
+    std::vector<int64_t> extents =
+        r.kind() == "moe_combine" ? AlignmentExtents(r, {0}) : AlignmentExtents(r, {0, 1});
     extents.push_back(r.result(0).shape.empty() ? 1 : r.result(0).shape.back());
     extents.push_back(r.operand(0).shape.empty() ? 1 : r.operand(0).shape.back());
     return VectorWidth(r.result_dtype(0), extents);

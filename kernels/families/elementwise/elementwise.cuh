@@ -1,5 +1,6 @@
 // Elementwise kernels over [rows, cols] operands with row strides (views of packed
-// tensors included): add, mul, silu, and swiglu over a packed [gate | up] last dim.
+// tensors included): add, mul, silu, swiglu over a packed [gate | up] last dim, and the MoE
+// combine (a weighted sum of each token's top_k expert rows).
 // Arithmetic in float32, one rounding to T per stored element.
 #pragma once
 
@@ -116,6 +117,43 @@ __global__ void __launch_bounds__(kThreads) swiglu(TILEPLAN_KERNEL_PARAMETERS(TI
 #pragma unroll
     for (int i = 0; i < kVec; ++i) g[k][i] = silu(g[k][i]) * u[k][i];
     store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], g[k]);
+  }
+}
+
+// y: the top_k selection rows of token r at y + (r * top_k + k) * y_stride; weights: token r's
+// top_k floats at weights + r * weights_stride; out[r, j] = sum_k weights[r, k] * y[r, k, j],
+// summed in k order in float32, contiguous [rows, cols].
+template <typename T, int kThreads, int kItems, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    moe_combine(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_COMBINE_PARAMS)) {
+  grid_dependency_sync();
+  const ItemVectors<kThreads, kItems, kVec> it(rows, cols);
+  float acc[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[k][i] = 0.f;
+  }
+  for (int s = 0; s < top_k; ++s) {
+    float v[kItems][kVec];
+    float wk[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (it.valid[k]) {
+        wk[k] = weights[it.row[k] * weights_stride + s];
+        load_floats<T, kVec>(y + (it.row[k] * top_k + s) * y_stride + it.col[k], v[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (!it.valid[k]) continue;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[k][i] += wk[k] * v[k][i];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (it.valid[k]) store_floats<T, kVec>(out + it.row[k] * cols + it.col[k], acc[k]);
   }
 }
 

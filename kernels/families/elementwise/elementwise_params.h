@@ -37,9 +37,21 @@
   NEXT(long long, long long, rows) \
   NEXT(int, int, cols)
 
+// moe_combine
+#define TILEPLAN_MOE_COMBINE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, y) \
+  NEXT(long long, long long, y_stride) \
+  NEXT(const float*, const float* __restrict__, weights) \
+  NEXT(long long, long long, weights_stride) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(long long, long long, rows) \
+  NEXT(int, int, cols) \
+  NEXT(int, int, top_k)
+
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(ElementwiseBinaryParams, TILEPLAN_ELEMENTWISE_BINARY_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ElementwiseUnaryParams, TILEPLAN_ELEMENTWISE_SILU_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MoeCombineParams, TILEPLAN_MOE_COMBINE_PARAMS)
 
 }  // namespace tileplan

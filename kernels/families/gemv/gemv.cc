@@ -1,12 +1,13 @@
-// gemv: linear, linear_residual, linear_swiglu and lm_head for decode-sized inputs
-// (M = rows of x <= 16). A CTA computes `rows_per_cta` output features for all M rows over
-// one of `split_k` slices of K, its warps splitting the slice and reducing through shared
-// memory; the weight streams once, `vec` elements per 16-byte load. With split_k > 1 each CTA
-// writes float partials to the workspace and the last CTA of a row tile to finish (a counter,
-// reset by that CTA) sums them and runs the epilogue (bias, residual, SwiGLU, float logits),
-// so every step is one launch. linear_swiglu computes gate row j and up row F + j together.
-// rms_norm_linear(_swiglu) add an RMSNorm prologue: every CTA also sums the squares of the
-// whole x rows (reading x at the other split_k - 1 slices too) and scales its sums by
+// gemv: linear, linear_residual, linear_swiglu, lm_head and moe_router for decode-sized
+// inputs (M = rows of x <= 16); lm_head and moe_router (the MoE router's logits) are the same
+// bias-free product with float output. A CTA computes `rows_per_cta` output features for all
+// M rows over one of `split_k` slices of K, its warps splitting the slice and reducing through
+// shared memory; the weight streams once, `vec` elements per 16-byte load. With split_k > 1
+// each CTA writes float partials to the workspace and the last CTA of a row tile to finish (a
+// counter, reset by that CTA) sums them and runs the epilogue (bias, residual, SwiGLU, float
+// logits), so every step is one launch. linear_swiglu computes gate row j and up row F + j
+// together. rms_norm_linear(_swiglu) add an RMSNorm prologue: every CTA also sums the squares of
+// the whole x rows (reading x at the other split_k - 1 slices too) and scales its sums by
 // rsqrt(mean + eps) in the epilogue.
 #include <algorithm>
 
@@ -65,7 +66,7 @@ class GemvFamily final : public TemplateFamilyBase {
  public:
   GemvFamily()
       : TemplateFamilyBase("gemv", 3,
-                           {"linear", "linear_residual", "linear_swiglu", "lm_head",
+                           {"linear", "linear_residual", "linear_swiglu", "lm_head", "moe_router",
                             "rms_norm_linear", "rms_norm_linear_swiglu"},
                            {"rows_per_cta", "split_k", "threads", "vec"}) {}
 
@@ -121,7 +122,9 @@ class GemvFamily final : public TemplateFamilyBase {
     // Operands: x, [norm,] w, then the residual and the bias as the kind has them.
     const bool residual = kind == "linear_residual";
     const int w_index = s.norm ? 2 : 1;
-    const int bias_index = kind == "lm_head" ? -1 : residual ? 3 : w_index + 1;
+    // lm_head and moe_router: float logits, no bias.
+    const bool logits = kind == "lm_head" || kind == "moe_router";
+    const int bias_index = logits ? -1 : residual ? 3 : w_index + 1;
     const bool has_bias = bias_index >= 0 && bias_index < r.num_operands();
     TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(r.operand_dtype(0), "x"));
     TP_ASSIGN_OR_RETURN(const std::string w_type,

@@ -19,6 +19,8 @@ std::vector<CaseGroup> RopeKvWriteCaseGroups();
 std::vector<CaseGroup> AttentionCaseGroups();
 std::vector<CaseGroup> ArgmaxCaseGroups();
 std::vector<CaseGroup> CublasLtGemmCaseGroups();
+// moe_routing and expert_gemv (kernels/families/moe/), and elementwise's moe_combine.
+std::vector<CaseGroup> MoeCaseGroups();
 
 // Every family's groups, in the order above.
 std::vector<CaseGroup> AllCaseGroups();

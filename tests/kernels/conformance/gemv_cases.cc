@@ -140,6 +140,19 @@ std::vector<CaseGroup> GemvCaseGroups() {
   %y: f32[1,1,1001] = lm_head(%x, %w)
   output %y
 })")}},
+      {"MoeRouterFloatLogits",
+       {GemvCase(R"(graph @g {
+  input %x: bf16[3,1,256]
+  weight %w: bf16[160,256] = "w"
+  %y: f32[3,1,160] = moe_router(%x, %w)
+  output %y
+})"),
+        GemvCase(R"(graph @g {
+  input %x: bf16[1,1,2048]
+  weight %w: bf16[6,2048] = "w"
+  %y: f32[1,1,6] = moe_router(%x, %w)
+  output %y
+})")}},
       {"RmsNormLinear", RmsNormLinearCases()},
       {"RmsNormLinearSwiglu", RmsNormLinearSwigluCases()},
   };
