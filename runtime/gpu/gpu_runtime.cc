@@ -108,9 +108,9 @@ struct GpuRuntime::Impl {
     if (word != 0) {
       TP_CUDA_RETURN_IF_ERROR(cudaMemset(memory.error, 0, sizeof(int)));
       return absl::InvalidArgumentError(absl::StrCat(
-          "a token id outside the vocabulary or a position outside the KV cache at flat token "
-          "index ",
-          word - 1, " (its embedding row or cache write was skipped)"));
+          "a token id outside the vocabulary, a position outside the KV cache or an expert id "
+          "outside the experts at flat token index ",
+          word - 1, " (its embedding row, cache write or expert output was skipped)"));
     }
     return absl::OkStatus();
   }
