@@ -6,6 +6,7 @@
 // prompt (put there by a prefill when a bucket holds C - 1 tokens, else by decode steps).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <ctime>
 #include <fstream>
@@ -203,12 +204,32 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
     for (const std::string& line : info.gemm_algos) std::cout << "  cuBLASLt " << line << "\n";
   }
 
-  // Floors: every weight byte and the KV rows read once at the achievable copy bandwidth
-  // (decode); two flops per weight element per token at the achievable bf16 rate (prefill,
-  // attention's own flops left out).
+  // Floors: every weight byte a step touches and the KV rows read once at the achievable copy
+  // bandwidth (decode); two flops per weight element a token multiplies by at the achievable
+  // bf16 rate (prefill, attention's own flops left out). For routed experts a step touches
+  // only the experts it selects: E * (1 - (1 - K/E)^tokens) of each MoE layer's E, the
+  // expected count when every token picks its K experts uniformly and independently; a token
+  // multiplies by K of them.
   const double bandwidth = target.achievable_memory_bandwidth_gbps() * 1e9;  // bytes/s
   const double flop_rate = target.achievable_bf16_tflops() * 1e12;
-  const double weight_elements = static_cast<double>(info.weight_bytes) / 2.0;
+  const models::MoeConfig& moe = model.config.moe;
+  const double sparse_layers = static_cast<double>(
+      std::count(moe.sparse_layers.begin(), moe.sparse_layers.end(), true));
+  const double experts = static_cast<double>(moe.num_experts);
+  const double expert_bytes = sparse_layers * experts * 3.0 *
+                              static_cast<double>(moe.moe_intermediate_size) *
+                              static_cast<double>(model.config.hidden_size) *
+                              static_cast<double>(ir::DTypeSize(model.config.dtype));
+  const double dense_bytes = static_cast<double>(info.weight_bytes) - expert_bytes;
+  auto touched_bytes = [&](double tokens) {
+    if (expert_bytes <= 0) return static_cast<double>(info.weight_bytes);
+    const double k = static_cast<double>(moe.top_k);
+    return dense_bytes + expert_bytes * (1.0 - std::pow(1.0 - k / experts, tokens));
+  };
+  const double weight_elements =
+      (expert_bytes > 0 ? dense_bytes + expert_bytes * static_cast<double>(moe.top_k) / experts
+                        : static_cast<double>(info.weight_bytes)) /
+      2.0;
   std::vector<Row> rows;
   for (int64_t t : absl::GetFlag(FLAGS_prefill).values) {
     const std::vector<int32_t> ids = Prompt(batch * t, vocab, static_cast<uint32_t>(t));
@@ -241,7 +262,7 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
     const double kv_bytes = static_cast<double>(info.state_bytes) * static_cast<double>(c) /
                             static_cast<double>(rt->max_context());
     rows.push_back({"decode", c, Summarize(ms),
-                    1e3 * (static_cast<double>(info.weight_bytes) + kv_bytes) / bandwidth});
+                    1e3 * (touched_bytes(static_cast<double>(batch)) + kv_bytes) / bandwidth});
     if (profile) {
       TP_ASSIGN_OR_RETURN(auto steps, rt->ProfileDecode(batch, 20));
       PrintProfile(absl::StrCat("decode context ", c), steps);

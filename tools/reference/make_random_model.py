@@ -113,8 +113,9 @@ def with_layers(config, layers):
     return config
 
 
-def build_and_save(config, out, seed, gain, embed_std, device, router_gain=None):
-    """Random weights on `device`, saved to `out` in bf16. Returns (parameter count, tied)."""
+def build_and_save(config, out, seed, gain, embed_std, device, router_gain=None,
+                   dtype=torch.bfloat16):
+    """Random weights on `device`, saved to `out` in `dtype`. Returns (parameter count, tied)."""
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     with torch.device(device):
@@ -127,7 +128,7 @@ def build_and_save(config, out, seed, gain, embed_std, device, router_gain=None)
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_init = time.perf_counter() - t0
-    model.to(torch.bfloat16)
+    model.to(dtype)
     model.save_pretrained(out)
     gen_cfg = os.path.join(out, "generation_config.json")
     if os.path.exists(gen_cfg):
@@ -156,6 +157,9 @@ def main():
                     help="keep only the first N decoder layers (0: all), real widths")
     ap.add_argument("--router-gain", type=float, default=None,
                     help="gain of MoE router weights (default: the linear gain)")
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="the checkpoint's dtype (float32: a backend's kernels checked without "
+                         "bf16 rounding)")
     args = ap.parse_args()
     if args.prompt_len < 1:
         fail("--prompt-len must be positive")
@@ -187,7 +191,7 @@ def main():
         print(f"gain={gain} embed_std={embed_std}:")
         prepare_out(args.out)
         params, tied = build_and_save(config, args.out, args.seed, gain, embed_std, device,
-                                      args.router_gain)
+                                      args.router_gain, getattr(torch, args.dtype))
         t0 = time.perf_counter()
         logits, greedy, greedy_logits = make_fixtures.reference(args.out, prompt,
                                                                 args.greedy_tokens, device)
