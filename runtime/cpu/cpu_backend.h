@@ -6,9 +6,10 @@
 // obviously right over being fast: regions run one after the other in graph order, every
 // floating-point tensor is held in float32 (bf16/f16 weights are upcast once at creation),
 // reductions (dot products, mean of squares, softmax) accumulate in double, and each kind
-// implements docs/ir.md literally. Large loops (linear, lm_head, attention) are split over a
-// small thread pool; every output element is computed by one thread in a fixed order, so
-// results do not depend on the thread count.
+// implements docs/ir.md literally. Large loops (linear, lm_head, attention, moe_router,
+// expert_linear, moe_combine, mla_attention) are split over a small thread pool; every output
+// element is computed by one thread in a fixed order, so results do not depend on the thread
+// count.
 //
 // Symbols: B and Smax are bound at creation (Options::batch, Options::max_seq); every other
 // symbol (T for model graphs) is bound per run from the input shapes.

@@ -259,21 +259,28 @@ absl::Status Rope(KernelContext& ctx) {
   TP_ASSIGN_OR_RETURN(const ir::RopeParams params, ir::RopeParamsFromAttributes(ctx.region->attrs));
   const std::vector<float> inv_freq = ir::RopeInvFreq(params, dim);
   const int64_t half = dim / 2;
+  // Pair i is (x[i], x[i + D/2]), or (x[2i], x[2i + 1]) when interleaved.
+  const int64_t first_stride = params.interleaved ? 2 : 1;
+  const int64_t second_offset = params.interleaved ? 1 : half;
+  // yarn's attention_factor scales cos and sin (1 for the other types), in float32 after
+  // they are rounded, as transformers does (`cos = emb.cos() * attention_scaling`).
+  const float attention_factor = static_cast<float>(params.attention_factor);
   std::vector<float> cos_a(static_cast<size_t>(half)), sin_a(static_cast<size_t>(half));
   for (int64_t bt = 0; bt < batch * tokens; ++bt) {
     // The angle is formed in float32 (position times inv_freq) like the reference.
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(pos.i[bt]) * inv_freq[i];
-      cos_a[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_a[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      cos_a[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor;
+      sin_a[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor;
     }
     for (int64_t h = 0; h < heads; ++h) {
       const float* xv = x.f + (bt * heads + h) * dim;
       float* ov = out.f + (bt * heads + h) * dim;
       for (int64_t i = 0; i < half; ++i) {
-        const float lo = xv[i], hi = xv[i + half];
-        ov[i] = lo * cos_a[i] - hi * sin_a[i];
-        ov[i + half] = hi * cos_a[i] + lo * sin_a[i];
+        const int64_t a = i * first_stride, b = a + second_offset;
+        const float lo = xv[a], hi = xv[b];
+        ov[a] = lo * cos_a[i] - hi * sin_a[i];
+        ov[b] = hi * cos_a[i] + lo * sin_a[i];
       }
     }
   }
@@ -442,6 +449,268 @@ absl::Status Argmax(KernelContext& ctx) {
     }
     out.i[r] = static_cast<int32_t>(best);
   }
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouter(KernelContext& ctx) {
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, ctx.operands[0], 3, "x"));
+  TP_RETURN_IF_ERROR(CheckMatMulShapes(ctx));
+  return MatMulTransposed(ctx, nullptr);
+}
+
+// Per token: p = softmax(logits) in double; with num_groups G > 1 only the experts of the
+// topk_groups groups with the largest max p compete; the top_k largest p in descending order
+// (every tie to the lower index), weighted by p (normalized over the K if norm_topk_prob)
+// times scaling.
+absl::Status MoeTopk(KernelContext& ctx) {
+  const TensorArg& logits = ctx.operands[0];
+  TensorArg& ids = ctx.results[0];
+  TensorArg& weights = ctx.results[1];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, logits, "logits"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, ids, "result 0 (ids)"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, weights, "result 1 (weights)"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, logits, 3, "logits"));
+  const ir::Attributes& attrs = ctx.region->attrs;
+  TP_ASSIGN_OR_RETURN(const int64_t k, attrs.GetInt("top_k"));
+  TP_ASSIGN_OR_RETURN(const bool norm, attrs.GetBool("norm_topk_prob"));
+  TP_ASSIGN_OR_RETURN(const double scaling, attrs.GetFloat("scaling"));
+  TP_ASSIGN_OR_RETURN(const int64_t groups, attrs.GetInt("num_groups"));
+  TP_ASSIGN_OR_RETURN(const int64_t topk_groups, attrs.GetInt("topk_groups"));
+  const int64_t batch = logits.shape[0], tokens = logits.shape[1], experts = logits.shape[2];
+  if (experts < 1 || groups < 1 || experts % groups != 0 || topk_groups < 1 ||
+      topk_groups > groups || k < 1 || k > topk_groups * (experts / groups) ||
+      !std::isfinite(scaling) || !(scaling > 0)) {
+    return Error(ctx, "needs E >= 1, num_groups dividing E, 1 <= topk_groups <= num_groups, ",
+                 "1 <= top_k <= topk_groups·E/num_groups and a finite scaling > 0; got E ", experts,
+                 ", num_groups ", groups, ", topk_groups ", topk_groups, ", top_k ", k,
+                 ", scaling ", scaling);
+  }
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, ids, {batch, tokens, k}, "result 0 (ids)"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, weights, {batch, tokens, k}, "result 1 (weights)"));
+  const int64_t group_size = experts / groups;
+  std::vector<double> p(static_cast<size_t>(experts));
+  std::vector<bool> eligible(static_cast<size_t>(experts));
+  std::vector<bool> taken;
+  std::vector<double> group_score(static_cast<size_t>(groups));
+  std::vector<double> chosen(static_cast<size_t>(k));
+  for (int64_t bt = 0; bt < batch * tokens; ++bt) {
+    const float* row = logits.f + bt * experts;
+    double max_logit = -std::numeric_limits<double>::infinity();
+    for (int64_t e = 0; e < experts; ++e) max_logit = std::max<double>(max_logit, row[e]);
+    double sum = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      p[e] = std::exp(static_cast<double>(row[e]) - max_logit);
+      sum += p[e];
+    }
+    for (double& v : p) v /= sum;
+    std::fill(eligible.begin(), eligible.end(), true);
+    if (groups > 1) {
+      for (int64_t g = 0; g < groups; ++g) {
+        group_score[g] =
+            *std::max_element(p.begin() + g * group_size, p.begin() + (g + 1) * group_size);
+      }
+      // The topk_groups best groups (ties: lower group) stay eligible.
+      std::fill(eligible.begin(), eligible.end(), false);
+      taken.assign(static_cast<size_t>(groups), false);
+      for (int64_t n = 0; n < topk_groups; ++n) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < groups; ++g) {
+          if (!taken[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+        }
+        taken[best] = true;
+        std::fill(eligible.begin() + best * group_size, eligible.begin() + (best + 1) * group_size,
+                  true);
+      }
+    }
+    // Selection: the largest eligible p not yet chosen, K times (ties: lower expert).
+    double chosen_sum = 0;
+    for (int64_t n = 0; n < k; ++n) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        if (eligible[e] && (best < 0 || p[e] > p[best])) best = e;
+      }
+      eligible[best] = false;
+      ids.i[bt * k + n] = static_cast<int32_t>(best);
+      chosen[n] = p[best];
+      chosen_sum += p[best];
+    }
+    for (int64_t n = 0; n < k; ++n) {
+      const double w = norm ? chosen[n] / chosen_sum : chosen[n];
+      weights.f[bt * k + n] = static_cast<float>(w * scaling);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// out[b,t,k,:] = x[b,t,(k,):] · w[ids[b,t,k]]ᵀ, parallel over the output elements.
+absl::Status ExpertLinear(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& ids = ctx.operands[1];
+  const TensorArg& w = ctx.operands[2];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, ids, "ids"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, w, "weight"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, ids, 3, "ids"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, w, 3, "weight"));
+  const int64_t batch = ids.shape[0], tokens = ids.shape[1], k = ids.shape[2];
+  const int64_t experts = w.shape[0], n_dim = w.shape[1], hidden = w.shape[2];
+  const bool per_selection = x.shape.size() == 4;
+  TP_RETURN_IF_ERROR(
+      ExpectShape(ctx, x,
+                  per_selection ? std::vector<int64_t>{batch, tokens, k, hidden}
+                                : std::vector<int64_t>{batch, tokens, hidden},
+                  per_selection ? "x (per selection, [B,T,K,H])" : "x ([B,T,H], or [B,T,K,H])"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, {batch, tokens, k, n_dim}, "result"));
+  const int64_t selections = ids.num_elements();
+  for (int64_t s = 0; s < selections; ++s) {
+    if (ids.i[s] < 0 || ids.i[s] >= experts) {
+      return Error(ctx, "expert id ", ids.i[s], " at ", IndexString(s, ids.shape),
+                   " is outside the experts [0, ", experts, ")");
+    }
+  }
+  ctx.pool->ParallelFor(selections * n_dim, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t s = item / n_dim, n = item % n_dim;
+      const float* xr = x.f + (per_selection ? s : s / k) * hidden;
+      const float* wn = w.f + (static_cast<int64_t>(ids.i[s]) * n_dim + n) * hidden;
+      double acc = 0;
+      for (int64_t h = 0; h < hidden; ++h) acc += static_cast<double>(xr[h]) * wn[h];
+      out.f[item] = static_cast<float>(acc);
+    }
+  });
+  return absl::OkStatus();
+}
+
+// out[b,t,:] = Σₖ weights[b,t,k] · y[b,t,k,:], summed in k order in double.
+absl::Status MoeCombine(KernelContext& ctx) {
+  const TensorArg& y = ctx.operands[0];
+  const TensorArg& weights = ctx.operands[1];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, y, "y"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, weights, "weights"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, y, 4, "y"));
+  const int64_t batch = y.shape[0], tokens = y.shape[1], k = y.shape[2], hidden = y.shape[3];
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, weights, {batch, tokens, k}, "weights"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, {batch, tokens, hidden}, "result"));
+  ctx.pool->ParallelFor(batch * tokens * hidden, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t bt = item / hidden, h = item % hidden;
+      double acc = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        acc += static_cast<double>(weights.f[bt * k + j]) * y.f[(bt * k + j) * hidden + h];
+      }
+      out.f[item] = static_cast<float>(acc);
+    }
+  });
+  return absl::OkStatus();
+}
+
+// Multi-head latent attention, un-absorbed. For each sequence b, the up-projection
+// kv[j, :] = w_kv_b · latent[b,0,j,:] (double accumulation, rounded to float32 as a linear
+// region would produce it) of every cache row j up to the sequence's largest position: per
+// head h, columns h·(Dn+Dv) … +Dn are k_nope and the next Dv are v. Then, as `attention`
+// over the key [k_nope | rope[b,0,j,:]], for the query [q_nope | q_rope] of (b, t, h) at
+// p = positions[b,t]: scores scale · q·k over j ≤ p, softmax and the weighted sum of v, all in
+// double. Both loops are split over the pool, each element computed by one thread.
+absl::Status MlaAttention(KernelContext& ctx) {
+  const TensorArg& q_nope = ctx.operands[0];
+  const TensorArg& q_rope = ctx.operands[1];
+  const TensorArg& latent = ctx.operands[2];
+  const TensorArg& rope = ctx.operands[3];
+  const TensorArg& w = ctx.operands[4];
+  const TensorArg& pos = ctx.operands[5];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, q_nope, "q_nope"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, q_rope, "q_rope"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, latent, "latent_cache"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, rope, "rope_cache"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, w, "w_kv_b"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, pos, "positions"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, q_nope, 4, "q_nope"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, q_rope, 4, "q_rope"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, latent, 4, "latent_cache"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, w, 2, "w_kv_b"));
+  const int64_t batch = q_nope.shape[0], tokens = q_nope.shape[1], heads = q_nope.shape[2],
+                dn = q_nope.shape[3], dr = q_rope.shape[3];
+  const int64_t capacity = latent.shape[2], c_dim = latent.shape[3];
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, q_rope, {batch, tokens, heads, dr}, "q_rope"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, latent, {batch, 1, capacity, c_dim}, "latent_cache"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, rope, {batch, 1, capacity, dr}, "rope_cache"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, pos, {batch, tokens}, "positions"));
+  const int64_t rows = w.shape[0];
+  if (heads == 0 || w.shape[1] != c_dim || rows % heads != 0 || rows / heads <= dn) {
+    return Error(ctx, "w_kv_b has shape ", ShapeString(w.shape),
+                 ", expected [Hq·(Dn+Dv), C] with Hq ", heads, ", Dn ", dn, ", Dv > 0 and C ",
+                 c_dim);
+  }
+  const int64_t dv = rows / heads - dn;
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, {batch, tokens, heads, dv}, "result"));
+  TP_ASSIGN_OR_RETURN(const double scale, ctx.region->attrs.GetFloat("scale"));
+  TP_RETURN_IF_ERROR(CheckPositions(ctx, pos, capacity));
+  // kv[b] holds rows 0 … last[b] of the up-projection, [last[b] + 1, Hq·(Dn+Dv)].
+  std::vector<int64_t> last(static_cast<size_t>(batch), -1);
+  for (int64_t bt = 0; bt < batch * tokens; ++bt) {
+    last[bt / tokens] = std::max<int64_t>(last[bt / tokens], pos.i[bt]);
+  }
+  std::vector<std::vector<float>> kv(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n_rows = last[b] + 1;
+    kv[b].resize(static_cast<size_t>(n_rows * rows));
+    float* kvb = kv[b].data();
+    const float* lat = latent.f + b * capacity * c_dim;
+    ctx.pool->ParallelFor(n_rows * rows, [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t j = item / rows, r = item % rows;
+        const float* lj = lat + j * c_dim;
+        const float* wr = w.f + r * c_dim;
+        double acc = 0;
+        for (int64_t c = 0; c < c_dim; ++c) acc += static_cast<double>(wr[c]) * lj[c];
+        kvb[item] = static_cast<float>(acc);
+      }
+    });
+  }
+  ctx.pool->ParallelFor(batch * tokens * heads, [&](int64_t begin, int64_t end) {
+    std::vector<double> probs;
+    std::vector<double> acc(static_cast<size_t>(dv));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t h = item % heads;
+      const int64_t bt = item / heads;
+      const int64_t b = bt / tokens;
+      const int64_t p = pos.i[bt];
+      const float* qn = q_nope.f + item * dn;
+      const float* qr = q_rope.f + item * dr;
+      const float* kvb = kv[b].data();
+      const float* rope_b = rope.f + b * capacity * dr;
+      probs.assign(static_cast<size_t>(p + 1), 0.0);
+      double max_score = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j <= p; ++j) {
+        const float* k_nope = kvb + j * rows + h * (dn + dv);
+        const float* k_rope = rope_b + j * dr;
+        double dot = 0;
+        for (int64_t d = 0; d < dn; ++d) dot += static_cast<double>(qn[d]) * k_nope[d];
+        for (int64_t d = 0; d < dr; ++d) dot += static_cast<double>(qr[d]) * k_rope[d];
+        probs[j] = dot * scale;
+        max_score = std::max(max_score, probs[j]);
+      }
+      double sum = 0;
+      for (double& s : probs) {
+        s = std::exp(s - max_score);
+        sum += s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j <= p; ++j) {
+        const float* v = kvb + j * rows + h * (dn + dv) + dn;
+        const double weight = probs[j] / sum;
+        for (int64_t d = 0; d < dv; ++d) acc[d] += weight * v[d];
+      }
+      float* ov = out.f + item * dv;
+      for (int64_t d = 0; d < dv; ++d) ov[d] = static_cast<float>(acc[d]);
+    }
+  });
   return absl::OkStatus();
 }
 
@@ -642,11 +911,16 @@ constexpr KindInfo kKinds[] = {
     {"argmax", 1, 1, 1, &Argmax},
     {"attention", 4, 4, 1, &Attention},
     {"embedding", 2, 2, 1, &Embedding},
+    {"expert_linear", 3, 3, 1, &ExpertLinear},
     {"kv_write", 3, 3, 1, &KvWrite},
     {"linear", 2, 3, 1, &Linear},
     {"linear_residual", 3, 4, 1, &LinearResidual},
     {"linear_swiglu", 2, 3, 1, &LinearSwiglu},
     {"lm_head", 2, 2, 1, &LmHead},
+    {"mla_attention", 6, 6, 1, &MlaAttention},
+    {"moe_combine", 2, 2, 1, &MoeCombine},
+    {"moe_router", 2, 2, 1, &MoeRouter},
+    {"moe_topk", 1, 1, 2, &MoeTopk},
     {"mul", 2, 2, 1, &Mul},
     {"qk_norm_rope_kv_write", 6, 6, 3, &QkNormRopeKvWrite},
     {"qk_norm_rope_kv_write_attention", 6, 6, 3, &QkNormRopeKvWriteAttention},

@@ -293,9 +293,12 @@ std::string PrimitiveQkv(bool norms, const std::string& rope_attrs) {
 constexpr char kDefaultRope[] = R"(rope_type = "default", theta = 10000.0)";
 constexpr char kLlama3Rope[] =
     R"(factor = 8.0, high_freq_factor = 4.0, low_freq_factor = 1.0, original_max_position_embeddings = 4, rope_type = "llama3", theta = 500000.0)";
+// Interleaved pairs and cos/sin scaled by attention_factor reach the fused kinds' rope steps.
+constexpr char kYarnInterleavedRope[] =
+    R"(attention_factor = 1.25, beta_fast = 8.0, beta_slow = 1.0, factor = 4.0, interleaved = true, original_max_position_embeddings = 64, rope_type = "yarn", theta = 10000.0, truncate = false)";
 
 TEST(CpuFused, QkNormRopeKvWriteIsSplitReshapeNormRopeKvWrite) {
-  for (const char* rope : {kDefaultRope, kLlama3Rope}) {
+  for (const char* rope : {kDefaultRope, kLlama3Rope, kYarnInterleavedRope}) {
     SCOPED_TRACE(rope);
     ExpectSameOutputs(absl::StrCat(R"(graph @fused {
   input %qkv: f32[B,T,64]
@@ -316,7 +319,7 @@ TEST(CpuFused, QkNormRopeKvWriteIsSplitReshapeNormRopeKvWrite) {
 }
 
 TEST(CpuFused, RopeKvWriteIsSplitReshapeRopeKvWrite) {
-  for (const char* rope : {kDefaultRope, kLlama3Rope}) {
+  for (const char* rope : {kDefaultRope, kLlama3Rope, kYarnInterleavedRope}) {
     SCOPED_TRACE(rope);
     ExpectSameOutputs(
         absl::StrCat(
@@ -352,7 +355,7 @@ std::string PrimitiveQkvAttention(bool norms, const std::string& rope_attrs, int
 TEST(CpuFused, RopeKvWriteAttentionIsRopeKvWriteThenAttention) {
   for (bool norms : {true, false}) {
     for (int window : {0, 2}) {
-      for (const char* rope : {kDefaultRope, kLlama3Rope}) {
+      for (const char* rope : {kDefaultRope, kLlama3Rope, kYarnInterleavedRope}) {
         SCOPED_TRACE(absl::StrCat(norms ? "norms" : "no norms", ", window ", window, ", ", rope));
         const std::string norm_decls = norms ? R"(  weight %q_norm: f32[8] = "q_norm"
   weight %k_norm: f32[8] = "k_norm"

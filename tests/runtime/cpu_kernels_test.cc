@@ -1,5 +1,6 @@
 // Each primitive kind of the CPU reference backend against small hand-computed results,
 // run through the interpreter on one- or two-region graphs.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -203,6 +204,205 @@ TEST(CpuKernels, RopeRotatesHalvesByPosition) {
              1e-6);
 }
 
+// Largest |got − want| / |want| must stay within `rel` (elementwise).
+void ExpectNearRelative(const std::vector<float>& got, const std::vector<float>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_NEAR(got[k], want[k], rel * std::fabs(want[k])) << "element " << k;
+  }
+}
+
+ir::RopeParams Yarn(double factor, int64_t original, double beta_fast, double beta_slow,
+                    bool truncate) {
+  ir::RopeParams p;
+  p.theta = 10000.0;
+  p.type = "yarn";
+  p.factor = factor;
+  p.original_max_position_embeddings = original;
+  p.beta_fast = beta_fast;
+  p.beta_slow = beta_slow;
+  p.truncate = truncate;
+  return p;
+}
+
+// Expected values: transformers 5.17 (torch 2.11) `_compute_yarn_parameters`, i.e.
+// ROPE_INIT_FUNCTIONS["yarn"](LlamaConfig(head_dim=D, rope_parameters={"rope_type": "yarn",
+// "rope_theta": 1e4, "factor": ..., "original_max_position_embeddings": ..., "beta_fast": ...,
+// "beta_slow": ..., "truncate": ...}), "cpu")[0], printed with "%.9g". They agree to about
+// 2e-7 relative (torch's vectorised pow differs from std::pow by an ulp here and there).
+TEST(CpuKernels, RopeYarnInvFreqMatchesTransformers) {
+  // Correction range [0, 1] (truncated from [-2.3, 0.41]): dims 1.. are all interpolated.
+  ExpectNearRelative(ir::RopeInvFreq(Yarn(4.0, 16, 32.0, 1.0, true), 8),
+                     {1.0f, 0.0250000004f, 0.00249999994f, 0.000250000012f}, 1e-6);
+  // DeepSeek-V2-Lite: D 64, factor 40, original 4096, beta 32/1 (range [10, 23]).
+  ExpectNearRelative(ir::RopeInvFreq(Yarn(40.0, 4096, 32.0, 1.0, true), 64),
+                     {1.0f,
+                      0.749894202f,
+                      0.562341332f,
+                      0.421696514f,
+                      0.316227764f,
+                      0.237137362f,
+                      0.177827939f,
+                      0.133352146f,
+                      0.100000001f,
+                      0.0749894157f,
+                      0.0562341288f,
+                      0.0390069261f,
+                      0.0268793609f,
+                      0.0183781441f,
+                      0.012447956f,
+                      0.0083345091f,
+                      0.00550000044f,
+                      0.00356199732f,
+                      0.00224936521f,
+                      0.00137051346f,
+                      0.000790569407f,
+                      0.000414990413f,
+                      0.00017782794f,
+                      3.3338034e-05f,
+                      2.49999994e-05f,
+                      1.87473543e-05f,
+                      1.40585325e-05f,
+                      1.05424124e-05f,
+                      7.90569447e-06f,
+                      5.92843435e-06f,
+                      4.44569832e-06f,
+                      3.33380353e-06f},
+                     1e-6);
+  // Not truncated: the range [0.21, 2.02] is fractional, so dims 1 and 2 are blended.
+  ExpectNearRelative(ir::RopeInvFreq(Yarn(4.0, 64, 8.0, 1.0, false), 16),
+                     {1.0f, 0.212468684f, 0.0256643984f, 0.00790569466f, 0.00249999994f,
+                      0.000790569466f, 0.000250000012f, 7.90569466e-05f},
+                     1e-6);
+  // beta_fast == beta_slow: low == high, and the ramp's singularity guard (high += 0.001).
+  ExpectNearRelative(ir::RopeInvFreq(Yarn(2.0, 1024, 4.0, 4.0, false), 8),
+                     {1.0f, 0.100000001f, 0.00499999989f, 0.000500000024f}, 1e-6);
+}
+
+TEST(CpuKernels, RopeParamsFromAttributesReadsYarnAndInterleaved) {
+  Attributes attrs;
+  attrs.Set("theta", 10000.0);
+  attrs.Set("rope_type", std::string("default"));
+  auto p = ir::RopeParamsFromAttributes(attrs);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->interleaved);
+  EXPECT_EQ(p->attention_factor, 1.0);
+  attrs.Set("interleaved", true);
+  attrs.Set("rope_type", std::string("yarn"));
+  attrs.Set("factor", 40.0);
+  attrs.Set("original_max_position_embeddings", int64_t{4096});
+  attrs.Set("beta_fast", 32.0);
+  attrs.Set("beta_slow", 1.0);
+  attrs.Set("attention_factor", 0.707);
+  attrs.Set("truncate", false);
+  p = ir::RopeParamsFromAttributes(attrs);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->type, "yarn");
+  EXPECT_TRUE(p->interleaved);
+  EXPECT_EQ(p->factor, 40.0);
+  EXPECT_EQ(p->original_max_position_embeddings, 4096);
+  EXPECT_EQ(p->beta_fast, 32.0);
+  EXPECT_EQ(p->beta_slow, 1.0);
+  EXPECT_EQ(p->attention_factor, 0.707);
+  EXPECT_FALSE(p->truncate);
+  attrs.Set("attention_factor", 0.0);
+  EXPECT_THAT(std::string(ir::RopeParamsFromAttributes(attrs).status().message()),
+              HasSubstr("attention_factor > 0"));
+  attrs.Erase("attention_factor");
+  EXPECT_FALSE(ir::RopeParamsFromAttributes(attrs).ok());
+}
+
+// Attributes of a yarn rope with factor 1 (so inv_freq is theta's) and this attention_factor.
+Attributes YarnAttrs(double theta, double attention_factor, bool interleaved) {
+  Attributes attrs;
+  attrs.Set("theta", theta);
+  attrs.Set("rope_type", std::string("yarn"));
+  attrs.Set("factor", 1.0);
+  attrs.Set("original_max_position_embeddings", int64_t{16});
+  attrs.Set("beta_fast", 32.0);
+  attrs.Set("beta_slow", 1.0);
+  attrs.Set("attention_factor", attention_factor);
+  attrs.Set("truncate", true);
+  if (interleaved) attrs.Set("interleaved", true);
+  return attrs;
+}
+
+TEST(CpuKernels, RopeRotatesInterleavedPairsAndScalesByAttentionFactor) {
+  ir::Graph g;
+  ValueId x = Input(g, "x", F32({1, 2, 1, 4}));
+  ValueId pos = Input(g, "pos", I32({1, 2}));
+  Attributes interleaved;
+  interleaved.Set("theta", 100.0);
+  interleaved.Set("rope_type", std::string("default"));
+  interleaved.Set("interleaved", true);
+  ASSERT_TRUE(g.AddOutput(Op(g, "rope", {x, pos}, "pairs", F32({1, 2, 1, 4}), interleaved)).ok());
+  ASSERT_TRUE(g.AddOutput(Op(g, "rope", {x, pos}, "halves_scaled", F32({1, 2, 1, 4}),
+                             YarnAttrs(100.0, 1.5, false)))
+                  .ok());
+  ASSERT_TRUE(g.AddOutput(Op(g, "rope", {x, pos}, "pairs_scaled", F32({1, 2, 1, 4}),
+                             YarnAttrs(100.0, 0.5, true)))
+                  .ok());
+  auto backend = MakeBackend(g);
+  ASSERT_NE(backend, nullptr);
+  auto out = backend->Execute({{"x", HostTensor::Float({1, 2, 1, 4}, {1, 2, 3, 4, 1, 2, 3, 4})},
+                               {"pos", HostTensor::Int({1, 2}, {0, 1})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  // inv_freq = (1, 0.1). Interleaved, token 1 at position 1 rotates (x0, x1) by 1 radian and
+  // (x2, x3) by 0.1 radian; token 0 at position 0 is unchanged (times attention_factor).
+  const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.1), s2 = std::sin(0.1);
+  const std::vector<double> pairs = {
+      1, 2, 3, 4, 1 * c1 - 2 * s1, 2 * c1 + 1 * s1, 3 * c2 - 4 * s2, 4 * c2 + 3 * s2};
+  const std::vector<double> halves = {
+      1, 2, 3, 4, 1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2};
+  auto scaled = [](const std::vector<double>& v, double s) {
+    std::vector<float> r;
+    for (double e : v) r.push_back(static_cast<float>(e * s));
+    return r;
+  };
+  ExpectNear((*out)[0].f, scaled(pairs, 1.0), 1e-6);
+  ExpectNear((*out)[1].f, scaled(halves, 1.5), 2e-6);
+  ExpectNear((*out)[2].f, scaled(pairs, 0.5), 1e-6);
+}
+
+// Expected values: transformers 5.17 deepseek_v2 (torch 2.11), DeepseekV2RotaryEmbedding of a
+// DeepseekV2Config(qk_rope_head_dim=8, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4,
+// "factor": 4.0, "original_max_position_embeddings": 256, "beta_fast": 8.0, "beta_slow": 1.0,
+// "truncate": False, "attention_factor": 1.25}) at positions (0, 3, 100), then its
+// apply_rotary_emb (complex multiplication of the interleaved pairs) of x[b,t,h,d] =
+// 0.1·(n+1)·(−1)^n for the flat index n (inv_freq 1, 0.0756644, 0.0025, 0.00025: dim 1 blended).
+TEST(CpuKernels, RopeYarnInterleavedMatchesDeepseekV2) {
+  ir::Graph g;
+  ValueId x = Input(g, "x", F32({1, 3, 2, 8}));
+  ValueId pos = Input(g, "pos", I32({1, 3}));
+  Attributes attrs;
+  attrs.Set("theta", 10000.0);
+  attrs.Set("rope_type", std::string("yarn"));
+  attrs.Set("factor", 4.0);
+  attrs.Set("original_max_position_embeddings", int64_t{256});
+  attrs.Set("beta_fast", 8.0);
+  attrs.Set("beta_slow", 1.0);
+  attrs.Set("attention_factor", 1.25);
+  attrs.Set("truncate", false);
+  attrs.Set("interleaved", true);
+  ASSERT_TRUE(g.AddOutput(Op(g, "rope", {x, pos}, "y", F32({1, 3, 2, 8}), attrs)).ok());
+  auto backend = MakeBackend(g);
+  ASSERT_NE(backend, nullptr);
+  std::vector<float> xs;
+  for (int n = 0; n < 48; ++n) xs.push_back(static_cast<float>(0.1 * (n + 1) * (n % 2 ? -1 : 1)));
+  const std::vector<float> want = {
+      0.125f,       -0.25f,       0.375f,      -0.5f,        0.625f,       -0.75f,
+      0.875f,       -1.0f,        1.125f,      -1.25f,       1.375f,       -1.5f,
+      1.625f,       -1.75f,       1.875f,      -2.0f,        -1.78621423f, 2.52736306f,
+      2.87669754f,  -1.90137768f, 2.64555073f, -2.73023534f, 2.877249f,    -2.99784303f,
+      -2.63508654f, 3.65847564f,  4.07609367f, -2.65067601f, 3.65302277f,  -3.72270727f,
+      3.87799883f,  -3.99709249f, 1.40501106f, -5.75361395f, 5.5559783f,   2.91919971f,
+      5.65638876f,  -3.45809078f, 4.99846363f, -4.87657499f, 1.76096463f,  -7.12229824f,
+      6.79851818f,  3.59454823f,  6.87270498f, -4.17959881f, 6.02314806f,  -5.85126543f};
+  ExpectNear(RunFloat(*backend, {{"x", HostTensor::Float({1, 3, 2, 8}, xs)},
+                                 {"pos", HostTensor::Int({1, 3}, {0, 3, 100})}}),
+             want, 1e-5);
+}
+
 // A graph writing x into a state cache of capacity 4 at `positions`, outputting the cache.
 ir::Graph KvWriteGraph() {
   ir::Graph g;
@@ -375,6 +575,375 @@ TEST(CpuKernels, ArgmaxBreaksTiesTowardsTheLowestIndex) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].dtype, DType::kI32);
   EXPECT_EQ((*out)[0].i, (std::vector<int32_t>{1, 0}));
+}
+
+TEST(CpuKernels, MoeRouterIsXTimesWTransposed) {
+  ir::Graph g;
+  ValueId x = Input(g, "x", F32({1, 2, 2}));
+  ValueId w = Weight(g, "w", F32({3, 2}));
+  ASSERT_TRUE(g.AddOutput(Op(g, "moe_router", {x, w}, "logits", F32({1, 2, 3}))).ok());
+  auto backend = MakeBackend(g, {{"w", HostTensor::Float({3, 2}, {1, 0, 0, 1, 1, -1})}}, 2);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(RunFloat(*backend, {{"x", HostTensor::Float({1, 2, 2}, {2, 5, -1, 0.5})}}),
+            (std::vector<float>{2, 5, -3, -1, 0.5, -1.5}));
+}
+
+Attributes TopkAttrs(int64_t k, bool norm, double scaling, int64_t groups = 1,
+                     int64_t topk_groups = 1) {
+  Attributes attrs;
+  attrs.Set("top_k", k);
+  attrs.Set("norm_topk_prob", norm);
+  attrs.Set("scaling", scaling);
+  attrs.Set("num_groups", groups);
+  attrs.Set("topk_groups", topk_groups);
+  return attrs;
+}
+
+// Runs moe_topk on logits [1, T, E] = log(probs) (so softmax gives back probs) and returns
+// the ids and weights.
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+Routed RunTopk(const std::vector<std::vector<double>>& probs, const Attributes& attrs) {
+  const int64_t t = static_cast<int64_t>(probs.size());
+  const int64_t e = static_cast<int64_t>(probs[0].size());
+  const int64_t k = *attrs.GetInt("top_k");
+  ir::Graph g;
+  ValueId logits = Input(g, "logits", F32({1, t, e}));
+  auto ids = g.AddRegion(
+      "moe_topk", {logits},
+      {ir::ResultSpec{"ids", I32({1, t, k}), {}}, ir::ResultSpec{"weights", F32({1, t, k}), {}}},
+      attrs);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  if (!ids.ok()) return {};
+  EXPECT_TRUE(g.AddOutput((*ids)[0]).ok());
+  EXPECT_TRUE(g.AddOutput((*ids)[1]).ok());
+  auto backend = MakeBackend(g);
+  if (backend == nullptr) return {};
+  std::vector<float> data;
+  for (const auto& row : probs) {
+    for (double p : row) data.push_back(static_cast<float>(std::log(p)));
+  }
+  auto out = backend->Execute({{"logits", HostTensor::Float({1, t, e}, data)}});
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  EXPECT_EQ((*out)[0].dtype, DType::kI32);
+  EXPECT_EQ((*out)[0].shape, (std::vector<int64_t>{1, t, k}));
+  EXPECT_EQ((*out)[1].shape, (std::vector<int64_t>{1, t, k}));
+  return {(*out)[0].i, (*out)[1].f};
+}
+
+TEST(CpuKernels, MoeTopkPicksTheLargestProbabilitiesInOrder) {
+  // Token 0: distinct. Token 1: experts 1 and 3 tie (lower first), and 0 and 4 tie for the
+  // last place (0 wins).
+  const std::vector<std::vector<double>> probs = {{0.1, 0.4, 0.2, 0.25, 0.05},
+                                                  {0.15, 0.3, 0.1, 0.3, 0.15}};
+  Routed r = RunTopk(probs, TopkAttrs(3, false, 1.0));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 3, 2, 1, 3, 0}));
+  ExpectNear(r.weights, {0.4f, 0.25f, 0.2f, 0.3f, 0.3f, 0.15f}, 1e-6);
+  // Renormalized over the three, then scaled.
+  r = RunTopk(probs, TopkAttrs(3, true, 2.5));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 3, 2, 1, 3, 0}));
+  ExpectNear(r.weights,
+             {static_cast<float>(2.5 * 0.4 / 0.85), static_cast<float>(2.5 * 0.25 / 0.85),
+              static_cast<float>(2.5 * 0.2 / 0.85), static_cast<float>(2.5 * 0.3 / 0.75),
+              static_cast<float>(2.5 * 0.3 / 0.75), static_cast<float>(2.5 * 0.15 / 0.75)},
+             1e-6);
+  // Scaling without renormalization; K = E.
+  r = RunTopk({{0.5, 0.2, 0.3}}, TopkAttrs(3, false, 16.0));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2, 1}));
+  ExpectNear(r.weights, {8.0f, 4.8f, 3.2f}, 1e-5);
+}
+
+TEST(CpuKernels, MoeTopkLimitsTheChoiceToTheBestGroups) {
+  // Six experts in three groups {0,1}, {2,3}, {4,5}.
+  // Token 0: group maxima 0.30, 0.25, 0.24, so groups 0 and 1 compete: expert 4 (0.24) is
+  // out, and the third pick is expert 3 (0.03).
+  // Token 1: group maxima 0.2, 0.2, 0.25: group 2 and, of the tied groups, group 0; then
+  // experts 0 and 4 tie at 0.2 (0 first).
+  const std::vector<std::vector<double>> probs = {{0.30, 0.02, 0.25, 0.03, 0.24, 0.16},
+                                                  {0.2, 0.1, 0.05, 0.2, 0.2, 0.25}};
+  Routed r = RunTopk(probs, TopkAttrs(3, false, 1.0, 3, 2));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2, 3, 5, 0, 4}));
+  ExpectNear(r.weights, {0.30f, 0.25f, 0.03f, 0.25f, 0.2f, 0.2f}, 1e-6);
+  // Without groups, token 0 would take expert 4 and token 1 experts 5, 0, 3.
+  r = RunTopk(probs, TopkAttrs(3, false, 1.0));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2, 4, 5, 0, 3}));
+  // One group: only its two experts, renormalized and scaled.
+  r = RunTopk(probs, TopkAttrs(2, true, 2.0, 3, 1));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1, 5, 4}));
+  ExpectNear(r.weights,
+             {static_cast<float>(2 * 0.30 / 0.32), static_cast<float>(2 * 0.02 / 0.32),
+              static_cast<float>(2 * 0.25 / 0.45), static_cast<float>(2 * 0.2 / 0.45)},
+             1e-6);
+}
+
+// expert_linear over w [E=3, N=2, H=2] with ids [1, 2, K=2], x shared per token ([1,2,H]) or
+// one per selection ([1,2,K,H]).
+ir::Graph ExpertLinearGraph(bool per_selection) {
+  ir::Graph g;
+  ValueId x = Input(g, "x", per_selection ? F32({1, 2, 2, 2}) : F32({1, 2, 2}));
+  ValueId ids = Input(g, "ids", I32({1, 2, 2}));
+  ValueId w = Weight(g, "w", F32({3, 2, 2}));
+  EXPECT_TRUE(g.AddOutput(Op(g, "expert_linear", {x, ids, w}, "y", F32({1, 2, 2, 2}))).ok());
+  return g;
+}
+
+HostTensor ExpertWeights() {
+  return HostTensor::Float({3, 2, 2}, {1, 0, 0, 1,     // e0: the identity
+                                       1, 1, 2, 0,     // e1
+                                       0, -1, 3, 1});  // e2
+}
+
+TEST(CpuKernels, ExpertLinearAppliesEachSelectedExpert) {
+  for (int threads : {1, 3}) {
+    auto shared = MakeBackend(ExpertLinearGraph(false), {{"w", ExpertWeights()}}, threads);
+    ASSERT_NE(shared, nullptr);
+    const HostTensor ids = HostTensor::Int({1, 2, 2}, {2, 0, 1, 1});
+    // Token 0 x = (1, 2): e2 → (−2, 5), e0 → (1, 2). Token 1 x = (3, −1): e1 twice → (2, 6).
+    EXPECT_EQ(RunFloat(*shared, {{"x", HostTensor::Float({1, 2, 2}, {1, 2, 3, -1})}, {"ids", ids}}),
+              (std::vector<float>{-2, 5, 1, 2, 2, 6, 2, 6}));
+    auto per_selection = MakeBackend(ExpertLinearGraph(true), {{"w", ExpertWeights()}}, threads);
+    ASSERT_NE(per_selection, nullptr);
+    // x per selection: (1, 0) → e2 (0, 3); (0, 1) → e0 (0, 1); (2, 2) → e1 (4, 4);
+    // (1, −1) → e1 (0, 2).
+    EXPECT_EQ(
+        RunFloat(*per_selection,
+                 {{"x", HostTensor::Float({1, 2, 2, 2}, {1, 0, 0, 1, 2, 2, 1, -1})}, {"ids", ids}}),
+        (std::vector<float>{0, 3, 0, 1, 4, 4, 0, 2}));
+  }
+}
+
+TEST(CpuKernels, ExpertLinearRejectsOutOfRangeIds) {
+  auto backend = MakeBackend(ExpertLinearGraph(false), {{"w", ExpertWeights()}});
+  ASSERT_NE(backend, nullptr);
+  for (int32_t bad : {3, -1}) {
+    auto out = backend->Execute({{"x", HostTensor::Float({1, 2, 2}, {1, 2, 3, 4})},
+                                 {"ids", HostTensor::Int({1, 2, 2}, {0, 1, bad, 2})}});
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().message(), absl::StrCat("region 0 'expert_linear' (%y): expert id ", bad,
+                                                   " at [0,1,0] is outside the experts [0, 3)"));
+  }
+}
+
+TEST(CpuKernels, MoeCombineSumsTheWeightedSelections) {
+  ir::Graph g;
+  ValueId y = Input(g, "y", F32({1, 2, 2, 3}));
+  ValueId w = Input(g, "w", F32({1, 2, 2}));
+  ASSERT_TRUE(g.AddOutput(Op(g, "moe_combine", {y, w}, "out", F32({1, 2, 3}))).ok());
+  auto backend = MakeBackend(g, {}, 2);
+  ASSERT_NE(backend, nullptr);
+  // Token 0: 0.5·(1, 2, 3) + 2·(10, 20, 30). Token 1: −1·(1, 1, 1) + 0.25·(4, 8, −4).
+  ExpectNear(
+      RunFloat(*backend,
+               {{"y", HostTensor::Float({1, 2, 2, 3}, {1, 2, 3, 10, 20, 30, 1, 1, 1, 4, 8, -4})},
+                {"w", HostTensor::Float({1, 2, 2}, {0.5, 2, -1, 0.25})}}),
+      {20.5f, 41, 61.5f, 0, 1, -2}, 1e-6);
+}
+
+// A routed-experts block as lowering emits it (router, top-k, gate/up/down expert_linear,
+// SwiGLU, combine) against the same computed directly from its definition.
+TEST(CpuKernels, MoeBlockMatchesADirectComputation) {
+  const int64_t t = 3, h = 4, e = 4, k = 2, f = 3;
+  ir::Graph g;
+  ValueId x = Input(g, "x", F32({1, t, h}));
+  ValueId router = Weight(g, "router", F32({e, h}));
+  ValueId gate_w = Weight(g, "gate", F32({e, f, h}));
+  ValueId up_w = Weight(g, "up", F32({e, f, h}));
+  ValueId down_w = Weight(g, "down", F32({e, h, f}));
+  ValueId logits = Op(g, "moe_router", {x, router}, "logits", F32({1, t, e}));
+  auto route = g.AddRegion(
+      "moe_topk", {logits},
+      {ir::ResultSpec{"ids", I32({1, t, k}), {}}, ir::ResultSpec{"weights", F32({1, t, k}), {}}},
+      TopkAttrs(k, true, 1.5));
+  ASSERT_TRUE(route.ok()) << route.status();
+  const ValueId ids = (*route)[0];
+  ValueId gate = Op(g, "expert_linear", {x, ids, gate_w}, "g", F32({1, t, k, f}));
+  ValueId up = Op(g, "expert_linear", {x, ids, up_w}, "u", F32({1, t, k, f}));
+  ValueId act = Op(g, "silu", {gate}, "a", F32({1, t, k, f}));
+  ValueId prod = Op(g, "mul", {act, up}, "p", F32({1, t, k, f}));
+  ValueId down = Op(g, "expert_linear", {prod, ids, down_w}, "d", F32({1, t, k, h}));
+  ASSERT_TRUE(g.AddOutput(Op(g, "moe_combine", {down, (*route)[1]}, "out", F32({1, t, h}))).ok());
+  ASSERT_TRUE(g.AddOutput(ids).ok());
+
+  auto values = [](int64_t n, double a, double b) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(std::sin(a * i + b));
+    return v;
+  };
+  const std::vector<float> xs = values(t * h, 0.9, 0.3), rw = values(e * h, 1.7, 0.1),
+                           gw = values(e * f * h, 0.61, 0.2), uw = values(e * f * h, 0.43, 1.0),
+                           dw = values(e * h * f, 0.29, 2.0);
+  auto backend = MakeBackend(g,
+                             {{"router", HostTensor::Float({e, h}, rw)},
+                              {"gate", HostTensor::Float({e, f, h}, gw)},
+                              {"up", HostTensor::Float({e, f, h}, uw)},
+                              {"down", HostTensor::Float({e, h, f}, dw)}},
+                             2);
+  ASSERT_NE(backend, nullptr);
+  auto out = backend->Execute({{"x", HostTensor::Float({1, t, h}, xs)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<float> want;
+  std::vector<int32_t> want_ids;
+  for (int64_t ti = 0; ti < t; ++ti) {
+    // Softmax over the router logits, then the two largest by sorting.
+    std::vector<double> p(e);
+    double total = 0;
+    for (int64_t ei = 0; ei < e; ++ei) {
+      double logit = 0;
+      for (int64_t hi = 0; hi < h; ++hi) logit += xs[ti * h + hi] * rw[ei * h + hi];
+      p[ei] = std::exp(logit);
+      total += p[ei];
+    }
+    std::vector<int32_t> order = {0, 1, 2, 3};
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    const double norm = p[order[0]] + p[order[1]];
+    std::vector<double> y(h, 0.0);
+    for (int64_t ki = 0; ki < k; ++ki) {
+      const int32_t ex = order[ki];
+      want_ids.push_back(ex);
+      const double weight = 1.5 * p[ex] / norm;
+      for (int64_t hi = 0; hi < h; ++hi) {
+        double acc = 0;
+        for (int64_t fi = 0; fi < f; ++fi) {
+          double gv = 0, uv = 0;
+          for (int64_t c = 0; c < h; ++c) {
+            gv += xs[ti * h + c] * gw[(ex * f + fi) * h + c];
+            uv += xs[ti * h + c] * uw[(ex * f + fi) * h + c];
+          }
+          acc += gv / (1 + std::exp(-gv)) * uv * dw[(ex * h + hi) * f + fi];
+        }
+        y[hi] += weight * acc;
+      }
+    }
+    for (double v : y) want.push_back(static_cast<float>(v));
+  }
+  EXPECT_EQ((*out)[1].i, want_ids);
+  ExpectNear((*out)[0].f, want, 1e-5);
+}
+
+// mla_attention with Hq heads of Dn + Dr query dims and Dv value dims over a latent of C
+// and caches of S rows, all inputs but the weight w_kv_b.
+ir::Graph MlaGraph(int64_t b, int64_t t, int64_t hq, int64_t dn, int64_t dr, int64_t dv, int64_t c,
+                   int64_t s, double scale) {
+  ir::Graph g;
+  ValueId q_nope = Input(g, "q_nope", F32({b, t, hq, dn}));
+  ValueId q_rope = Input(g, "q_rope", F32({b, t, hq, dr}));
+  ValueId latent = Input(g, "latent", F32({b, 1, s, c}));
+  ValueId rope = Input(g, "rope", F32({b, 1, s, dr}));
+  ValueId w = Weight(g, "w_kv_b", F32({hq * (dn + dv), c}));
+  ValueId pos = Input(g, "pos", I32({b, t}));
+  Attributes attrs;
+  attrs.Set("scale", scale);
+  EXPECT_TRUE(g.AddOutput(Op(g, "mla_attention", {q_nope, q_rope, latent, rope, w, pos}, "o",
+                             F32({b, t, hq, dv}), attrs))
+                  .ok());
+  return g;
+}
+
+TEST(CpuKernels, MlaAttentionUpProjectsTheLatent) {
+  // One head, Dn = Dr = Dv = 1, C = 2: w_kv_b is the identity, so k_nope = latent[0] and
+  // v = latent[1].
+  auto backend = MakeBackend(MlaGraph(1, 1, 1, 1, 1, 1, 2, 3, 0.5),
+                             {{"w_kv_b", HostTensor::Float({2, 2}, {1, 0, 0, 1})}});
+  ASSERT_NE(backend, nullptr);
+  // The query at position 1 sees rows 0 and 1: scores 0.5·(0 + 0) and 0.5·(1 + 1); row 2 is in
+  // the future.
+  const std::map<std::string, HostTensor> in = {
+      {"q_nope", HostTensor::Float({1, 1, 1, 1}, {1})},
+      {"q_rope", HostTensor::Float({1, 1, 1, 1}, {1})},
+      {"latent", HostTensor::Float({1, 1, 3, 2}, {0, 10, 1, 20, 100, 30})},
+      {"rope", HostTensor::Float({1, 1, 3, 1}, {0, 1, 5})},
+      {"pos", HostTensor::Int({1, 1}, {1})}};
+  const double e = std::exp(1.0);
+  ExpectNear(RunFloat(*backend, in), {static_cast<float>((10 + 20 * e) / (1 + e))}, 1e-6);
+
+  auto bad = in;
+  bad["pos"] = HostTensor::Int({1, 1}, {3});
+  auto out = backend->Execute(bad);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "region 0 'mla_attention' (%o): position 3 of token [0,0] is outside the KV cache "
+            "[0, 3)");
+}
+
+// mla_attention against `attention` fed the up-projected caches: K [B,Hq,S,Dn+Dr] =
+// [W_K,h · latent | rope] per head, V = W_V,h · latent zero-padded to Dn+Dr dims (attention
+// needs equal head dims), whose first Dv outputs are then mla_attention's.
+TEST(CpuKernels, MlaAttentionIsAttentionOverTheUpProjectedCaches) {
+  const int64_t b = 2, t = 2, hq = 3, dn = 3, dr = 2, dv = 2, c = 4, s = 6, d = dn + dr;
+  const double scale = 0.4;
+  auto values = [](int64_t n, double a, double o) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(std::sin(a * i + o));
+    return v;
+  };
+  const std::vector<float> q_nope = values(b * t * hq * dn, 0.7, 0.1),
+                           q_rope = values(b * t * hq * dr, 1.1, 0.5),
+                           latent = values(b * s * c, 0.37, 0.2),
+                           rope = values(b * s * dr, 1.9, 0.3),
+                           w = values(hq * (dn + dv) * c, 0.53, 1.3);
+  const std::vector<int32_t> pos = {1, 5, 0, 3};  // sequence 0 at 1 and 5, sequence 1 at 0 and 3
+
+  std::vector<float> q(b * t * hq * d), k(b * hq * s * d), v(b * hq * s * d, 0.0f);
+  for (int64_t n = 0; n < b * t * hq; ++n) {
+    for (int64_t i = 0; i < dn; ++i) q[n * d + i] = q_nope[n * dn + i];
+    for (int64_t i = 0; i < dr; ++i) q[n * d + dn + i] = q_rope[n * dr + i];
+  }
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < hq; ++h) {
+      for (int64_t j = 0; j < s; ++j) {
+        const float* lat = latent.data() + (bi * s + j) * c;
+        float* kj = k.data() + ((bi * hq + h) * s + j) * d;
+        float* vj = v.data() + ((bi * hq + h) * s + j) * d;
+        auto up = [&](int64_t row) {
+          double acc = 0;
+          for (int64_t ci = 0; ci < c; ++ci) acc += static_cast<double>(w[row * c + ci]) * lat[ci];
+          return static_cast<float>(acc);
+        };
+        for (int64_t i = 0; i < dn; ++i) kj[i] = up(h * (dn + dv) + i);
+        for (int64_t i = 0; i < dr; ++i) kj[dn + i] = rope[(bi * s + j) * dr + i];
+        for (int64_t i = 0; i < dv; ++i) vj[i] = up(h * (dn + dv) + dn + i);
+      }
+    }
+  }
+  ir::Graph ag;
+  {
+    ValueId aq = Input(ag, "q", F32({b, t, hq, d}));
+    ValueId ak = Input(ag, "k", F32({b, hq, s, d}));
+    ValueId av = Input(ag, "v", F32({b, hq, s, d}));
+    ValueId apos = Input(ag, "pos", I32({b, t}));
+    Attributes attrs;
+    attrs.Set("scale", scale);
+    attrs.Set("sliding_window", int64_t{0});
+    ASSERT_TRUE(
+        ag.AddOutput(Op(ag, "attention", {aq, ak, av, apos}, "o", F32({b, t, hq, d}), attrs)).ok());
+  }
+  auto attention = MakeBackend(ag, {}, 1, b);
+  ASSERT_NE(attention, nullptr);
+  const std::vector<float> padded =
+      RunFloat(*attention, {{"q", HostTensor::Float({b, t, hq, d}, q)},
+                            {"k", HostTensor::Float({b, hq, s, d}, k)},
+                            {"v", HostTensor::Float({b, hq, s, d}, v)},
+                            {"pos", HostTensor::Int({b, t}, pos)}});
+  ASSERT_EQ(padded.size(), q.size());
+  std::vector<float> want;
+  for (int64_t n = 0; n < b * t * hq; ++n) {
+    for (int64_t i = 0; i < dv; ++i) want.push_back(padded[n * d + i]);
+  }
+  for (int threads : {1, 3}) {
+    auto mla = MakeBackend(MlaGraph(b, t, hq, dn, dr, dv, c, s, scale),
+                           {{"w_kv_b", HostTensor::Float({hq * (dn + dv), c}, w)}}, threads, b);
+    ASSERT_NE(mla, nullptr);
+    const std::vector<float> got =
+        RunFloat(*mla, {{"q_nope", HostTensor::Float({b, t, hq, dn}, q_nope)},
+                        {"q_rope", HostTensor::Float({b, t, hq, dr}, q_rope)},
+                        {"latent", HostTensor::Float({b, 1, s, c}, latent)},
+                        {"rope", HostTensor::Float({b, 1, s, dr}, rope)},
+                        {"pos", HostTensor::Int({b, t}, pos)}});
+    ExpectNear(got, want, 1e-6);
+  }
 }
 
 TEST(CpuKernels, SplitAndReshapeViews) {
