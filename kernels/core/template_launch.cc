@@ -172,6 +172,13 @@ absl::StatusOr<LaunchBuilder::SplitPointers> LaunchBuilder::SplitBuffers(
   return p;
 }
 
+absl::StatusOr<void*> LaunchBuilder::Workspace(absl::string_view what) const {
+  if (buffers_ == nullptr) return nullptr;
+  TP_RETURN_IF_ERROR(
+      CheckPointer(buffers_->workspace, 16, absl::StrCat("the ", what, " workspace")));
+  return buffers_->workspace;
+}
+
 absl::StatusOr<Matrix> LaunchBuilder::AsMatrix(const Layout& l, absl::string_view what,
                                                bool two_levels) const {
   if (l.shape.empty()) return Error(what, " is a scalar, not rows of a matrix");
@@ -243,17 +250,26 @@ absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& fa
         absl::StrCat(region.Label(), ": family '", family.name(), "' has no CUDA templates"));
   }
   TP_ASSIGN_OR_RETURN(TemplateLaunch launch, launcher->Launch(region, tactic, &buffers));
+  const int expected = family.Launches(tactic, region);
+  if (static_cast<int>(launch.launches.size()) != expected || launch.main_launch < 0 ||
+      launch.main_launch >= expected) {
+    return absl::InternalError(absl::StrCat(region.Label(), ": family ", family.name(),
+                                            " describes ", expected,
+                                            " launches, but its templates prepare ",
+                                            launch.launches.size()));
+  }
   const LaunchGeometry geometry = family.Geometry(tactic, region);
-  const KernelLaunch& first = launch.launches.front();
-  if (launch.launches.size() != 1 || geometry.grid != first.grid || geometry.block != first.block ||
-      geometry.dynamic_shared_memory_bytes != first.dynamic_shared_memory_bytes) {
+  const KernelLaunch& described = launch.launches[static_cast<size_t>(launch.main_launch)];
+  if (geometry.grid != described.grid || geometry.block != described.block ||
+      geometry.dynamic_shared_memory_bytes != described.dynamic_shared_memory_bytes) {
     return absl::InternalError(absl::StrCat(
         region.Label(), ": family ", family.name(), " describes grid ",
         absl::StrJoin(geometry.grid, "x"), ", block ", absl::StrJoin(geometry.block, "x"), ", ",
         geometry.dynamic_shared_memory_bytes, " bytes shared memory, but its template ",
-        launch.instance.name_expressions.front(), " launches with grid ",
-        absl::StrJoin(first.grid, "x"), ", block ", absl::StrJoin(first.block, "x"), ", ",
-        first.dynamic_shared_memory_bytes, " bytes"));
+        launch.instance.name_expressions[static_cast<size_t>(launch.main_launch)],
+        " launches with grid ", absl::StrJoin(described.grid, "x"), ", block ",
+        absl::StrJoin(described.block, "x"), ", ", described.dynamic_shared_memory_bytes,
+        " bytes"));
   }
   return std::move(launch.launches);
 }

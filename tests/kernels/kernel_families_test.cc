@@ -88,10 +88,10 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
 
 TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   const KernelRegistry& registry = GlobalKernelRegistry();
-  EXPECT_THAT(
-      FamilyNames(registry.families()),
-      ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm", "elementwise",
-                  "embedding_gather", "gemv", "rms_norm", "rope_kv_write", "view"));
+  EXPECT_THAT(FamilyNames(registry.families()),
+              ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm",
+                          "elementwise", "embedding_gather", "gemv", "mla_attention", "rms_norm",
+                          "rope_kv_write", "view"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();

@@ -9,7 +9,8 @@ std::vector<CaseGroup> AllCaseGroups() {
   std::vector<CaseGroup> all;
   for (std::vector<CaseGroup> (*family)() :
        {&EmbeddingGatherCaseGroups, &RmsNormCaseGroups, &ElementwiseCaseGroups, &GemvCaseGroups,
-        &RopeKvWriteCaseGroups, &AttentionCaseGroups, &ArgmaxCaseGroups, &CublasLtGemmCaseGroups}) {
+        &RopeKvWriteCaseGroups, &AttentionCaseGroups, &MlaAttentionCaseGroups, &ArgmaxCaseGroups,
+        &CublasLtGemmCaseGroups}) {
     for (CaseGroup& group : family()) all.push_back(std::move(group));
   }
   return all;
