@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "regions/rope.h"
 
 namespace tileplan::kernels::internal {
 
@@ -89,6 +90,36 @@ int64_t VectorWidth(ir::DType dtype, const std::vector<int64_t>& extents) {
     while (width > 1 && e % width != 0) width /= 2;
   }
   return width;
+}
+
+int64_t RopeVector(ir::DType dtype, int64_t head_dim, std::initializer_list<int64_t> layout,
+                   bool interleaved) {
+  const int64_t es = ir::DTypeSize(dtype);
+  const int64_t lanes = std::max<int64_t>(1, head_dim / 64);
+  int64_t width = std::min<int64_t>((interleaved ? 8 : 16) / es, lanes);
+  for (int64_t e : {head_dim / 2}) {
+    while (width > 1 && e % width != 0) width /= 2;
+  }
+  for (int64_t e : layout) {
+    if (interleaved && e % 2 != 0) return 0;
+    const int64_t unit = interleaved ? e / 2 : e;
+    while (width > 1 && unit % width != 0) width /= 2;
+  }
+  return width;
+}
+
+absl::Status CheckRopeLayout(const BoundRegion& region, int operand) {
+  absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(region.region().attrs);
+  if (!rope.ok()) return Refuse(std::string(rope.status().message()));
+  if (!rope->interleaved) return absl::OkStatus();
+  for (int64_t e : AlignmentExtents(region, {operand})) {
+    if (e % 2 != 0) {
+      return Refuse(absl::StrCat(OperandLabel(region, operand),
+                                 " has an odd stride or offset: interleaved RoPE reads its pairs "
+                                 "as whole vectors"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t CausalPairs(int64_t first, int64_t last, int64_t window) {

@@ -46,6 +46,17 @@ std::vector<int64_t> AlignmentExtents(const BoundRegion& region,
 // The widest vector access, in elements, of at most 16 bytes of `dtype` that divides every
 // number in `extents` (1 at worst).
 int64_t VectorWidth(ir::DType dtype, const std::vector<int64_t>& extents);
+// The vector of rope_kv_write.cuh's rotation (also attention_decode_rope.cuh's): kVec pairs
+// per lane and step, the widest that is at most 16 bytes (8 interleaved, whose lane reads
+// 2 · kVec consecutive elements) and at most head_dim / 64 (so that all 32 lanes work), and
+// divides head_dim / 2 and every stride and element offset in `layout` that addresses the
+// heads (their halves interleaved). 0 when interleaved with an odd one: no pair vector is
+// aligned.
+int64_t RopeVector(ir::DType dtype, int64_t head_dim, std::initializer_list<int64_t> layout,
+                   bool interleaved);
+// For a region with RoPE attributes whose heads `operand` holds: refuses unparsable RoPE
+// attributes, and interleaved RoPE on heads with an odd stride or offset (RopeVector 0).
+absl::Status CheckRopeLayout(const BoundRegion& region, int operand);
 // Sum over positions p in [first, last] of min(p + 1, window) (window 0: no limit): the
 // (query, key) pairs of causal attention for new tokens at those positions.
 int64_t CausalPairs(int64_t first, int64_t last, int64_t window);

@@ -172,6 +172,13 @@ absl::StatusOr<LaunchBuilder::SplitPointers> LaunchBuilder::SplitBuffers(
   return p;
 }
 
+absl::StatusOr<void*> LaunchBuilder::Workspace(absl::string_view what) const {
+  if (buffers_ == nullptr) return nullptr;
+  TP_RETURN_IF_ERROR(
+      CheckPointer(buffers_->workspace, 16, absl::StrCat("the ", what, " workspace")));
+  return buffers_->workspace;
+}
+
 absl::StatusOr<Matrix> LaunchBuilder::AsMatrix(const Layout& l, absl::string_view what,
                                                bool two_levels) const {
   if (l.shape.empty()) return Error(what, " is a scalar, not rows of a matrix");
@@ -243,24 +250,26 @@ absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& fa
         absl::StrCat(region.Label(), ": family '", family.name(), "' has no CUDA templates"));
   }
   TP_ASSIGN_OR_RETURN(TemplateLaunch launch, launcher->Launch(region, tactic, &buffers));
-  const LaunchGeometry geometry = family.Geometry(tactic, region);
-  const int described = family.Launches(tactic, region);
-  if (static_cast<int>(launch.launches.size()) != described || described < 1) {
+  const int expected = family.Launches(tactic, region);
+  if (static_cast<int>(launch.launches.size()) != expected || launch.main_launch < 0 ||
+      launch.main_launch >= expected) {
     return absl::InternalError(absl::StrCat(region.Label(), ": family ", family.name(),
-                                            " describes ", described, " launches, but its ",
-                                            "templates make ", launch.launches.size()));
+                                            " describes ", expected,
+                                            " launches, but its templates prepare ",
+                                            launch.launches.size()));
   }
-  // The main launch, which Geometry describes, is the last (a routing kernel may precede it).
-  const KernelLaunch& main = launch.launches.back();
-  if (geometry.grid != main.grid || geometry.block != main.block ||
-      geometry.dynamic_shared_memory_bytes != main.dynamic_shared_memory_bytes) {
+  const LaunchGeometry geometry = family.Geometry(tactic, region);
+  const KernelLaunch& described = launch.launches[static_cast<size_t>(launch.main_launch)];
+  if (geometry.grid != described.grid || geometry.block != described.block ||
+      geometry.dynamic_shared_memory_bytes != described.dynamic_shared_memory_bytes) {
     return absl::InternalError(absl::StrCat(
         region.Label(), ": family ", family.name(), " describes grid ",
         absl::StrJoin(geometry.grid, "x"), ", block ", absl::StrJoin(geometry.block, "x"), ", ",
         geometry.dynamic_shared_memory_bytes, " bytes shared memory, but its template ",
-        launch.instance.name_expressions[static_cast<size_t>(main.kernel)], " launches with grid ",
-        absl::StrJoin(main.grid, "x"), ", block ", absl::StrJoin(main.block, "x"), ", ",
-        main.dynamic_shared_memory_bytes, " bytes"));
+        launch.instance.name_expressions[static_cast<size_t>(launch.main_launch)],
+        " launches with grid ", absl::StrJoin(described.grid, "x"), ", block ",
+        absl::StrJoin(described.block, "x"), ", ", described.dynamic_shared_memory_bytes,
+        " bytes"));
   }
   return std::move(launch.launches);
 }

@@ -111,10 +111,13 @@ struct KernelLaunch {
   KernelParams params;
 };
 
-// What a template family's launcher computes for one region under one tactic.
+// What a template family's launcher computes for one region under one tactic: the
+// instance, and its launches in stream order (KernelFamily::Launches of them), of which
+// `main_launch` is the one KernelFamily::Geometry describes.
 struct TemplateLaunch {
   KernelInstance instance;
   std::vector<KernelLaunch> launches;  // empty when no buffers were given
+  int main_launch = 0;
 };
 
 // Device addresses bound to one region.
@@ -158,8 +161,8 @@ absl::StatusOr<KernelInstance> InstanceFor(const KernelFamily& family, const Bou
 
 // The launches that run `region` under `tactic` of a template family on `buffers`, in order.
 // Errors as InstanceFor's; Internal when the launches disagree with the family's description
-// (KernelFamily::Launches, and KernelFamily::Geometry of the last launch, the main one), so a
-// description cannot drift from its templates.
+// (their count with KernelFamily::Launches, the main launch with KernelFamily::Geometry), so
+// a description cannot drift from its templates.
 absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& family,
                                                           const BoundRegion& region,
                                                           const Tactic& tactic,
@@ -219,6 +222,9 @@ class LaunchBuilder {
     void* counters = nullptr;
   };
   absl::StatusOr<SplitPointers> SplitBuffers(int64_t splits, absl::string_view what) const;
+  // The workspace of a launch that always needs one: null without buffers, else checked to be
+  // present and aligned to 16 bytes; `what` names it in errors.
+  absl::StatusOr<void*> Workspace(absl::string_view what) const;
 
   // Adds a launch of `name_expression` from template file `source` (one per instance).
   template <typename P>
@@ -233,6 +239,11 @@ class LaunchBuilder {
     launch.params = KernelParams::Of(params);
     result_.instance.name_expressions.push_back(std::move(name_expression));
     if (buffers_ != nullptr) result_.launches.push_back(std::move(launch));
+  }
+  // Marks the launch added last as the main one (KernelFamily::Geometry's); by default the
+  // first is.
+  void MarkMainLaunch() {
+    result_.main_launch = static_cast<int>(result_.instance.name_expressions.size()) - 1;
   }
   TemplateLaunch Finish() && { return std::move(result_); }
 

@@ -43,7 +43,7 @@ TEST(CudaLaunchTest, EveryCandidatePreparesTheDescribedLaunch) {
         PrepareLaunches(*c.family, region, c.tactic, FakeBuffers(region));
     ASSERT_TRUE(launches.ok()) << launches.status() << " (tactic " << c.tactic.ParamsString()
                                << " on " << c.target << ")";
-    ASSERT_EQ(static_cast<int>(launches->size()), c.family->Launches(c.tactic, region));
+    ASSERT_EQ(launches->size(), static_cast<size_t>(c.family->Launches(c.tactic, region)));
     EXPECT_GT((*launches)[0].params.size(), 16u);
     absl::StatusOr<KernelInstance> instance = InstanceFor(*c.family, region, c.tactic);
     ASSERT_TRUE(instance.ok()) << instance.status();

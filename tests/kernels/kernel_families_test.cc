@@ -91,7 +91,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.families()),
               ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm",
                           "elementwise", "embedding_gather", "expert_gemm", "expert_gemv", "gemv",
-                          "moe_routing", "rms_norm", "rope_kv_write", "view"));
+                          "mla_attention", "moe_routing", "rms_norm", "rope_kv_write", "view"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();

@@ -26,6 +26,7 @@
 #include "base/status_macros.h"
 #include "kernels/core/family_base.h"
 #include "kernels/families/attention/attention_params.h"
+#include "regions/rope.h"
 
 namespace tileplan::kernels::attention {
 // This folder's templates, embedded in its library (tileplan_kernel_family).
@@ -239,16 +240,22 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   }
   TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
   TP_ASSIGN_OR_RETURN(const int64_t window, r.region().attrs.GetIntOr("sliding_window", 0));
+  absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(r.region().attrs);
+  if (!rope.ok()) return b.Error(rope.status().message());
   // rope_kv_write's vector: whole lanes on each half of a head, dividing the row layout.
-  const int64_t rope_vec = LaunchBuilder::WidestDividing(
-      std::min<int64_t>(16 / es, std::max<int64_t>(1, dim / 64)), {dim / 2, stride, qkv.offset});
-  TP_RETURN_IF_ERROR(b.CheckOperands(rope_vec * es, {0}));
+  const int64_t rope_vec = RopeVector(dtype, dim, {stride, qkv.offset}, rope->interleaved);
+  if (rope_vec == 0) {
+    return b.Error("interleaved RoPE needs an even token stride and offset, got ", stride, " and ",
+                   qkv.offset);
+  }
+  const int64_t rope_access = rope->interleaved ? 2 * rope_vec : rope_vec;
+  TP_RETURN_IF_ERROR(b.CheckOperands(rope_access * es, {0}));
   TP_RETURN_IF_ERROR(b.CheckOperands(16, {k_index, k_index + 1}));
   TP_RETURN_IF_ERROR(b.CheckOperands(4, {positions}));
   std::string w_type = type;
   if (norm) {
     TP_ASSIGN_OR_RETURN(w_type, b.TypeName(r.operand_dtype(1), "q_norm"));
-    TP_RETURN_IF_ERROR(b.CheckOperands(rope_vec * ir::DTypeSize(r.operand_dtype(1)), {1, 2}));
+    TP_RETURN_IF_ERROR(b.CheckOperands(rope_access * ir::DTypeSize(r.operand_dtype(1)), {1, 2}));
   }
   TP_RETURN_IF_ERROR(b.CheckResults(16, {0, 1, 2}));
   TP_RETURN_IF_ERROR(b.RequireRopeTable());
@@ -264,6 +271,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   }
   p.positions = static_cast<const int*>(b.Operand(positions));
   p.inv_freq = b.rope_inv_freq();
+  p.attention_factor = static_cast<float>(rope->attention_factor);
   p.k_cache = b.Result(1);
   p.v_cache = b.Result(2);
   p.out = b.Result(0);
@@ -281,7 +289,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
            absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
                         kv_chunk, ", ", splits, ", ", warps, ", ",
                         std::min<int64_t>(8, NextPowerOfTwo(queries)), ", ", rope_vec, ", ",
-                        norm ? "true" : "false", ">"),
+                        norm ? "true" : "false", ", ", rope->interleaved ? "true" : "false", ">"),
            {splits, kv_heads, batch}, {32 * warps, 1, 1},
            (queries * dim + warps * queries * (dim + 2)) * 4, p);
   return std::move(b).Finish();
@@ -477,7 +485,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  public:
   AttentionDecodeFamily()
       : TemplateFamilyBase(
-            "attention_decode", 3,
+            "attention_decode", 4,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
             {"kv_chunk", "splits", "warps"}) {}
 
@@ -523,6 +531,8 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
       return Refuse(absl::StrCat("head_dim ", s.head_dim, " is not a multiple of ", vec, " up to ",
                                  kMaxDecodeHeadDim, " (16-byte loads per lane)"));
     }
+    // Interleaved pairs are read as 2 * vec consecutive elements of the qkv rows.
+    if (IsRopeAttention(r)) TP_RETURN_IF_ERROR(CheckRopeLayout(r, 0));
     return CheckLayouts(r);
   }
   Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,

@@ -15,7 +15,8 @@
 // per token (its k and v rows, written only by the owning CTA). Positions and qkv heads are
 // loaded by each item first thing, and the positions of the key ranges by the first threads
 // before the items, so no load waits on another. RoPE is rope_kv_write.cuh's (host-computed
-// inv_freq, sincosf of p * inv_freq[i] in float32).
+// inv_freq, sincosf of p * inv_freq[i] in float32, cos and sin times attention_factor; the
+// rotate-half pairs, or with kInterleaved the pairs (x[2i], x[2i + 1])).
 //
 // Positions outside [0, capacity) follow rope_kv_write's contract for the cache writes: with
 // `error` non-null the token writes nothing and CTA (0, 0, b) raises *error to at least
@@ -33,22 +34,23 @@ namespace tileplan {
 
 // qkv: token bt's row of (q_heads + 2 kv_heads) * kHeadDim elements at qkv + bt * qkv_stride
 // (q heads, then k heads, then v heads); q_norm, k_norm: [kHeadDim] weights (kNorm; else
-// null), eps their epsilon; inv_freq: kHeadDim / 2 floats; caches: [batch, kv_heads, capacity,
-// kHeadDim], updated in place; out, workspace, counters as attention_decode_split_kv.
+// null), eps their epsilon; inv_freq: kHeadDim / 2 floats, attention_factor the factor of cos
+// and sin; caches: [batch, kv_heads, capacity, kHeadDim], updated in place; out, workspace,
+// counters as attention_decode_split_kv.
 //
 // Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
 // (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim a multiple of 16 / sizeof(T)
-// and <= 256; kRopeVec divides kHeadDim / 2, qkv_stride and qkv's offset (rope_kv_write's
-// vector); caches and out aligned to 16 bytes.
+// and <= 256; kRopeVec divides kHeadDim / 2, and kRopeVec (2 * kRopeVec with kInterleaved)
+// divides qkv_stride and qkv's offset (rope_kv_write's vector); caches and out aligned to 16
+// bytes.
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kRopeVec, bool kNorm>
+          int kRopeVec, bool kNorm, bool kInterleaved>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
   grid_dependency_sync();
-  constexpr int kHalf = kHeadDim / 2;
   extern __shared__ float smem[];
   __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
 
@@ -65,14 +67,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int t = item / group, g = item % group;
       const long long bt = static_cast<long long>(b) * tokens + t;
       float* dst = q_s + item * kHeadDim;
-      rope_head_apply<T, W, kHeadDim, kRopeVec, kNorm>(
-          qkv + bt * qkv_stride + (kvh * group + g) * kHeadDim, inv_freq, positions[bt], q_norm,
-          eps, lane,
+      rope_head_apply<T, W, kHeadDim, kRopeVec, kNorm, kInterleaved>(
+          qkv + bt * qkv_stride + (kvh * group + g) * kHeadDim, inv_freq, positions[bt],
+          attention_factor, q_norm, eps, lane,
           [dst, log2e_scale](int i, const float(&lo)[kRopeVec], const float(&hi)[kRopeVec]) {
 #pragma unroll
             for (int e = 0; e < kRopeVec; ++e) {
-              dst[i + e] = lo[e] * log2e_scale;
-              dst[kHalf + i + e] = hi[e] * log2e_scale;
+              dst[rope_first<kHeadDim, kInterleaved>(i + e)] = lo[e] * log2e_scale;
+              dst[rope_second<kHeadDim, kInterleaved>(i + e)] = hi[e] * log2e_scale;
             }
           });
       continue;
@@ -90,8 +92,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* row = qkv + static_cast<long long>(bt) * qkv_stride;
     const long long cache_row =
         ((static_cast<long long>(b) * kv_heads + kvh) * capacity + p) * kHeadDim;
-    rope_head<T, W, kHeadDim, kRopeVec, kNorm>(row + (q_heads + kvh) * kHeadDim,
-                                               k_cache + cache_row, inv_freq, p, k_norm, eps, lane);
+    rope_head<T, W, kHeadDim, kRopeVec, kNorm, kInterleaved>(row + (q_heads + kvh) * kHeadDim,
+                                                             k_cache + cache_row, inv_freq, p,
+                                                             attention_factor, k_norm, eps, lane);
     copy_head<T, kHeadDim, kRopeVec>(row + (q_heads + kv_heads + kvh) * kHeadDim,
                                      v_cache + cache_row, lane);
   }

@@ -37,6 +37,7 @@
   NEXT(float, float, eps) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
   NEXT(void*, T*, k_cache) \
   NEXT(void*, T*, v_cache) \
   NEXT(void*, T* __restrict__, out) \

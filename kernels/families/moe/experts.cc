@@ -353,6 +353,7 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
                         ", ", stages, ">"),
            {std::max<int64_t>(1, max_tiles), CeilDiv(s.cols, tile_n), 1}, {32 * warps, 1, 1},
            GemmSharedMemory(t, r), gp);
+  b.MarkMainLaunch();  // Geometry describes the GEMM, not the routing kernel before it
   return std::move(b).Finish();
 }
 

@@ -1,13 +1,16 @@
 // rope_kv_write: rope, kv_write, rope_kv_write and qk_norm_rope_kv_write. One warp handles
-// one head of one token and holds it in registers (so head_dim <= 256): per-head RMSNorm,
-// rotate-half RoPE at the token's position, then the store of k and v into the cache row
-// `positions[b,t]` and of q into the result. `heads_per_cta` warps share a CTA.
+// one head of one token and holds it in registers (so head_dim <= 256 for the kinds that
+// rotate; kv_write copies heads of any size): per-head RMSNorm, RoPE at the token's position
+// (rotate-half or interleaved pairs, cos and sin times yarn's attention_factor), then the
+// store of k and v into the cache row `positions[b,t]` and of q into the result.
+// `heads_per_cta` warps share a CTA.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/core/family_base.h"
 #include "kernels/families/rope_kv_write/rope_kv_write_params.h"
+#include "regions/rope.h"
 
 namespace tileplan::kernels::rope_kv_write {
 // This folder's templates, embedded in its library (tileplan_kernel_family).
@@ -103,34 +106,57 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
     dim = in.shape[3];
     if (kind == "kv_write") capacity = r.operand(0).shape[2];
   }
-  TP_ASSIGN_OR_RETURN(const int64_t stride, b.TokenStride(input, 2));
+  // rope addresses its heads with their own stride (a view of wider heads, as MLA's q_pe of
+  // q); the other kinds need a token's heads contiguous.
+  TP_ASSIGN_OR_RETURN(const int64_t stride, b.TokenStride(input, kind == "rope" ? 3 : 2));
+  const int64_t head_stride = kind == "rope" && in.shape[2] > 1 ? in.strides[2] : dim;
   for (int i = 0; i < r.num_results(); ++i) {
     TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(i), absl::StrCat("result ", i)));
   }
-  if (dim % 2 != 0 || dim > 256) return b.Error("head dim ", dim, " is odd or above 256");
+  if (kind != "kv_write" && (dim % 2 != 0 || dim > kMaxHeadDim)) {
+    return b.Error("head dim ", dim, " is odd or above ", kMaxHeadDim);
+  }
+  ir::RopeParams rope;  // kv_write rotates nothing
+  if (kind != "kv_write") {
+    absl::StatusOr<ir::RopeParams> parsed = ir::RopeParamsFromAttributes(r.region().attrs);
+    if (!parsed.ok()) return b.Error(parsed.status().message());
+    rope = *std::move(parsed);
+  }
   const int64_t es = ir::DTypeSize(dtype);
-  const int64_t vec = LaunchBuilder::WidestDividing(
-      std::min<int64_t>(16 / es, std::max<int64_t>(1, dim / 64)), {dim / 2, stride, in.offset});
-  TP_RETURN_IF_ERROR(b.CheckOperands(vec * es, {input}));
+  const int64_t vec = RopeVector(dtype, dim, {stride, head_stride, in.offset}, rope.interleaved);
+  if (vec == 0) {
+    return b.Error("interleaved RoPE needs even strides and offset, got token stride ", stride,
+                   ", head stride ", head_stride, " and offset ", in.offset);
+  }
+  // A lane's access: vec elements, or 2 * vec consecutive ones (vec pairs) interleaved.
+  const int64_t access = rope.interleaved ? 2 * vec : vec;
+  TP_RETURN_IF_ERROR(b.CheckOperands(access * es, {input}));
   TP_RETURN_IF_ERROR(b.CheckOperands(4, {positions}));
-  if (norm) TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(1)), {1, 2}));
+  if (norm) {
+    TP_RETURN_IF_ERROR(b.CheckOperands(access * ir::DTypeSize(r.operand_dtype(1)), {1, 2}));
+  }
   TP_RETURN_IF_ERROR(b.CheckResults(
-      vec * es, fused ? std::initializer_list<int>{0, 1, 2} : std::initializer_list<int>{0}));
+      access * es, fused ? std::initializer_list<int>{0, 1, 2} : std::initializer_list<int>{0}));
   if (kind != "kv_write") TP_RETURN_IF_ERROR(b.RequireRopeTable());
   const std::array<int64_t, 3> grid = {CeilDiv(heads, heads_per_cta),
                                        std::max<int64_t>(1, batch * tokens), 1};
   const std::array<int64_t, 3> block = {32 * heads_per_cta, 1, 1};
-  const std::string args = absl::StrCat(dim, ", ", heads_per_cta, ", ", vec, ">");
+  const std::string args = absl::StrCat(dim, ", ", heads_per_cta, ", ", vec);
+  // The rotating kernels' last template argument: the pair layout.
+  const std::string rope_args = absl::StrCat(args, ", ", rope.interleaved ? "true" : "false", ">");
+  const float attention_factor = static_cast<float>(rope.attention_factor);
   const FusedShape fused_shape{stride, tokens, q_heads, kv_heads, capacity, positions};
   if (kind == "rope") {
     RopeParams p{};
     p.x = b.Operand(0);
     p.x_stride = stride;
+    p.x_head_stride = head_stride;
     p.positions = static_cast<const int*>(b.Operand(1));
     p.inv_freq = b.rope_inv_freq();
+    p.attention_factor = attention_factor;
     p.out = b.Result(0);
     p.heads = static_cast<int>(heads);
-    b.Launch(kSource, absl::StrCat("tileplan::rope<", type, ", ", args), grid, block, 0, p);
+    b.Launch(kSource, absl::StrCat("tileplan::rope<", type, ", ", rope_args), grid, block, 0, p);
   } else if (kind == "kv_write") {
     KvWriteParams p{};
     p.cache = b.Result(0);
@@ -141,7 +167,8 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
     p.heads = static_cast<int>(heads);
     p.capacity = static_cast<int>(capacity);
     p.error = b.error();
-    b.Launch(kSource, absl::StrCat("tileplan::kv_write<", type, ", ", args), grid, block, 0, p);
+    b.Launch(kSource, absl::StrCat("tileplan::kv_write<", type, ", ", args, ">"), grid, block, 0,
+             p);
   } else if (norm) {
     TP_ASSIGN_OR_RETURN(const double eps, r.region().attrs.GetFloat("eps"));
     TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(1), "q_norm"));
@@ -149,12 +176,15 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
     p.q_norm = b.Operand(1);
     p.k_norm = b.Operand(2);
     p.eps = static_cast<float>(eps);
+    p.attention_factor = attention_factor;
     b.Launch(kSource,
-             absl::StrCat("tileplan::qk_norm_rope_kv_write<", type, ", ", w_type, ", ", args), grid,
-             block, 0, p);
+             absl::StrCat("tileplan::qk_norm_rope_kv_write<", type, ", ", w_type, ", ", rope_args),
+             grid, block, 0, p);
   } else {
-    b.Launch(kSource, absl::StrCat("tileplan::rope_kv_write<", type, ", ", args), grid, block, 0,
-             FusedParams<RopeKvWriteParams>(b, fused_shape));
+    RopeKvWriteParams p = FusedParams<RopeKvWriteParams>(b, fused_shape);
+    p.attention_factor = attention_factor;
+    b.Launch(kSource, absl::StrCat("tileplan::rope_kv_write<", type, ", ", rope_args), grid, block,
+             0, p);
   }
   return std::move(b).Finish();
 }
@@ -162,7 +192,7 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
 class RopeKvWriteFamily final : public TemplateFamilyBase {
  public:
   RopeKvWriteFamily()
-      : TemplateFamilyBase("rope_kv_write", 1,
+      : TemplateFamilyBase("rope_kv_write", 2,
                            {"kv_write", "qk_norm_rope_kv_write", "rope", "rope_kv_write"},
                            {"heads_per_cta"}) {}
 
@@ -208,11 +238,14 @@ class RopeKvWriteFamily final : public TemplateFamilyBase {
  protected:
   absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
     const HeadShape s = ShapeOf(r);
+    if (r.kind() == "kv_write") return RequireInnerContiguous(r, {0, 1});  // a copy: any dim
     if (s.head_dim > kMaxHeadDim) {
       return Refuse(absl::StrCat("head_dim ", s.head_dim, " exceeds ", kMaxHeadDim,
                                  " (a warp holds one head in registers)"));
     }
-    return RequireInnerContiguous(r, {0, 1});
+    TP_RETURN_IF_ERROR(RequireInnerContiguous(r, {0, 1}));
+    // Interleaved pairs are read as 2 * vec consecutive elements.
+    return CheckRopeLayout(r, 0);
   }
   Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
                    int64_t) const override {

@@ -1,4 +1,4 @@
-// Rotary position embedding (rotate-half form) and KV-cache writes, alone and fused:
+// Rotary position embedding and KV-cache writes, alone and fused:
 //   rope                   x -> out, per head
 //   kv_write               x -> cache[b, h, positions[b, t], :]
 //   rope_kv_write          packed qkv -> rope(q) out, rope(k) and v into the caches
@@ -8,12 +8,18 @@
 // heads [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of token bt (b * tokens + t). For the
 // fused kinds the heads of a token are the q heads, then the k heads, then the v heads.
 //
+// Pairs: rotation pair i (i < kHeadDim / 2) is (x[i], x[i + kHeadDim / 2]) in the rotate-half
+// form, or (x[2i], x[2i + 1]) with kInterleaved (DeepSeek's layout); a lane owns kVec
+// consecutive pairs per step, so interleaved it reads 2 * kVec consecutive elements.
+//
 // Frequencies: inv_freq[i] (i < kHeadDim / 2) is computed once on the host by the same
-// float32 function as the CPU reference (runtime/cpu RopeInvFreq, llama3 band rescaling
-// included) and passed as a device array; kernels form the angle p * inv_freq[i] in float32
-// and take sincosf of it (full range reduction, no fast-math intrinsics), so the device and
-// the reference differ only by sincosf's rounding. Fused stages keep their intermediates
-// (the normalized head) in float32; only stored results are rounded to T.
+// float32 function as the CPU reference (ir::RopeInvFreq: llama3 band rescaling and yarn's
+// blend included) and passed as a device array; kernels form the angle p * inv_freq[i] in
+// float32 and take sincosf of it (full range reduction, no fast-math intrinsics), then
+// multiply cos and sin by attention_factor (yarn's attention scaling; 1 for the other
+// types), as the reference does, so the device and the reference differ only by sincosf's
+// rounding. Fused stages keep their intermediates (the normalized head) in float32; only
+// stored results are rounded to T.
 //
 // Positions come from device memory (CUDA Graph replays see new ones). A position outside
 // [0, capacity) is an error for the cache writes: with `error` non-null nothing is written
@@ -21,25 +27,76 @@
 // before and reads it after); with `error` null the kernel traps.
 //
 // Layouts: token bt of an input starts at x + bt * x_stride (heads contiguous within it, so
-// views of a packed qkv work); q/rope outputs are contiguous [tokens, heads, kHeadDim];
+// views of a packed qkv work; rope's heads at their own stride); q/rope outputs are
+// contiguous [tokens, heads, kHeadDim];
 // caches are [batch, kv_heads, capacity, kHeadDim].
 // REQUIRES (all kernels): kHeadDim even and <= 256; (kHeadDim / 2) % kVec == 0; strides and
-// pointers aligned to kVec elements.
+// pointers aligned to kVec elements (2 * kVec with kInterleaved).
 #pragma once
 
-#include "rope_kv_write_params.h"
 #include "primitives.cuh"
+#include "rope_kv_write_params.h"
 
 namespace tileplan {
 
-// One warp rotates one head of src, kVec elements of each half per lane and step, and hands
-// the rotated elements to store(i, lo, hi): lo[e] is element i + e of the first half, hi[e]
-// element kHeadDim / 2 + i + e, for every i the lane owns. With kNorm the head is first RMS
-// normalized over kHeadDim and scaled by `norm` (float32 throughout).
-template <typename T, typename W, int kHeadDim, int kVec, bool kNorm, typename Store>
+// The element index of the first and the second member of rotation pair i.
+template <int kHeadDim, bool kInterleaved>
+__device__ __forceinline__ int rope_first(int i) {
+  return kInterleaved ? 2 * i : i;
+}
+template <int kHeadDim, bool kInterleaved>
+__device__ __forceinline__ int rope_second(int i) {
+  return kInterleaved ? 2 * i + 1 : kHeadDim / 2 + i;
+}
+
+// The members of pairs i .. i + kVec - 1 of the head at src: lo[e] the first of pair i + e,
+// hi[e] the second.
+template <typename T, int kHeadDim, int kVec, bool kInterleaved>
+__device__ __forceinline__ void load_rope_pairs(const T* src, int i, float (&lo)[kVec],
+                                                float (&hi)[kVec]) {
+  if constexpr (kInterleaved) {
+    float v[2 * kVec];
+    load_floats<T, 2 * kVec>(src + 2 * i, v);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      lo[e] = v[2 * e];
+      hi[e] = v[2 * e + 1];
+    }
+  } else {
+    load_floats<T, kVec>(src + i, lo);
+    load_floats<T, kVec>(src + kHeadDim / 2 + i, hi);
+  }
+}
+
+// The inverse of load_rope_pairs: stores the pairs into the head at dst, rounded to T.
+template <typename T, int kHeadDim, int kVec, bool kInterleaved>
+__device__ __forceinline__ void store_rope_pairs(T* dst, int i, const float (&lo)[kVec],
+                                                 const float (&hi)[kVec]) {
+  if constexpr (kInterleaved) {
+    float v[2 * kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      v[2 * e] = lo[e];
+      v[2 * e + 1] = hi[e];
+    }
+    store_floats<T, 2 * kVec>(dst + 2 * i, v);
+  } else {
+    store_floats<T, kVec>(dst + i, lo);
+    store_floats<T, kVec>(dst + kHeadDim / 2 + i, hi);
+  }
+}
+
+// One warp rotates one head of src, kVec pairs per lane and step, and hands the rotated
+// pairs to store(i, lo, hi): lo[e] and hi[e] are the first and second member of pair i + e
+// (rope_first / rope_second give their element indices), for every i the lane owns. With
+// kNorm the head is first RMS normalized over kHeadDim and scaled by `norm` (float32
+// throughout). cos and sin are multiplied by attention_factor.
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm, bool kInterleaved,
+          typename Store>
 __device__ __forceinline__ void rope_head_apply(const T* src, const float* __restrict__ inv_freq,
-                                                int p, const W* __restrict__ norm, float eps,
-                                                int lane, Store store) {
+                                                int p, float attention_factor,
+                                                const W* __restrict__ norm, float eps, int lane,
+                                                Store store) {
   constexpr int kHalf = kHeadDim / 2;
   constexpr int kSteps = (kHalf + 32 * kVec - 1) / (32 * kVec);
   static_assert(kHeadDim % 2 == 0 && kHeadDim <= 256 && kHalf % kVec == 0, "head dim");
@@ -49,8 +106,7 @@ __device__ __forceinline__ void rope_head_apply(const T* src, const float* __res
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * 32 + lane) * kVec;
     if (i < kHalf) {
-      load_floats<T, kVec>(src + i, lo[s]);
-      load_floats<T, kVec>(src + kHalf + i, hi[s]);
+      load_rope_pairs<T, kHeadDim, kVec, kInterleaved>(src, i, lo[s], hi[s]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) ss += lo[s][e] * lo[s][e] + hi[s][e] * hi[s][e];
     }
@@ -66,8 +122,7 @@ __device__ __forceinline__ void rope_head_apply(const T* src, const float* __res
     if (i >= kHalf) continue;
     if constexpr (kNorm) {
       float wl[kVec], wh[kVec];
-      load_floats<W, kVec>(norm + i, wl);
-      load_floats<W, kVec>(norm + kHalf + i, wh);
+      load_rope_pairs<W, kHeadDim, kVec, kInterleaved>(norm, i, wl, wh);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         lo[s][e] *= inv_rms * wl[e];
@@ -79,6 +134,8 @@ __device__ __forceinline__ void rope_head_apply(const T* src, const float* __res
     for (int e = 0; e < kVec; ++e) {
       float sn, cs;
       sincosf(static_cast<float>(p) * inv_freq[i + e], &sn, &cs);
+      cs *= attention_factor;
+      sn *= attention_factor;
       out_lo[e] = lo[s][e] * cs - hi[s][e] * sn;
       out_hi[e] = hi[s][e] * cs + lo[s][e] * sn;
     }
@@ -87,14 +144,14 @@ __device__ __forceinline__ void rope_head_apply(const T* src, const float* __res
 }
 
 // rope_head_apply storing the rotated head to dst (which may equal src) in T.
-template <typename T, typename W, int kHeadDim, int kVec, bool kNorm>
+template <typename T, typename W, int kHeadDim, int kVec, bool kNorm, bool kInterleaved>
 __device__ __forceinline__ void rope_head(const T* src, T* dst, const float* __restrict__ inv_freq,
-                                          int p, const W* __restrict__ norm, float eps, int lane) {
-  rope_head_apply<T, W, kHeadDim, kVec, kNorm>(
-      src, inv_freq, p, norm, eps, lane,
+                                          int p, float attention_factor, const W* __restrict__ norm,
+                                          float eps, int lane) {
+  rope_head_apply<T, W, kHeadDim, kVec, kNorm, kInterleaved>(
+      src, inv_freq, p, attention_factor, norm, eps, lane,
       [dst](int i, const float(&lo)[kVec], const float(&hi)[kVec]) {
-        store_floats<T, kVec>(dst + i, lo);
-        store_floats<T, kVec>(dst + kHeadDim / 2 + i, hi);
+        store_rope_pairs<T, kHeadDim, kVec, kInterleaved>(dst, i, lo, hi);
       });
 }
 
@@ -119,19 +176,19 @@ __device__ __forceinline__ int cache_position(const int* __restrict__ positions,
   return checked_cache_position(positions[bt], bt, capacity, error, threadIdx.x == 0);
 }
 
-// x: [tokens, heads, kHeadDim] rows at x + bt * x_stride -> out (contiguous; may alias x
-// when x is contiguous). Launch: grid (ceil(heads / kHeadsPerCta), batch * tokens), block
-// 32 * kHeadsPerCta.
-template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+// x: [tokens, heads, kHeadDim], head h of token bt at x + bt * x_stride + h * x_head_stride
+// -> out (contiguous; may alias x when x is contiguous). Launch: grid (ceil(heads /
+// kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec, bool kInterleaved>
 __global__ void __launch_bounds__(32 * kHeadsPerCta)
     rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ROPE_PARAMS)) {
   grid_dependency_sync();
   const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
   if (h >= heads) return;
   const long long bt = blockIdx.y;
-  rope_head<T, T, kHeadDim, kVec, false>(x + bt * x_stride + h * kHeadDim,
-                                         out + (bt * heads + h) * kHeadDim, inv_freq, positions[bt],
-                                         nullptr, 0.f, threadIdx.x % 32);
+  rope_head<T, T, kHeadDim, kVec, false, kInterleaved>(
+      x + bt * x_stride + h * x_head_stride, out + (bt * heads + h) * kHeadDim, inv_freq,
+      positions[bt], attention_factor, nullptr, 0.f, threadIdx.x % 32);
 }
 
 // cache[b, h, positions[bt], :] = x[bt, h, :] for bt = b * tokens + t.
@@ -151,11 +208,15 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
 }
 
 // Shared body of the fused kinds: head h of token blockIdx.y.
-template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec, bool kNorm>
-__device__ __forceinline__ void rope_kv_write_head(
-    const T* __restrict__ qkv, long long qkv_stride, const W* q_norm, const W* k_norm, float eps,
-    const int* __restrict__ positions, const float* __restrict__ inv_freq, T* __restrict__ q_out,
-    T* k_cache, T* v_cache, int tokens, int q_heads, int kv_heads, int capacity, int* error) {
+template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec, bool kNorm,
+          bool kInterleaved>
+__device__ __forceinline__ void rope_kv_write_head(const T* __restrict__ qkv, long long qkv_stride,
+                                                   const W* q_norm, const W* k_norm, float eps,
+                                                   const int* __restrict__ positions,
+                                                   const float* __restrict__ inv_freq,
+                                                   float attention_factor, T* __restrict__ q_out,
+                                                   T* k_cache, T* v_cache, int tokens, int q_heads,
+                                                   int kv_heads, int capacity, int* error) {
   const int bt = blockIdx.y;
   const int h = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -164,18 +225,18 @@ __device__ __forceinline__ void rope_kv_write_head(
   const T* src = qkv + bt * qkv_stride + h * kHeadDim;
   if (h < q_heads) {
     // q is defined for any position; with an invalid one it is still rotated.
-    rope_head<T, W, kHeadDim, kVec, kNorm>(
+    rope_head<T, W, kHeadDim, kVec, kNorm, kInterleaved>(
         src, q_out + (static_cast<long long>(bt) * q_heads + h) * kHeadDim, inv_freq, positions[bt],
-        q_norm, eps, lane);
+        attention_factor, q_norm, eps, lane);
     return;
   }
   if (p < 0) return;
   const long long b = bt / tokens;
   if (h < q_heads + kv_heads) {
     const int kh = h - q_heads;
-    rope_head<T, W, kHeadDim, kVec, kNorm>(
-        src, k_cache + ((b * kv_heads + kh) * capacity + p) * kHeadDim, inv_freq, p, k_norm, eps,
-        lane);
+    rope_head<T, W, kHeadDim, kVec, kNorm, kInterleaved>(
+        src, k_cache + ((b * kv_heads + kh) * capacity + p) * kHeadDim, inv_freq, p,
+        attention_factor, k_norm, eps, lane);
   } else {
     const int vh = h - q_heads - kv_heads;
     copy_head<T, kHeadDim, kVec>(src, v_cache + ((b * kv_heads + vh) * capacity + p) * kHeadDim,
@@ -187,24 +248,24 @@ __device__ __forceinline__ void rope_kv_write_head(
 // and v heads in order. q_out = rope(q); the caches at each token's position receive
 // rope(k) and v. Launch: grid (ceil((q_heads + 2 kv_heads) / kHeadsPerCta), batch * tokens),
 // block 32 * kHeadsPerCta.
-template <typename T, int kHeadDim, int kHeadsPerCta, int kVec>
+template <typename T, int kHeadDim, int kHeadsPerCta, int kVec, bool kInterleaved>
 __global__ void __launch_bounds__(32 * kHeadsPerCta)
     rope_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ROPE_KV_WRITE_PARAMS)) {
   grid_dependency_sync();
-  rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false>(
-      qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, q_out, k_cache, v_cache, tokens,
-      q_heads, kv_heads, capacity, error);
+  rope_kv_write_head<T, T, kHeadDim, kHeadsPerCta, kVec, false, kInterleaved>(
+      qkv, qkv_stride, nullptr, nullptr, 0.f, positions, inv_freq, attention_factor, q_out, k_cache,
+      v_cache, tokens, q_heads, kv_heads, capacity, error);
 }
 
 // As rope_kv_write, with q and k heads RMS normalized over kHeadDim (weights q_norm,
 // k_norm: [kHeadDim], epsilon eps) before the rope.
-template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec>
+template <typename T, typename W, int kHeadDim, int kHeadsPerCta, int kVec, bool kInterleaved>
 __global__ void __launch_bounds__(32 * kHeadsPerCta)
     qk_norm_rope_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_QK_NORM_ROPE_KV_WRITE_PARAMS)) {
   grid_dependency_sync();
-  rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true>(
-      qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, tokens,
-      q_heads, kv_heads, capacity, error);
+  rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true, kInterleaved>(
+      qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, attention_factor, q_out, k_cache,
+      v_cache, tokens, q_heads, kv_heads, capacity, error);
 }
 
 }  // namespace tileplan

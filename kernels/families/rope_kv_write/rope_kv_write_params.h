@@ -15,8 +15,10 @@
 #define TILEPLAN_ROPE_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T*, x) \
   NEXT(long long, long long, x_stride) \
+  NEXT(long long, long long, x_head_stride) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
   NEXT(void*, T*, out) \
   NEXT(int, int, heads)
 
@@ -37,6 +39,7 @@
   NEXT(long long, long long, qkv_stride) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
   NEXT(void*, T* __restrict__, q_out) \
   NEXT(void*, T*, k_cache) \
   NEXT(void*, T*, v_cache) \
@@ -55,6 +58,7 @@
   NEXT(float, float, eps) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
   NEXT(void*, T* __restrict__, q_out) \
   NEXT(void*, T*, k_cache) \
   NEXT(void*, T*, v_cache) \

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -322,6 +323,25 @@ std::vector<Case> RopeKvWriteAttentionDtypesAndViewsCases() {
   return cases;
 }
 
+// The fused decode kinds with DeepSeek's RoPE (yarn with attention factor 1.1, interleaved
+// pairs): with and without norms, head dims 64 and 128, two tokens across chunks.
+std::vector<Case> RopeKvWriteAttentionYarnInterleavedCases() {
+  constexpr char kYarnInterleaved[] =
+      R"(attention_factor = 1.1, beta_fast = 32.0, beta_slow = 1.0, factor = 40.0, interleaved = true, original_max_position_embeddings = 4096, rope_type = "yarn", theta = 10000.0, truncate = true)";
+  std::vector<Case> cases;
+  for (const auto& [norms, dim] : {std::pair{true, 64}, std::pair{false, 128}}) {
+    Case c;
+    c.graph = RopeAttentionGraph(norms, 2, 2, 4, 2, 160, dim, "bf16", 0, kYarnInterleaved);
+    c.family = "attention_decode";
+    c.context = 130;
+    c.ints["positions"] = {63, 64, 128, 129};
+    c.tactics = {{{"kv_chunk", 32}, {"splits", 3}, {"warps", 4}},
+                 {{"kv_chunk", 64}, {"splits", 1}, {"warps", 2}}};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 }  // namespace
 
 std::vector<CaseGroup> AttentionCaseGroups() {
@@ -334,6 +354,7 @@ std::vector<CaseGroup> AttentionCaseGroups() {
       {"RopeKvWriteAttentionTwoTokensAcrossChunks",
        RopeKvWriteAttentionTwoTokensAcrossChunksCases()},
       {"RopeKvWriteAttentionDtypesAndViews", RopeKvWriteAttentionDtypesAndViewsCases()},
+      {"RopeKvWriteAttentionYarnInterleaved", RopeKvWriteAttentionYarnInterleavedCases()},
   };
 }
 

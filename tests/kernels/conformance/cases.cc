@@ -9,8 +9,8 @@ std::vector<CaseGroup> AllCaseGroups() {
   std::vector<CaseGroup> all;
   for (std::vector<CaseGroup> (*family)() :
        {&EmbeddingGatherCaseGroups, &RmsNormCaseGroups, &ElementwiseCaseGroups, &GemvCaseGroups,
-        &RopeKvWriteCaseGroups, &AttentionCaseGroups, &ArgmaxCaseGroups, &CublasLtGemmCaseGroups,
-        &MoeCaseGroups}) {
+        &RopeKvWriteCaseGroups, &AttentionCaseGroups, &MlaAttentionCaseGroups, &ArgmaxCaseGroups,
+        &CublasLtGemmCaseGroups, &MoeCaseGroups}) {
     for (CaseGroup& group : family()) all.push_back(std::move(group));
   }
   return all;

@@ -17,6 +17,7 @@ std::vector<CaseGroup> GemvCaseGroups();
 std::vector<CaseGroup> RopeKvWriteCaseGroups();
 // attention_decode and attention_prefill (kernels/families/attention/).
 std::vector<CaseGroup> AttentionCaseGroups();
+std::vector<CaseGroup> MlaAttentionCaseGroups();
 std::vector<CaseGroup> ArgmaxCaseGroups();
 std::vector<CaseGroup> CublasLtGemmCaseGroups();
 // moe_routing and expert_gemv (kernels/families/moe/), and elementwise's moe_combine.

@@ -1,0 +1,136 @@
+// The parameters of the mla_attention kernels, declared once for the templates (NVRTC) and
+// the host launcher (kernels/core/kernel_params.h): each TILEPLAN_..._PARAMS list is the
+// signature of the kernel named above it, entry by entry (host type, kernel type, name), and
+// each struct below is what the host fills. The constants and the shared-memory layout of
+// mla_attend_split_kv below are read by both sides too, so the launch sizes exactly what the
+// kernel addresses.
+#pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#define TILEPLAN_MLA_HOST_DEVICE __host__ __device__
+#else
+#include "kernels/core/kernel_params.h"
+#define TILEPLAN_MLA_HOST_DEVICE
+#endif
+
+// mla_absorb_q: q_lat[bt, h, c] = log2e_scale · Σ_d q_nope[bt, h, d] · w_kv_b[h·(Dn+Dv) + d, c]
+#define TILEPLAN_MLA_ABSORB_Q_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, q_nope) \
+  NEXT(long long, long long, q_nope_token_stride) \
+  NEXT(long long, long long, q_nope_head_stride) \
+  NEXT(const void*, const W* __restrict__, w_kv_b) \
+  NEXT(float*, float* __restrict__, q_lat) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, nope_dim) \
+  NEXT(int, int, v_dim) \
+  NEXT(float, float, log2e_scale)
+
+// mla_attend_split_kv
+#define TILEPLAN_MLA_ATTEND_PARAMS(FIRST, NEXT) \
+  FIRST(const float*, const float* __restrict__, q_lat) \
+  NEXT(const void*, const T* __restrict__, q_rope) \
+  NEXT(long long, long long, q_rope_token_stride) \
+  NEXT(long long, long long, q_rope_head_stride) \
+  NEXT(const void*, const T* __restrict__, latent_cache) \
+  NEXT(const void*, const T* __restrict__, rope_cache) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(float*, float* __restrict__, partials) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, capacity) \
+  NEXT(float, float, log2e_scale) \
+  NEXT(int*, int*, error)
+
+// mla_combine_project
+#define TILEPLAN_MLA_COMBINE_PARAMS(FIRST, NEXT) \
+  FIRST(const float*, const float* __restrict__, partials) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const void*, const W* __restrict__, w_kv_b) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(int, int, batch) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, nope_dim) \
+  NEXT(int, int, v_dim) \
+  NEXT(int, int, capacity) \
+  NEXT(int, int, heads_per_cta) \
+  NEXT(int, int, tokens_per_cta) \
+  NEXT(int, int, kv_chunk) \
+  NEXT(int, int, splits)
+
+namespace tileplan {
+
+TILEPLAN_PARAMS_STRUCT(MlaAbsorbQParams, TILEPLAN_MLA_ABSORB_Q_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaAttendParams, TILEPLAN_MLA_ATTEND_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaCombineParams, TILEPLAN_MLA_COMBINE_PARAMS)
+
+// mla_absorb_q: a CTA of kMlaAbsorbThreads computes kMlaAbsorbCols latent columns of one head
+// for kMlaAbsorbTokens tokens, kMlaAbsorbPass tokens at a time.
+constexpr int kMlaAbsorbThreads = 256;
+constexpr int kMlaAbsorbCols = 64;
+constexpr int kMlaAbsorbTokens = 16;
+constexpr int kMlaAbsorbPass = 4;
+// Its dynamic shared memory: the tokens' q_nope rows and the per-warp column sums, in floats.
+TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaAbsorbSharedBytes(int nope_dim) {
+  return (static_cast<long long>(kMlaAbsorbTokens) * nope_dim +
+          (kMlaAbsorbThreads / 32) * kMlaAbsorbPass * kMlaAbsorbCols) *
+         4;
+}
+
+// mla_attend_split_kv: at most kMlaMaxQueries (token, head) queries per CTA, at most
+// kMlaMaxSplits splits of the keys; a record of partial results is kC + 4 floats (the
+// unnormalized latent output, the running max and sum, padding to 16 bytes).
+constexpr int kMlaMaxQueries = 16;
+constexpr int kMlaMaxSplits = 128;
+constexpr int kMlaPvVec = 4;  // latent dims per thread in the P·latent product
+
+// mla_combine_project: a CTA of kMlaCombineThreads writes kMlaCombineRows output features of
+// one head for kMlaCombineTokens tokens.
+constexpr int kMlaCombineThreads = 256;
+constexpr int kMlaCombineRows = 32;
+constexpr int kMlaCombineTokens = 4;
+TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaCombineSharedBytes(int latent_dim) {
+  return static_cast<long long>(kMlaCombineTokens) * latent_dim * 4;
+}
+
+// The dynamic shared memory of mla_attend_split_kv, in bytes from its start: two buffers of
+// kv_chunk cache rows ([latent | rope] in the cache's element type, rows padded to
+// `row_stride` 16-byte vectors so that the score reads are free of bank conflicts), the
+// queries in float32 ([queries][C + Dr]; later the CTA's latent outputs [queries][C]), the
+// chunk's scores and probabilities ([kv_chunk][queries_padded]) and the running max, sum and
+// rescale factor of every query.
+struct MlaAttendLayout {
+  int row_vecs = 0;    // 16-byte vectors of a cache row: (C + Dr) · element size / 16
+  int row_stride = 0;  // 16-byte vectors from one row to the next in shared memory
+  int queries = 0;
+  int queries_padded = 0;  // a multiple of 4
+  long long q_offset = 0, p_offset = 0, stats_offset = 0, total = 0;
+};
+
+// REQUIRES: (latent_dim + rope_dim) · element_bytes a multiple of 16; threads / kv_chunk a
+// power of two (the lanes that share a row in the score phase).
+TILEPLAN_MLA_HOST_DEVICE constexpr MlaAttendLayout MlaAttendLayoutFor(int element_bytes,
+                                                                      int latent_dim, int rope_dim,
+                                                                      int queries, int kv_chunk,
+                                                                      int threads) {
+  MlaAttendLayout l;
+  l.row_vecs = (latent_dim + rope_dim) * element_bytes / 16;
+  // kR lanes read consecutive vectors of one row and the next kR lanes the next row: a row
+  // stride of min(kR, 8) (mod 8) vectors puts the 8 lanes of a quarter warp on 8 distinct
+  // 16-byte bank groups.
+  const int lanes = threads / kv_chunk;
+  const int target = (lanes < 8 ? lanes : 8) % 8;
+  l.row_stride = l.row_vecs + ((target - l.row_vecs % 8) % 8 + 8) % 8;
+  l.queries = queries;
+  l.queries_padded = (queries + 3) / 4 * 4;
+  const long long kv_bytes = 2LL * kv_chunk * l.row_stride * 16;
+  l.q_offset = kv_bytes;
+  l.p_offset = l.q_offset + static_cast<long long>(queries) * (latent_dim + rope_dim) * 4;
+  l.stats_offset = l.p_offset + static_cast<long long>(kv_chunk) * l.queries_padded * 4;
+  l.total = l.stats_offset + 3LL * l.queries_padded * 4;
+  return l;
+}
+
+}  // namespace tileplan

@@ -1,0 +1,151 @@
+// Conformance cases of mla_attention (tests/kernels/gpu_harness.h): the absorbed kernels
+// against the CPU reference's un-absorbed definition (docs/ir.md `mla_attention`).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/kernels/conformance/cases.h"
+
+namespace tileplan::kernels::testing {
+namespace {
+
+struct MlaDims {
+  int heads, nope, rope, latent, v_dim;
+};
+// DeepSeek-V2-Lite's attention, and small odd dims (3 heads, no power of two but the 8s).
+constexpr MlaDims kV2Lite = {16, 128, 64, 512, 128};
+constexpr MlaDims kSmall = {3, 16, 8, 32, 24};
+
+// One mla_attention region over `batch` sequences of `tokens` new tokens and a cache of
+// `capacity` rows. q_nope and q_rope are the two views of one [B,T,Hq,Dn+Dr] input, as the
+// lowering splits the q projection (strided tokens and heads); the weight's dtype may differ
+// from the activations'.
+std::string MlaGraph(int batch, int tokens, const MlaDims& d, int capacity,
+                     const std::string& dtype, const std::string& w_dtype = "") {
+  const std::string bt = absl::StrCat(batch, ",", tokens, ",", d.heads);
+  const std::string w = w_dtype.empty() ? dtype : w_dtype;
+  return absl::StrCat(
+      "graph @g {\n  input %q: ", dtype, "[", bt, ",", d.nope + d.rope, "]\n",
+      "  input %latent: ", dtype, "[", batch, ",1,", capacity, ",", d.latent, "]\n",
+      "  input %rope: ", dtype, "[", batch, ",1,", capacity, ",", d.rope, "]\n",
+      "  weight %w_kv_b: ", w, "[", d.heads * (d.nope + d.v_dim), ",", d.latent, "] = \"kv_b\"\n",
+      "  input %positions: i32[", batch, ",", tokens, "]\n", "  %q_nope: ", dtype, "[", bt, ",",
+      d.nope, "] view(%q), %q_rope: ", dtype, "[", bt, ",", d.rope,
+      "] view(%q) = split(%q) {sizes = [", d.nope, ", ", d.rope, "]}\n", "  %o: ", dtype, "[", bt,
+      ",", d.v_dim,
+      "] = mla_attention(%q_nope, %q_rope, %latent, %rope, %w_kv_b, %positions) {scale = ",
+      1.0 / std::sqrt(static_cast<double>(d.nope + d.rope)), "}\n  output %o\n}\n");
+}
+
+std::vector<int32_t> Iota(int n, int start) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + i;
+  return v;
+}
+
+int32_t MaxOf(const std::vector<int32_t>& v) { return *std::max_element(v.begin(), v.end()); }
+
+Params Tactic(int heads_per_cta, int kv_chunk, int splits, int threads) {
+  return {{"heads_per_cta", heads_per_cta},
+          {"kv_chunk", kv_chunk},
+          {"splits", splits},
+          {"threads", threads}};
+}
+
+// DeepSeek-V2-Lite decode at positions 0, 5, 100 and 1000 of a 1024-row cache: the first
+// row only, a part of the first chunk, several chunks, and many chunks over many splits
+// (most splits empty at the short contexts). All 16 heads in one CTA or split in groups.
+std::vector<Case> MlaDecodeV2LiteContextsCases() {
+  std::vector<Case> cases;
+  for (int position : {0, 5, 100, 1000}) {
+    Case c;
+    c.graph = MlaGraph(1, 1, kV2Lite, 1024, "bf16");
+    c.family = "mla_attention";
+    c.context = position + 1;
+    c.ints["positions"] = {position};
+    c.tactics = {Tactic(16, 64, 1, 256), Tactic(16, 8, 128, 256), Tactic(16, 32, 7, 512),
+                 Tactic(4, 16, 16, 128), Tactic(1, 64, 3, 256)};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Three sequences at different positions (their own cache rows, their own splits in use),
+// DeepSeek-V2-Lite dims in bf16 and f16, and with f32 weights under bf16 activations.
+std::vector<Case> MlaDecodeBatchOfThreeCases() {
+  std::vector<Case> cases;
+  for (const auto& [dtype, w_dtype] :
+       {std::pair<std::string, std::string>{"bf16", ""}, {"f16", ""}, {"bf16", "f32"}}) {
+    Case c;
+    c.graph = MlaGraph(3, 1, kV2Lite, 300, dtype, w_dtype);
+    c.family = "mla_attention";
+    c.ints["positions"] = {3, 257, 130};
+    c.context = 258;
+    c.tactics = {Tactic(16, 32, 4, 256), Tactic(8, 16, 9, 256), Tactic(2, 64, 2, 128)};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Prefill chunks of 7 and 33 tokens: causal within the chunk and over the rows of earlier
+// chunks (a sequence starting at row 0 and one starting at row 20); token tiles of one or
+// several tokens, split or not.
+std::vector<Case> MlaPrefillCases() {
+  std::vector<Case> cases;
+  for (int tokens : {7, 33}) {
+    for (const MlaDims& d : {kV2Lite, kSmall}) {
+      Case c;
+      c.graph = MlaGraph(2, tokens, d, 64, "bf16");
+      c.family = "mla_attention";
+      std::vector<int32_t> positions = Iota(tokens, 0);
+      const std::vector<int32_t> second = Iota(tokens, 20);
+      positions.insert(positions.end(), second.begin(), second.end());
+      c.context = MaxOf(positions) + 1;
+      c.ints["positions"] = positions;
+      c.tactics = {Tactic(16, 16, 1, 256), Tactic(1, 8, 2, 128), Tactic(2, 32, 2, 256),
+                   Tactic(4, 64, 1, 512)};
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+// The small odd dims in every dtype, decode (batch 3) and a short prefill, under every
+// heads_per_cta (4 and more exceed the 3 heads: one partial group), the smallest and
+// largest chunks, 64 to 512 threads (up to 32 lanes per row).
+std::vector<Case> MlaSmallOddDimsCases() {
+  std::vector<Case> cases;
+  for (const char* dtype : {"bf16", "f16", "f32"}) {
+    for (int tokens : {1, 5}) {
+      Case c;
+      c.graph = MlaGraph(3, tokens, kSmall, 80, dtype);
+      c.family = "mla_attention";
+      std::vector<int32_t> positions;
+      for (int start : {0, 41, 74}) {
+        const std::vector<int32_t> run = Iota(tokens, start);
+        positions.insert(positions.end(), run.begin(), run.end());
+      }
+      c.context = MaxOf(positions) + 1;
+      c.ints["positions"] = positions;
+      c.tactics = {Tactic(1, 8, 1, 64),   Tactic(2, 8, 10, 256), Tactic(4, 16, 5, 128),
+                   Tactic(8, 64, 2, 512), Tactic(16, 32, 3, 64), Tactic(16, 8, 8, 256)};
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+}  // namespace
+
+std::vector<CaseGroup> MlaAttentionCaseGroups() {
+  return {
+      {"MlaDecodeV2LiteContexts", MlaDecodeV2LiteContextsCases()},
+      {"MlaDecodeBatchOfThree", MlaDecodeBatchOfThreeCases()},
+      {"MlaPrefill", MlaPrefillCases()},
+      {"MlaSmallOddDims", MlaSmallOddDimsCases()},
+  };
+}
+
+}  // namespace tileplan::kernels::testing
