@@ -329,6 +329,33 @@ absl::Status KvWrite(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// One query's causal softmax attention over the cache rows first … last: scores
+// dot(j) · scale, softmax and the weighted sum of value(j) ([dim] floats each), all in double,
+// written to out[0 … dim). `probs` and `acc` are the caller's scratch.
+template <typename Dot, typename Value>
+void AttendRows(int64_t first, int64_t last, double scale, int64_t dim, const Dot& dot,
+                const Value& value, std::vector<double>& probs, std::vector<double>& acc,
+                float* out) {
+  probs.assign(static_cast<size_t>(last - first + 1), 0.0);
+  double max_score = -std::numeric_limits<double>::infinity();
+  for (int64_t j = first; j <= last; ++j) {
+    probs[j - first] = dot(j) * scale;
+    max_score = std::max(max_score, probs[j - first]);
+  }
+  double sum = 0;
+  for (double& s : probs) {
+    s = std::exp(s - max_score);
+    sum += s;
+  }
+  acc.assign(static_cast<size_t>(dim), 0.0);
+  for (int64_t j = first; j <= last; ++j) {
+    const float* vj = value(j);
+    const double weight = probs[j - first] / sum;
+    for (int64_t d = 0; d < dim; ++d) acc[d] += weight * vj[d];
+  }
+  for (int64_t d = 0; d < dim; ++d) out[d] = static_cast<float>(acc[d]);
+}
+
 absl::Status Attention(KernelContext& ctx) {
   const TensorArg& q = ctx.operands[0];
   const TensorArg& k = ctx.operands[1];
@@ -358,8 +385,7 @@ absl::Status Attention(KernelContext& ctx) {
   TP_RETURN_IF_ERROR(CheckPositions(ctx, pos, capacity));
   const int64_t group = q_heads / kv_heads;
   ctx.pool->ParallelFor(batch * tokens * q_heads, [&](int64_t begin, int64_t end) {
-    std::vector<double> probs;
-    std::vector<double> acc(static_cast<size_t>(dim));
+    std::vector<double> probs, acc;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item % q_heads;
       const int64_t bt = item / q_heads;
@@ -368,28 +394,14 @@ absl::Status Attention(KernelContext& ctx) {
       const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
       const float* qv = q.f + item * dim;
       const int64_t kv_base = (b * kv_heads + h / group) * capacity;
-      probs.assign(static_cast<size_t>(p - first + 1), 0.0);
-      double max_score = -std::numeric_limits<double>::infinity();
-      for (int64_t j = first; j <= p; ++j) {
+      auto dot = [&](int64_t j) {
         const float* kj = k.f + (kv_base + j) * dim;
-        double dot = 0;
-        for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(qv[d]) * kj[d];
-        probs[j - first] = dot * scale;
-        max_score = std::max(max_score, probs[j - first]);
-      }
-      double sum = 0;
-      for (double& s : probs) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = first; j <= p; ++j) {
-        const float* vj = v.f + (kv_base + j) * dim;
-        const double weight = probs[j - first] / sum;
-        for (int64_t d = 0; d < dim; ++d) acc[d] += weight * vj[d];
-      }
-      float* ov = out.f + item * dim;
-      for (int64_t d = 0; d < dim; ++d) ov[d] = static_cast<float>(acc[d]);
+        double sum = 0;
+        for (int64_t d = 0; d < dim; ++d) sum += static_cast<double>(qv[d]) * kj[d];
+        return sum;
+      };
+      auto value = [&](int64_t j) { return v.f + (kv_base + j) * dim; };
+      AttendRows(first, p, scale, dim, dot, value, probs, acc, out.f + item * dim);
     }
   });
   return absl::OkStatus();
@@ -674,41 +686,25 @@ absl::Status MlaAttention(KernelContext& ctx) {
     });
   }
   ctx.pool->ParallelFor(batch * tokens * heads, [&](int64_t begin, int64_t end) {
-    std::vector<double> probs;
-    std::vector<double> acc(static_cast<size_t>(dv));
+    std::vector<double> probs, acc;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item % heads;
       const int64_t bt = item / heads;
       const int64_t b = bt / tokens;
-      const int64_t p = pos.i[bt];
       const float* qn = q_nope.f + item * dn;
       const float* qr = q_rope.f + item * dr;
-      const float* kvb = kv[b].data();
+      const float* kvb = kv[b].data() + h * (dn + dv);
       const float* rope_b = rope.f + b * capacity * dr;
-      probs.assign(static_cast<size_t>(p + 1), 0.0);
-      double max_score = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= p; ++j) {
-        const float* k_nope = kvb + j * rows + h * (dn + dv);
+      auto dot = [&](int64_t j) {
+        const float* k_nope = kvb + j * rows;
         const float* k_rope = rope_b + j * dr;
-        double dot = 0;
-        for (int64_t d = 0; d < dn; ++d) dot += static_cast<double>(qn[d]) * k_nope[d];
-        for (int64_t d = 0; d < dr; ++d) dot += static_cast<double>(qr[d]) * k_rope[d];
-        probs[j] = dot * scale;
-        max_score = std::max(max_score, probs[j]);
-      }
-      double sum = 0;
-      for (double& s : probs) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j <= p; ++j) {
-        const float* v = kvb + j * rows + h * (dn + dv) + dn;
-        const double weight = probs[j] / sum;
-        for (int64_t d = 0; d < dv; ++d) acc[d] += weight * v[d];
-      }
-      float* ov = out.f + item * dv;
-      for (int64_t d = 0; d < dv; ++d) ov[d] = static_cast<float>(acc[d]);
+        double sum = 0;
+        for (int64_t d = 0; d < dn; ++d) sum += static_cast<double>(qn[d]) * k_nope[d];
+        for (int64_t d = 0; d < dr; ++d) sum += static_cast<double>(qr[d]) * k_rope[d];
+        return sum;
+      };
+      auto value = [&](int64_t j) { return kvb + j * rows + dn; };
+      AttendRows(0, pos.i[bt], scale, dv, dot, value, probs, acc, out.f + item * dv);
     }
   });
   return absl::OkStatus();
