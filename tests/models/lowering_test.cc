@@ -290,14 +290,8 @@ TEST(Lowering, Qwen3MoeRoutesEveryLayerWithoutSharedExperts) {
   EXPECT_EQ(ProducerOf(mixed, "l1.mlp_out").kind, "moe_combine");
 }
 
-std::vector<Architecture> EveryArchitecture() {
-  std::vector<Architecture> all = testing::AllArchitectures();
-  for (Architecture arch : testing::MoeArchitectures()) all.push_back(arch);
-  return all;
-}
-
 TEST(Lowering, EveryArchitectureVerifies) {
-  for (Architecture arch : EveryArchitecture()) {
+  for (Architecture arch : testing::EveryArchitecture()) {
     const ir::Graph g = Lower(TinyModelConfig(arch));
     EXPECT_TRUE(ir::Verify(g).ok()) << ArchitectureName(arch) << ": " << ir::Verify(g);
   }
@@ -320,7 +314,7 @@ TEST(Lowering, BundledPublicConfigsLowerAndVerify) {
 }
 
 TEST(Lowering, IsDeterministic) {
-  for (Architecture arch : EveryArchitecture()) {
+  for (Architecture arch : testing::EveryArchitecture()) {
     const ir::Graph a = Lower(TinyModelConfig(arch));
     const ir::Graph b = Lower(TinyModelConfig(arch));
     ASSERT_EQ(a.num_values(), b.num_values());
@@ -384,7 +378,7 @@ absl::StatusOr<std::vector<std::vector<Shape>>> BindShapes(const ir::Graph& grap
 }
 
 TEST(BindCheckpoint, BindsEveryWeightWithItsShape) {
-  for (Architecture arch : EveryArchitecture()) {
+  for (Architecture arch : testing::EveryArchitecture()) {
     const ir::Graph g = Lower(TinyModelConfig(arch));
     auto shapes = BindShapes(g, testing::RandomWeights(g, 1));
     ASSERT_TRUE(shapes.ok()) << ArchitectureName(arch) << ": " << shapes.status();

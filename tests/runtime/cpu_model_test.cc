@@ -167,13 +167,8 @@ TEST_P(CpuModelTest, BatchRowsAreIndependentAndThreadCountDoesNotMatter) {
   EXPECT_EQ(*run_ab, want);
 }
 
-std::vector<Architecture> EveryArchitecture() {
-  std::vector<Architecture> all = testing::AllArchitectures();
-  for (Architecture arch : testing::MoeArchitectures()) all.push_back(arch);
-  return all;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllArchitectures, CpuModelTest, ::testing::ValuesIn(EveryArchitecture()),
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, CpuModelTest,
+                         ::testing::ValuesIn(testing::EveryArchitecture()),
                          [](const ::testing::TestParamInfo<Architecture>& info) {
                            return std::string(models::ArchitectureName(info.param));
                          });

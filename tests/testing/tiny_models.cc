@@ -100,6 +100,12 @@ std::vector<models::Architecture> AllArchitectures() {
           models::Architecture::kMistral, models::Architecture::kPhi3};
 }
 
+std::vector<models::Architecture> EveryArchitecture() {
+  std::vector<models::Architecture> all = AllArchitectures();
+  for (models::Architecture arch : MoeArchitectures()) all.push_back(arch);
+  return all;
+}
+
 absl::Status WriteRandomCheckpoint(const models::ModelConfig& config,
                                    const std::filesystem::path& dir, uint32_t seed) {
   TP_ASSIGN_OR_RETURN(ir::Graph graph, models::LowerModel(config));

@@ -27,6 +27,8 @@ models::ModelConfig TinyModelConfig(models::Architecture arch);
 std::vector<models::Architecture> AllArchitectures();
 // deepseek_v2 and qwen3_moe.
 std::vector<models::Architecture> MoeArchitectures();
+// Both lists: every architecture.
+std::vector<models::Architecture> EveryArchitecture();
 
 // Lowers `config` and writes DIR/model.safetensors with RandomWeights(graph, seed); a
 // lowering error is returned, a write failure fails the current test.
