@@ -895,9 +895,8 @@ absl::Status ConfigParser::ParseMla(ModelConfig& config) {
   const int64_t qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
   if (qk_head_dim != nullptr && !qk_head_dim->is_null() &&
       !(qk_head_dim->is_int() && qk_head_dim->as_int() == qk)) {
-    return FieldError("qk_head_dim",
-                      absl::StrCat("must be qk_nope_head_dim + qk_rope_head_dim (", qk,
-                                   "), got ", Describe(*qk_head_dim)));
+    return FieldError("qk_head_dim", absl::StrCat("must be qk_nope_head_dim + qk_rope_head_dim (",
+                                                  qk, "), got ", Describe(*qk_head_dim)));
   }
   config.head_dim = mla.qk_rope_head_dim;
   config.is_mla = true;

@@ -38,9 +38,9 @@ absl::Status CheckConfig(const ModelConfig& c) {
   TP_RETURN_IF_ERROR(positive(c.head_dim, "head_dim"));
   TP_RETURN_IF_ERROR(positive(c.vocab_size, "vocab_size"));
   if (c.is_mla && c.mla.qk_rope_head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model config: qk_rope_head_dim must be even for rotary embeddings, got ",
-        c.mla.qk_rope_head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: qk_rope_head_dim must be even for rotary embeddings, got ",
+                     c.mla.qk_rope_head_dim));
   }
   if (c.num_heads % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(
@@ -133,15 +133,14 @@ absl::Status CheckConfig(const ModelConfig& c) {
       return absl::InvalidArgumentError("model config: the shared experts' width is negative");
     }
     if (m.num_experts % m.num_groups != 0 || m.topk_groups < 1 || m.topk_groups > m.num_groups) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model config: n_group (", m.num_groups, ") must divide the ", m.num_experts,
-          " experts and topk_group (", m.topk_groups, ") must be in [1, n_group]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: n_group (", m.num_groups, ") must divide the ", m.num_experts,
+                       " experts and topk_group (", m.topk_groups, ") must be in [1, n_group]"));
     }
     const int64_t candidates = m.topk_groups * (m.num_experts / m.num_groups);
     if (m.top_k < 1 || m.top_k > candidates) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model config: num_experts_per_tok (", m.top_k, ") must be in [1, ",
-                       candidates, "]"));
+      return absl::InvalidArgumentError(absl::StrCat("model config: num_experts_per_tok (", m.top_k,
+                                                     ") must be in [1, ", candidates, "]"));
     }
     if (!(std::isfinite(m.routed_scaling_factor) && m.routed_scaling_factor > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -265,8 +264,8 @@ class Lowerer {
 
   // RMSNorm over the last dim of `x`; `type` is x's (and the result's) type; `eps` the
   // config's rms_norm_eps when absent.
-  absl::StatusOr<ValueId> RmsNorm(ValueId x, std::string tensor, std::string name,
-                                  TensorType type, std::optional<double> eps = std::nullopt) {
+  absl::StatusOr<ValueId> RmsNorm(ValueId x, std::string tensor, std::string name, TensorType type,
+                                  std::optional<double> eps = std::nullopt) {
     const int64_t n = type.dims.back().extent();
     TP_ASSIGN_OR_RETURN(ValueId w, Weight(std::move(tensor), {n}));
     Attributes attrs;
@@ -390,20 +389,19 @@ class Lowerer {
     } else {
       TP_ASSIGN_OR_RETURN(
           ValueId q_a, Linear(attn_norm, p + "q_a_proj", hidden, m.q_lora_rank, false, l + "q_a"));
-      TP_ASSIGN_OR_RETURN(ValueId q_a_norm,
-                          RmsNorm(q_a, p + "q_a_layernorm.weight", l + "q_a_norm",
-                                  Act(m.q_lora_rank), kLatentNormEps));
+      TP_ASSIGN_OR_RETURN(ValueId q_a_norm, RmsNorm(q_a, p + "q_a_layernorm.weight", l + "q_a_norm",
+                                                    Act(m.q_lora_rank), kLatentNormEps));
       TP_ASSIGN_OR_RETURN(
           q, Linear(q_a_norm, p + "q_b_proj", m.q_lora_rank, heads * qk, false, l + "q"));
     }
     TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", HeadsOf(heads, qk)));
-    TP_ASSIGN_OR_RETURN(std::vector<ValueId> q_parts,
-                        Split(q_heads,
-                              {{l + "q_nope", m.qk_nope_head_dim}, {l + "q_pe", m.qk_rope_head_dim}},
-                              HeadsOf(heads, qk)));
-    TP_ASSIGN_OR_RETURN(ValueId kv_a, Linear(attn_norm, p + "kv_a_proj_with_mqa", hidden,
-                                             m.kv_lora_rank + m.qk_rope_head_dim, false,
-                                             l + "kv_a"));
+    TP_ASSIGN_OR_RETURN(
+        std::vector<ValueId> q_parts,
+        Split(q_heads, {{l + "q_nope", m.qk_nope_head_dim}, {l + "q_pe", m.qk_rope_head_dim}},
+              HeadsOf(heads, qk)));
+    TP_ASSIGN_OR_RETURN(ValueId kv_a,
+                        Linear(attn_norm, p + "kv_a_proj_with_mqa", hidden,
+                               m.kv_lora_rank + m.qk_rope_head_dim, false, l + "kv_a"));
     TP_ASSIGN_OR_RETURN(
         std::vector<ValueId> kv_parts,
         Split(kv_a, {{l + "latent", m.kv_lora_rank}, {l + "k_pe", m.qk_rope_head_dim}}));
@@ -427,13 +425,13 @@ class Lowerer {
                         graph_.AddState(absl::StrCat("rope_cache.", layer), rope_type));
     const ResultAlias in_place{AliasKind::kInPlace, 0};
     TP_ASSIGN_OR_RETURN(ValueId latent_cache,
-                        Op("kv_write", {latent_state, latent_heads, positions_},
-                           l + "latent_cache", latent_type, {}, in_place));
+                        Op("kv_write", {latent_state, latent_heads, positions_}, l + "latent_cache",
+                           latent_type, {}, in_place));
     TP_ASSIGN_OR_RETURN(ValueId rope_cache, Op("kv_write", {rope_state, k_rope, positions_},
                                                l + "rope_cache", rope_type, {}, in_place));
-    TP_ASSIGN_OR_RETURN(ValueId kv_b, Weight(p + "kv_b_proj.weight",
-                                             {heads * (m.qk_nope_head_dim + m.v_head_dim),
-                                              m.kv_lora_rank}));
+    TP_ASSIGN_OR_RETURN(ValueId kv_b,
+                        Weight(p + "kv_b_proj.weight",
+                               {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}));
     Attributes attrs;
     attrs.Set("scale", Scale(qk));
     TP_ASSIGN_OR_RETURN(
@@ -475,10 +473,9 @@ class Lowerer {
     const int64_t hidden = c_.hidden_size;
     const int64_t inter = m.moe_intermediate_size;
     TP_ASSIGN_OR_RETURN(ValueId router_w, Weight(p + "gate.weight", {m.num_experts, hidden}));
-    TP_ASSIGN_OR_RETURN(
-        ValueId logits,
-        Op("moe_router", {x, router_w}, l + "router_logits",
-           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(m.num_experts)})));
+    TP_ASSIGN_OR_RETURN(ValueId logits,
+                        Op("moe_router", {x, router_w}, l + "router_logits",
+                           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(m.num_experts)})));
     Attributes topk;
     topk.Set("top_k", m.top_k);
     topk.Set("norm_topk_prob", m.norm_topk_prob);
@@ -502,17 +499,17 @@ class Lowerer {
                                                  l + "expert_up"));
     TP_ASSIGN_OR_RETURN(ValueId gate_act,
                         Op("silu", {gate}, l + "expert_gate_act", per_expert(Act(inter))));
-    TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "expert_swiglu",
-                                           per_expert(Act(inter))));
+    TP_ASSIGN_OR_RETURN(ValueId swiglu,
+                        Op("mul", {gate_act, up}, l + "expert_swiglu", per_expert(Act(inter))));
     TP_ASSIGN_OR_RETURN(ValueId down, ExpertLinear(swiglu, ids, p + "experts.", "down_proj", hidden,
                                                    inter, l + "expert_out"));
     const bool shared = m.shared_intermediate_size > 0;
     TP_ASSIGN_OR_RETURN(ValueId combined, Op("moe_combine", {down, route[1]},
                                              shared ? l + "moe_out" : l + "mlp_out", Act(hidden)));
     if (!shared) return combined;
-    TP_ASSIGN_OR_RETURN(ValueId shared_out, Mlp(x, p + "shared_experts.", l + "shared_",
-                                                m.shared_intermediate_size, /*fused=*/false,
-                                                l + "shared_out"));
+    TP_ASSIGN_OR_RETURN(ValueId shared_out,
+                        Mlp(x, p + "shared_experts.", l + "shared_", m.shared_intermediate_size,
+                            /*fused=*/false, l + "shared_out"));
     return Op("add", {combined, shared_out}, l + "mlp_out", Act(hidden));
   }
 
@@ -527,8 +524,9 @@ class Lowerer {
       parts.push_back(absl::StrCat(p, e, ".", proj, ".weight"));
     }
     TP_ASSIGN_OR_RETURN(
-        ValueId w, graph_.AddWeight(p + proj, ir::MakeType(x_, {Ext(m.num_experts), Ext(out), Ext(in)}),
-                                    std::move(parts)));
+        ValueId w,
+        graph_.AddWeight(p + proj, ir::MakeType(x_, {Ext(m.num_experts), Ext(out), Ext(in)}),
+                         std::move(parts)));
     return Op("expert_linear", {x, ids, w}, std::move(name),
               ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(m.top_k), Ext(out)}));
   }
@@ -609,8 +607,7 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
     // stacked slice (the weight's trailing dims).
     std::string expected = TypeString(want_dtype, want_shape);
     if (num_parts > 1) {
-      const std::string trailing =
-          absl::StrJoin(want_shape.begin() + 1, want_shape.end(), ",");
+      const std::string trailing = absl::StrJoin(want_shape.begin() + 1, want_shape.end(), ",");
       expected = absl::StrCat(StDTypeName(want_dtype), "[N", want_shape.size() > 1 ? "," : "",
                               trailing, "]");
       if (want_shape.size() > 1) {

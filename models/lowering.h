@@ -34,9 +34,9 @@ absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config);
 // weight binds exists with the weight's dtype and (static) shape, and every checkpoint
 // tensor is bound exactly once. A packed weight (several checkpoint tensors, docs/ir.md
 // "Packed weights") needs each part to have the weight's dtype and to fit it
-// (PackedPartRows), and the parts' rows to sum to the weight's dim 0. Errors name the tensor, the expected and
-// the found type. On success returns, parallel to graph.weights(), the tensors each weight
-// binds to, in order (views into `checkpoint`, valid while it lives); a runtime packs them
+// (PackedPartRows), and the parts' rows to sum to the weight's dim 0. Errors name the tensor, the
+// expected and the found type. On success returns, parallel to graph.weights(), the tensors each
+// weight binds to, in order (views into `checkpoint`, valid while it lives); a runtime packs them
 // by concatenating their row-major data.
 // How many dim-0 rows a checkpoint tensor of shape `part` contributes to a weight of shape
 // `weight` bound to `num_parts` tensors (docs/ir.md, "Packed weights"): a single part must have

@@ -230,7 +230,8 @@ Results InferMoeTopk(const KindArgs& a) {
   const int64_t candidates = topk_groups * (experts / groups);
   if (k < 1 || k > candidates) {
     return AttrError("top_k", PrintAttrValue(k),
-                     absl::StrCat("1 ... ", candidates, " (the experts of the topk_groups best "
+                     absl::StrCat("1 ... ", candidates,
+                                  " (the experts of the topk_groups best "
                                   "groups)"));
   }
   TP_RETURN_IF_ERROR(FloatAttr(
@@ -251,9 +252,10 @@ Results InferExpertLinear(const KindArgs& a) {
   if (!DimsMatch(ids.dims[0], x.dims[0]) || !DimsMatch(ids.dims[1], x.dims[1]) ||
       (x.dims.size() == 4 && !DimsMatch(ids.dims[2], x.dims[2]))) {
     return a.OperandError(
-        1, x.dims.size() == 4
-               ? shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}, {"K", x.dims[2]}})
-               : shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}}));
+        1,
+        x.dims.size() == 4
+            ? shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}, {"K", x.dims[2]}})
+            : shape::Pattern("i32[B,T,K]", {{"B", x.dims[0]}, {"T", x.dims[1]}}));
   }
   TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 3, "[E,N,H]"));
   TP_RETURN_IF_ERROR(ExpectDim(a, 2, 2, x.dims.back(), "[E,N,H]", "H"));
@@ -305,16 +307,16 @@ Results InferMlaAttention(const KindArgs& a) {
   const TensorType& rope = a.operands[3];
   if (!DimsMatch(rope.dims[0], b) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
       !DimsMatch(rope.dims[2], smax) || !DimsMatch(rope.dims[3], dr)) {
-    return a.OperandError(
-        3, shape::Pattern("[B,1,Smax,Dr]", {{"B", b}, {"Smax", smax}, {"Dr", dr}}));
+    return a.OperandError(3,
+                          shape::Pattern("[B,1,Smax,Dr]", {{"B", b}, {"Smax", smax}, {"Dr", dr}}));
   }
   TP_RETURN_IF_ERROR(ExpectRank(a, 4, Element::kFloat, 2, "[Hq*(Dn+Dv),C]"));
   TP_RETURN_IF_ERROR(ExpectDim(a, 4, 1, c, "[Hq*(Dn+Dv),C]", "C"));
   const Dim& rows = a.operands[4].dims[0];
   const int64_t heads = hq.extent();
   if (!rows.is_static() || rows.extent() % heads != 0 || rows.extent() / heads <= dn.extent()) {
-    return a.OperandError(4, absl::StrCat("[Hq*(Dn+Dv),C] with Hq = ", heads, ", Dn = ",
-                                          dn.extent(), " and Dv > 0"));
+    return a.OperandError(
+        4, absl::StrCat("[Hq*(Dn+Dv),C] with Hq = ", heads, ", Dn = ", dn.extent(), " and Dv > 0"));
   }
   const int64_t dv = rows.extent() / heads - dn.extent();
   TP_RETURN_IF_ERROR(ExpectPositions(a, 5, b, t));

@@ -180,8 +180,8 @@ absl::Status CheckRopeAttrs(const Attributes& attrs) {
   for (const AttrSpec& spec : RopeAttrSpecs()) {
     if (spec.required || spec.key == "interleaved" || !attrs.Has(spec.key)) continue;
     if (std::find(required->begin(), required->end(), spec.key) == required->end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "attribute '", spec.key, "' does not apply to rope_type \"", type, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", spec.key, "' does not apply to rope_type \"", type, "\""));
     }
   }
   if (type == "default") return absl::OkStatus();

@@ -29,10 +29,9 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
 #include "planner/tactic_cache.h"
-#include "targets/target.h"
-#include "device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "targets/target.h"
 #include "tools/common_flags.h"
 #include "tools/flags.h"
 #include "tools/gpu_flags.h"
@@ -213,8 +212,8 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
   const double bandwidth = target.achievable_memory_bandwidth_gbps() * 1e9;  // bytes/s
   const double flop_rate = target.achievable_bf16_tflops() * 1e12;
   const models::MoeConfig& moe = model.config.moe;
-  const double sparse_layers = static_cast<double>(
-      std::count(moe.sparse_layers.begin(), moe.sparse_layers.end(), true));
+  const double sparse_layers =
+      static_cast<double>(std::count(moe.sparse_layers.begin(), moe.sparse_layers.end(), true));
   const double experts = static_cast<double>(moe.num_experts);
   const double expert_bytes = sparse_layers * experts * 3.0 *
                               static_cast<double>(moe.moe_intermediate_size) *

@@ -253,10 +253,9 @@ absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& fa
   const int expected = family.Launches(tactic, region);
   if (static_cast<int>(launch.launches.size()) != expected || launch.main_launch < 0 ||
       launch.main_launch >= expected) {
-    return absl::InternalError(absl::StrCat(region.Label(), ": family ", family.name(),
-                                            " describes ", expected,
-                                            " launches, but its templates prepare ",
-                                            launch.launches.size()));
+    return absl::InternalError(
+        absl::StrCat(region.Label(), ": family ", family.name(), " describes ", expected,
+                     " launches, but its templates prepare ", launch.launches.size()));
   }
   const LaunchGeometry geometry = family.Geometry(tactic, region);
   const KernelLaunch& described = launch.launches[static_cast<size_t>(launch.main_launch)];

@@ -129,9 +129,9 @@ TEST(CudaLaunchTest, MisalignedOrMissingBuffersAreRefused) {
   EXPECT_TRUE(PrepareLaunches(*gemv, linear, tactic, buffers).ok());
 }
 
-#define TEST_KERNEL_PARAMS(FIRST, NEXT)                                           \
-  FIRST(const void*, const T* __restrict__, x) NEXT(long long, long long, stride) \
-  NEXT(float, float, scale) NEXT(int, int, n)
+#define TEST_KERNEL_PARAMS(FIRST, NEXT)        \
+  FIRST(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, stride) NEXT(float, float, scale) NEXT(int, int, n)
 TILEPLAN_PARAMS_STRUCT(TestParams, TEST_KERNEL_PARAMS)
 
 // One pointer per kernel parameter, each to its field of the held struct.

@@ -200,9 +200,9 @@ TEST(MemoryPlannerTest, EveryBundledConfigPlansWithoutOverlapAndReusesMemory) {
         EXPECT_LE(plan.peak_live_bytes, plan.arena_bytes);
         // Per layer and cached position: K and V of every KV head, or for latent attention
         // the latent and the shared rope key; bf16, B = 2, Smax = 256.
-        const int64_t per_position =
-            config->is_mla ? config->mla.kv_lora_rank + config->mla.qk_rope_head_dim
-                           : 2 * config->num_kv_heads * config->head_dim;
+        const int64_t per_position = config->is_mla
+                                         ? config->mla.kv_lora_rank + config->mla.qk_rope_head_dim
+                                         : 2 * config->num_kv_heads * config->head_dim;
         EXPECT_EQ(plan.state_bytes, 2 * config->num_layers * per_position * 256 * 2);
       }
     }

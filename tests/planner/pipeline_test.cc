@@ -108,9 +108,9 @@ TEST_P(BundledPipelineTest, LargeOrUnboundBatchDecodeKeepsTheNorms) {
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(GetParam());
   ASSERT_TRUE(config.ok()) << config.status();
   const std::string rope = config->qk_norm ? "qk_norm_rope_kv_write" : "rope_kv_write";
-  const std::vector<std::string> large = {
-      "rms_norm", "linear", rope, "attention", "linear_residual", "rms_norm", "linear_swiglu",
-      "linear_residual"};
+  const std::vector<std::string> large = {"rms_norm",      "linear",          rope,
+                                          "attention",     "linear_residual", "rms_norm",
+                                          "linear_swiglu", "linear_residual"};
   ExpectDecodeLayers(GetParam(), 5, large);
   ExpectDecodeLayers(GetParam(), 16, large);
   ExpectDecodeLayers(GetParam(), std::nullopt,
@@ -214,9 +214,8 @@ TEST(Qwen3DecodeTest, LayerHasTheFiveExpectedKernels) {
 // DeepSeek-V2-Lite and Qwen3-30B-A3B decode at batch 1: the dense parts fuse as in the dense
 // models; the latent attention, the router, the top-k and the experts keep their regions.
 TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
-  const std::vector<std::string> moe = {"moe_router", "moe_topk", "expert_linear",
-                                        "expert_linear", "silu", "mul", "expert_linear",
-                                        "moe_combine"};
+  const std::vector<std::string> moe = {"moe_router", "moe_topk", "expert_linear", "expert_linear",
+                                        "silu",       "mul",      "expert_linear", "moe_combine"};
   auto layer = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
     head.insert(head.end(), tail.begin(), tail.end());
     return head;
@@ -225,16 +224,15 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
   // both RoPEs and both cache writes stay primitive; the shared experts' gate/up fold into a
   // SwiGLU GEMV whose down projection adds the routed output; the residual add and the next
   // layer's norm fuse.
-  const std::vector<std::string> mla = {"rms_norm", "rope", "rope", "kv_write", "kv_write",
-                                        "mla_attention", "linear_residual"};
+  const std::vector<std::string> mla = {"rms_norm", "rope",          "rope",           "kv_write",
+                                        "kv_write", "mla_attention", "linear_residual"};
   const std::vector<std::string> deepseek_moe =
       layer(layer({"rms_norm"}, moe), {"linear_swiglu", "linear_residual", "add_rms_norm"});
   using Kinds = std::vector<std::string>;
   for (const auto& [model, layer0, layer1, layer2] :
        std::vector<std::tuple<std::string, Kinds, Kinds, Kinds>>{
            {"deepseek-v2-lite",
-            layer(layer({"rms_norm_linear"}, mla),
-                  {"rms_norm_linear_swiglu", "linear_residual"}),
+            layer(layer({"rms_norm_linear"}, mla), {"rms_norm_linear_swiglu", "linear_residual"}),
             // Layer 0 ends in linear_residual, so layer 1's input norm folds into its GEMV;
             // from layer 2 on the previous layer's add_rms_norm has it.
             layer(layer({"rms_norm_linear"}, mla), deepseek_moe),

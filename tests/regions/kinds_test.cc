@@ -66,12 +66,11 @@ Attributes Attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
 }
 
 TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
-  EXPECT_EQ(
-      PrimitiveKindNames(),
-      (std::vector<std::string>{"add", "argmax", "attention", "embedding", "expert_linear",
-                                "kv_write", "linear", "lm_head", "mla_attention", "moe_combine",
-                                "moe_router", "moe_topk", "mul", "reshape", "rms_norm", "rope",
-                                "silu", "split"}));
+  EXPECT_EQ(PrimitiveKindNames(),
+            (std::vector<std::string>{"add", "argmax", "attention", "embedding", "expert_linear",
+                                      "kv_write", "linear", "lm_head", "mla_attention",
+                                      "moe_combine", "moe_router", "moe_topk", "mul", "reshape",
+                                      "rms_norm", "rope", "silu", "split"}));
   EXPECT_EQ(KindNames(), (std::vector<std::string>{"add",
                                                    "add_rms_norm",
                                                    "argmax",
