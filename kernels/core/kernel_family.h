@@ -159,7 +159,8 @@ class KernelFamily {
     return true;
   }
   // REQUIRES: ValidateTactic(tactic, region, target) is OK. The main launch's geometry: with
-  // several launches, the last one's (a template family's preparatory kernels come first).
+  // several launches, the one the template launcher marks (LaunchBuilder::MarkMainLaunch), by
+  // default the last.
   virtual LaunchGeometry Geometry(const Tactic& tactic, const BoundRegion& region) const = 0;
   virtual WorkEstimate Work(const Tactic& tactic, const BoundRegion& region) const = 0;
   // Kernels launched for the region (0 for views).

@@ -251,21 +251,23 @@ absl::StatusOr<std::vector<KernelLaunch>> PrepareLaunches(const KernelFamily& fa
   }
   TP_ASSIGN_OR_RETURN(TemplateLaunch launch, launcher->Launch(region, tactic, &buffers));
   const int expected = family.Launches(tactic, region);
-  if (static_cast<int>(launch.launches.size()) != expected || launch.main_launch < 0 ||
-      launch.main_launch >= expected) {
-    return absl::InternalError(
-        absl::StrCat(region.Label(), ": family ", family.name(), " describes ", expected,
-                     " launches, but its templates prepare ", launch.launches.size()));
+  const int main_launch = launch.main_launch < 0 ? expected - 1 : launch.main_launch;
+  if (static_cast<int>(launch.launches.size()) != expected || main_launch < 0 ||
+      main_launch >= expected) {
+    return absl::InternalError(absl::StrCat(region.Label(), ": family ", family.name(),
+                                            " describes ", expected,
+                                            " launches, but its templates prepare ",
+                                            launch.launches.size()));
   }
   const LaunchGeometry geometry = family.Geometry(tactic, region);
-  const KernelLaunch& described = launch.launches[static_cast<size_t>(launch.main_launch)];
+  const KernelLaunch& described = launch.launches[static_cast<size_t>(main_launch)];
   if (geometry.grid != described.grid || geometry.block != described.block ||
       geometry.dynamic_shared_memory_bytes != described.dynamic_shared_memory_bytes) {
     return absl::InternalError(absl::StrCat(
         region.Label(), ": family ", family.name(), " describes grid ",
         absl::StrJoin(geometry.grid, "x"), ", block ", absl::StrJoin(geometry.block, "x"), ", ",
         geometry.dynamic_shared_memory_bytes, " bytes shared memory, but its template ",
-        launch.instance.name_expressions[static_cast<size_t>(launch.main_launch)],
+        launch.instance.name_expressions[static_cast<size_t>(described.kernel)],
         " launches with grid ", absl::StrJoin(described.grid, "x"), ", block ",
         absl::StrJoin(described.block, "x"), ", ", described.dynamic_shared_memory_bytes,
         " bytes"));

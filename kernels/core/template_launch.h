@@ -113,11 +113,12 @@ struct KernelLaunch {
 
 // What a template family's launcher computes for one region under one tactic: the
 // instance, and its launches in stream order (KernelFamily::Launches of them), of which
-// `main_launch` is the one KernelFamily::Geometry describes.
+// `main_launch` is the one KernelFamily::Geometry describes (-1: the last, as when
+// preparatory kernels precede the main one).
 struct TemplateLaunch {
   KernelInstance instance;
   std::vector<KernelLaunch> launches;  // empty when no buffers were given
-  int main_launch = 0;
+  int main_launch = -1;
 };
 
 // Device addresses bound to one region.
@@ -241,7 +242,7 @@ class LaunchBuilder {
     if (buffers_ != nullptr) result_.launches.push_back(std::move(launch));
   }
   // Marks the launch added last as the main one (KernelFamily::Geometry's); by default the
-  // first is.
+  // last launch of the step is.
   void MarkMainLaunch() {
     result_.main_launch = static_cast<int>(result_.instance.name_expressions.size()) - 1;
   }

@@ -86,6 +86,18 @@ constexpr Row kRows[] = {{"sm_80", 256, 32},
 // The smallest chunk a block of `threads` may take: at most 32 lanes per row.
 int64_t MinChunk(int64_t threads) { return std::max<int64_t>(8, threads / 32); }
 
+const Row& RowOf(absl::string_view arch) {
+  for (const Row& row : kRows) {
+    if (row.arch == arch) return row;
+  }
+  return kRows[4];
+}
+
+// The row's block size, at least C / kMlaPvVec threads (each accumulates kMlaPvVec latent dims).
+int64_t RowThreads(const Row& row, const MlaShape& s) {
+  return std::max(row.threads, NextPowerOfTwo(CeilDiv(s.latent, kMlaPvVec)));
+}
+
 absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
                                          const RegionBuffers* buffers) {
   LaunchBuilder b(r, t, buffers);
@@ -251,7 +263,7 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
   }
 
  protected:
-  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription& target) const override {
     const MlaShape s = ShapeOf(r);
     if (s.latent % 8 != 0 || s.rope % 8 != 0) {
       return Refuse(absl::StrCat("latent dim C = ", s.latent, " and rope dim Dr = ", s.rope,
@@ -270,18 +282,24 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
         return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
       }
     }
+    // The smallest tactic of the target's row: one head per CTA, the smallest chunks.
+    const int64_t threads = RowThreads(RowOf(ArchRowFor(target.sm())), s);
+    const int64_t smallest = LayoutOf(s, TilingOf(s, 1), MinChunk(threads), threads).total;
+    if (smallest > target.shared_memory_per_block_bytes()) {
+      return Refuse(absl::StrCat("latent dim C = ", s.latent, " and rope dim Dr = ", s.rope,
+                                 " need ", smallest, " bytes of shared memory per block (two ",
+                                 MinChunk(threads), "-row chunks), more than the target's ",
+                                 target.shared_memory_per_block_bytes()));
+    }
     return RequireInnerContiguous(r, {0, 1});
   }
   Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
                    int64_t shared_memory) const override {
-    Row row = kRows[4];
-    for (const Row& candidate : kRows) {
-      if (candidate.arch == arch) row = candidate;
-    }
+    const Row& row = RowOf(arch);
     const MlaShape s = ShapeOf(r);
     // Every head of a group shares the rows it reads: up to 16 heads (the queries of a CTA).
     int64_t heads = std::min<int64_t>(kMlaMaxQueries, NextPowerOfTwo(s.heads));
-    int64_t threads = std::max(row.threads, NextPowerOfTwo(CeilDiv(s.latent, kMlaPvVec)));
+    const int64_t threads = RowThreads(row, s);
     int64_t chunk = std::max(row.kv_chunk, MinChunk(threads));
     // Shrink to the row's shared memory: the chunk first, then the heads of a group.
     while (LayoutOf(s, TilingOf(s, heads), chunk, threads).total > shared_memory) {
