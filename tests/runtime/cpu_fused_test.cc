@@ -499,6 +499,71 @@ TEST(CpuFused, PackedWeightPartsMustFit) {
                         "expected F32[N,3]"));
 }
 
+// A MoE block over x [1,3,16]: 6 experts of width 8, top 2 in 3 groups of 2 (the best 2
+// groups compete), DeepSeek's scaling; with `shared` a shared MLP of width 12, with
+// `residual` the residual %r added last. `fused` gives the moe region, else the primitive
+// regions it replaces.
+std::string MoeGraph(bool fused, bool shared, bool residual) {
+  std::string g = R"(graph @moe {
+  input %x: f32[1,3,16]
+  input %r: f32[1,3,16]
+  weight %router: f32[6,16] = "router"
+  weight %gate: f32[6,8,16] = "gate"
+  weight %up: f32[6,8,16] = "up"
+  weight %down: f32[6,16,8] = "down"
+  weight %sg: f32[12,16] = "sg"
+  weight %su: f32[12,16] = "su"
+  weight %sd: f32[16,12] = "sd"
+)";
+  const std::string topk =
+      "norm_topk_prob = false, num_groups = 3, scaling = 2.5, top_k = 2, topk_groups = 2";
+  if (fused) {
+    absl::StrAppend(
+        &g, "  %out: f32[1,3,16] = moe(%x, %router, %gate, %up, %down",
+        shared ? ", %sg, %su, %sd" : "", residual ? ", %r" : "", ") {logits_dtype = \"f32\", ",
+        topk, ", residual = ", residual ? "true" : "false",
+        ", shared_experts = ", shared ? "true" : "false", ", weights_dtype = \"f32\"}\n");
+  } else {
+    const std::string combined = shared || residual ? "%c" : "%out";
+    absl::StrAppend(&g, R"(  %l: f32[1,3,6] = moe_router(%x, %router)
+  %ids: i32[1,3,2], %w: f32[1,3,2] = moe_topk(%l) {)",
+                    topk, R"(}
+  %g: f32[1,3,2,8] = expert_linear(%x, %ids, %gate)
+  %u: f32[1,3,2,8] = expert_linear(%x, %ids, %up)
+  %a: f32[1,3,2,8] = silu(%g)
+  %h: f32[1,3,2,8] = mul(%a, %u)
+  %y: f32[1,3,2,16] = expert_linear(%h, %ids, %down)
+  )",
+                    combined, ": f32[1,3,16] = moe_combine(%y, %w)\n");
+    if (shared) {
+      absl::StrAppend(&g, R"(  %sgo: f32[1,3,12] = linear(%x, %sg)
+  %suo: f32[1,3,12] = linear(%x, %su)
+  %sa: f32[1,3,12] = silu(%sgo)
+  %sh: f32[1,3,12] = mul(%suo, %sa)
+  %s: f32[1,3,16] = linear(%sh, %sd)
+)",
+                      "  ", residual ? "%m" : "%out", ": f32[1,3,16] = add(%s, %c)\n");
+    }
+    if (residual) {
+      absl::StrAppend(&g, "  %out: f32[1,3,16] = add(%r, ", shared ? "%m" : "%c", ")\n");
+    }
+  }
+  absl::StrAppend(&g, "  output %out\n}\n");
+  return g;
+}
+
+TEST(CpuFused, MoeIsTheRoutedExpertsPlusSharedMlpPlusResidual) {
+  for (bool shared : {false, true}) {
+    for (bool residual : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(shared ? "shared" : "no shared", ", ",
+                                residual ? "residual" : "no residual"));
+      Random rnd(5);
+      ExpectSameOutputs(MoeGraph(true, shared, residual), MoeGraph(false, shared, residual),
+                        {{{"x", rnd.Float({1, 3, 16})}, {"r", rnd.Float({1, 3, 16}, 2.0)}}});
+    }
+  }
+}
+
 TEST(CpuFused, EveryRegisteredKindIsImplemented) {
   EXPECT_EQ(CpuSupportedKinds(), ir::KindNames());
 }
