@@ -214,14 +214,21 @@ std::vector<AttrSpec> RopeKvWriteAttentionAttrs(bool norms) {
   return attrs;
 }
 
-// A moe dtype attribute (`logits_dtype`, `weights_dtype`): the dtype the primitive graph's
-// router logits or top-k weights have, "f32" or the activation dtype `x`.
-absl::Status CheckMoeDType(const Attributes& attrs, absl::string_view key, DType x) {
-  TP_ASSIGN_OR_RETURN(const std::string name, attrs.GetString(key));
-  const absl::StatusOr<DType> dtype = ParseDType(name);
+// moe's routing dtypes: `logits_dtype`, the dtype of the primitive graph's router logits, "f32"
+// or the activation dtype `x` (moe_router's rule), and `weights_dtype`, that of the top-k
+// weights, which is the logits' (moe_topk's rule).
+absl::Status CheckMoeDTypes(const Attributes& attrs, DType x) {
+  TP_ASSIGN_OR_RETURN(const std::string logits, attrs.GetString("logits_dtype"));
+  const absl::StatusOr<DType> dtype = ParseDType(logits);
   if (!dtype.ok() || (*dtype != DType::kF32 && *dtype != x)) {
-    return AttrError(key, PrintAttrValue(name),
+    return AttrError("logits_dtype", PrintAttrValue(logits),
                      absl::StrCat("\"f32\" or \"", DTypeName(x), "\" (the dtype of x)"));
+  }
+  TP_ASSIGN_OR_RETURN(const std::string weights, attrs.GetString("weights_dtype"));
+  if (weights != logits) {
+    return AttrError("weights_dtype", PrintAttrValue(weights),
+                     absl::StrCat(PrintAttrValue(logits),
+                                  " (logits_dtype: the top-k weights take the logits' dtype)"));
   }
   return absl::OkStatus();
 }
@@ -284,8 +291,7 @@ Results InferMoe(const KindArgs& a) {
                           absl::StrCat(out.ToString(), " (the type of the combined experts)"));
   }
   TP_RETURN_IF_ERROR(shape::CheckMoeTopkAttrs(a.attrs, e.extent()).status());
-  TP_RETURN_IF_ERROR(CheckMoeDType(a.attrs, "logits_dtype", x.dtype));
-  TP_RETURN_IF_ERROR(CheckMoeDType(a.attrs, "weights_dtype", x.dtype));
+  TP_RETURN_IF_ERROR(CheckMoeDTypes(a.attrs, x.dtype));
   return One(std::move(out));
 }
 

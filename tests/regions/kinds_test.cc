@@ -569,6 +569,36 @@ TEST(KindsTest, RopeKvWriteAttention) {
             "expects 4 operands (qkv, k_cache, v_cache, positions), got 2");
 }
 
+TEST(KindsTest, MoeRouterLogitsAreFloatOrRoundedToTheInputDtype) {
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}), "f32[B,T,8]");
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"f32[B,T,8]"}),
+            "f32[B,T,8]");
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"bf16[B,T,8]"}),
+            "bf16[B,T,8]");
+  // Any other declared dtype infers float32, which the verifier then finds differs.
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"f16[B,T,8]"}),
+            "f32[B,T,8]");
+}
+
+TEST(KindsTest, MoeTopkWeightsTakeTheLogitsDtype) {
+  const Attributes attrs = Attrs({{"top_k", int64_t{2}},
+                                  {"norm_topk_prob", true},
+                                  {"scaling", 1.0},
+                                  {"num_groups", int64_t{1}},
+                                  {"topk_groups", int64_t{1}}});
+  for (const std::string dtype : {"f32", "bf16"}) {
+    auto r = Infer("moe_topk", {dtype + "[B,T,8]"}, attrs);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 2u);
+    EXPECT_EQ((*r)[0].type.ToString(), "i32[B,T,2]");
+    EXPECT_EQ((*r)[1].type.ToString(), dtype + "[B,T,2]");
+  }
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "bf16[B,T,2]"}), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f32[B,T,2]"}), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f16[B,T,2]"}),
+            "operand 1 has type f16[B,T,2], expected f32 or bf16 weights (the dtype of y)");
+}
+
 // The attributes of a moe region: routing as DeepSeek-V2-Lite's (no groups) or grouped.
 Attributes MoeAttrs(bool shared, bool residual, const std::string& logits = "f32",
                     const std::string& weights = "f32", int64_t groups = 1) {
@@ -637,14 +667,15 @@ TEST(KindsTest, Moe) {
                {"bf16[B,T,32]", "bf16[E,32]", "bf16[E,16,32]", "bf16[E,16,32]", "bf16[E,32,16]"},
                MoeAttrs(false, false)),
       "operand 1 has type bf16[E,32], expected [E,H] with E static, > 0");
-  // moe_topk's rules for that E, and the dtypes of the routing: f32 or x's.
+  // moe_topk's rules for that E, and the dtypes of the routing: f32 or x's, the weights the
+  // logits'.
   EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "f32", 3)),
             "attribute 'num_groups' is 3, expected a divisor of E = 8");
   EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f16")),
             "attribute 'logits_dtype' is \"f16\", expected \"f32\" or \"bf16\" (the dtype of x)");
-  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "i32")),
-            "attribute 'weights_dtype' is \"i32\", expected \"f32\" or \"bf16\" (the dtype of "
-            "x)");
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "bf16")),
+            "attribute 'weights_dtype' is \"bf16\", expected \"f32\" (logits_dtype: the top-k "
+            "weights take the logits' dtype)");
 }
 
 }  // namespace
