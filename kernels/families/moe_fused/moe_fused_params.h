@@ -88,4 +88,11 @@ TILEPLAN_MOE_HOST_DEVICE constexpr long long MoeTableInts(long long max_slots, l
   return kMoeTableHeader + max_slots * (1 + tokens);
 }
 
+// The dynamic shared memory of moe_down, in bytes: per slot (the routed ones and the shared
+// MLP's) its expert id and, per token, the activation row and the weight it is summed with.
+TILEPLAN_MOE_HOST_DEVICE constexpr long long MoeDownSharedBytes(long long max_slots,
+                                                                long long max_tokens) {
+  return (max_slots + 1) * (1 + 2 * max_tokens) * 4;
+}
+
 }  // namespace tileplan

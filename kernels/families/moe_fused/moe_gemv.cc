@@ -263,7 +263,8 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   b.Launch("moe_gemv.cuh",
            absl::StrCat("tileplan::moe_down<", x_type, ", ", w_type, ", ", threads, ", ", down_rows,
                         ", ", vec, ", ", max_tokens, ">"),
-           {DownCtas(s, t), 1, 1}, {threads, 1, 1}, 0, dp);
+           {DownCtas(s, t), 1, 1}, {threads, 1, 1}, MoeDownSharedBytes(s.max_slots(), max_tokens),
+           dp);
   return std::move(b).Finish();
 }
 
@@ -328,7 +329,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
   }
 
  protected:
-  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription& target) const override {
     const MoeShape s = ShapeOf(r);
     if (s.tokens > kMaxTokens) {
       return Refuse(absl::StrCat("M = ", s.tokens, " tokens exceed ", kMaxTokens,
@@ -350,6 +351,13 @@ class MoeGemvFamily final : public TemplateFamilyBase {
                                    ", the router ", ir::DTypeName(w),
                                    ": the kernels take one weight dtype"));
       }
+    }
+    const int64_t down_shared = MoeDownSharedBytes(s.max_slots(), NextPowerOfTwo(s.tokens));
+    if (down_shared > target.shared_memory_per_block_bytes()) {
+      return Refuse(absl::StrCat("the down projection's slot table of ", s.max_slots(),
+                                 " slots and ", s.tokens, " tokens (", down_shared,
+                                 " bytes) exceeds the target's shared memory per block (",
+                                 target.shared_memory_per_block_bytes(), " bytes)"));
     }
     TP_RETURN_IF_ERROR(RequireInnerContiguous(r, {0}));
     if (!IsMatrix(r.operand(0)) || (s.residual && !IsMatrix(r.operand(ResidualOperand(s))))) {

@@ -357,51 +357,80 @@ __global__ void __launch_bounds__(kThreads)
 // `cols` at residual + t * residual_stride (may alias out); out: [tokens, cols]. CTA c computes
 // features [c * kRows, ...) of every token, warp i kRows / (kThreads / 32) consecutive ones,
 // over every routed slot and then the shared MLP: each down row is read once for all the
-// tokens that chose its expert, and each token's products are weighted by its selection's
-// weight before they are summed.
-// Launch: grid ceil(cols / kRows), block kThreads.
+// tokens that chose its expert, and each token's product is weighted by its selection's weight
+// before it is summed. The lanes walk the vectors of all slots' rows as one sequence (vector i
+// of slot j after every vector of slots j' < j), so a warp keeps loads in flight across its
+// short per-slot rows instead of waiting at each slot's end.
+// Launch: grid ceil(cols / kRows), block kThreads, dynamic shared memory
+// MoeDownSharedBytes(max_slots, kMaxTokens).
 // REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; inter and shared_inter
 // multiples of kVec; the weights aligned to kVec elements.
 template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens>
 __global__ void __launch_bounds__(kThreads)
     moe_down(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_DOWN_PARAMS)) {
-  using Shape = MoeBlockShape<kThreads, kRows, 2, kMaxTokens, kVec>;
+  using Shape = MoeBlockShape<kThreads, kRows, 1, kMaxTokens, kVec>;
   constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
   if (shared) {
     moe_prefetch_rows<W, kRows, kThreads>(shared_down, blockIdx.x * kRows, cols, shared_inter);
   }
   grid_dependency_sync();
+  // Slot j < slots: routed; slot `slots`: the shared MLP (every token, weight 1).
   const int slots = table[0];
-  const int* slot_expert = table + kMoeTableHeader;
-  const int* slot_sel = slot_expert + max_slots;
+  extern __shared__ __align__(16) int down_smem[];
+  int* s_expert = down_smem;              // [max_slots + 1]
+  int* s_row = s_expert + max_slots + 1;  // [max_slots + 1][kMaxTokens]
+  float* s_coef = reinterpret_cast<float*>(s_row + (max_slots + 1) * kMaxTokens);  // same
+  for (int i = threadIdx.x; i < (slots + shared) * kMaxTokens; i += kThreads) {
+    const int j = i / kMaxTokens, t = i % kMaxTokens;
+    const bool routed = j < slots;
+    const int s = t >= tokens ? -1
+                  : routed    ? table[kMoeTableHeader + max_slots + j * tokens + t]
+                              : t;
+    s_row[i] = s;
+    s_coef[i] = s < 0 ? 0.f : routed ? weights[s] : 1.f;
+    if (t == 0) s_expert[j] = routed ? table[kMoeTableHeader + j] : 0;
+  }
+  __syncthreads();
+  const int routed_vecs = inter / kVec;
+  const int total = slots * routed_vecs + shared * (shared_inter / kVec);
   const int r0 = blockIdx.x * kRows + (threadIdx.x / 32) * kRowsPerWarp;
   for (int p0 = 0; p0 < kRowsPerWarp; p0 += kPass) {
     float acc[kPass][kMaxTokens];
     moe_zero(acc);
-    // Slot `slots` is the shared MLP: every token, weight 1.
-    for (int j = 0; j < slots + shared; ++j) {
-      const bool routed = j < slots;
-      const W* base =
-          routed ? down + static_cast<long long>(slot_expert[j]) * cols * inter : shared_down;
+#pragma unroll 2
+    for (int i = threadIdx.x % 32; i < total; i += 32) {
+      const bool routed = i < slots * routed_vecs;
+      const int j = routed ? i / routed_vecs : slots;
+      const long long k = static_cast<long long>(i - j * routed_vecs) * kVec;
       const int depth = routed ? inter : shared_inter;
-      int index[kMaxTokens];
-      float coef[kMaxTokens];
-#pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) {
-        const int s = t >= tokens ? -1 : routed ? slot_sel[j * tokens + t] : t;
-        index[t] = s;
-        coef[t] = s < 0 ? 0.f : routed ? weights[s] : 1.f;
-      }
-      const W* w[kPass];
-      float d[kPass][kMaxTokens];
-      moe_row_pointers<W, kPass>(base, r0 + p0, cols, depth, w);
-      moe_zero(d);
-      moe_warp_dots<W, float, kPass, kMaxTokens, kVec>(w, routed ? act : shared_act, depth, index,
-                                                       depth, d);
+      const W* base =
+          routed ? down + static_cast<long long>(s_expert[j]) * cols * inter : shared_down;
+      const float* in = routed ? act : shared_act;
+      float wv[kPass][kVec];
 #pragma unroll
       for (int a = 0; a < kPass; ++a) {
+        const int r = r0 + p0 + a;
+        if (r < cols) {
+          load_floats<W, kVec>(base + static_cast<long long>(r) * depth + k, wv[a]);
+        } else {
 #pragma unroll
-        for (int t = 0; t < kMaxTokens; ++t) acc[a][t] += coef[t] * d[a][t];
+          for (int e = 0; e < kVec; ++e) wv[a][e] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kMaxTokens; ++t) {
+        const int s = s_row[j * kMaxTokens + t];
+        if (s < 0) continue;
+        float hv[kVec];
+        load_floats<float, kVec>(in + static_cast<long long>(s) * depth + k, hv);
+        const float c = s_coef[j * kMaxTokens + t];
+#pragma unroll
+        for (int a = 0; a < kPass; ++a) {
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) dot += wv[a][e] * hv[e];
+          acc[a][t] += c * dot;
+        }
       }
     }
     constexpr int kN = kPass * kMaxTokens;
