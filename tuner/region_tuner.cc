@@ -301,8 +301,9 @@ class Session {
     return s;
   }
 
-  // Random floats in [-1, 1); token ids inside the embedding table; positions as the phase
-  // has them (decode: the last T positions before the context, prefill: 0..T-1).
+  // Random floats in [-1, 1); token ids inside the embedding table; expert ids of
+  // expert_linear as a router picks them; positions as the phase has them (decode: the last T
+  // positions before the context, prefill: 0..T-1).
   absl::Status Fill(Storage& s) {
     const kernels::BoundGraph& g = region_.bound_graph();
     std::mt19937 rng(12345);
@@ -322,6 +323,20 @@ class Session {
         std::uniform_int_distribution<int32_t> id(
             0, static_cast<int32_t>(region_.operand(1).shape[0]) - 1);
         for (int32_t& x : v) x = id(rng);
+      } else if (region_.kind() == "expert_linear" && root == region_.operand(1).root) {
+        // As a router picks them: K distinct experts per token, uniformly (a partial shuffle
+        // of the experts per token), so that the selections spread over the experts as in a
+        // real step and not onto the first K.
+        const int64_t top_k = std::max<int64_t>(1, region_.operand(1).shape.back());
+        const int32_t experts = static_cast<int32_t>(region_.operand(2).shape[0]);
+        std::vector<int32_t> pool(static_cast<size_t>(experts));
+        for (int32_t e = 0; e < experts; ++e) pool[static_cast<size_t>(e)] = e;
+        for (int64_t i = 0; i < n; ++i) {
+          const int32_t k = static_cast<int32_t>((i % top_k) % experts);
+          std::uniform_int_distribution<int32_t> pick(k, experts - 1);
+          std::swap(pool[static_cast<size_t>(k)], pool[static_cast<size_t>(pick(rng))]);
+          v[static_cast<size_t>(i)] = pool[static_cast<size_t>(k)];
+        }
       } else {
         const std::vector<int64_t>& shape = g.shape(root);
         const int64_t t = shape.empty() ? 1 : shape.back();
