@@ -16,10 +16,10 @@
 
 // moe_topk
 #define TILEPLAN_MOE_TOPK_PARAMS(FIRST, NEXT) \
-  FIRST(const float*, const float* __restrict__, logits) \
+  FIRST(const void*, const L* __restrict__, logits) \
   NEXT(long long, long long, logits_stride) \
   NEXT(int*, int* __restrict__, ids) \
-  NEXT(float*, float* __restrict__, weights) \
+  NEXT(void*, L* __restrict__, weights) \
   NEXT(int, int, tokens) \
   NEXT(int, int, experts) \
   NEXT(int, int, top_k) \

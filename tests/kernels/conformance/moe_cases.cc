@@ -24,25 +24,25 @@ std::string FloatText(double v) {
   return text;
 }
 
-// moe_topk over `tokens` tokens ([1, tokens, E] logits, or a view of rows padded by `pad`
-// floats), scaled by 4 so that neighbouring probabilities are well apart.
+// moe_topk over `tokens` tokens ([1, tokens, E] logits of `dtype`, or a view of rows padded by
+// `pad` elements), scaled by 4 so that neighbouring probabilities are well apart.
 Case TopkCase(int tokens, int experts, int top_k, bool norm, double scaling, int groups,
-              int topk_groups, int pad = 0) {
+              int topk_groups, int pad = 0, absl::string_view dtype = "f32") {
   const std::string topk =
-      absl::StrCat("  %ids: i32[1,", tokens, ",", top_k, "], %weights: f32[1,", tokens, ",", top_k,
-                   "] = moe_topk(%logits) {norm_topk_prob = ", norm ? "true" : "false",
+      absl::StrCat("  %ids: i32[1,", tokens, ",", top_k, "], %weights: ", dtype, "[1,", tokens, ",",
+                   top_k, "] = moe_topk(%logits) {norm_topk_prob = ", norm ? "true" : "false",
                    ", num_groups = ", groups, ", scaling = ", FloatText(scaling),
                    ", top_k = ", top_k, ", topk_groups = ", topk_groups, "}\n");
   std::string graph;
   if (pad == 0) {
-    graph = absl::StrCat("graph @g {\n  input %logits: f32[1,", tokens, ",", experts, "]\n", topk,
-                         "  output %ids\n  output %weights\n}\n");
+    graph = absl::StrCat("graph @g {\n  input %logits: ", dtype, "[1,", tokens, ",", experts, "]\n",
+                         topk, "  output %ids\n  output %weights\n}\n");
   } else {
-    graph =
-        absl::StrCat("graph @g {\n  input %wide: f32[1,", tokens, ",", experts + pad,
-                     "]\n  %logits: f32[1,", tokens, ",", experts, "] view(%wide), %rest: f32[1,",
-                     tokens, ",", pad, "] view(%wide) = split(%wide) {sizes = [", experts, ", ",
-                     pad, "]}\n", topk, "  output %ids\n  output %weights\n}\n");
+    graph = absl::StrCat("graph @g {\n  input %wide: ", dtype, "[1,", tokens, ",", experts + pad,
+                         "]\n  %logits: ", dtype, "[1,", tokens, ",", experts,
+                         "] view(%wide), %rest: ", dtype, "[1,", tokens, ",", pad,
+                         "] view(%wide) = split(%wide) {sizes = [", experts, ", ", pad, "]}\n",
+                         topk, "  output %ids\n  output %weights\n}\n");
   }
   Case c;
   c.graph = std::move(graph);
@@ -97,6 +97,9 @@ std::vector<Case> TopkCases() {
       TopkCase(2, 160, 6, false, 16.0, 8, 3),
       TopkCase(7, 160, 2, true, 2.5, 4, 1),
       TopkCase(3, 160, 8, true, 1.0, 32, 4),
+      // Logits rounded to bf16 by the router (Qwen3-MoE), so the weights are bf16 too.
+      TopkCase(17, 128, 8, true, 1.0, 1, 1, /*pad=*/0, "bf16"),
+      TopkCase(3, 64, 6, false, 16.0, 8, 3, /*pad=*/6, "bf16"),
   };
 }
 
@@ -203,11 +206,13 @@ std::vector<Case> ExpertGemmCases() {
   };
 }
 
-Case CombineCase(int tokens, int top_k, int h, const std::vector<Params>& tactics) {
+Case CombineCase(int tokens, int top_k, int h, const std::vector<Params>& tactics,
+                 absl::string_view weights_dtype = "f32") {
   Case c;
   c.graph = absl::StrCat("graph @g {\n  input %y: bf16[1,", tokens, ",", top_k, ",", h,
-                         "]\n  input %weights: f32[1,", tokens, ",", top_k, "]\n  %out: bf16[1,",
-                         tokens, ",", h, "] = moe_combine(%y, %weights)\n  output %out\n}\n");
+                         "]\n  input %weights: ", weights_dtype, "[1,", tokens, ",", top_k,
+                         "]\n  %out: bf16[1,", tokens, ",", h,
+                         "] = moe_combine(%y, %weights)\n  output %out\n}\n");
   c.family = "elementwise";
   c.tactics = tactics;
   return c;
@@ -227,7 +232,8 @@ std::vector<CaseGroup> MoeCaseGroups() {
         CombineCase(17, 6, 200,
                     {{{"items", 4}, {"threads", 128}, {"vec", 8}},
                      {{"items", 2}, {"threads", 256}, {"vec", 2}}}),
-        CombineCase(3, 1, 37, {{{"items", 8}, {"threads", 128}, {"vec", 1}}})}},
+        CombineCase(3, 1, 37, {{{"items", 8}, {"threads", 128}, {"vec", 1}}}),
+        CombineCase(5, 8, 96, {{{"items", 2}, {"threads", 128}, {"vec", 8}}}, "bf16")}},
   };
 }
 
