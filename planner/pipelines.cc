@@ -18,6 +18,7 @@ constexpr PipelinePass kPipelinePasses[] = {
     {"fuse_swiglu", false},
     {"fuse_qk_norm_rope_kv_write", false},
     {"fuse_rope_kv_write_attention", true},
+    {"fuse_mla_kv_write", false},
     {"fuse_residual", false},
     {"dce", false},
     {"specialize_phase", false},

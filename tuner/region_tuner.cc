@@ -97,7 +97,8 @@ class Session {
     if (ir::HasRope(region_.region())) {
       TP_ASSIGN_OR_RETURN(const ir::RopeParams params,
                           ir::RopeParamsFromAttributes(region_.region().attrs));
-      const std::vector<float> freq = ir::RopeInvFreq(params, region_.result(0).shape.back());
+      const std::vector<float> freq = ir::RopeInvFreq(
+          params, region_.result(ir::RopeHeadResult(region_.region())).shape.back());
       TP_ASSIGN_OR_RETURN(rope_, device::DeviceBuffer::Allocate(
                                      device_, static_cast<int64_t>(freq.size() * sizeof(float))));
       TP_RETURN_IF_ERROR(

@@ -66,9 +66,10 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
-              ElementsAre("dce", "fuse_moe", "fuse_norm_linear", "fuse_qk_norm_rope_kv_write",
-                          "fuse_residual", "fuse_rope_kv_write_attention", "fuse_swiglu",
-                          "last_token_logits", "pack_gate_up", "pack_qkv", "specialize_phase"));
+              ElementsAre("dce", "fuse_mla_kv_write", "fuse_moe", "fuse_norm_linear",
+                          "fuse_qk_norm_rope_kv_write", "fuse_residual",
+                          "fuse_rope_kv_write_attention", "fuse_swiglu", "last_token_logits",
+                          "pack_gate_up", "pack_qkv", "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
     EXPECT_FALSE(GlobalPassRegistry().Summary(name).empty()) << name;
     absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create(name, PassOptions());
@@ -210,7 +211,8 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   EXPECT_THAT(prefill->PassNames(),
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-                          "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+                          "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
+                          "fuse_norm_linear"));
   // Decode also fuses a MoE block first, while its shared MLP is still whole, and the RoPE +
   // KV-write region into the attention that follows it.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
@@ -218,7 +220,8 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   EXPECT_THAT(decode->PassNames(),
               ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
                           "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention",
-                          "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+                          "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
+                          "fuse_norm_linear"));
 }
 
 TEST(PipelinesTest, MoeFusionServesDecodeOnly) {

@@ -83,6 +83,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "linear_swiglu",
                                                    "lm_head",
                                                    "mla_attention",
+                                                   "mla_kv_write",
                                                    "moe",
                                                    "moe_combine",
                                                    "moe_router",
