@@ -217,11 +217,11 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   // KV-write region into the attention that follows it.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
-  EXPECT_THAT(decode->PassNames(),
-              ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
-                          "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention",
-                          "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
-                          "fuse_norm_linear"));
+  EXPECT_THAT(
+      decode->PassNames(),
+      ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
+                  "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention", "fuse_mla_kv_write",
+                  "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
 }
 
 TEST(PipelinesTest, MoeFusionServesDecodeOnly) {

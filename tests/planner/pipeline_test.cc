@@ -223,8 +223,8 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
   // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
   // stays primitive, the latent norm, the key's RoPE and both cache writes become one
   // mla_kv_write.
-  const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write",
-                                        "mla_attention", "linear_residual"};
+  const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write", "mla_attention",
+                                        "linear_residual"};
   using Kinds = std::vector<std::string>;
   const Kinds qwen3 = {"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual",
                        "rms_norm", "moe"};
