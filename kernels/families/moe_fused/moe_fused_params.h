@@ -6,10 +6,10 @@
 
 #ifdef __CUDACC_RTC__
 #include "kernel_params.h"
-#define TILEPLAN_MOE_HOST_DEVICE __host__ __device__
+#define TILEPLAN_MOE_FUSED_HOST_DEVICE __host__ __device__
 #else
 #include "kernels/core/kernel_params.h"
-#define TILEPLAN_MOE_HOST_DEVICE
+#define TILEPLAN_MOE_FUSED_HOST_DEVICE
 #endif
 
 // moe_route: the router's logits and the top-k; writes the weights and the routing table.
@@ -84,13 +84,13 @@ constexpr int kMoeMaxTokens = 16;
 // written), then `max_slots` rows of `tokens` ints: row j, column t is the selection t * top_k
 // + k by which token t chose slot j's expert, or -1 when it did not choose it.
 constexpr int kMoeTableHeader = 4;
-TILEPLAN_MOE_HOST_DEVICE constexpr long long MoeTableInts(long long max_slots, long long tokens) {
+TILEPLAN_MOE_FUSED_HOST_DEVICE constexpr long long MoeTableInts(long long max_slots, long long tokens) {
   return kMoeTableHeader + max_slots * (1 + tokens);
 }
 
 // The dynamic shared memory of moe_down, in bytes: per slot (the routed ones and the shared
 // MLP's) its expert id and, per token, the activation row and the weight it is summed with.
-TILEPLAN_MOE_HOST_DEVICE constexpr long long MoeDownSharedBytes(long long max_slots,
+TILEPLAN_MOE_FUSED_HOST_DEVICE constexpr long long MoeDownSharedBytes(long long max_slots,
                                                                 long long max_tokens) {
   return (max_slots + 1) * (1 + 2 * max_tokens) * 4;
 }

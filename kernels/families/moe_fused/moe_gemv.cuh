@@ -158,6 +158,21 @@ __device__ __forceinline__ bool moe_sum_owner() {
   return kN >= 32 || (threadIdx.x % 32) % (32 / kN) == 0;
 }
 
+// Calls f(a, t, sum, j) once for each (a, t), on the lane that owns the warp's sum of
+// acc[a][t] (every lane must call it), with j its index among that lane's sums (the index of a
+// second set's sums from moe_warp_sums of the same shape).
+template <int kA, int kM, typename F>
+__device__ __forceinline__ void moe_each_sum(const float (&acc)[kA][kM], F&& f) {
+  constexpr int kN = kA * kM;
+  float sum[moe_sums_per_lane(kN)];
+  moe_warp_sums<kA, kM>(acc, sum);
+#pragma unroll
+  for (int j = 0; j < moe_sums_per_lane(kN); ++j) {
+    const int i = moe_sum_index<kN>(j);
+    if (moe_sum_owner<kN>()) f(i / kM, i % kM, sum[j], j);
+  }
+}
+
 // The routing table of a step from the selections' expert ids (ids_s, `selections` = tokens *
 // top_k of them, in shared memory), by the whole block: the first selection of each distinct
 // expert opens a slot, numbered in selection order. An id outside [0, experts) (only NaN
@@ -230,17 +245,12 @@ __global__ void __launch_bounds__(kThreads)
     moe_row_pointers<W, kPass>(router, e0 + p0, experts, hidden, w);
     moe_zero(acc);
     moe_warp_dots<W, T, kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, acc);
-    constexpr int kN = kPass * kMaxTokens;
-    float sum[moe_sums_per_lane(kN)];
-    moe_warp_sums<kPass, kMaxTokens>(acc, sum);
-#pragma unroll
-    for (int j = 0; j < moe_sums_per_lane(kN); ++j) {
-      const int i = moe_sum_index<kN>(j);
-      const int e = e0 + p0 + i / kMaxTokens, t = i % kMaxTokens;
-      if (moe_sum_owner<kN>() && e < experts && t < tokens) {
-        logits[static_cast<long long>(t) * experts + e] = to_float(from_float<LogitT>(sum[j]));
+    moe_each_sum(acc, [&](int a, int t, float sum, int) {
+      const int e = e0 + p0 + a;
+      if (e < experts && t < tokens) {
+        logits[static_cast<long long>(t) * experts + e] = to_float(from_float<LogitT>(sum));
       }
-    }
+    });
   }
   if (gridDim.x > 1) {
     if (!last_to_arrive(counter, gridDim.x)) return;
@@ -333,22 +343,18 @@ __global__ void __launch_bounds__(kThreads)
         u_acc[a][t] = acc[kPass + a][t];
       }
     }
-    constexpr int kN = kPass * kMaxTokens;
-    float g[moe_sums_per_lane(kN)], u[moe_sums_per_lane(kN)];
-    moe_warp_sums<kPass, kMaxTokens>(g_acc, g);
+    float u[moe_sums_per_lane(kPass * kMaxTokens)];
     moe_warp_sums<kPass, kMaxTokens>(u_acc, u);
-#pragma unroll
-    for (int j = 0; j < moe_sums_per_lane(kN); ++j) {
-      const int i = moe_sum_index<kN>(j);
-      const int r = r0 + p0 + i / kMaxTokens, t = i % kMaxTokens;
-      if (!moe_sum_owner<kN>() || r >= rows || t >= tokens) continue;
-      const float a = g[j] / (1.f + expf(-g[j])) * u[j];
+    moe_each_sum(g_acc, [&](int a, int t, float g, int j) {
+      const int r = r0 + p0 + a;
+      if (r >= rows || t >= tokens) return;
+      const float h = g / (1.f + expf(-g)) * u[j];
       if (is_shared) {
-        shared_act[static_cast<long long>(t) * shared_inter + r] = a;
+        shared_act[static_cast<long long>(t) * shared_inter + r] = h;
       } else if (sel[t] >= 0) {
-        act[static_cast<long long>(sel[t]) * inter + r] = a;
+        act[static_cast<long long>(sel[t]) * inter + r] = h;
       }
-    }
+    });
   }
 }
 
@@ -433,18 +439,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    constexpr int kN = kPass * kMaxTokens;
-    float sum[moe_sums_per_lane(kN)];
-    moe_warp_sums<kPass, kMaxTokens>(acc, sum);
-#pragma unroll
-    for (int j = 0; j < moe_sums_per_lane(kN); ++j) {
-      const int i = moe_sum_index<kN>(j);
-      const int r = r0 + p0 + i / kMaxTokens, t = i % kMaxTokens;
-      if (!moe_sum_owner<kN>() || r >= cols || t >= tokens) continue;
-      float v = sum[j];
-      if (residual != nullptr) v += to_float(residual[t * residual_stride + r]);
-      out[static_cast<long long>(t) * cols + r] = from_float<T>(v);
-    }
+    moe_each_sum(acc, [&](int a, int t, float sum, int) {
+      const int r = r0 + p0 + a;
+      if (r >= cols || t >= tokens) return;
+      if (residual != nullptr) sum += to_float(residual[t * residual_stride + r]);
+      out[static_cast<long long>(t) * cols + r] = from_float<T>(sum);
+    });
   }
 }
 
