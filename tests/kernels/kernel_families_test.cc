@@ -509,12 +509,12 @@ TEST(KernelFamiliesTest, MlaAttentionDecodesOnTensorCoresWithFewSplits) {
     const char* tactic;
   };
   for (const Expected& e :
-       {Expected{1, 512, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=256"},
-        Expected{1, 128, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=2,threads=256"},
+       {Expected{1, 512, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=128"},
+        Expected{1, 128, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=2,threads=128"},
         Expected{1, 4096,
-                 "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=32,threads=256"},
+                 "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=32,threads=128"},
         Expected{16, 512,
-                 "combine_rows=32,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=256"}}) {
+                 "combine_rows=32,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=128"}}) {
     const BoundGraph g = MustBind(graph, {{"B", e.batch}, {"Smax", 4096}, {"T", 1}}, e.context);
     const BoundRegion r(g, 0);
     absl::StatusOr<Tactic> t = mla.DefaultTactic(r, h200);
@@ -526,10 +526,10 @@ TEST(KernelFamiliesTest, MlaAttentionDecodesOnTensorCoresWithFewSplits) {
   const Tactic t = *mla.DefaultTactic(r, h200);
   const LaunchGeometry geometry = mla.Geometry(t, r);
   EXPECT_EQ(geometry.grid, (std::array<int64_t, 3>{8, 1, 1}));
-  EXPECT_EQ(geometry.block[0], 256);
+  EXPECT_EQ(geometry.block[0], 128);
   // Two stages of 64 rows and the 16 query rows, 576 bf16 each; P; one float per warp and row.
   EXPECT_EQ(geometry.dynamic_shared_memory_bytes,
-            (2 * 64 + 16) * 576 * 2 + 16 * 64 * 2 + 8 * 16 * 4);
+            (2 * 64 + 16) * 576 * 2 + 16 * 64 * 2 + 4 * 16 * 4);
   // The bf16 queries [1, 16, 576], then 8 splits' records of 16 rows of 512 + 4 floats.
   EXPECT_EQ(mla.WorkspaceBytes(t, r), 16 * 576 * 2 + 8 * 16 * 516 * 4);
   const WorkEstimate w = mla.Work(t, r);
@@ -571,6 +571,19 @@ TEST(KernelFamiliesTest, MlaAttentionTensorCoreRefusals) {
   mma.params = {{"combine_rows", 8}, {"heads_per_cta", 16}, {"kv_chunk", 64},
                 {"mma", 1},          {"splits", 8},         {"threads", 256}};
   EXPECT_THAT(mla.ValidateTactic(mma, r, h200).message(), HasSubstr("not bf16 or f16"));
+
+  // C = 2048 splits over 4 warps, but they would need 256 accumulators a thread; 8 warps would
+  // not, but the rows (2112 elements) do not fit the shared memory: CUDA cores by default.
+  const ir::Graph wide = MlaGraph("bf16", 2048, 64);
+  const BoundGraph gw = MustBind(wide, kDecode, 512);
+  const BoundRegion rw(gw, 0);
+  mma.params["threads"] = 128;
+  EXPECT_THAT(
+      mla.ValidateTactic(mma, rw, h200).message(),
+      HasSubstr("latent dim C = 2048 needs 256 float accumulators per thread with 4 warps"));
+  mma.params["threads"] = 256;
+  EXPECT_THAT(mla.ValidateTactic(mma, rw, h200).message(), HasSubstr("shared memory"));
+  EXPECT_EQ(mla.DefaultTactic(rw, h200)->params.at("mma"), 0);
 
   // C = 32 splits over 4 warps (8 columns each), not over 8.
   const ir::Graph small = MlaGraph("bf16", 32, 8);

@@ -31,6 +31,9 @@ constexpr int64_t kMaxNopeDim = 512;        // the absorb kernel stages 16 token
 // splits, so that the records and their merge stay small.
 constexpr int64_t kMinSplitRows = 64;
 constexpr int64_t kMaxDefaultSplits = 32;
+// The tensor-core path's latent output accumulators per thread (16 rows by C / warps columns
+// over a warp's 32 lanes) at most: more would spill.
+constexpr int64_t kMaxMmaAccumulators = 128;
 
 struct MlaShape {
   int64_t batch = 0, tokens = 0, heads = 0;
@@ -142,6 +145,11 @@ std::string MmaRefusal(const MlaShape& s, int64_t threads) {
                         " (each of ", warps, " warps takes C / ", warps,
                         " latent columns in 8-column n-tiles)");
   }
+  if (s.latent > kMaxMmaAccumulators * 2 * warps) {
+    return absl::StrCat("latent dim C = ", s.latent, " needs ", s.latent / (2 * warps),
+                        " float accumulators per thread with ", warps, " warps, more than ",
+                        kMaxMmaAccumulators);
+  }
   return "";
 }
 
@@ -150,9 +158,9 @@ struct Row {
   int64_t threads, kv_chunk;          // mla_attend_split_kv
   int64_t mma_threads, mma_kv_chunk;  // mla_attend_split_kv_mma
 };
-constexpr Row kRows[] = {{"sm_80", 256, 32, 256, 64},
-                         {"sm_90", 256, 64, 256, 64},
-                         {"sm_100", 256, 64, 256, 64},
+constexpr Row kRows[] = {{"sm_80", 256, 32, 128, 64},
+                         {"sm_90", 256, 64, 128, 64},
+                         {"sm_100", 256, 64, 128, 64},
                          {"sm_120", 256, 32, 128, 32},
                          {"default", 128, 16, 128, 32}};
 
@@ -454,21 +462,11 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
     }
     const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
 
-    // Tensor cores where the region allows: the row's block and chunk, the block halved to
-    // 128 threads, then the chunk to 32, while the shared memory exceeds the row's or the
-    // latent dim does not split over the warps.
+    // Tensor cores where the region allows: the row's block and chunk, the chunk halved to 32
+    // while the shared memory exceeds the row's.
     int64_t threads = row.mma_threads, chunk = row.mma_kv_chunk;
-    auto mma_fits = [&] {
-      return MmaRefusal(s, threads).empty() && MmaSharedBytes(s, chunk, threads) <= shared_memory;
-    };
-    while (!mma_fits() && (threads > 128 || chunk > 32)) {
-      if (threads > 128) {
-        threads = 128;
-      } else {
-        chunk = 32;
-      }
-    }
-    if (mma_fits()) {
+    if (chunk > 32 && MmaSharedBytes(s, chunk, threads) > shared_memory) chunk = 32;
+    if (MmaRefusal(s, threads).empty() && MmaSharedBytes(s, chunk, threads) <= shared_memory) {
       const int64_t per_split = s.batch * s.mma_tiles();
       const int64_t wanted = CeilDiv(sms, per_split);
       const int64_t by_rows = std::max<int64_t>(1, context / kMinSplitRows);

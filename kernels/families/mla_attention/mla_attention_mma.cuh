@@ -13,9 +13,10 @@
 // two-stage cp.async pipeline (rows past hi zero-filled). Per chunk, with lane = 4 g + q:
 //
 //   S = Q · [latent | rope]ᵀ    warp w computes n-tiles [w · kNt, (w + 1) · kNt) of the chunk's
-//                               keys over all (C + Dr) / 16 k-steps: Q's A fragments and K's B
-//                               fragments from ldmatrix, two accumulators per n-tile (even and
-//                               odd k-steps) so that consecutive mma do not wait on each other
+//                               keys over all (C + Dr) / 16 k-steps: Q's A fragments (those of
+//                               the first kQHeld k-steps held in registers) and K's B fragments
+//                               from ldmatrix, two accumulators per n-tile (even and odd
+//                               k-steps) so that consecutive mma do not wait on each other
 //   mask, row max               keys past a row's position are -inf; the warps' row maxima meet
 //                               in shared memory, and every warp forms the same running max
 //   P = exp2(S - max)           rounded to T into shared memory (the S accumulator layout is
@@ -70,6 +71,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kOCols = kC / kWarps;         // latent columns of O per warp
   constexpr int kOTiles = kOCols / 8;         // n-tiles of O per warp
   constexpr int kPSteps = kKvChunk / 16;      // k-steps of P · V
+  // Q's A fragments of the first kQHeld k-steps (an even count) stay in registers for the
+  // whole walk, the rest are read from shared memory for every chunk. The block keeps within
+  // half the SM's 64K registers (at most 232 a thread), so that under programmatic dependent
+  // launch it fits one SM beside a CTA of mla_absorb_q (256 threads of 128 registers) and its
+  // first chunk streams into L2 while that runs; about 86 + 4 · kOTiles + 8 · kNt registers go
+  // to everything else (ptxas, sm_90), four to each held k-step.
+  constexpr int kRegisterCap = 32768 / kThreads < 232 ? 32768 / kThreads : 232;
+  constexpr int kQBudget = (kRegisterCap - 86 - 4 * kOTiles - 8 * kNt) / 4;
+  constexpr int kQHeld = (kQBudget < 0 ? 0 : kQBudget < kKSteps ? kQBudget : kKSteps) / 2 * 2;
   constexpr long long kRecord = kC + 4;
   constexpr MlaMmaLayout kLayout =
       MlaMmaLayoutFor(static_cast<int>(sizeof(T)), kC, kDr, kKvChunk, kWarps);
@@ -159,6 +169,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m_run[2] = {neg_inf(), neg_inf()};
   float l_run[2] = {0.f, 0.f};  // this lane's share of the row sums
 
+  // The held query fragments, once the query rows have landed (their cp.async group is the
+  // oldest; the first chunk's may still be in flight).
+  unsigned int qh[kQHeld > 0 ? kQHeld : 1][4];
+  if constexpr (kQHeld > 0) {
+    cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kQHeld; ++ks) {
+      ldmatrix_x4(qh[ks], swizzled<kDP, kMask>(q_s, lane % 16, ks * 16 + (lane / 16) * 8));
+    }
+  }
+
   int stage = 0;
   for (int c = split; c < chunks; c += splits, stage ^= 1) {
     cp_async_wait<0>();
@@ -181,8 +203,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int ks = 0; ks + 1 < kKSteps; ks += 2) {
         unsigned int qa0[4], qa1[4];
-        ldmatrix_x4(qa0, swizzled<kDP, kMask>(q_s, lane % 16, ks * 16 + (lane / 16) * 8));
-        ldmatrix_x4(qa1, swizzled<kDP, kMask>(q_s, lane % 16, (ks + 1) * 16 + (lane / 16) * 8));
+        if (ks < kQHeld) {  // resolved at compile time: the loop is unrolled
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            qa0[e] = qh[ks < kQHeld ? ks : 0][e];
+            qa1[e] = qh[ks < kQHeld ? ks + 1 : 0][e];
+          }
+        } else {
+          ldmatrix_x4(qa0, swizzled<kDP, kMask>(q_s, lane % 16, ks * 16 + (lane / 16) * 8));
+          ldmatrix_x4(qa1, swizzled<kDP, kMask>(q_s, lane % 16, (ks + 1) * 16 + (lane / 16) * 8));
+        }
 #pragma unroll
         for (int j = 0; j < kNt; ++j) {
           unsigned int kb[4];
