@@ -1033,6 +1033,7 @@ absl::Status ConfigParser::ParseQwen3Moe(ModelConfig& config) {
                       OptionalInt("moe_intermediate_size", 768, 1, kMaxExtent));
   TP_RETURN_IF_ERROR(CheckExpertWeights(moe));
   TP_ASSIGN_OR_RETURN(moe.norm_topk_prob, OptionalBool("norm_topk_prob", false));
+  moe.rounded_logits = true;
   TP_ASSIGN_OR_RETURN(const int64_t sparse_step,
                       OptionalInt("decoder_sparse_step", 1, 1, kMaxExtent));
   if (const Json* value = UseNonNull("shared_expert_intermediate_size");

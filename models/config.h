@@ -107,6 +107,10 @@ struct MoeConfig {
   double routed_scaling_factor = 1.0;
   int64_t num_groups = 1;   // n_group (1: plain greedy top-k)
   int64_t topk_groups = 1;  // topk_group
+  // Whether the router's logits, and so the routing weights, are rounded to the activation
+  // dtype (qwen3_moe: its router is a linear in that dtype) instead of kept in float32
+  // (deepseek_v2 casts input and weight to float32).
+  bool rounded_logits = false;
   // Per layer: whether its MLP is the routed experts (else a dense MLP of intermediate_size).
   // deepseek_v2: layers >= first_k_dense_replace; qwen3_moe: (L + 1) % decoder_sparse_step == 0
   // and L not in mlp_only_layers. Size num_layers, or empty: no MoE layers.

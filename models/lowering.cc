@@ -473,9 +473,11 @@ class Lowerer {
     const int64_t hidden = c_.hidden_size;
     const int64_t inter = m.moe_intermediate_size;
     TP_ASSIGN_OR_RETURN(ValueId router_w, Weight(p + "gate.weight", {m.num_experts, hidden}));
-    TP_ASSIGN_OR_RETURN(ValueId logits,
-                        Op("moe_router", {x, router_w}, l + "router_logits",
-                           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(m.num_experts)})));
+    TP_ASSIGN_OR_RETURN(
+        ValueId logits,
+        Op("moe_router", {x, router_w}, l + "router_logits",
+           m.rounded_logits ? Act(m.num_experts)
+                            : ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(m.num_experts)})));
     Attributes topk;
     topk.Set("top_k", m.top_k);
     topk.Set("norm_topk_prob", m.norm_topk_prob);
@@ -485,7 +487,8 @@ class Lowerer {
     const std::vector<Dim> selection = {Sym("B"), Sym("T"), Ext(m.top_k)};
     std::vector<ir::ResultSpec> routed;
     routed.push_back({l + "expert_ids", ir::MakeType(DType::kI32, selection), {}});
-    routed.push_back({l + "expert_weights", ir::MakeType(DType::kF32, selection), {}});
+    routed.push_back(
+        {l + "expert_weights", ir::MakeType(m.rounded_logits ? x_ : DType::kF32, selection), {}});
     TP_ASSIGN_OR_RETURN(std::vector<ValueId> route,
                         graph_.AddRegion("moe_topk", {logits}, std::move(routed), std::move(topk)));
     const ValueId ids = route[0];

@@ -11,8 +11,9 @@ namespace {
 
 // Both pipelines, in run order (see pipelines.h).
 constexpr const char* kPipelinePasses[] = {
-    "pack_qkv",      "pack_gate_up", "fuse_swiglu",      "fuse_qk_norm_rope_kv_write",
-    "fuse_residual", "dce",          "specialize_phase", "fuse_norm_linear",
+    "pack_qkv",          "pack_gate_up",  "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
+    "fuse_mla_kv_write", "fuse_residual", "dce",         "specialize_phase",
+    "fuse_norm_linear",
 };
 
 // Passes only the decode pipeline runs, each right after the pass named first.

@@ -47,6 +47,15 @@ int UseMap::SoleUser(ir::ValueId value) const {
   return u.size() == 1 && !is_output_[value] ? u[0].region : -1;
 }
 
+int UseMap::SoleUserOfKind(const ir::Graph& graph, ir::ValueId value, absl::string_view kind,
+                           int operand) const {
+  const int user = SoleUser(value);
+  if (user < 0) return -1;
+  const ir::Region& r = graph.regions()[static_cast<size_t>(user)];
+  if (r.kind != kind || r.operands[static_cast<size_t>(operand)] != value) return -1;
+  return user;
+}
+
 bool UseMap::UsedOnlyBy(ir::ValueId value, const std::set<int>& regions) const {
   if (is_output_[value]) return false;
   for (const Use& use : uses_[value]) {

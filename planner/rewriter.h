@@ -49,6 +49,10 @@ class UseMap {
   // The region that reads `value` when that region is its only reader, reads it as one
   // operand, and `value` is not a graph output; -1 otherwise.
   int SoleUser(ir::ValueId value) const;
+  // SoleUser(value) when that region of `graph` has `kind` and reads `value` as operand
+  // `operand`; -1 otherwise.
+  int SoleUserOfKind(const ir::Graph& graph, ir::ValueId value, absl::string_view kind,
+                     int operand) const;
   // Whether `value` is not a graph output and every reader is a region in `regions`.
   bool UsedOnlyBy(ir::ValueId value, const std::set<int>& regions) const;
   // The region whose result is `value` updated in place, or -1.

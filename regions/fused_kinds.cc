@@ -208,6 +208,50 @@ Results InferRopeKvWriteAttention(const KindArgs& a, bool norms) {
   return results;
 }
 
+// mla_kv_write: split + rms_norm + reshape ×2 + rope + kv_write ×2 of MLA's compressed kv.
+// Operands: kv_a [B,T,C+Dr], norm [C], latent_cache [B,1,Smax,C], rope_cache [B,1,Smax,Dr],
+// positions; results: both caches, in place.
+Results InferMlaKvWrite(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,C+Dr]"));
+  const TensorType& kv_a = a.operands[0];
+  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 4, "[B,1,Smax,C]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 2, 0, "[B,1,Smax,C]"));
+  const TensorType& latent = a.operands[2];
+  const Dim& c = latent.dims[3];
+  if (!DimsMatch(latent.dims[0], kv_a.dims[0]) || !DimsMatch(latent.dims[1], Dim::Static(1)) ||
+      !c.is_static() || c.extent() == 0) {
+    return a.OperandError(
+        2, absl::StrCat(shape::Pattern("[B,1,Smax,C]", {{"B", kv_a.dims[0]}}), ", C static, > 0"));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 3, Element::kFloat, 4, "[B,1,Smax,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, 3, 0, "[B,1,Smax,Dr]"));
+  const TensorType& rope = a.operands[3];
+  const Dim& dr = rope.dims[3];
+  if (!DimsMatch(rope.dims[0], kv_a.dims[0]) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
+      !DimsMatch(rope.dims[2], latent.dims[2]) || !IsPositiveEven(dr)) {
+    return a.OperandError(
+        3, absl::StrCat(
+               shape::Pattern("[B,1,Smax,Dr]", {{"B", kv_a.dims[0]}, {"Smax", latent.dims[2]}}),
+               ", Dr static, even and > 0"));
+  }
+  if (!DimsMatch(kv_a.dims[2], Dim::Static(c.extent() + dr.extent()))) {
+    return a.OperandError(0, shape::Pattern("[B,T,C+Dr]", {{"C", c}, {"Dr", dr}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[C]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, c, "[C]", "C"));
+  TP_RETURN_IF_ERROR(CheckEps(a.attrs));
+  TP_RETURN_IF_ERROR(ExpectPositions(a, 4, kv_a.dims[0], kv_a.dims[1]));
+  TP_RETURN_IF_ERROR(CheckRopeAttrs(a.attrs));
+  return std::vector<InferredResult>{{latent, ResultAlias{AliasKind::kInPlace, 2}},
+                                     {rope, ResultAlias{AliasKind::kInPlace, 3}}};
+}
+
+std::vector<AttrSpec> MlaKvWriteAttrs() {
+  std::vector<AttrSpec> attrs = {{"eps", AttrType::kFloat}};
+  for (AttrSpec& spec : shape::RopeAttrSpecs()) attrs.push_back(std::move(spec));
+  return attrs;
+}
+
 std::vector<AttrSpec> RopeKvWriteAttentionAttrs(bool norms) {
   std::vector<AttrSpec> attrs = RopeKvWriteAttrs(norms);
   for (AttrSpec& spec : shape::AttentionAttrSpecs()) attrs.push_back(std::move(spec));
@@ -250,6 +294,11 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .operands = {"qkv", "q_norm", "k_norm", "k_cache", "v_cache", "positions"},
        .attrs = RopeKvWriteAttentionAttrs(true),
        .infer = [](const KindArgs& a) { return InferRopeKvWriteAttention(a, true); },
+       .fused = true},
+      {.name = "mla_kv_write",
+       .operands = {"kv_a", "norm", "latent_cache", "rope_cache", "positions"},
+       .attrs = MlaKvWriteAttrs(),
+       .infer = InferMlaKvWrite,
        .fused = true},
       {.name = "rope_kv_write_attention",
        .operands = {"qkv", "k_cache", "v_cache", "positions"},

@@ -207,14 +207,18 @@ Results InferMoeRouter(const KindArgs& a) {
   TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[E,H]"));
   const TensorType& x = a.operands[0];
   TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, x.dims[2], "[E,H]", "H"));
-  return One(MakeType(DType::kF32, {x.dims[0], x.dims[1], a.operands[1].dims[0]}));
+  // The logits are float32, or rounded to x's dtype when the region declares that dtype (a
+  // router that runs as a linear in the activation dtype, as Qwen3-MoE's does).
+  DType logits = DType::kF32;
+  if (!a.declared_results.empty() && a.declared_results[0].dtype == x.dtype) logits = x.dtype;
+  return One(MakeType(logits, {x.dims[0], x.dims[1], a.operands[1].dims[0]}));
 }
 
 Results InferMoeTopk(const KindArgs& a) {
-  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kF32, 3, "[B,T,E]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,E]"));
   const TensorType& logits = a.operands[0];
   const Dim& e = logits.dims[2];
-  if (!e.is_static() || e.extent() == 0) return a.OperandError(0, "f32[B,T,E] with E static, > 0");
+  if (!e.is_static() || e.extent() == 0) return a.OperandError(0, "[B,T,E] with E static, > 0");
   const int64_t experts = e.extent();
   TP_ASSIGN_OR_RETURN(int64_t groups, a.attrs.GetInt("num_groups"));
   if (groups < 1 || experts % groups != 0) {
@@ -239,8 +243,9 @@ Results InferMoeTopk(const KindArgs& a) {
                          .status());
   TP_RETURN_IF_ERROR(a.attrs.GetBool("norm_topk_prob").status());
   const std::vector<Dim> dims = {logits.dims[0], logits.dims[1], Dim::Static(k)};
+  // The weights take the logits' dtype (rounded to it when that is not float32).
   return std::vector<InferredResult>{{MakeType(DType::kI32, dims), {}},
-                                     {MakeType(DType::kF32, dims), {}}};
+                                     {MakeType(logits.dtype, dims), {}}};
 }
 
 Results InferExpertLinear(const KindArgs& a) {
@@ -265,13 +270,17 @@ Results InferExpertLinear(const KindArgs& a) {
 Results InferMoeCombine(const KindArgs& a) {
   TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,K,H]"));
   const TensorType& y = a.operands[0];
-  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kF32, 3, "[B,T,K]"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 3, "[B,T,K]"));
   const TensorType& w = a.operands[1];
   for (int d = 0; d < 3; ++d) {
     if (!DimsMatch(w.dims[d], y.dims[d])) {
       return a.OperandError(
-          1, shape::Pattern("f32[B,T,K]", {{"B", y.dims[0]}, {"T", y.dims[1]}, {"K", y.dims[2]}}));
+          1, shape::Pattern("[B,T,K]", {{"B", y.dims[0]}, {"T", y.dims[1]}, {"K", y.dims[2]}}));
     }
+  }
+  if (w.dtype != DType::kF32 && w.dtype != y.dtype) {
+    return a.OperandError(1,
+                          absl::StrCat("f32 or ", DTypeName(y.dtype), " weights (the dtype of y)"));
   }
   return One(MakeType(y.dtype, {y.dims[0], y.dims[1], y.dims[3]}));
 }

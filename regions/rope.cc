@@ -11,6 +11,8 @@ namespace tileplan::ir {
 
 bool HasRope(const Region& region) { return region.attrs.Has("theta"); }
 
+int RopeHeadResult(const Region& region) { return region.kind == "mla_kv_write" ? 1 : 0; }
+
 absl::StatusOr<RopeParams> RopeParamsFromAttributes(const ir::Attributes& attrs) {
   RopeParams p;
   TP_ASSIGN_OR_RETURN(p.theta, attrs.GetFloat("theta"));

@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "device/device.h"
 #include "kernels/launch/nvrtc_compiler.h"
 #include "planner/plan_builder.h"
-#include "device/device.h"
 #include "runtime/gpu/device_target.h"
 #include "tools/common_flags.h"
 #include "tools/flags.h"
@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, inject_fault, "",
           "REGION, it first runs a kernel that executes __trap(), which kills its CUDA context "
           "as a faulting candidate would; the candidate is recorded as a fault and the worker "
           "restarted");
+ABSL_FLAG(std::string, only, "",
+          "TEXT: measure (or with --print-keys list) only the regions whose progress label "
+          "(`prefill T=512 l1.expert_gate expert_linear / expert_gemm`) or key contains "
+          "TEXT, e.g. expert_linear; the others are left as the store has them");
 ABSL_FLAG(std::string, export, "",
           "write the store --tactic-cache names, which must exist, to this file as sorted "
           "textproto");
@@ -70,7 +74,7 @@ constexpr char kUsage[] =
     "usage: autotune_regions --model DIR|FILE|NAME --tactic-cache FILE [--prefill T,...]\n"
     "           [--decode C,...] [--batch B] [--max-context N] [--prefill-logits all|last]\n"
     "           [--target NAME|FILE] [--repeats N] [--max-candidates N] [--freeze]\n"
-    "           [--inject-fault REGION:CANDIDATE]\n"
+    "           [--only TEXT] [--inject-fault REGION:CANDIDATE]\n"
     "       autotune_regions --model DIR|FILE|NAME [plan flags] --print-keys\n"
     "       autotune_regions --tactic-cache FILE --export FILE | --import FILE\n"
     "\n"
@@ -83,6 +87,8 @@ constexpr char kUsage[] =
     "  benchmark_transformer --model qwen3-0.6b --tactic-cache tactics.db --show-plan\n"
     "  autotune_regions --model qwen2-7b --batch 16 --prefill 512 --decode 512 "
     "--tactic-cache t.db\n"
+    "  autotune_regions --model deepseek-v2-lite --prefill 512 --decode 512 --only "
+    "expert_linear --tactic-cache t.db\n"
     "  autotune_regions --tactic-cache tactics.db --export tactics.textproto\n";
 
 // Combinations of flags that make no run.
@@ -103,6 +109,9 @@ absl::Status CheckFlags() {
     if (!absl::GetFlag(FLAGS_inject_fault).empty()) {
       return absl::InvalidArgumentError(
           "--inject-fault needs regions to tune, not --export/--import");
+    }
+    if (!absl::GetFlag(FLAGS_only).empty()) {
+      return absl::InvalidArgumentError("--only selects regions to tune, not --export/--import");
     }
     return absl::OkStatus();
   }
@@ -133,6 +142,18 @@ absl::StatusOr<int> RunStoreCommand() {
   return kExitOk;
 }
 
+// The items --only selects (all without it).
+std::vector<int> Selected(const tuner::TuningWork& work) {
+  const std::string only = absl::GetFlag(FLAGS_only);
+  std::vector<int> selected;
+  for (size_t i = 0; i < work.items().size(); ++i) {
+    if (only.empty() || tuner::ItemMatches(work.items()[i], only)) {
+      selected.push_back(static_cast<int>(i));
+    }
+  }
+  return selected;
+}
+
 // The parent: the regions the store does not answer yet, measured in workers that are this
 // binary (`self`) started again with the same flags and --worker.
 absl::StatusOr<int> Tune(const tuner::TuningWork& work, const tuner::Environment& environment,
@@ -150,16 +171,21 @@ absl::StatusOr<int> Tune(const tuner::TuningWork& work, const tuner::Environment
     TP_ASSIGN_OR_RETURN(store, tuner::TacticStore::Open(path, options));
     for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
   }
+  const std::vector<int> selected = Selected(work);
   std::vector<int> todo;
-  for (size_t i = 0; i < work.items().size(); ++i) {
-    if (store == nullptr || !store->Lookup(work.items()[i].key).has_value()) {
-      todo.push_back(static_cast<int>(i));
+  for (int i : selected) {
+    if (store == nullptr || !store->Lookup(work.items()[static_cast<size_t>(i)].key).has_value()) {
+      todo.push_back(i);
     }
   }
   std::cout << absl::StrFormat(
-      "autotune %s on %s: %d regions (distinct keys), %d already in %s, %d to tune\n",
-      absl::GetFlag(FLAGS_model), device.Label(), work.items().size(),
-      work.items().size() - todo.size(), path, todo.size());
+      "autotune %s on %s: %d regions (distinct keys)%s, %d already in %s, %d to tune\n",
+      absl::GetFlag(FLAGS_model), device.Label(), selected.size(),
+      absl::GetFlag(FLAGS_only).empty()
+          ? ""
+          : absl::StrCat(" of ", work.items().size(), " matching --only ",
+                         absl::GetFlag(FLAGS_only)),
+      selected.size() - todo.size(), path, todo.size());
   std::cout << "environment: " << environment.Fingerprint() << "\n";
   if (absl::GetFlag(FLAGS_freeze) && !todo.empty()) {
     return absl::FailedPreconditionError(
@@ -231,7 +257,7 @@ absl::StatusOr<int> Run(const std::vector<std::string>& args) {
                       tuner::TuningWork::Collect(std::move(plan), target, options.environment));
   if (print_keys) {
     std::set<planner::TacticKey> keys;
-    for (const tuner::TuningItem& item : work.items()) keys.insert(item.key);
+    for (int i : Selected(work)) keys.insert(work.items()[static_cast<size_t>(i)].key);
     for (const planner::TacticKey& key : keys) std::cout << key.ToString() << "\n";
     return kExitOk;
   }

@@ -67,13 +67,15 @@ bool TuningWork::IsDecode(const TuningItem& item) const {
   return plan_.phases(item.phase).kind() == planner::proto::Phase::KIND_DECODE;
 }
 
+bool ItemMatches(const TuningItem& item, absl::string_view text) {
+  return absl::StrContains(item.label, text) || absl::StrContains(item.key.ToString(), text);
+}
+
 absl::StatusOr<CandidateRef> FindFaultInjection(const TuningWork& work,
                                                 const std::vector<int>& todo,
                                                 const FaultInjection& injection) {
   for (int index : todo) {
-    const TuningItem& item = work.items()[static_cast<size_t>(index)];
-    if (absl::StrContains(item.label, injection.region) ||
-        absl::StrContains(item.key.ToString(), injection.region)) {
+    if (ItemMatches(work.items()[static_cast<size_t>(index)], injection.region)) {
       return CandidateRef{index, injection.candidate};
     }
   }

@@ -18,8 +18,8 @@
 #include "kernels/core/kernel_family.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_cache.h"
-#include "targets/target.pb.h"
 #include "regions/ir.h"
+#include "targets/target.pb.h"
 #include "tuner/region_tuner.h"
 #include "tuner/worker.h"
 
@@ -64,6 +64,10 @@ class TuningWork {
   std::vector<TuningItem> items_;
   std::vector<std::vector<std::vector<int>>> step_items_;
 };
+
+// Whether `item`'s progress label or key contains `text` (autotune_regions' --only and
+// --inject-fault name regions so).
+bool ItemMatches(const TuningItem& item, absl::string_view text);
 
 // --inject-fault: candidate `injection.candidate` of the first item of `todo` whose label
 // or key contains `injection.region`. InvalidArgument when none does.

@@ -17,6 +17,7 @@
 #include "device/device_buffer.h"
 #include "device/event_timer.h"
 #include "kernels/core/template_launch.h"
+#include "regions/kinds.h"
 #include "regions/rope.h"
 
 namespace tileplan::tuner {
@@ -96,7 +97,8 @@ class Session {
     if (ir::HasRope(region_.region())) {
       TP_ASSIGN_OR_RETURN(const ir::RopeParams params,
                           ir::RopeParamsFromAttributes(region_.region().attrs));
-      const std::vector<float> freq = ir::RopeInvFreq(params, region_.result(0).shape.back());
+      const std::vector<float> freq = ir::RopeInvFreq(
+          params, region_.result(ir::RopeHeadResult(region_.region())).shape.back());
       TP_ASSIGN_OR_RETURN(rope_, device::DeviceBuffer::Allocate(
                                      device_, static_cast<int64_t>(freq.size() * sizeof(float))));
       TP_RETURN_IF_ERROR(
@@ -301,8 +303,26 @@ class Session {
     return s;
   }
 
-  // Random floats in [-1, 1); token ids inside the embedding table; positions as the phase
-  // has them (decode: the last T positions before the context, prefill: 0..T-1).
+  // The number of experts E when `root` is the expert ids a region reads (the operand whose
+  // role is "ids", E the first dim of its "w"), else 0.
+  int64_t ExpertsRoutedBy(ir::ValueId root) const {
+    const ir::KindSpec* spec = ir::FindKind(region_.kind());
+    if (spec == nullptr) return 0;
+    int ids = -1, w = -1;
+    for (int i = 0; i < region_.num_operands() && i < spec->max_operands(); ++i) {
+      if (spec->operands[static_cast<size_t>(i)] == "ids") ids = i;
+      if (spec->operands[static_cast<size_t>(i)] == "w") w = i;
+    }
+    if (ids < 0 || w < 0 || region_.operand(ids).root != root) return 0;
+    const std::vector<int64_t>& shape = region_.operand(w).shape;
+    return shape.empty() ? 0 : shape[0];
+  }
+
+  // Random floats in [-1, 1); token ids inside the embedding table; expert ids as a router
+  // of random weights picks them (per token K distinct experts, uniform, so every expert
+  // gets about T·K/E rows: a constant id would time one expert's rows, or ids outside
+  // [0, E) none); positions as the phase has them (decode: the last T positions before the
+  // context, prefill: 0..T-1).
   absl::Status Fill(Storage& s) {
     const kernels::BoundGraph& g = region_.bound_graph();
     std::mt19937 rng(12345);
@@ -318,7 +338,11 @@ class Session {
         continue;
       }
       std::vector<int32_t> v(static_cast<size_t>(n));
-      if (region_.kind() == "embedding" && root == region_.operand(0).root) {
+      const int64_t experts = ExpertsRoutedBy(root);
+      if (experts > 0) {
+        const std::vector<int64_t>& shape = g.shape(root);
+        v = RandomRouting(n, shape.empty() ? 1 : shape.back(), experts, rng());
+      } else if (region_.kind() == "embedding" && root == region_.operand(0).root) {
         std::uniform_int_distribution<int32_t> id(
             0, static_cast<int32_t>(region_.operand(1).shape[0]) - 1);
         for (int32_t& x : v) x = id(rng);
@@ -350,6 +374,23 @@ class Session {
 };
 
 }  // namespace
+
+std::vector<int32_t> RandomRouting(int64_t selections, int64_t top_k, int64_t experts,
+                                   uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(std::max<int64_t>(selections, 0)));
+  if (experts < 1 || top_k < 1) return ids;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+  for (int64_t i = 0; i < selections; ++i) {
+    // A partial Fisher-Yates shuffle per token: its first min(K, E) picks are distinct.
+    const int64_t j = (i % top_k) % experts;
+    std::uniform_int_distribution<int64_t> pick(j, experts - 1);
+    std::swap(order[static_cast<size_t>(j)], order[static_cast<size_t>(pick(rng))]);
+    ids[static_cast<size_t>(i)] = order[static_cast<size_t>(j)];
+  }
+  return ids;
+}
 
 std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
                                         const BoundRegion& region,

@@ -48,6 +48,13 @@ std::vector<kernels::Tactic> EnumerateCandidates(
     const targets::TargetDescription& target, int max_count,
     const std::vector<kernels::Tactic>& library_configs = {});
 
+// Expert ids as a router of random weights picks them, for timing the regions that read
+// them: `selections` ids, K = `top_k` consecutive ones per token, each token's K distinct
+// (when K <= E) and uniform over [0, E), so each expert gets about selections / E rows.
+// Deterministic for a seed.
+std::vector<int32_t> RandomRouting(int64_t selections, int64_t top_k, int64_t experts,
+                                   uint32_t seed);
+
 // Sets m.winner and m.winner_us to the fastest kOk candidate (the first of equal ones), and
 // m.default_us to the first candidate's median when `first_is_default` and it is kOk (the
 // cost model's pick, which EnumerateCandidates puts first).

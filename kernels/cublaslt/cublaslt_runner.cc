@@ -231,7 +231,8 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
   p.kind = r.kind();
   const bool linear = p.kind == "linear", residual = p.kind == "linear_residual";
   p.swiglu = p.kind == "linear_swiglu";
-  // lm_head and moe_router (the MoE router's logits): float D, no bias.
+  // lm_head and moe_router (the MoE router's logits): float D (moe_router: or the input's
+  // dtype, when the region rounds its logits), no bias.
   const bool lm_head = p.kind == "lm_head" || p.kind == "moe_router";
   auto error = [&](absl::StatusCode code, auto... args) {
     return absl::Status(code, absl::StrCat(r.Label(), ": ", args...));
@@ -256,7 +257,10 @@ absl::StatusOr<GemmProblem> GemmProblemFor(const BoundRegion& r) {
                  "TF32); got x ",
                  ir::DTypeName(p.input_dtype), " and weight ", ir::DTypeName(w_dtype));
   }
-  const ir::DType want_output = lm_head ? ir::DType::kF32 : p.input_dtype;
+  const ir::DType want_output = p.kind == "moe_router" && p.output_dtype == p.input_dtype
+                                    ? p.input_dtype
+                                : lm_head ? ir::DType::kF32
+                                          : p.input_dtype;
   if (p.output_dtype != want_output) {
     return error(absl::StatusCode::kFailedPrecondition, "the result is ",
                  ir::DTypeName(p.output_dtype), ", expected ", ir::DTypeName(want_output));

@@ -21,17 +21,6 @@
 namespace tileplan::planner {
 namespace {
 
-// The region that is the only reader of `value`, when it has `kind` and reads `value` as
-// operand `operand`; -1 otherwise.
-int SoleUserOfKind(const ir::Graph& g, const UseMap& uses, ir::ValueId value,
-                   absl::string_view kind, int operand) {
-  const int user = uses.SoleUser(value);
-  if (user < 0) return -1;
-  const ir::Region& r = g.regions()[static_cast<size_t>(user)];
-  if (r.kind != kind || r.operands[static_cast<size_t>(operand)] != value) return -1;
-  return user;
-}
-
 // One head chain: reshape [-> rms_norm] -> rope [-> kv_write], or reshape -> kv_write.
 struct Chain {
   int reshape = -1;
@@ -47,7 +36,7 @@ struct Chain {
 std::optional<Chain> FollowChain(const ir::Graph& g, const UseMap& uses, ir::ValueId value,
                                  const ir::TensorType& qkv, bool rope, bool write) {
   Chain c;
-  c.reshape = SoleUserOfKind(g, uses, value, "reshape", 0);
+  c.reshape = uses.SoleUserOfKind(g, value, "reshape", 0);
   if (c.reshape < 0) return std::nullopt;
   ir::ValueId v = g.regions()[static_cast<size_t>(c.reshape)].results[0];
   const ir::TensorType& t = g.value(v).type;
@@ -58,14 +47,14 @@ std::optional<Chain> FollowChain(const ir::Graph& g, const UseMap& uses, ir::Val
   c.heads = t.dims[2].extent();
   c.head_dim = t.dims[3].extent();
   if (rope) {
-    c.norm = SoleUserOfKind(g, uses, v, "rms_norm", 0);
+    c.norm = uses.SoleUserOfKind(g, v, "rms_norm", 0);
     if (c.norm >= 0) v = g.regions()[static_cast<size_t>(c.norm)].results[0];
-    c.rope = SoleUserOfKind(g, uses, v, "rope", 0);
+    c.rope = uses.SoleUserOfKind(g, v, "rope", 0);
     if (c.rope < 0) return std::nullopt;
     v = g.regions()[static_cast<size_t>(c.rope)].results[0];
   }
   if (write) {
-    c.write = SoleUserOfKind(g, uses, v, "kv_write", 1);
+    c.write = uses.SoleUserOfKind(g, v, "kv_write", 1);
     if (c.write < 0) return std::nullopt;
   }
   return c;

@@ -26,6 +26,9 @@ std::vector<PassInfo> BuiltinPasses() {
        "(qk_norm_)rope_kv_write + the attention of its q -> (qk_norm_)rope_kv_write_attention "
        "(decode only)",
        CreateFuseRopeKvWriteAttentionPass},
+      {"fuse_mla_kv_write",
+       "split + rms_norm + reshapes + rope + kv_writes of MLA's compressed kv -> mla_kv_write",
+       Plain<CreateFuseMlaKvWritePass>},
       {"fuse_residual", "add(linear, r) -> linear_residual; add feeding rms_norm -> add_rms_norm",
        Plain<CreateFuseResidualPass>},
       {"dce", "removes regions whose results are unused (state writes are live)",

@@ -25,6 +25,7 @@ std::unique_ptr<Pass> CreatePackQkvPass();
 std::unique_ptr<Pass> CreatePackGateUpPass();
 std::unique_ptr<Pass> CreateFuseSwigluPass();
 std::unique_ptr<Pass> CreateFuseQkNormRopeKvWritePass();
+std::unique_ptr<Pass> CreateFuseMlaKvWritePass();
 // InvalidArgument unless the phase is decode: the fused kind serves decode steps only.
 absl::StatusOr<std::unique_ptr<Pass>> CreateFuseRopeKvWriteAttentionPass(
     const PassOptions& options);

@@ -878,6 +878,37 @@ absl::Status RopeKvWriteSteps(KernelContext& ctx, bool norms) {
 absl::Status QkNormRopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, true); }
 absl::Status RopeKvWrite(KernelContext& ctx) { return RopeKvWriteSteps(ctx, false); }
 
+// mla_kv_write. Operands kv_a [B,T,C+Dr], norm [C], latent_cache [B,1,Smax,C], rope_cache
+// [B,1,Smax,Dr], positions; results latent_cache', rope_cache' (in place): the split of kv_a,
+// the rms_norm of the latent into its cache, the rope of the rest into the other.
+absl::Status MlaKvWrite(KernelContext& ctx) {
+  const TensorArg& kv_a = ctx.operands[0];
+  const TensorArg& latent_cache = ctx.operands[2];
+  const TensorArg& rope_cache = ctx.operands[3];
+  const TensorArg& pos = ctx.operands[4];
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, kv_a, 3, "kv_a"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, latent_cache, 4, "latent_cache"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, rope_cache, 4, "rope_cache"));
+  const int64_t batch = kv_a.shape[0], tokens = kv_a.shape[1];
+  const int64_t c_dim = latent_cache.shape[3], dr = rope_cache.shape[3];
+  if (kv_a.shape[2] != c_dim + dr) {
+    return Error(ctx, "kv_a has shape ", ShapeString(kv_a.shape), ", expected last dim ", c_dim,
+                 " + ", dr, " (the caches' rows)");
+  }
+  Composite c(ctx);
+  const TensorArg latent = c.Temp({batch, tokens, c_dim});
+  const TensorArg k_pe = c.Temp({batch, tokens, dr});
+  TP_RETURN_IF_ERROR(c.Run(&Split, "split", SplitRegion({c_dim, dr}), {kv_a}, {latent, k_pe}));
+  const TensorArg normed = c.Temp({batch, tokens, c_dim});
+  TP_RETURN_IF_ERROR(c.Run(&RmsNorm, "rms_norm", {latent, ctx.operands[1]}, {normed}));
+  const TensorArg k_rope = c.Temp({batch, tokens, 1, dr});
+  TP_RETURN_IF_ERROR(c.Run(&Rope, "rope", {Reshaped(k_pe, {batch, tokens, 1, dr}), pos}, {k_rope}));
+  TP_RETURN_IF_ERROR(c.Run(&KvWrite, "kv_write of the latent",
+                           {latent_cache, Reshaped(normed, {batch, tokens, 1, c_dim}), pos},
+                           {ctx.results[0]}));
+  return c.Run(&KvWrite, "kv_write of the rope key", {rope_cache, k_rope, pos}, {ctx.results[1]});
+}
+
 // qk_norm_rope_kv_write_attention (`norms`) and rope_kv_write_attention: the RoPE + KV-write
 // kind into a scratch q, then the attention of that q over the updated caches. Operands as
 // the RoPE + KV-write kind; results out, k_cache', v_cache' (in place).
@@ -914,6 +945,7 @@ constexpr KindInfo kKinds[] = {
     {"linear_swiglu", 2, 3, 1, &LinearSwiglu},
     {"lm_head", 2, 2, 1, &LmHead},
     {"mla_attention", 6, 6, 1, &MlaAttention},
+    {"mla_kv_write", 5, 5, 2, &MlaKvWrite},
     {"moe_combine", 2, 2, 1, &MoeCombine},
     {"moe_router", 2, 2, 1, &MoeRouter},
     {"moe_topk", 1, 1, 2, &MoeTopk},

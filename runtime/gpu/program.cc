@@ -257,8 +257,10 @@ struct ProgramBuilder::Impl {
         p->counters.emplace_back(step.counters_offset(), step.counters_bytes());
       }
       if (ir::HasRope(region.region())) {
-        TP_ASSIGN_OR_RETURN(buffers.rope_inv_freq,
-                            RopeTable(region.region(), region.result(0).shape.back()));
+        TP_ASSIGN_OR_RETURN(
+            buffers.rope_inv_freq,
+            RopeTable(region.region(),
+                      region.result(ir::RopeHeadResult(region.region())).shape.back()));
       }
       buffers.error = error;
       TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PreparedStep> prepared,

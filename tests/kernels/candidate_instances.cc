@@ -12,27 +12,6 @@
 namespace tileplan::kernels::testing {
 namespace {
 
-// Appends every combination of `tunables` (odometer order) to `out`.
-void TunableProduct(const std::string& family, int32_t version,
-                    const std::vector<TunableParam>& tunables, std::vector<Tactic>& out) {
-  std::vector<size_t> index(tunables.size(), 0);
-  while (true) {
-    Tactic t;
-    t.family = family;
-    t.family_version = version;
-    for (size_t i = 0; i < tunables.size(); ++i) {
-      t.params[tunables[i].name] = tunables[i].values[index[i]];
-    }
-    out.push_back(std::move(t));
-    size_t i = 0;
-    for (; i < tunables.size(); ++i) {
-      if (++index[i] < tunables[i].values.size()) break;
-      index[i] = 0;
-    }
-    if (i == tunables.size()) return;
-  }
-}
-
 // Regions whose tactics Coverage::kEachValue varies separately within a family: the
 // norm-prologue GEMVs instantiate code the family's other kinds do not.
 bool NormPrologue(const std::string& kind) {

@@ -282,7 +282,8 @@ void DeviceCase::Setup(const Tactic& tactic) {
   if (ir::HasRope(region.region())) {
     absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(region.region().attrs);
     ASSERT_TRUE(rope.ok()) << rope.status();
-    const std::vector<float> freqs = ir::RopeInvFreq(*rope, region.result(0).shape.back());
+    const std::vector<float> freqs =
+        ir::RopeInvFreq(*rope, region.result(ir::RopeHeadResult(region.region())).shape.back());
     absl::StatusOr<DeviceBuffer> table =
         DeviceBuffer::Allocate(device, static_cast<int64_t>(freqs.size() * 4));
     ASSERT_TRUE(table.ok()) << table.status();

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <string>
@@ -6,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/core/kernel_family.h"
@@ -739,6 +741,134 @@ TEST(KernelFamiliesTest, CublasLtRawConfigsNameAnyTileAndCheckEveryField) {
   assumed.params["split_k"] = 3;
   assumed.params["reduction_scheme"] = 2;
   EXPECT_THAT(lt.ValidateTactic(assumed, y, h200).message(), HasSubstr("'split_k' is 3"));
+}
+
+// An expert_linear of E experts of [N, H], top K, at B = 1 and `tokens` tokens: x [B, T, H],
+// or with `per_selection` the down projection's [B, T, K, H].
+ir::Graph ExpertLinearGraph(int experts, int top_k, int n, int h, bool per_selection) {
+  const std::string x =
+      per_selection ? absl::StrCat("[B,T,", top_k, ",", h, "]") : absl::StrCat("[B,T,", h, "]");
+  return MustParseVerified(
+      absl::StrCat("graph @g {\n  input %x: bf16", x, "\n  input %ids: i32[B,T,", top_k,
+                   "]\n  weight %w: bf16[", experts, ",", n, ",", h, "] = \"w\"\n  %y: bf16[B,T,",
+                   top_k, ",", n, "] = expert_linear(%x, %ids, %w)\n  output %y\n}\n"));
+}
+
+// The tactics of the tunables' product the tuner would measure (valid and worth measuring).
+int MeasuredTactics(const KernelFamily& family, const BoundRegion& region,
+                    const TargetDescription& target) {
+  absl::StatusOr<CandidateTable> table = family.Candidates(region, target);
+  EXPECT_TRUE(table.ok()) << table.status();
+  if (!table.ok()) return 0;
+  std::vector<Tactic> product;
+  testing::TunableProduct(std::string(family.name()), family.version(), table->tunables, product);
+  return static_cast<int>(std::count_if(product.begin(), product.end(), [&](const Tactic& t) {
+    return family.ValidateTactic(t, region, target).ok() &&
+           family.WorthMeasuring(t, region, target);
+  }));
+}
+
+// The grouped expert GEMM on DeepSeek-V2-Lite's and Qwen3-30B-A3B's experts on an H200: the
+// M tile holds an evenly routed expert's rows with a quarter to spare (48 and 32 rows at 512
+// tokens: 64; 192 and 128 at 2048: 128, in 2 x 2 warps of 64 x 64 and three stages, so that two
+// CTAs share an SM), the feature tiles fastest in the grid, the route table's worst case in
+// y; the flops are the used experts' rows rounded up to 16. Every region leaves the tuner at
+// most 255 tactics to measure after the default, so its cap of 256 never cuts the product.
+TEST(KernelFamiliesTest, ExpertGemmTilesFollowTheRowsPerExpert) {
+  const KernelFamily& gemm = *GlobalKernelRegistry().Find("expert_gemm");
+  const TargetDescription h200 = MustTarget("h200");
+  struct Case {
+    int experts, top_k, n, h;
+    bool per_selection;
+    int tokens;
+    std::string tactic;
+    std::array<int64_t, 3> grid;
+    int64_t shared_memory = 98304;  // (64 + 128) x 64 x 2 bytes x 4 stages, or (128 + 128) x 3
+  };
+  const std::string small = "stages=4,tile_k=64,tile_m=64,tile_n=128,warps_m=1,warps_n=4";
+  const std::string large = "stages=3,tile_k=64,tile_m=128,tile_n=128,warps_m=2,warps_n=2";
+  for (const Case& c : {
+           Case{64, 6, 1408, 2048, false, 512, small, {11, 3072 / 64 + 64, 1}},
+           Case{64, 6, 2048, 1408, true, 512, small, {16, 3072 / 64 + 64, 1}},
+           Case{128, 8, 768, 2048, false, 512, small, {6, 4096 / 64 + 128, 1}},
+           Case{128, 8, 2048, 768, true, 512, small, {16, 4096 / 64 + 128, 1}},
+           Case{64, 6, 1408, 2048, false, 2048, large, {11, 12288 / 128 + 64, 1}},
+           Case{128, 8, 2048, 768, true, 2048, large, {16, 16384 / 128 + 128, 1}},
+           Case{64,
+                6,
+                1408,
+                2048,
+                false,
+                128,
+                absl::StrReplaceAll(small, {{"m=64", "m=16"}}),
+                {11, 768 / 16 + 64, 1},
+                (16 + 128) * 64 * 2 * 4},
+       }) {
+    SCOPED_TRACE(absl::StrCat("E=", c.experts, " N=", c.n, " H=", c.h, " T=", c.tokens));
+    const ir::Graph graph = ExpertLinearGraph(c.experts, c.top_k, c.n, c.h, c.per_selection);
+    const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", c.tokens}}, c.tokens);
+    const BoundRegion region(bound, 0);
+    absl::StatusOr<Tactic> t = gemm.DefaultTactic(region, h200);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->ParamsString(), c.tactic);
+    const LaunchGeometry g = gemm.Geometry(*t, region);
+    EXPECT_EQ(g.grid, c.grid);
+    EXPECT_EQ(g.block[0], 128);
+    EXPECT_EQ(g.dynamic_shared_memory_bytes, c.shared_memory);
+    const int64_t selections = int64_t{c.tokens} * c.top_k;
+    const int64_t rows = c.experts * ((selections / c.experts + 15) / 16 * 16);
+    EXPECT_EQ(gemm.Work(*t, region).flops, 2 * rows * c.n * c.h);
+    const int measured = MeasuredTactics(gemm, region, h200);
+    EXPECT_GT(measured, 20);
+    EXPECT_LE(measured, 255);
+  }
+}
+
+// What the tuner leaves out of expert_gemm's product, at Qwen3-30B-A3B's gate projection of
+// 512 tokens (32 rows per expert): M tiles a quarter full, a two-stage pipeline where three
+// stages fit, CTAs of fewer than four warps, rows of warps without rows, feature tiles
+// narrower than the rows while wider ones still fill the SMs, stages beyond the slices of H;
+// each stays valid.
+TEST(KernelFamiliesTest, ExpertGemmMeasuresWhatCanPay) {
+  const KernelFamily& gemm = *GlobalKernelRegistry().Find("expert_gemm");
+  const TargetDescription h200 = MustTarget("h200");
+  // Whether the sm_90 default with `params` changed is worth measuring at 512 tokens of E
+  // experts of [N, H], top K (and valid there).
+  auto worth = [&](int experts, int top_k, int n, int h, std::map<std::string, int64_t> params) {
+    const ir::Graph graph = ExpertLinearGraph(experts, top_k, n, h, false);
+    const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);
+    const BoundRegion region(bound, 0);
+    absl::StatusOr<Tactic> t = gemm.DefaultTactic(region, h200);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return false;
+    for (const auto& [name, value] : params) t->params[name] = value;
+    EXPECT_TRUE(gemm.ValidateTactic(*t, region, h200).ok()) << t->ParamsString();
+    return gemm.WorthMeasuring(*t, region, h200);
+  };
+  auto qwen = [&](std::map<std::string, int64_t> params) {
+    return worth(128, 8, 768, 2048, std::move(params));
+  };
+  EXPECT_TRUE(qwen({}));
+  EXPECT_TRUE(qwen({{"tile_m", 32}}));
+  EXPECT_TRUE(qwen({{"tile_m", 16}}));
+  EXPECT_FALSE(qwen({{"tile_m", 128}, {"stages", 3}}));  // 32 rows fill a quarter
+  EXPECT_TRUE(qwen({{"stages", 3}}));
+  EXPECT_FALSE(qwen({{"stages", 2}}));
+  EXPECT_FALSE(qwen({{"warps_n", 2}}));                  // 2 warps where 4 fit
+  EXPECT_FALSE(qwen({{"warps_m", 2}, {"warps_n", 2}}));  // rows 32-63 hold no rows
+  EXPECT_TRUE(qwen({{"tile_m", 32}, {"warps_m", 2}, {"warps_n", 2}}));
+  EXPECT_TRUE(qwen({{"tile_n", 64}}));
+  EXPECT_TRUE(qwen({{"tile_n", 256}, {"warps_n", 8}, {"stages", 3}}));
+  EXPECT_TRUE(qwen({{"tile_k", 128}, {"stages", 3}}));
+  // At DeepSeek-V2-Lite's 48 rows per expert a feature tile of 32 is narrower than them,
+  // while 64 experts x 22 tiles of 64 would already fill the SMs.
+  for (const int64_t tile_n : {32, 64}) {
+    EXPECT_EQ(worth(64, 6, 1408, 2048, {{"tile_n", tile_n}, {"warps_m", 2}, {"warps_n", 2}}),
+              tile_n == 64);
+  }
+  // 128-wide slices of a 128-deep row: a third stage has nothing to load.
+  EXPECT_FALSE(worth(128, 8, 768, 128, {{"tile_k", 128}, {"stages", 3}}));
+  EXPECT_TRUE(worth(128, 8, 768, 256, {{"tile_k", 128}, {"stages", 3}}));
 }
 
 TEST(KernelFamiliesTest, ValidateTacticNamesTheProblem) {

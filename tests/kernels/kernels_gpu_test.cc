@@ -142,7 +142,13 @@ TEST(KernelsGpuDeviceTest, BadExpertIdsRaiseTheErrorWord) {
   const BoundRegion region(*bound, 0);
   const std::vector<std::pair<std::string, Params>> tactics = {
       {"expert_gemv", {{"rows_per_cta", 8}, {"threads", 64}, {"vec", 8}}},
-      {"expert_gemm", {{"stages", 2}, {"tile_m", 16}, {"tile_n", 32}, {"warps", 1}}}};
+      {"expert_gemm",
+       {{"stages", 2},
+        {"tile_k", 32},
+        {"tile_m", 16},
+        {"tile_n", 32},
+        {"warps_m", 1},
+        {"warps_n", 1}}}};
   for (const auto& [name, params] : tactics) {
     SCOPED_TRACE(name);
     const KernelFamily* family = GlobalKernelRegistry().Find(name);

@@ -60,4 +60,24 @@ TargetDescription MustTarget(absl::string_view name) {
   return target.ok() ? *target : TargetDescription();
 }
 
+void TunableProduct(const std::string& family, int32_t version,
+                    const std::vector<TunableParam>& tunables, std::vector<Tactic>& out) {
+  std::vector<size_t> index(tunables.size(), 0);
+  while (true) {
+    Tactic t;
+    t.family = family;
+    t.family_version = version;
+    for (size_t i = 0; i < tunables.size(); ++i) {
+      t.params[tunables[i].name] = tunables[i].values[index[i]];
+    }
+    out.push_back(std::move(t));
+    size_t i = 0;
+    for (; i < tunables.size(); ++i) {
+      if (++index[i] < tunables[i].values.size()) break;
+      index[i] = 0;
+    }
+    if (i == tunables.size()) return;
+  }
+}
+
 }  // namespace tileplan::kernels::testing

@@ -3,6 +3,7 @@
 #define TILEPLAN_TESTS_KERNELS_KERNELS_TESTING_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "kernels/core/bound_graph.h"
@@ -22,6 +23,10 @@ BoundGraph MustBind(const ir::Graph& graph, ShapeBindings bindings, int64_t cont
 int RegionNamed(const ir::Graph& graph, absl::string_view name);
 // A bundled target that must exist.
 TargetDescription MustTarget(absl::string_view name);
+// Appends every combination of `tunables` (odometer order, the first fastest) to `out`, as
+// tactics of `family` at `version`.
+void TunableProduct(const std::string& family, int32_t version,
+                    const std::vector<TunableParam>& tunables, std::vector<Tactic>& out);
 
 }  // namespace tileplan::kernels::testing
 

@@ -342,6 +342,7 @@ TEST(BundledConfigTest, DeepseekV2Lite) {
   EXPECT_EQ(c.moe.moe_intermediate_size, 1408);
   EXPECT_EQ(c.moe.shared_intermediate_size, 2 * 1408);
   EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_FALSE(c.moe.rounded_logits);  // the router casts to float32
   EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
   EXPECT_EQ(c.moe.num_groups, 1);
   EXPECT_EQ(c.moe.topk_groups, 1);
@@ -381,6 +382,7 @@ TEST(BundledConfigTest, Qwen3_30B_A3B) {
   EXPECT_EQ(c.moe.moe_intermediate_size, 768);
   EXPECT_EQ(c.moe.shared_intermediate_size, 0);
   EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_TRUE(c.moe.rounded_logits);  // the router is a linear in the activation dtype
   EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
   EXPECT_EQ(c.moe.num_groups, 1);
   EXPECT_EQ(c.moe.topk_groups, 1);

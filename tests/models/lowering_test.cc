@@ -281,6 +281,9 @@ TEST(Lowering, Qwen3MoeRoutesEveryLayerWithoutSharedExperts) {
   EXPECT_EQ(ProducerOf(g, "l0.mlp_out").kind, "moe_combine");
   EXPECT_EQ(AttrOf(g, "l0.expert_ids", "norm_topk_prob"), "true");
   EXPECT_EQ(TypeOf(g, "l1.expert_ids"), "i32[B,T,3]");
+  // The router's logits, and so the routing weights, are rounded to the activation dtype.
+  EXPECT_EQ(TypeOf(g, "l1.router_logits"), "bf16[B,T,5]");
+  EXPECT_EQ(TypeOf(g, "l1.expert_weights"), "bf16[B,T,3]");
   EXPECT_EQ(g.FindValue("l0.shared_out"), ir::kNoValue);
   EXPECT_EQ(OperandName(g, "l0.q_rope", 0), "l0.q_normed");
   EXPECT_EQ(TypeOf(g, "k_cache.0"), "bf16[B,2,Smax,16]");

@@ -65,7 +65,8 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
-              ElementsAre("dce", "fuse_norm_linear", "fuse_qk_norm_rope_kv_write", "fuse_residual",
+              ElementsAre("dce", "fuse_mla_kv_write", "fuse_norm_linear",
+                          "fuse_qk_norm_rope_kv_write", "fuse_residual",
                           "fuse_rope_kv_write_attention", "fuse_swiglu", "last_token_logits",
                           "pack_gate_up", "pack_qkv", "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
@@ -209,14 +210,15 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   EXPECT_THAT(prefill->PassNames(),
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-                          "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+                          "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
+                          "fuse_norm_linear"));
   // Decode also fuses the RoPE + KV-write region into the attention that follows it.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
   EXPECT_THAT(decode->PassNames(),
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-                          "fuse_rope_kv_write_attention", "fuse_residual", "dce",
-                          "specialize_phase", "fuse_norm_linear"));
+                          "fuse_rope_kv_write_attention", "fuse_mla_kv_write", "fuse_residual",
+                          "dce", "specialize_phase", "fuse_norm_linear"));
 }
 
 TEST(PipelinesTest, RopeKvWriteAttentionFusionServesDecodeOnly) {

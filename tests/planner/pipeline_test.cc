@@ -220,12 +220,12 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
     head.insert(head.end(), tail.begin(), tail.end());
     return head;
   };
-  // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the latent norm,
-  // both RoPEs and both cache writes stay primitive; the shared experts' gate/up fold into a
-  // SwiGLU GEMV whose down projection adds the routed output; the residual add and the next
-  // layer's norm fuse.
-  const std::vector<std::string> mla = {"rms_norm", "rope",          "rope",           "kv_write",
-                                        "kv_write", "mla_attention", "linear_residual"};
+  // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
+  // stays primitive, the latent norm, the key's RoPE and both cache writes become one
+  // mla_kv_write; the shared experts' gate/up fold into a SwiGLU GEMV whose down projection
+  // adds the routed output; the residual add and the next layer's norm fuse.
+  const std::vector<std::string> mla = {"rope", "mla_kv_write", "mla_attention",
+                                        "linear_residual"};
   const std::vector<std::string> deepseek_moe =
       layer(layer({"rms_norm"}, moe), {"linear_swiglu", "linear_residual", "add_rms_norm"});
   using Kinds = std::vector<std::string>;

@@ -83,6 +83,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "linear_swiglu",
                                                    "lm_head",
                                                    "mla_attention",
+                                                   "mla_kv_write",
                                                    "moe_combine",
                                                    "moe_router",
                                                    "moe_topk",
@@ -566,6 +567,36 @@ TEST(KindsTest, RopeKvWriteAttention) {
   EXPECT_EQ(InferOne("rope_kv_write_attention", {"f16[2,T,64]", "f16[2,1,Smax,16]"},
                      RopeKvAttentionAttrs(false, 2, 1)),
             "expects 4 operands (qkv, k_cache, v_cache, positions), got 2");
+}
+
+TEST(KindsTest, MoeRouterLogitsAreFloatOrRoundedToTheInputDtype) {
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}), "f32[B,T,8]");
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"f32[B,T,8]"}),
+            "f32[B,T,8]");
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"bf16[B,T,8]"}),
+            "bf16[B,T,8]");
+  // Any other declared dtype infers float32, which the verifier then finds differs.
+  EXPECT_EQ(InferOne("moe_router", {"bf16[B,T,64]", "bf16[8,64]"}, {}, {"f16[B,T,8]"}),
+            "f32[B,T,8]");
+}
+
+TEST(KindsTest, MoeTopkWeightsTakeTheLogitsDtype) {
+  const Attributes attrs = Attrs({{"top_k", int64_t{2}},
+                                  {"norm_topk_prob", true},
+                                  {"scaling", 1.0},
+                                  {"num_groups", int64_t{1}},
+                                  {"topk_groups", int64_t{1}}});
+  for (const std::string dtype : {"f32", "bf16"}) {
+    auto r = Infer("moe_topk", {dtype + "[B,T,8]"}, attrs);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 2u);
+    EXPECT_EQ((*r)[0].type.ToString(), "i32[B,T,2]");
+    EXPECT_EQ((*r)[1].type.ToString(), dtype + "[B,T,2]");
+  }
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "bf16[B,T,2]"}), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f32[B,T,2]"}), "bf16[B,T,64]");
+  EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f16[B,T,2]"}),
+            "operand 1 has type f16[B,T,2], expected f32 or bf16 weights (the dtype of y)");
 }
 
 }  // namespace

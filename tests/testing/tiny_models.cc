@@ -85,6 +85,7 @@ models::ModelConfig TinyModelConfig(models::Architecture arch) {
                .top_k = 3,
                .moe_intermediate_size = 12,
                .norm_topk_prob = true,
+               .rounded_logits = true,
                .sparse_layers = {true, true}};
       break;
   }

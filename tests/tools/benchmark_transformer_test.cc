@@ -71,7 +71,7 @@ TEST(BenchmarkTransformerTest, PrintAfterShowsThePassOutputOfEveryPhase) {
       RunTool("--model qwen3-0.6b --show-plan --prefill 128 --print-after=fuse_residual");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("// ===== prefill T=128\n// ----- IR after fuse_residual "
-                                  "(pass 5 of 8)\ngraph @qwen3 {"));
+                                  "(pass 6 of 9)\ngraph @qwen3 {"));
   EXPECT_THAT(r.output, HasSubstr("// ===== decode B=1\n// ----- IR after fuse_residual"));
   EXPECT_THAT(r.output, HasSubstr("= linear_residual("));
 

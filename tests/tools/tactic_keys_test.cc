@@ -56,5 +56,27 @@ TEST(TacticKeysTest, TheSameFlagsGiveTheSameKeys) {
   EXPECT_THAT(keys, ::testing::Not(HasSubstr("T=128")));
 }
 
+// --only keeps the keys whose region label or key holds the text: Qwen3-30B-A3B's expert
+// linears (gate and up share a key, the down projection has its own, for each family that can
+// run them), a subset of every key.
+TEST(TacticKeysTest, OnlyListsTheMatchingKeys) {
+  const std::string args = "--model qwen3-30b-a3b --target sm_90 --prefill 512 --decode 512";
+  const testing::ToolResult all = RunWith(AUTOTUNE_REGIONS_PATH, args + " --print-keys");
+  const testing::ToolResult only =
+      RunWith(AUTOTUNE_REGIONS_PATH, args + " --print-keys --only expert_linear");
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  ASSERT_EQ(only.exit_code, 0) << only.output;
+  const std::vector<std::string> every = absl::StrSplit(all.output, '\n', absl::SkipEmpty());
+  const std::vector<std::string> matching = absl::StrSplit(only.output, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(matching.empty());
+  EXPECT_LT(matching.size(), every.size());
+  for (const std::string& key : matching) {
+    EXPECT_THAT(key, HasSubstr("expert_linear"));
+    EXPECT_THAT(every, ::testing::Contains(key));
+  }
+  EXPECT_THAT(only.output, HasSubstr("| prefill | expert_gemm v"));
+  EXPECT_THAT(only.output, HasSubstr("| decode | expert_gemv v"));
+}
+
 }  // namespace
 }  // namespace tileplan

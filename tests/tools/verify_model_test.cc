@@ -100,7 +100,7 @@ TEST_F(VerifyModelTest, PrintsTheIrAfterPlannerPasses) {
   Result r = RunVerifyModel(absl::StrCat(base, " --print-after=fuse_swiglu"), dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("// ===== prefill pipeline\n// ----- IR after fuse_swiglu "
-                                  "(pass 3 of 8)\ngraph @llama {"));
+                                  "(pass 3 of 9)\ngraph @llama {"));
   EXPECT_THAT(r.output, HasSubstr("// ===== decode pipeline\n// ----- IR after fuse_swiglu"));
   EXPECT_THAT(r.output, HasSubstr("PASS"));
 

@@ -137,5 +137,37 @@ TEST(EnumerateCandidatesTest, AFamilyThatCannotImplementTheRegionOffersNothing) 
   EXPECT_TRUE(EnumerateCandidates(gemv, region, MustTarget("h200"), 100).empty());
 }
 
+TEST(RandomRoutingTest, EachTokenPicksDistinctExpertsSpreadOverAll) {
+  constexpr int64_t kTokens = 512, kTopK = 8, kExperts = 128;
+  const std::vector<int32_t> ids = RandomRouting(kTokens * kTopK, kTopK, kExperts, 7);
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kTokens * kTopK));
+  std::vector<int> rows(kExperts, 0);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    std::set<int32_t> token;
+    for (int64_t k = 0; k < kTopK; ++k) {
+      const int32_t e = ids[static_cast<size_t>(t * kTopK + k)];
+      ASSERT_GE(e, 0);
+      ASSERT_LT(e, kExperts);
+      token.insert(e);
+      ++rows[static_cast<size_t>(e)];
+    }
+    EXPECT_EQ(token.size(), static_cast<size_t>(kTopK)) << "token " << t;
+  }
+  // 32 rows per expert on average: no expert idle, none with three times its share.
+  EXPECT_GT(*std::min_element(rows.begin(), rows.end()), 0);
+  EXPECT_LT(*std::max_element(rows.begin(), rows.end()), 3 * 32);
+  EXPECT_EQ(RandomRouting(kTokens * kTopK, kTopK, kExperts, 7), ids);
+  EXPECT_NE(RandomRouting(kTokens * kTopK, kTopK, kExperts, 8), ids);
+}
+
+TEST(RandomRoutingTest, MoreSelectionsThanExpertsRepeatOnlyPastE) {
+  const std::vector<int32_t> ids = RandomRouting(2 * 6, 6, 4, 1);
+  for (int t = 0; t < 2; ++t) {
+    std::set<int32_t> first(ids.begin() + 6 * t, ids.begin() + 6 * t + 4);
+    EXPECT_EQ(first.size(), 4u);
+  }
+  for (int32_t e : ids) EXPECT_TRUE(e >= 0 && e < 4) << e;
+}
+
 }  // namespace
 }  // namespace tileplan::tuner

@@ -28,8 +28,8 @@ constexpr Row kRows[] = {{"sm_80", 256, 2},
                          {"sm_120", 256, 2},
                          {"default", 256, 1}};
 
-// moe_combine: y [B,T,K,H] as rows of H (token r's selection k at row r * K + k), the f32
-// weights [B,T,K] as rows of K.
+// moe_combine: y [B,T,K,H] as rows of H (token r's selection k at row r * K + k), the weights
+// [B,T,K] (f32 or y's dtype) as rows of K.
 absl::StatusOr<TemplateLaunch> LaunchMoeCombine(const BoundRegion& r, const Tactic& t,
                                                 const RegionBuffers* buffers) {
   LaunchBuilder b(r, t, buffers);
@@ -38,9 +38,11 @@ absl::StatusOr<TemplateLaunch> LaunchMoeCombine(const BoundRegion& r, const Tact
   TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
   const ir::DType dtype = r.result_dtype(0);
   TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "the result"));
-  if (r.operand_dtype(0) != dtype || r.operand_dtype(1) != ir::DType::kF32) {
-    return b.Error("y must have the result's dtype and the weights must be f32");
+  const ir::DType weights_dtype = r.operand_dtype(1);
+  if (r.operand_dtype(0) != dtype || (weights_dtype != ir::DType::kF32 && weights_dtype != dtype)) {
+    return b.Error("y must have the result's dtype and the weights f32 or that dtype");
   }
+  TP_ASSIGN_OR_RETURN(const std::string weights_type, b.TypeName(weights_dtype, "the weights"));
   TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
   TP_ASSIGN_OR_RETURN(const Matrix out, b.AsMatrix(r.result(0), "the result"));
   TP_ASSIGN_OR_RETURN(const Matrix y, b.AsMatrix(r.operand(0), "y"));
@@ -56,18 +58,19 @@ absl::StatusOr<TemplateLaunch> LaunchMoeCombine(const BoundRegion& r, const Tact
   const int64_t bytes = vec * ir::DTypeSize(dtype);
   TP_RETURN_IF_ERROR(b.CheckResults(bytes, {0}));
   TP_RETURN_IF_ERROR(b.CheckOperands(bytes, {0}));
-  TP_RETURN_IF_ERROR(b.CheckOperands(4, {1}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(weights_dtype), {1}));
   MoeCombineParams p{};
   p.y = b.Operand(0);
   p.y_stride = y.stride;
-  p.weights = static_cast<const float*>(b.Operand(1));
+  p.weights = b.Operand(1);
   p.weights_stride = weights.stride;
   p.out = b.Result(0);
   p.rows = out.rows;
   p.cols = static_cast<int>(out.cols);
   p.top_k = static_cast<int>(top_k);
   b.Launch("elementwise.cuh",
-           absl::StrCat("tileplan::moe_combine<", type, ", ", threads, ", ", items, ", ", vec, ">"),
+           absl::StrCat("tileplan::moe_combine<", type, ", ", weights_type, ", ", threads, ", ",
+                        items, ", ", vec, ">"),
            {std::max<int64_t>(1, CeilDiv(out.rows * out.cols, threads * items * vec)), 1, 1},
            {threads, 1, 1}, 0, p);
   return std::move(b).Finish();
@@ -125,7 +128,7 @@ absl::StatusOr<TemplateLaunch> LaunchElementwise(const BoundRegion& r, const Tac
 class ElementwiseFamily final : public TemplateFamilyBase {
  public:
   ElementwiseFamily()
-      : TemplateFamilyBase("elementwise", 1, {"add", "moe_combine", "mul", "silu", "swiglu"},
+      : TemplateFamilyBase("elementwise", 2, {"add", "moe_combine", "mul", "silu", "swiglu"},
                            {"items", "threads", "vec"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -199,7 +202,7 @@ class ElementwiseFamily final : public TemplateFamilyBase {
 
  private:
   // The widest access that divides the last dims and keeps every operand's rows aligned
-  // (moe_combine's float weights are read one at a time).
+  // (moe_combine's weights are read one at a time).
   static int64_t Vec(const BoundRegion& r) {
     std::vector<int64_t> extents =
         r.kind() == "moe_combine" ? AlignmentExtents(r, {0}) : AlignmentExtents(r, {0, 1});

@@ -121,9 +121,9 @@ __global__ void __launch_bounds__(kThreads) swiglu(TILEPLAN_KERNEL_PARAMETERS(TI
 }
 
 // y: the top_k selection rows of token r at y + (r * top_k + k) * y_stride; weights: token r's
-// top_k floats at weights + r * weights_stride; out[r, j] = sum_k weights[r, k] * y[r, k, j],
-// summed in k order in float32, contiguous [rows, cols].
-template <typename T, int kThreads, int kItems, int kVec>
+// top_k weights (float, or T) at weights + r * weights_stride; out[r, j] = sum_k weights[r, k]
+// * y[r, k, j], summed in k order in float32, contiguous [rows, cols].
+template <typename T, typename WT, int kThreads, int kItems, int kVec>
 __global__ void __launch_bounds__(kThreads)
     moe_combine(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_COMBINE_PARAMS)) {
   grid_dependency_sync();
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if (it.valid[k]) {
-        wk[k] = weights[it.row[k] * weights_stride + s];
+        wk[k] = to_float(weights[it.row[k] * weights_stride + s]);
         load_floats<T, kVec>(y + (it.row[k] * top_k + s) * y_stride + it.col[k], v[k]);
       }
     }

@@ -41,7 +41,7 @@
 #define TILEPLAN_MOE_COMBINE_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, y) \
   NEXT(long long, long long, y_stride) \
-  NEXT(const float*, const float* __restrict__, weights) \
+  NEXT(const void*, const WT* __restrict__, weights) \
   NEXT(long long, long long, weights_stride) \
   NEXT(void*, T* __restrict__, out) \
   NEXT(long long, long long, rows) \

@@ -6,10 +6,17 @@
 //   expert_route  one CTA counting-sorts the selections by expert id into the step's workspace
 //                 (`route`), read from device memory as the GEMM needs them, so a CUDA Graph
 //                 replays with whatever routing the step computes;
-//   expert_gemm   CTA (x, y) runs tile x of the route's tile table (an expert, its first sorted
-//                 row and up to kTileM rows) against output features [y * kTileN, ...): rows of
-//                 x gathered by selection, mma.sync m16n8k16 with float32 accumulation, each
-//                 result row written to its selection's output row.
+//   expert_gemm   CTA (x, y) runs tile y of the route's tile table (an expert, its first sorted
+//                 row and up to kTileM rows) against output features [x * kTileN, ...): rows of
+//                 x gathered by selection, weight rows streamed through a kStages-deep cp.async
+//                 pipeline of kTileK-wide H slices, mma.sync m16n8k16 with float32
+//                 accumulation, each result row written to its selection's output row.
+//
+// The grid's x (fastest in launch order) walks the feature tiles of one M tile, so the CTAs
+// that share an M tile's gathered rows run together and read them from L2, and each weight
+// tile of an expert with one M tile is read from DRAM exactly once; the M tiles of one expert
+// are consecutive in y, so an expert's further M tiles re-read its weight tiles shortly after
+// the first (from L2).
 //
 // Route layout (ints): [0] the tile count; then from int 4 on, max_tiles records of 4 ints
 // (expert, first sorted row, rows, 0); then `selections` ints, the selections sorted by
@@ -27,19 +34,23 @@
 
 namespace tileplan {
 
-constexpr int kExpertRouteThreads = 1024;
-constexpr int kExpertGemmTileK = 32;                 // H per pipeline stage: two mma k-steps
-constexpr int kExpertGemmLd = kExpertGemmTileK + 8;  // shared row stride, 80 bytes for 16-bit T
-
-// Warps along M of expert_gemm: half of them (one for one warp), at most one per 16-row tile;
-// the rest along N.
-__host__ __device__ constexpr int expert_gemm_warps_m(int tile_m, int warps) {
-  return warps / 2 < 1 ? 1 : (warps / 2 < tile_m / 16 ? warps / 2 : tile_m / 16);
+// The XOR applied to the 16-byte chunk index of row `row` of a shared [rows][kChunks * 8] tile
+// of 16-bit elements (kChunks 4, 8 or 16), so that no padding is needed: an ldmatrix phase
+// reads one logical chunk of 8 consecutive rows (the first a multiple of 8), and a
+// quarter-warp of cp.async copies writes 8 chunks of one row (kChunks 8 or 16) or 4 chunks of
+// each of two rows (kChunks 4); both then touch 8 distinct 16-byte bank groups. With 8 or 16
+// chunks a row spans whole 128-byte bank lines and the XOR is the row's low 3 bits; with 4
+// chunks two rows share a line (even rows its first half, odd rows its second) and the XOR
+// is bits 1-2 of the row, distinct for the four pairs of 8 consecutive rows.
+template <int kChunks>
+__device__ __forceinline__ int expert_gemm_swizzle(int row) {
+  static_assert(kChunks == 4 || kChunks == 8 || kChunks == 16, "tile_k 32, 64 or 128");
+  return kChunks == 4 ? (row >> 1) & 3 : row & 7;
 }
 
 // ids: [selections]; route: the workspace above; out: [selections, cols] (rows of bad ids are
 // zeroed here). Launch: grid 1, block kExpertRouteThreads, dynamic shared memory 8 * experts
-// bytes (a counter and a cursor per expert). REQUIRES: 1 <= experts <= 4 * kExpertRouteThreads;
+// bytes (a counter and a cursor per expert). REQUIRES: 1 <= experts <= kExpertRouteMaxExperts;
 // route aligned to 16 bytes.
 template <typename T, int kTileM>
 __global__ void __launch_bounds__(kExpertRouteThreads)
@@ -127,141 +138,200 @@ __global__ void __launch_bounds__(kExpertRouteThreads)
   }
 }
 
+// Copies this thread's share of H slice [k0, k0 + kTileK) of rows [0, rows) into a shared
+// [kRows][kTileK] buffer of a kThreads-thread block: row r from src + offset(r), zeros where
+// offset(r) < 0 or the chunk lies past `depth`. Thread t copies chunk t % (kTileK / 8) of rows
+// t / (kTileK / 8) + i * kThreads / (kTileK / 8), so each quarter-warp fills 128 consecutive
+// bytes of one or two rows and reads them from global memory as whole segments.
+template <typename T, int kRows, int kTileK, int kThreads, typename Offset>
+__device__ __forceinline__ void expert_gemm_copy_slice(T* dst, const T* src, int rows, int k0,
+                                                       int depth, Offset offset) {
+  constexpr int kChunks = kTileK / 8;
+  constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0, "every thread copies one chunk column");
+  const int chunk = threadIdx.x % kChunks;
+  const int k = k0 + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
+    const int r = threadIdx.x / kChunks + i * kRowStep;
+    if (r >= rows) break;
+    const long long row = offset(r);
+    const bool ok = k < depth && row >= 0;
+    cp_async_16(dst + r * kTileK + ((chunk ^ expert_gemm_swizzle<kChunks>(r)) << 3),
+                src + (ok ? row + k : 0), ok);
+  }
+}
+
 // x: rows of `depth` at x + r * x_stride, row r = s for an input per selection
 // (x_per_selection) and s / top_k otherwise; route: as written by expert_route<T, kTileM>;
 // w: [experts, cols, depth] contiguous; out: [selections, cols] contiguous.
-// Launch: grid (max_tiles, ceil(cols / kTileN)), block 32 * kWarps, dynamic shared memory
-// kStages * (kTileM + kTileN) * kExpertGemmLd * sizeof(T) bytes: kStages stages of an A tile
-// [kTileM][kLd] and a B tile [kTileN][kLd] (above 48 KiB the launcher raises the kernel's
-// limit). The 80-byte rows put the 8 rows an ldmatrix reads in 8 distinct 16-byte bank groups
-// (5 r mod 8), so neither ldmatrix nor cp.async needs a swizzle. The kWarps warps form
-// expert_gemm_warps_m(kTileM, kWarps) rows by kWarps / that columns of warp tiles, each a multiple
-// of 16 rows and 16 columns. REQUIRES: T is bf16 or f16; depth % 8 == 0; x_stride % 8 == 0; x and w
-// aligned to 16 bytes; kStages >= 2.
-template <typename T, int kTileM, int kTileN, int kWarps, int kStages>
-__global__ void __launch_bounds__(kWarps * 32)
+// Launch: grid (ceil(cols / kTileN), max_tiles), block 32 * kWarpsM * kWarpsN, dynamic shared
+// memory ExpertGemmSharedBytes(kTileM, kTileN, kTileK, kStages) (above 48 KiB the launcher
+// raises the kernel's limit): kStages buffers of an A tile [kTileM][kTileK] and a B tile
+// [kTileN][kTileK], 16-byte chunks swizzled by expert_gemm_swizzle. The warps form kWarpsM rows
+// by kWarpsN columns of warp tiles of (kTileM / kWarpsM) x (kTileN / kWarpsN), multiples of 16
+// both ways.
+//
+// The pipeline: the first kStages - 1 weight slices are requested before the tile's rows are
+// even looked up (the weights depend only on the expert), then the rows' slices; each
+// iteration waits for slice kt, requests slice kt + kStages - 1 into the buffer slice kt - 1
+// left (one barrier per slice) and multiplies slice kt. Only the tile's rows rounded up to 16
+// are copied (zeros from its row count on); a warp multiplies only its 16-row tiles that hold
+// rows, so a tile taller than its expert's rows costs shared memory but neither copies nor
+// MMAs. H past `depth` is zero-filled in both operands; weight rows past `cols` are
+// zero-filled and never stored.
+// REQUIRES: T is bf16 or f16; depth % 8 == 0; x_stride % 8 == 0; x and w aligned to 16 bytes,
+// out to 4; kStages >= 2.
+template <typename T, int kTileM, int kTileN, int kTileK, int kWarpsM, int kWarpsN, int kStages>
+__global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
     expert_gemm(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_EXPERT_GEMM_PARAMS)) {
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kLd = kExpertGemmLd;
-  constexpr int kChunks = kExpertGemmTileK / 8;  // 16-byte chunks per staged row
-  constexpr int kWarpsM = expert_gemm_warps_m(kTileM, kWarps);
-  constexpr int kWarpsN = kWarps / kWarpsM;
+  constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  constexpr int kChunks = kTileK / 8;  // 16-byte chunks per staged row
   constexpr int kWarpRows = kTileM / kWarpsM;
   constexpr int kWarpCols = kTileN / kWarpsN;
   constexpr int kMTiles = kWarpRows / 16;  // 16-row mma tiles per warp
-  constexpr int kNTiles = kWarpCols / 8;   // 8-column mma tiles per warp (even)
-  static_assert(kWarpsM * kWarpsN == kWarps && kWarpRows % 16 == 0 && kWarpCols % 16 == 0,
+  constexpr int kNPairs = kWarpCols / 16;  // pairs of 8-column mma tiles per warp
+  constexpr int kKSteps = kTileK / 16;
+  constexpr int kAStage = kTileM * kTileK;  // elements of one buffer
+  constexpr int kBStage = kTileN * kTileK;
+  static_assert(kTileM % (16 * kWarpsM) == 0 && kTileN % (16 * kWarpsN) == 0,
                 "warp tiles of 16 x 16 multiples");
   static_assert(kStages >= 2, "a pipeline of at least two stages");
 
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  T* a_s = reinterpret_cast<T*>(smem_bytes);  // [kStages][kTileM][kLd]
-  T* b_s = a_s + kStages * kTileM * kLd;      // [kStages][kTileN][kLd]
-  __shared__ long long s_x[kTileM];           // element offset of each A row in x
-  __shared__ int s_sel[kTileM];               // its selection, -1 past the tile's rows
+  T* a_s = reinterpret_cast<T*>(smem_bytes);  // [kStages][kTileM][kTileK]
+  T* b_s = a_s + kStages * kAStage;           // [kStages][kTileN][kTileK]
+  __shared__ long long s_x[kTileM];           // element offset of A row r in x; -1 past the rows
+  __shared__ int s_sel[kTileM];               // its selection
 
   grid_dependency_sync();
-  if (static_cast<int>(blockIdx.x) >= route[0]) return;  // past the tiles this routing has
-  const int4 info = reinterpret_cast<const int4*>(route + 4)[blockIdx.x];
+  if (static_cast<int>(blockIdx.y) >= route[0]) return;  // past the tiles this routing has
+  const int4 info = reinterpret_cast<const int4*>(route + 4)[blockIdx.y];
   const int expert = info.x, first = info.y, count = info.z;
   const int* order = route + 4 + 4 * max_tiles;
-  const int n0 = blockIdx.y * kTileN;
+  const int n0 = blockIdx.x * kTileN;
+  const T* w_e = w + static_cast<long long>(expert) * cols * depth;
+  const int k_tiles = (depth + kTileK - 1) / kTileK;
+  // Rows of A that are copied: the tile's rows rounded up to the 16-row mma tile.
+  const int a_rows = min(kTileM, (count + 15) / 16 * 16);
+
+  // A buffer's rows: weight rows n0 + r while inside `cols`, the rows' x rows as s_x holds them.
+  auto load_b = [&](int stage, int kt) {
+    expert_gemm_copy_slice<T, kTileN, kTileK, kThreads>(
+        b_s + stage * kBStage, w_e, kTileN, kt * kTileK, depth,
+        [&](int r) { return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll; });
+  };
+  auto load_a = [&](int stage, int kt) {
+    expert_gemm_copy_slice<T, kTileM, kTileK, kThreads>(
+        a_s + stage * kAStage, x, a_rows, kt * kTileK, depth, [&](int r) { return s_x[r]; });
+  };
+
+  // The weight slices of the prologue first, then the rows, then their slices: commit group s
+  // holds A slice s (group 0 also every prologue B slice), so waiting for group kt still
+  // means slice kt has landed.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_b(s, s);
+  }
   for (int r = threadIdx.x; r < kTileM; r += kThreads) {
     const int s = r < count ? order[first + r] : -1;
     s_sel[r] = s;
-    s_x[r] = s < 0 ? 0 : static_cast<long long>(x_per_selection ? s : s / top_k) * x_stride;
+    s_x[r] = s < 0 ? -1 : static_cast<long long>(x_per_selection ? s : s / top_k) * x_stride;
   }
   __syncthreads();
-  const T* w_e = w + static_cast<long long>(expert) * cols * depth;
-  const int k_tiles = (depth + kExpertGemmTileK - 1) / kExpertGemmTileK;
-
-  // Stages H columns [kt * 32, kt * 32 + 32) of the A rows and the B rows (features); rows past
-  // the tile or past `cols`, and columns past `depth`, are zero-filled.
-  auto load_stage = [&](int stage, int kt) {
-    T* a = a_s + stage * kTileM * kLd;
-    T* b = b_s + stage * kTileN * kLd;
-    const int k0 = kt * kExpertGemmTileK;
-    for (int c = threadIdx.x; c < (kTileM + kTileN) * kChunks; c += kThreads) {
-      const int ch = c % kChunks;
-      const int k = k0 + ch * 8;
-      if (c < kTileM * kChunks) {
-        const int r = c / kChunks;
-        const bool ok = s_sel[r] >= 0 && k < depth;
-        cp_async_16(a + r * kLd + ch * 8, x + (ok ? s_x[r] + k : 0), ok);
-      } else {
-        const int r = c / kChunks - kTileM;
-        const bool ok = n0 + r < cols && k < depth;
-        cp_async_16(b + r * kLd + ch * 8,
-                    w_e + (ok ? static_cast<long long>(n0 + r) * depth + k : 0), ok);
-      }
-    }
-  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_a(s, s);
+    cp_async_commit();
+  }
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int warp_row0 = (warp / kWarpsN) * kWarpRows;
   const int warp_col0 = (warp % kWarpsN) * kWarpCols;
-  float acc[kMTiles][kNTiles][4];
+  // This warp's 16-row tiles that hold rows of the tile (warp-uniform).
+  const int live_m = max(0, min(kMTiles, (count - warp_row0 + 15) / 16));
+  // ldmatrix addresses. A (x4): lanes 0-15 rows 0-15 of a 16-row tile at the k-step's first
+  // chunk, lanes 16-31 the same rows at its second. B (x4, two 8-feature tiles): lanes 0-7 and
+  // 8-15 rows 0-7 of the first tile at the k-step's first and second chunks, lanes 16-31 the
+  // same for the second tile. Tiles lie 16 or 8 rows apart, which leaves the swizzle alone.
+  const int a_row = warp_row0 + lane % 16;
+  const int a_half = lane / 16;
+  const int a_swizzle = expert_gemm_swizzle<kChunks>(a_row);
+  const int b_row = warp_col0 + (lane / 16) * 8 + lane % 8;
+  const int b_half = (lane / 8) % 2;
+  const int b_swizzle = expert_gemm_swizzle<kChunks>(b_row);
+
+  float acc[kMTiles][2 * kNPairs][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < 2 * kNPairs; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
     }
   }
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cp_async_commit();
-  }
   for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<kStages - 2>();  // stage kt has landed (this thread's copies)
-    __syncthreads();               // everyone's copies; and stage kt - 1 is consumed
+    cp_async_wait<kStages - 2>();  // slice kt has landed (this thread's copies)
+    __syncthreads();               // everyone's copies; and slice kt - 1 is consumed
     const int next = kt + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, next);
+    if (next < k_tiles) {
+      load_b(next % kStages, next);
+      load_a(next % kStages, next);
+    }
     cp_async_commit();
-    const T* a = a_s + (kt % kStages) * kTileM * kLd;
-    const T* b = b_s + (kt % kStages) * kTileN * kLd;
+    if (live_m == 0) continue;
+    const T* a = a_s + (kt % kStages) * kAStage;
+    const T* b = b_s + (kt % kStages) * kBStage;
 #pragma unroll
-    for (int ks = 0; ks < kExpertGemmTileK / 16; ++ks) {
+    for (int ks = 0; ks < kKSteps; ++ks) {
       unsigned int af[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        ldmatrix_x4(af[mt],
-                    a + (warp_row0 + mt * 16 + lane % 16) * kLd + ks * 16 + (lane / 16) * 8);
+        if (mt < live_m) {
+          ldmatrix_x4(af[mt],
+                      a + (a_row + mt * 16) * kTileK + (((2 * ks + a_half) ^ a_swizzle) << 3));
+        }
       }
-      // Two n-tiles per ldmatrix: lanes 0-15 address tile nt, lanes 16-31 tile nt + 1.
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; nt += 2) {
+      for (int p = 0; p < kNPairs; ++p) {
         unsigned int bf[4];
-        ldmatrix_x4(bf, b + (warp_col0 + (nt + lane / 16) * 8 + lane % 8) * kLd + ks * 16 +
-                            ((lane / 8) % 2) * 8);
+        ldmatrix_x4(bf, b + (b_row + p * 16) * kTileK + (((2 * ks + b_half) ^ b_swizzle) << 3));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_m16n8k16<T>(acc[mt][nt], af[mt], bf[0], bf[1]);
-          mma_m16n8k16<T>(acc[mt][nt + 1], af[mt], bf[2], bf[3]);
+          if (mt < live_m) {
+            mma_m16n8k16<T>(acc[mt][2 * p], af[mt], bf[0], bf[1]);
+            mma_m16n8k16<T>(acc[mt][2 * p + 1], af[mt], bf[2], bf[3]);
+          }
         }
       }
     }
   }
   cp_async_wait<0>();
 
-  // Accumulator (mt, nt): rows g and g + 8, columns 2 q and 2 q + 1 of the 16 x 8 tile.
+  // Accumulator (mt, nt): rows g and g + 8, columns 2 q and 2 q + 1 of the 16 x 8 tile; an even
+  // `cols` keeps every pair 4-byte aligned in the output and inside the row.
   const int g = lane / 4, q = lane % 4;
+  const bool pairs = cols % 2 == 0;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
+    if (mt >= live_m) break;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int s = s_sel[warp_row0 + mt * 16 + g + 8 * half];
-      if (s < 0) continue;
-      T* dst = out + static_cast<long long>(s) * cols;
+      const int r = warp_row0 + mt * 16 + g + 8 * half;
+      if (r >= count) continue;
+      T* dst = out + static_cast<long long>(s_sel[r]) * cols;
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
+      for (int nt = 0; nt < 2 * kNPairs; ++nt) {
         const int col = n0 + warp_col0 + nt * 8 + 2 * q;
-        if (col < cols) dst[col] = from_float<T>(acc[mt][nt][2 * half]);
-        if (col + 1 < cols) dst[col + 1] = from_float<T>(acc[mt][nt][2 * half + 1]);
+        const float lo = acc[mt][nt][2 * half], hi = acc[mt][nt][2 * half + 1];
+        if (pairs) {
+          if (col < cols) *reinterpret_cast<unsigned int*>(dst + col) = pack2<T>(lo, hi);
+        } else {
+          if (col < cols) dst[col] = from_float<T>(lo);
+          if (col + 1 < cols) dst[col + 1] = from_float<T>(hi);
+        }
       }
     }
   }

@@ -9,12 +9,15 @@
 // expert_gemm (prefill-sized inputs): a grouped GEMM on tensor cores in two launches. A
 // one-CTA counting sort groups the selections by expert in the step's workspace (a tile table
 // of up to `tile_m` rows of one expert each, and the sorted selections); then CTA (x, y) runs
-// tile x against `tile_n` output features of its expert's weight, `warps` warps of mma.sync
-// m16n8k16 over a `stages`-deep cp.async pipeline of 32-wide H slices. The cost model picks it
-// over expert_gemv when the flops outweigh the second launch (prefill).
+// tile y against `tile_n` output features x of its expert's weight, `warps_m` x `warps_n`
+// warps of mma.sync m16n8k16 over a `stages`-deep cp.async pipeline of `tile_k`-wide H slices.
+// The cost model picks it over expert_gemv when the flops outweigh the second launch
+// (prefill).
 //
 // Both count each selected expert's weight once: min(E, selections) distinct experts.
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -96,7 +99,7 @@ constexpr GemvRow kGemvRows[] = {{"sm_80", 128, 8},
 
 // Rows a warp accumulates at once (registers: one float and one weight vector each).
 constexpr int64_t kMaxRowsPerWarp = 8;
-// Grid y: ceil(N / rows_per_cta) tiles.
+// A grid's y extent: expert_gemv's ceil(N / rows_per_cta) row tiles, expert_gemm's route tiles.
 constexpr int64_t kMaxGridY = 65535;
 
 absl::StatusOr<TemplateLaunch> LaunchExpertGemv(const BoundRegion& r, const Tactic& t,
@@ -240,24 +243,27 @@ class ExpertGemvFamily final : public TemplateFamilyBase {
 
 // ---- expert_gemm ---------------------------------------------------------------------------
 
+// The architecture rows: the tallest M tile the derivation starts from, the feature and H
+// tiles and the pipeline depth.
 struct GemmRow {
   absl::string_view arch;
-  int64_t tile_m, tile_n, warps, stages;
+  int64_t tile_m, tile_n, tile_k, stages;
 };
-constexpr GemmRow kGemmRows[] = {{"sm_80", 64, 128, 4, 3},
-                                 {"sm_90", 64, 128, 4, 3},
-                                 {"sm_100", 128, 128, 8, 3},
-                                 {"sm_120", 64, 64, 4, 3},
-                                 {"default", 64, 64, 4, 2}};
+constexpr GemmRow kGemmRows[] = {{"sm_80", 128, 128, 64, 3},
+                                 {"sm_90", 128, 128, 64, 4},
+                                 {"sm_100", 128, 128, 64, 4},
+                                 {"sm_120", 128, 64, 64, 3},
+                                 {"default", 64, 64, 32, 2}};
 
-// As expert_gemm.cuh: H per pipeline stage, the shared row stride and the route kernel's
-// block; the sort keeps a counter and a cursor per expert in shared memory.
-constexpr int64_t kGemmTileK = 32;
-constexpr int64_t kGemmLd = kGemmTileK + 8;
-constexpr int64_t kRouteThreads = 1024;
-constexpr int64_t kMaxRoutedExperts = 4096;
 // Accumulator floats a thread holds (warp tile rows x columns / 32).
 constexpr int64_t kMaxAccumulators = 128;
+constexpr int64_t kMaxWarps = 8;
+// The warp layouts the tuner explores: warps_m rows by warps_n columns of warp tiles.
+constexpr int64_t kWarpsMChoices[] = {1, 2, 4};
+constexpr int64_t kWarpsNChoices[] = {1, 2, 4, 8};
+// A tunable M tile is measured while an evenly routed expert's rows fill more than a quarter
+// of it and need at most this many of its tiles.
+constexpr int64_t kMaxMeasuredMTiles = 4;
 
 // The tiles a routing can have: sum_e ceil(count_e / tile_m) <= this.
 int64_t MaxTiles(const ExpertShape& s, int64_t tile_m) {
@@ -267,21 +273,42 @@ int64_t MaxTiles(const ExpertShape& s, int64_t tile_m) {
 int64_t RouteBytes(const ExpertShape& s, int64_t tile_m) {
   return CeilDiv((4 + 4 * MaxTiles(s, tile_m) + s.selections) * 4, 16) * 16;
 }
-int64_t GemmSharedMemory(const Tactic& t, const BoundRegion& r) {
-  return t.params.at("stages") * (t.params.at("tile_m") + t.params.at("tile_n")) * kGemmLd *
-         ir::DTypeSize(r.operand_dtype(0));
+int64_t GemmSharedMemory(const Tactic& t) {
+  return ExpertGemmSharedBytes(
+      static_cast<int>(t.params.at("tile_m")), static_cast<int>(t.params.at("tile_n")),
+      static_cast<int>(t.params.at("tile_k")), static_cast<int>(t.params.at("stages")));
 }
-// expert_gemm_warps_m: half the warps (one for one), at most one per 16-row tile.
-int64_t GemmWarpsM(int64_t tile_m, int64_t warps) {
-  return std::min(std::max<int64_t>(1, warps / 2), tile_m / 16);
+// Experts an evenly spread routing uses, and the rows each of them gets.
+int64_t UsedExperts(const ExpertShape& s) {
+  return std::max<int64_t>(1, std::min(s.experts, s.selections));
 }
-// Whether (tile_m, tile_n, warps) makes warp tiles of 16 x 16 multiples whose accumulators fit.
-bool GemmLayoutFits(int64_t tile_m, int64_t tile_n, int64_t warps) {
-  const int64_t warps_m = GemmWarpsM(tile_m, warps);
-  if (warps_m < 1 || warps % warps_m != 0) return false;
-  const int64_t warps_n = warps / warps_m;
+int64_t EvenRows(const ExpertShape& s) { return CeilDiv(s.selections, UsedExperts(s)); }
+
+// Whether warps_m x warps_n warps tile a tile_m x tile_n tile with warp tiles of 16 x 16
+// multiples whose accumulators fit.
+bool GemmLayoutFits(int64_t tile_m, int64_t tile_n, int64_t warps_m, int64_t warps_n) {
+  if (warps_m < 1 || warps_n < 1 || warps_m * warps_n > kMaxWarps) return false;
   if (tile_m % (16 * warps_m) != 0 || tile_n % (16 * warps_n) != 0) return false;
   return (tile_m / warps_m) * (tile_n / warps_n) / 32 <= kMaxAccumulators;
+}
+// The most warps of a layout of the tunables (warps_m 1, 2, 4; warps_n 1, 2, 4, 8) that fits.
+int64_t MaxGemmWarps(int64_t tile_m, int64_t tile_n) {
+  int64_t most = 0;
+  for (int64_t warps_m : kWarpsMChoices) {
+    for (int64_t warps_n : kWarpsNChoices) {
+      if (GemmLayoutFits(tile_m, tile_n, warps_m, warps_n)) {
+        most = std::max(most, warps_m * warps_n);
+      }
+    }
+  }
+  return most;
+}
+// The derived warp layout: one row of four warps over the features for tiles of up to 64 rows
+// (every warp then holds all of the tile's rows, so rows an expert leaves empty idle no warp
+// alone), two by two warps of 64 x 64 for 128 rows; fewer columns where the tile is narrow.
+std::pair<int64_t, int64_t> GemmWarps(int64_t tile_m, int64_t tile_n) {
+  const int64_t warps_m = tile_m > 64 ? 2 : 1;
+  return {warps_m, std::min(4 / warps_m, tile_n / 16)};
 }
 
 absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tactic& t,
@@ -289,7 +316,9 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
   LaunchBuilder b(r, t, buffers);
   TP_ASSIGN_OR_RETURN(const int64_t tile_m, b.Param("tile_m"));
   TP_ASSIGN_OR_RETURN(const int64_t tile_n, b.Param("tile_n"));
-  TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_k, b.Param("tile_k"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps_m, b.Param("warps_m"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps_n, b.Param("warps_n"));
   TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
   const ExpertShape s = ShapeOf(r);
   const ir::DType dtype = r.operand_dtype(0);
@@ -309,13 +338,18 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
   if (s.depth % 8 != 0 || x.stride % 8 != 0) {
     return b.Error("x rows of ", s.depth, " (stride ", x.stride, ") are not 16-byte chunks");
   }
-  if (!GemmLayoutFits(tile_m, tile_n, warps) || stages < 2) {
-    return b.Error("tile ", tile_m, "x", tile_n, " with ", warps, " warps and ", stages,
-                   " stages is not an instantiable layout");
+  if (!GemmLayoutFits(tile_m, tile_n, warps_m, warps_n) || stages < 2 ||
+      (tile_k != 32 && tile_k != 64 && tile_k != 128)) {
+    return b.Error("tile ", tile_m, "x", tile_n, "x", tile_k, " with ", warps_m, "x", warps_n,
+                   " warps and ", stages, " stages is not an instantiable layout");
+  }
+  const int64_t max_tiles = MaxTiles(s, tile_m);
+  if (max_tiles > kMaxGridY) {
+    return b.Error(max_tiles, " row tiles exceed the grid's y extent ", kMaxGridY);
   }
   TP_RETURN_IF_ERROR(b.CheckOperands(16, {0, 2}));
   TP_RETURN_IF_ERROR(b.CheckOperands(4, {1}));
-  TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(dtype), {0}));
+  TP_RETURN_IF_ERROR(b.CheckResults(4, {0}));  // pairs of 16-bit results as one store
   void* route = nullptr;
   if (buffers != nullptr) {
     if (buffers->workspace == nullptr) return b.Error("no device buffer for the route workspace");
@@ -324,7 +358,6 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
     }
     route = buffers->workspace;
   }
-  const int64_t max_tiles = MaxTiles(s, tile_m);
   ExpertRouteParams rp{};
   rp.ids = static_cast<const int*>(b.Operand(1));
   rp.route = static_cast<int*>(route);
@@ -336,7 +369,7 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
   rp.cols = static_cast<int>(s.cols);
   rp.error = b.error();
   b.Launch("expert_gemm.cuh", absl::StrCat("tileplan::expert_route<", type, ", ", tile_m, ">"),
-           {1, 1, 1}, {kRouteThreads, 1, 1}, 8 * s.experts, rp);
+           {1, 1, 1}, {kExpertRouteThreads, 1, 1}, 8 * s.experts, rp);
   ExpertGemmParams gp{};
   gp.x = b.Operand(0);
   gp.x_stride = x.stride;
@@ -349,10 +382,10 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
   gp.cols = static_cast<int>(s.cols);
   gp.depth = static_cast<int>(s.depth);
   b.Launch("expert_gemm.cuh",
-           absl::StrCat("tileplan::expert_gemm<", type, ", ", tile_m, ", ", tile_n, ", ", warps,
-                        ", ", stages, ">"),
-           {std::max<int64_t>(1, max_tiles), CeilDiv(s.cols, tile_n), 1}, {32 * warps, 1, 1},
-           GemmSharedMemory(t, r), gp);
+           absl::StrCat("tileplan::expert_gemm<", type, ", ", tile_m, ", ", tile_n, ", ", tile_k,
+                        ", ", warps_m, ", ", warps_n, ", ", stages, ">"),
+           {CeilDiv(s.cols, tile_n), std::max<int64_t>(1, max_tiles), 1},
+           {32 * warps_m * warps_n, 1, 1}, GemmSharedMemory(t), gp);
   b.MarkMainLaunch();  // Geometry describes the GEMM, not the routing kernel before it
   return std::move(b).Finish();
 }
@@ -360,38 +393,69 @@ absl::StatusOr<TemplateLaunch> LaunchExpertGemm(const BoundRegion& r, const Tact
 class ExpertGemmFamily final : public TemplateFamilyBase {
  public:
   ExpertGemmFamily()
-      : TemplateFamilyBase("expert_gemm", 1, {"expert_linear"},
-                           {"stages", "tile_m", "tile_n", "warps"}) {}
+      : TemplateFamilyBase("expert_gemm", 2, {"expert_linear"},
+                           {"stages", "tile_k", "tile_m", "tile_n", "warps_m", "warps_n"}) {}
 
   // The GEMM's launch (the route kernel before it is one CTA).
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const ExpertShape s = ShapeOf(r);
     LaunchGeometry g;
-    g.grid = {std::max<int64_t>(1, MaxTiles(s, t.params.at("tile_m"))),
-              CeilDiv(s.cols, t.params.at("tile_n")), 1};
-    g.block = {32 * t.params.at("warps"), 1, 1};
-    g.dynamic_shared_memory_bytes = GemmSharedMemory(t, r);
+    g.grid = {CeilDiv(s.cols, t.params.at("tile_n")),
+              std::max<int64_t>(1, MaxTiles(s, t.params.at("tile_m"))), 1};
+    g.block = {32 * t.params.at("warps_m") * t.params.at("warps_n"), 1, 1};
+    g.dynamic_shared_memory_bytes = GemmSharedMemory(t);
     return g;
   }
-  // Whole tiles execute: each of the min(E, selections) experts a routing can use runs its
-  // share of the rows (evenly routed) in whole tile_m tiles, over whole tile_n and 32-wide H
-  // tiles.
+  // Executed flops: each of the experts an even routing uses multiplies its rows rounded up to
+  // the 16-row MMA tile (a warp skips the 16-row tiles past its tile's rows) by whole feature
+  // and H tiles.
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const ExpertShape s = ShapeOf(r);
-    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
-    const int64_t used = std::min(s.experts, s.selections);
-    const int64_t rows =
-        used == 0 ? 0 : used * CeilDiv(CeilDiv(s.selections, used), tile_m) * tile_m;
+    const int64_t tile_n = t.params.at("tile_n"), tile_k = t.params.at("tile_k");
+    const int64_t rows = std::min(s.experts, s.selections) * CeilDiv(EvenRows(s), 16) * 16;
     WorkEstimate w;
     w.bytes = ExpertBytes(r);
-    w.flops =
-        2 * rows * CeilDiv(s.cols, tile_n) * tile_n * CeilDiv(s.depth, kGemmTileK) * kGemmTileK;
+    w.flops = 2 * rows * CeilDiv(s.cols, tile_n) * tile_n * CeilDiv(s.depth, tile_k) * tile_k;
     w.tensor_core = true;
     return w;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 2; }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     return RouteBytes(ShapeOf(r), t.params.at("tile_m"));
+  }
+  // What cannot pay on this region and target (docs/kernels.md, expert_gemm), judged for an
+  // evenly routed expert's rows:
+  //  - a pipeline deeper than the H slices it streams, or of two stages where three fit;
+  //  - an M tile the rows fill to a quarter or less, or that takes more than
+  //    kMaxMeasuredMTiles of them (each re-streams the expert's weight tiles);
+  //  - a feature tile twice N or wider, or narrower than the tile's rows (each CTA then reads
+  //    more activation bytes than weight bytes) while half as many feature tiles would still
+  //    give every SM a CTA;
+  //  - rows of warps the first tile of the expert leaves without rows, and CTAs of fewer than
+  //    four warps (one per scheduler of an SM; the tile's shared memory, not its warps, bounds
+  //    the CTAs per SM) where the tile has a layout of four.
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const ExpertShape s = ShapeOf(r);
+    const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
+    const int64_t tile_k = t.params.at("tile_k"), stages = t.params.at("stages");
+    const int64_t warps_m = t.params.at("warps_m"), warps_n = t.params.at("warps_n");
+    const int64_t even = EvenRows(s);
+    if (stages > 2 && stages - 1 > CeilDiv(s.depth, tile_k)) return false;
+    if (stages == 2 && ExpertGemmSharedBytes(static_cast<int>(tile_m), static_cast<int>(tile_n),
+                                             static_cast<int>(tile_k),
+                                             3) <= target.shared_memory_per_block_bytes()) {
+      return false;
+    }
+    if (tile_m > 16 && tile_m / 4 >= even) return false;
+    if (CeilDiv(even, tile_m) > kMaxMeasuredMTiles) return false;
+    if (tile_n > 32 && tile_n / 2 >= s.cols) return false;
+    if (tile_n < std::min(even, tile_m) &&
+        UsedExperts(s) * CeilDiv(s.cols, 2 * tile_n) >= target.sm_count()) {
+      return false;
+    }
+    if (CeilDiv(std::min(even, tile_m), tile_m / warps_m) < warps_m) return false;
+    return warps_m * warps_n >= std::min<int64_t>(4, MaxGemmWarps(tile_m, tile_n));
   }
 
   std::vector<SourceFile> Sources() const override {
@@ -420,75 +484,110 @@ class ExpertGemmFamily final : public TemplateFamilyBase {
                                    "multiples of 8 (16-byte cp.async chunks)"));
       }
     }
-    if (s.experts > kMaxRoutedExperts) {
-      return Refuse(absl::StrCat("E = ", s.experts, " experts exceed ", kMaxRoutedExperts,
+    if (s.experts > kExpertRouteMaxExperts) {
+      return Refuse(absl::StrCat("E = ", s.experts, " experts exceed ", kExpertRouteMaxExperts,
                                  " (the sort counts them in shared memory)"));
+    }
+    if (MaxTiles(s, 128) > kMaxGridY) {
+      return Refuse(absl::StrCat(s.selections, " selections make more than ", kMaxGridY,
+                                 " row tiles even of 128 rows (the grid's y extent)"));
     }
     return absl::OkStatus();
   }
-  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
                    int64_t shared_memory) const override {
     GemmRow row = kGemmRows[4];
     for (const GemmRow& candidate : kGemmRows) {
       if (candidate.arch == arch) row = candidate;
     }
     const ExpertShape s = ShapeOf(r);
-    // Tiles no taller than an evenly routed expert's rows need (down to 16), and no more warps
-    // than the tile has 16 x 16 warp tiles for.
-    const int64_t used = std::max<int64_t>(1, std::min(s.experts, s.selections));
-    const int64_t per_expert = CeilDiv(s.selections, used);
-    int64_t tile_m = row.tile_m, tile_n = row.tile_n, warps = row.warps, stages = row.stages;
-    while (tile_m > 16 && per_expert <= tile_m / 2) tile_m /= 2;
-    while (warps > 1 && !GemmLayoutFits(tile_m, tile_n, warps)) warps /= 2;
-    Tactic t =
-        MakeTactic({{"stages", stages}, {"tile_m", tile_m}, {"tile_n", tile_n}, {"warps", warps}});
-    // Fewer stages, then narrower tiles, until the row's shared memory holds them.
-    while (GemmSharedMemory(t, r) > shared_memory) {
-      if (t.params["stages"] > 2) {
-        --t.params["stages"];
-      } else if (t.params["tile_n"] > 32) {
-        t.params["tile_n"] /= 2;
+    // The shortest M tile (16 at least, the row's at most) that holds an evenly routed expert's
+    // rows with a quarter to spare, so that most experts of an uneven routing still fit one
+    // tile and read each weight tile once.
+    const int64_t want = CeilDiv(EvenRows(s) * 5, 4);
+    int64_t tile_m = 16;
+    while (tile_m < row.tile_m && tile_m < want) tile_m *= 2;
+    // Narrower feature tiles (down to 32) while the used experts' tiles leave SMs idle.
+    int64_t tile_n = row.tile_n;
+    while (tile_n > 32 && UsedExperts(s) * CeilDiv(s.cols, tile_n) < target.sm_count()) {
+      tile_n /= 2;
+    }
+    int64_t tile_k = row.tile_k, stages = row.stages;
+    // Two CTAs per SM: fewer stages (down to 3) while two of them exceed the row's shared
+    // memory; then, for any CTA that does not fit at all, fewer stages down to 2, narrower
+    // feature tiles down to 32 and narrower H slices down to 32.
+    auto bytes = [&] {
+      return ExpertGemmSharedBytes(static_cast<int>(tile_m), static_cast<int>(tile_n),
+                                   static_cast<int>(tile_k), static_cast<int>(stages));
+    };
+    while (stages > 3 && 2 * bytes() > shared_memory) --stages;
+    while (bytes() > shared_memory) {
+      if (stages > 2) {
+        --stages;
+      } else if (tile_n > 32) {
+        tile_n /= 2;
+      } else if (tile_k > 32) {
+        tile_k /= 2;
       } else {
         break;
       }
     }
-    while (t.params["warps"] > 1 &&
-           !GemmLayoutFits(t.params["tile_m"], t.params["tile_n"], t.params["warps"])) {
-      t.params["warps"] /= 2;
-    }
-    return t;
+    const auto [warps_m, warps_n] = GemmWarps(tile_m, tile_n);
+    return MakeTactic({{"stages", stages},
+                       {"tile_k", tile_k},
+                       {"tile_m", tile_m},
+                       {"tile_n", tile_n},
+                       {"warps_m", warps_m},
+                       {"warps_n", warps_n}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
     return {{"stages", {2, 3, 4}},
+            {"tile_k", {32, 64, 128}},
             {"tile_m", {16, 32, 64, 128}},
-            {"tile_n", {32, 64, 128}},
-            {"warps", {1, 2, 4, 8}}};
+            {"tile_n", {32, 64, 128, 256}},
+            {"warps_m", {std::begin(kWarpsMChoices), std::end(kWarpsMChoices)}},
+            {"warps_n", {std::begin(kWarpsNChoices), std::end(kWarpsNChoices)}}};
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
-    const int64_t warps = t.params.at("warps"), stages = t.params.at("stages");
+    const int64_t tile_k = t.params.at("tile_k"), stages = t.params.at("stages");
+    const int64_t warps_m = t.params.at("warps_m"), warps_n = t.params.at("warps_n");
     if (tile_m != 16 && tile_m != 32 && tile_m != 64 && tile_m != 128) {
       return BadParam("tile_m", tile_m, "16, 32, 64 or 128");
     }
-    if (tile_n != 32 && tile_n != 64 && tile_n != 128) {
-      return BadParam("tile_n", tile_n, "32, 64 or 128");
+    if (tile_n != 32 && tile_n != 64 && tile_n != 128 && tile_n != 256) {
+      return BadParam("tile_n", tile_n, "32, 64, 128 or 256");
     }
-    if (warps != 1 && warps != 2 && warps != 4 && warps != 8) {
-      return BadParam("warps", warps, "1, 2, 4 or 8");
+    if (tile_k != 32 && tile_k != 64 && tile_k != 128) {
+      return BadParam("tile_k", tile_k, "32, 64 or 128");
     }
-    if (!GemmLayoutFits(tile_m, tile_n, warps)) {
-      return BadParam("warps", warps,
-                      absl::StrCat("a count whose warp tiles of the ", tile_m, "x", tile_n,
+    if (std::find(std::begin(kWarpsMChoices), std::end(kWarpsMChoices), warps_m) ==
+        std::end(kWarpsMChoices)) {
+      return BadParam("warps_m", warps_m, "1, 2 or 4");
+    }
+    if (std::find(std::begin(kWarpsNChoices), std::end(kWarpsNChoices), warps_n) ==
+        std::end(kWarpsNChoices)) {
+      return BadParam("warps_n", warps_n, "1, 2, 4 or 8");
+    }
+    if (!GemmLayoutFits(tile_m, tile_n, warps_m, warps_n)) {
+      return BadParam("warps_n", warps_n,
+                      absl::StrCat("a count that with warps_m = ", warps_m, " makes at most ",
+                                   kMaxWarps, " warps whose tiles of the ", tile_m, "x", tile_n,
                                    " tile are 16 x 16 multiples holding at most ", kMaxAccumulators,
                                    " accumulators per thread"));
     }
     if (stages < 2 || stages > 4) return BadParam("stages", stages, "2, 3 or 4");
-    if (GemmSharedMemory(t, r) > target.shared_memory_per_block_bytes()) {
+    if (GemmSharedMemory(t) > target.shared_memory_per_block_bytes()) {
       return BadParam(
           "stages", stages,
-          absl::StrCat("a pipeline whose tiles (", GemmSharedMemory(t, r), " bytes) fit ",
+          absl::StrCat("a pipeline whose tiles (", GemmSharedMemory(t), " bytes) fit ",
                        target.shared_memory_per_block_bytes(), " bytes of shared memory"));
+    }
+    if (MaxTiles(ShapeOf(r), tile_m) > kMaxGridY) {
+      return BadParam("tile_m", tile_m,
+                      absl::StrCat("a tile tall enough for at most ", kMaxGridY,
+                                   " row tiles (the grid's y extent)"));
     }
     return absl::OkStatus();
   }

@@ -2,21 +2,24 @@
 // launcher (kernels/core/kernel_params.h): each TILEPLAN_..._PARAMS list is the signature of
 // the kernels named above it, entry by entry (host type, kernel type, name), and each struct
 // below is what the host fills; the launch passes a struct's fields as the kernel's
-// parameters, so the host cannot drift from the kernel.
+// parameters, so the host cannot drift from the kernel. The constants and the shared-memory
+// size of expert_gemm at the end are read by both sides too.
 #pragma once
 
 #ifdef __CUDACC_RTC__
 #include "kernel_params.h"
+#define TILEPLAN_MOE_HOST_DEVICE __host__ __device__
 #else
 #include "kernels/core/kernel_params.h"
+#define TILEPLAN_MOE_HOST_DEVICE
 #endif
 
 // moe_topk
 #define TILEPLAN_MOE_TOPK_PARAMS(FIRST, NEXT) \
-  FIRST(const float*, const float* __restrict__, logits) \
+  FIRST(const void*, const L* __restrict__, logits) \
   NEXT(long long, long long, logits_stride) \
   NEXT(int*, int* __restrict__, ids) \
-  NEXT(float*, float* __restrict__, weights) \
+  NEXT(void*, L* __restrict__, weights) \
   NEXT(int, int, tokens) \
   NEXT(int, int, experts) \
   NEXT(int, int, top_k) \
@@ -71,5 +74,17 @@ TILEPLAN_PARAMS_STRUCT(MoeTopkParams, TILEPLAN_MOE_TOPK_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ExpertGemvParams, TILEPLAN_EXPERT_GEMV_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ExpertRouteParams, TILEPLAN_EXPERT_ROUTE_PARAMS)
 TILEPLAN_PARAMS_STRUCT(ExpertGemmParams, TILEPLAN_EXPERT_GEMM_PARAMS)
+
+// expert_route: one CTA of kExpertRouteThreads sorts every selection; its shared memory holds
+// a counter and a cursor per expert, so at most kExpertRouteMaxExperts.
+constexpr int kExpertRouteThreads = 1024;
+constexpr int kExpertRouteMaxExperts = 4096;
+
+// expert_gemm's dynamic shared memory: `stages` buffers of an A tile [tile_m][tile_k] and a B
+// tile [tile_n][tile_k] of 16-bit elements, unpadded (the 16-byte chunks are swizzled).
+TILEPLAN_MOE_HOST_DEVICE constexpr long long ExpertGemmSharedBytes(int tile_m, int tile_n,
+                                                                  int tile_k, int stages) {
+  return static_cast<long long>(stages) * (tile_m + tile_n) * tile_k * 2;
+}
 
 }  // namespace tileplan

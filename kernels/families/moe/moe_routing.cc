@@ -57,7 +57,12 @@ absl::StatusOr<TemplateLaunch> LaunchMoeTopk(const BoundRegion& r, const Tactic&
   const ir::Attributes& attrs = r.region().attrs;
   TP_ASSIGN_OR_RETURN(const bool norm, attrs.GetBool("norm_topk_prob"));
   TP_ASSIGN_OR_RETURN(const double scaling, attrs.GetFloat("scaling"));
-  if (r.operand_dtype(0) != ir::DType::kF32) return b.Error("the logits are not f32");
+  const ir::DType logits_dtype = r.operand_dtype(0);
+  if (r.result_dtype(1) != logits_dtype) {
+    return b.Error("the weights are ", ir::DTypeName(r.result_dtype(1)), ", not the logits' ",
+                   ir::DTypeName(logits_dtype));
+  }
+  TP_ASSIGN_OR_RETURN(const std::string logits_type, b.TypeName(logits_dtype, "the logits"));
   TP_ASSIGN_OR_RETURN(const Matrix logits, b.AsMatrix(r.operand(0), "the logits"));
   TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the ids"));
   TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(1), "the weights"));
@@ -66,13 +71,15 @@ absl::StatusOr<TemplateLaunch> LaunchMoeTopk(const BoundRegion& r, const Tactic&
     return b.Error("E = ", s.experts, ", top_k ", s.top_k, " and num_groups ", s.groups,
                    " are outside the kernel's bounds");
   }
-  TP_RETURN_IF_ERROR(b.CheckOperands(4, {0}));
-  TP_RETURN_IF_ERROR(b.CheckResults(4, {0, 1}));
+  const int64_t logits_bytes = ir::DTypeSize(logits_dtype);
+  TP_RETURN_IF_ERROR(b.CheckOperands(logits_bytes, {0}));
+  TP_RETURN_IF_ERROR(b.CheckResults(4, {0}));
+  TP_RETURN_IF_ERROR(b.CheckResults(logits_bytes, {1}));
   MoeTopkParams p{};
-  p.logits = static_cast<const float*>(b.Operand(0));
+  p.logits = b.Operand(0);
   p.logits_stride = logits.stride;
   p.ids = static_cast<int*>(b.Result(0));
-  p.weights = static_cast<float*>(b.Result(1));
+  p.weights = b.Result(1);
   p.tokens = static_cast<int>(s.tokens);
   p.experts = static_cast<int>(s.experts);
   p.top_k = static_cast<int>(s.top_k);
@@ -81,14 +88,15 @@ absl::StatusOr<TemplateLaunch> LaunchMoeTopk(const BoundRegion& r, const Tactic&
   p.norm_topk_prob = norm ? 1 : 0;
   p.scaling = static_cast<float>(scaling);
   b.Launch("moe_topk.cuh",
-           absl::StrCat("tileplan::moe_topk<", CeilDiv(s.experts, 32), ", ", per_cta, ">"),
+           absl::StrCat("tileplan::moe_topk<", logits_type, ", ", CeilDiv(s.experts, 32), ", ",
+                        per_cta, ">"),
            {std::max<int64_t>(1, CeilDiv(s.tokens, per_cta)), 1, 1}, {32 * per_cta, 1, 1}, 0, p);
   return std::move(b).Finish();
 }
 
 class MoeRoutingFamily final : public TemplateFamilyBase {
  public:
-  MoeRoutingFamily() : TemplateFamilyBase("moe_routing", 1, {"moe_topk"}, {"tokens_per_cta"}) {}
+  MoeRoutingFamily() : TemplateFamilyBase("moe_routing", 2, {"moe_topk"}, {"tokens_per_cta"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const int64_t per_cta = t.params.at("tokens_per_cta");

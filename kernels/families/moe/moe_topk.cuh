@@ -34,20 +34,22 @@ __device__ __forceinline__ float moe_unkey(unsigned int key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-// logits: row t (flat token b * T + t) at logits + t * logits_stride, `experts` floats; ids and
-// weights: contiguous [tokens, top_k]. groups = 1 disables the group limit.
+// logits: row t (flat token b * T + t) at logits + t * logits_stride, `experts` elements of L
+// (float, or the activation dtype when the router rounds its logits to it); ids and weights:
+// contiguous [tokens, top_k], the weights in L (rounded once, after the scaling).
+// groups = 1 disables the group limit.
 //
 // Launch: grid ceil(tokens / kTokensPerCta), block 32 * kTokensPerCta.
 // REQUIRES: 1 <= experts <= 32 * kPerLane; 1 <= top_k <= 32; 1 <= groups <= 32 dividing
 // experts; 1 <= topk_groups <= groups; top_k <= topk_groups * experts / groups.
-template <int kPerLane, int kTokensPerCta>
+template <typename L, int kPerLane, int kTokensPerCta>
 __global__ void __launch_bounds__(32 * kTokensPerCta)
     moe_topk(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_TOPK_PARAMS)) {
   grid_dependency_sync();
   const int lane = threadIdx.x % 32;
   const int t = blockIdx.x * kTokensPerCta + threadIdx.x / 32;
   if (t >= tokens) return;  // a whole warp: no block-wide synchronization below
-  const float* row = logits + static_cast<long long>(t) * logits_stride;
+  const L* row = logits + static_cast<long long>(t) * logits_stride;
 
   unsigned long long key[kPerLane];
   float m = neg_inf();
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(32 * kTokensPerCta)
     const int e = j * 32 + lane;
     key[j] = 0ull;
     if (e < experts) {
-      const float l = row[e];
+      const float l = to_float(row[e]);
       key[j] = (static_cast<unsigned long long>(moe_order_key(l)) << 32) |
                static_cast<unsigned long long>(~static_cast<unsigned int>(e));
       m = fmaxf(m, l);
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(32 * kTokensPerCta)
   if (lane < top_k) {
     const float w = norm_topk_prob ? my_p / chosen : my_p;
     ids[static_cast<long long>(t) * top_k + lane] = my_id;
-    weights[static_cast<long long>(t) * top_k + lane] = w * scaling;
+    weights[static_cast<long long>(t) * top_k + lane] = from_float<L>(w * scaling);
   }
 }
 

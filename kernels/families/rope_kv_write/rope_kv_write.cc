@@ -1,9 +1,10 @@
-// rope_kv_write: rope, kv_write, rope_kv_write and qk_norm_rope_kv_write. One warp handles
-// one head of one token and holds it in registers (so head_dim <= 256 for the kinds that
-// rotate; kv_write copies heads of any size): per-head RMSNorm, RoPE at the token's position
-// (rotate-half or interleaved pairs, cos and sin times yarn's attention_factor), then the
-// store of k and v into the cache row `positions[b,t]` and of q into the result.
-// `heads_per_cta` warps share a CTA.
+// rope_kv_write: rope, kv_write, rope_kv_write, qk_norm_rope_kv_write and mla_kv_write. One
+// warp handles one head of one token and holds it in registers (so head_dim <= 256 for the
+// kinds that rotate; kv_write copies heads of any size): per-head RMSNorm, RoPE at the
+// token's position (rotate-half or interleaved pairs, cos and sin times yarn's
+// attention_factor), then the store of k and v into the cache row `positions[b,t]` and of q
+// into the result. mla_kv_write's two "heads" are the latent (normalized over its C <=
+// kMaxLatent elements by one warp) and the rope key. `heads_per_cta` warps share a CTA.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,7 @@ struct Row {
 constexpr Row kRows[] = {{"sm_80", 4}, {"sm_90", 8}, {"sm_100", 8}, {"sm_120", 4}, {"default", 4}};
 
 constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxLatent = 2048;  // mla_kv_write: 8 vectors of 8 per lane
 
 // Shapes of a region of one of the four kinds.
 struct HeadShape {
@@ -43,6 +45,10 @@ HeadShape ShapeOf(const BoundRegion& r) {
   if (k == "rope") {
     const auto& x = r.operand(0).shape;
     s = {x[0] * x[1], x[2], x[2], 0, x[3]};
+  } else if (k == "mla_kv_write") {
+    // The latent and the rope key, each written into its cache; head_dim the rope key's.
+    const auto& x = r.operand(0).shape;
+    s = {x[0] * x[1], 2, 1, 1, r.result(1).shape[3]};
   } else if (k == "kv_write") {
     const auto& x = r.operand(1).shape;
     s = {x[0] * x[1], x[2], 0, x[2], x[3]};
@@ -81,8 +87,70 @@ P FusedParams(const LaunchBuilder& b, const FusedShape& s) {
   return p;
 }
 
+// mla_kv_write: operands kv_a, norm, latent_cache, rope_cache, positions.
+absl::StatusOr<TemplateLaunch> LaunchMlaKvWrite(const BoundRegion& r, const Tactic& t,
+                                                const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t heads_per_cta, b.Param("heads_per_cta"));
+  const ir::DType dtype = r.operand_dtype(0);
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "kv_a"));
+  TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(1), "the norm"));
+  const Layout& in = r.operand(0);
+  const int64_t batch = in.shape[0], tokens = in.shape[1];
+  const int64_t latent = r.result(0).shape[3], dim = r.result(1).shape[3];
+  const int64_t capacity = r.result(0).shape[2];
+  TP_ASSIGN_OR_RETURN(const int64_t stride, b.TokenStride(0, 2));
+  for (int i = 0; i < r.num_results(); ++i) {
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(i), absl::StrCat("result ", i)));
+  }
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(1), "the norm"));
+  if (dim % 2 != 0 || dim > kMaxHeadDim || latent > kMaxLatent) {
+    return b.Error("rope dim ", dim, " is odd or above ", kMaxHeadDim, ", or latent ", latent,
+                   " above ", kMaxLatent);
+  }
+  absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(r.region().attrs);
+  if (!rope.ok()) return b.Error(rope.status().message());
+  TP_ASSIGN_OR_RETURN(const double eps, r.region().attrs.GetFloat("eps"));
+  const int64_t es = ir::DTypeSize(dtype);
+  // The rope key starts `latent` elements into the row.
+  const int64_t vec = RopeVector(dtype, dim, {stride, in.offset + latent}, rope->interleaved);
+  if (vec == 0) {
+    return b.Error("interleaved RoPE needs an even token stride and key offset, got ", stride,
+                   " and ", in.offset + latent);
+  }
+  const int64_t latent_vec = VectorWidth(dtype, {latent, stride, in.offset});
+  TP_RETURN_IF_ERROR(
+      b.CheckOperands(std::min(latent_vec, rope->interleaved ? 2 * vec : vec) * es, {0}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(latent_vec * ir::DTypeSize(r.operand_dtype(1)), {1}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {4}));
+  TP_RETURN_IF_ERROR(b.CheckResults(latent_vec * es, {0}));
+  TP_RETURN_IF_ERROR(b.CheckResults((rope->interleaved ? 2 * vec : vec) * es, {1}));
+  TP_RETURN_IF_ERROR(b.RequireRopeTable());
+  MlaKvWriteParams p{};
+  p.kv_a = b.Operand(0);
+  p.kv_a_stride = stride;
+  p.norm = b.Operand(1);
+  p.eps = static_cast<float>(eps);
+  p.positions = static_cast<const int*>(b.Operand(4));
+  p.inv_freq = b.rope_inv_freq();
+  p.attention_factor = static_cast<float>(rope->attention_factor);
+  p.latent_cache = b.Result(0);
+  p.rope_cache = b.Result(1);
+  p.tokens = static_cast<int>(tokens);
+  p.capacity = static_cast<int>(capacity);
+  p.error = b.error();
+  b.Launch(kSource,
+           absl::StrCat("tileplan::mla_kv_write<", type, ", ", w_type, ", ", latent, ", ", dim,
+                        ", ", heads_per_cta, ", ", latent_vec, ", ", vec, ", ",
+                        rope->interleaved ? "true" : "false", ">"),
+           {CeilDiv(2, heads_per_cta), std::max<int64_t>(1, batch * tokens), 1},
+           {32 * heads_per_cta, 1, 1}, 0, p);
+  return std::move(b).Finish();
+}
+
 absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
                                           const RegionBuffers* buffers) {
+  if (r.kind() == "mla_kv_write") return LaunchMlaKvWrite(r, t, buffers);
   LaunchBuilder b(r, t, buffers);
   TP_ASSIGN_OR_RETURN(const int64_t heads_per_cta, b.Param("heads_per_cta"));
   const std::string& kind = r.kind();
@@ -192,9 +260,10 @@ absl::StatusOr<TemplateLaunch> LaunchRope(const BoundRegion& r, const Tactic& t,
 class RopeKvWriteFamily final : public TemplateFamilyBase {
  public:
   RopeKvWriteFamily()
-      : TemplateFamilyBase("rope_kv_write", 2,
-                           {"kv_write", "qk_norm_rope_kv_write", "rope", "rope_kv_write"},
-                           {"heads_per_cta"}) {}
+      : TemplateFamilyBase(
+            "rope_kv_write", 2,
+            {"kv_write", "mla_kv_write", "qk_norm_rope_kv_write", "rope", "rope_kv_write"},
+            {"heads_per_cta"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const HeadShape s = ShapeOf(r);
@@ -212,6 +281,11 @@ class RopeKvWriteFamily final : public TemplateFamilyBase {
     WorkEstimate w;
     if (k == "rope") {
       w.bytes = r.operand_bytes(0) + r.result_bytes(0) + r.operand_bytes(1);
+    } else if (k == "mla_kv_write") {
+      // kv_a and the norm read, one cache row each written per token, positions read.
+      w.bytes = 2 * r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4);
+      w.flops = 3 * row + 4 * s.tokens * r.result(0).shape[3];
+      return w;
     } else if (k == "kv_write") {
       w.bytes = 2 * r.operand_bytes(1) + r.operand_bytes(2);
     } else {
@@ -239,6 +313,10 @@ class RopeKvWriteFamily final : public TemplateFamilyBase {
   absl::Status CheckRegion(const BoundRegion& r, const TargetDescription&) const override {
     const HeadShape s = ShapeOf(r);
     if (r.kind() == "kv_write") return RequireInnerContiguous(r, {0, 1});  // a copy: any dim
+    if (r.kind() == "mla_kv_write" && r.result(0).shape[3] > kMaxLatent) {
+      return Refuse(absl::StrCat("latent dim ", r.result(0).shape[3], " exceeds ", kMaxLatent,
+                                 " (one warp normalizes it in registers)"));
+    }
     if (s.head_dim > kMaxHeadDim) {
       return Refuse(absl::StrCat("head_dim ", s.head_dim, " exceeds ", kMaxHeadDim,
                                  " (a warp holds one head in registers)"));

@@ -3,6 +3,8 @@
 //   kv_write               x -> cache[b, h, positions[b, t], :]
 //   rope_kv_write          packed qkv -> rope(q) out, rope(k) and v into the caches
 //   qk_norm_rope_kv_write  the same with a per-head RMS norm of q and k before the rope
+//   mla_kv_write           MLA's compressed kv -> rms_norm(latent) and rope(key) into their
+//                          two caches
 //
 // One warp handles one head of one token and holds it in registers; CTA (x, bt) takes
 // heads [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of token bt (b * tokens + t). For the
@@ -266,6 +268,61 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
   rope_kv_write_head<T, W, kHeadDim, kHeadsPerCta, kVec, true, kInterleaved>(
       qkv, qkv_stride, q_norm, k_norm, eps, positions, inv_freq, attention_factor, q_out, k_cache,
       v_cache, tokens, q_heads, kv_heads, capacity, error);
+}
+
+// kv_a: token bt's row at kv_a + bt * kv_a_stride, the latent (kC elements) then the rope key
+// (kDr). Two warps per token: warp 0 RMS normalizes the latent over kC (float32, weight
+// norm: [kC]) into latent_cache[b, 0, p, :], warp 1 rotates the rope key as one head into
+// rope_cache[b, 0, p, :], p = positions[bt] (an invalid one writes nothing and is reported
+// as for kv_write). CTA (x, bt) takes warps [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of
+// the two. Launch: grid (ceil(2 / kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
+// REQUIRES: kC % kLatentVec == 0; the latent and key rows aligned to kLatentVec and the
+// rope vector; kDr as rope's kHeadDim.
+template <typename T, typename W, int kC, int kDr, int kHeadsPerCta, int kLatentVec, int kVec,
+          bool kInterleaved>
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    mla_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_KV_WRITE_PARAMS)) {
+  grid_dependency_sync();
+  const int bt = blockIdx.y;
+  const int part = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int p = checked_cache_position(positions[bt], bt, capacity, error,
+                                       threadIdx.x == 0 && blockIdx.x == 0);
+  if (p < 0 || part >= 2) return;
+  const long long b = bt / tokens;
+  const T* row = kv_a + bt * kv_a_stride;
+  if (part == 1) {
+    rope_head<T, T, kDr, kVec, false, kInterleaved>(row + kC, rope_cache + (b * capacity + p) * kDr,
+                                                    inv_freq, p, attention_factor, nullptr, 0.f,
+                                                    lane);
+    return;
+  }
+  constexpr int kSteps = (kC + 32 * kLatentVec - 1) / (32 * kLatentVec);
+  static_assert(kC % kLatentVec == 0, "latent vectors");
+  float x[kSteps][kLatentVec];
+  float ss = 0.f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int c = (s * 32 + lane) * kLatentVec;
+    if (c < kC) {
+      load_floats<T, kLatentVec>(row + c, x[s]);
+#pragma unroll
+      for (int e = 0; e < kLatentVec; ++e) ss += x[s][e] * x[s][e];
+    }
+  }
+  ss = group_sum<32>(ss);
+  const float inv_rms = rsqrtf(ss / static_cast<float>(kC) + eps);
+  T* dst = latent_cache + (b * capacity + p) * kC;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int c = (s * 32 + lane) * kLatentVec;
+    if (c >= kC) continue;
+    float w[kLatentVec];
+    load_floats<W, kLatentVec>(norm + c, w);
+#pragma unroll
+    for (int e = 0; e < kLatentVec; ++e) x[s][e] *= inv_rms * w[e];
+    store_floats<T, kLatentVec>(dst + c, x[s]);
+  }
 }
 
 }  // namespace tileplan

@@ -68,11 +68,27 @@
   NEXT(int, int, capacity) \
   NEXT(int*, int*, error)
 
+// mla_kv_write
+#define TILEPLAN_MLA_KV_WRITE_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, kv_a) \
+  NEXT(long long, long long, kv_a_stride) \
+  NEXT(const void*, const W* __restrict__, norm) \
+  NEXT(float, float, eps) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
+  NEXT(void*, T* __restrict__, latent_cache) \
+  NEXT(void*, T* __restrict__, rope_cache) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
+
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(RopeParams, TILEPLAN_ROPE_PARAMS)
 TILEPLAN_PARAMS_STRUCT(KvWriteParams, TILEPLAN_KV_WRITE_PARAMS)
 TILEPLAN_PARAMS_STRUCT(RopeKvWriteParams, TILEPLAN_ROPE_KV_WRITE_PARAMS)
 TILEPLAN_PARAMS_STRUCT(QkNormRopeKvWriteParams, TILEPLAN_QK_NORM_ROPE_KV_WRITE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaKvWriteParams, TILEPLAN_MLA_KV_WRITE_PARAMS)
 
 }  // namespace tileplan

@@ -2,7 +2,8 @@
 // the target's default tactic (the heuristic's algo): linear with and without bias for M in
 // {1, 7, 128, 300}, odd N and K a multiple of 8, f16, a strided view as x; linear_residual,
 // also written over its residual (C == D); linear_swiglu with bias (its [M, 2F] workspace);
-// lm_head's and moe_router's float logits. One case per group, so that each is its own test.
+// lm_head's and moe_router's float logits, and moe_router's logits rounded to bf16. One case per
+// group, so that each is its own test.
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,12 @@ std::vector<CaseGroup> CublasLtGemmCaseGroups() {
   input %x: bf16[1,17,136]
   weight %w: bf16[64,136] = "w"
   %y: f32[1,17,64] = moe_router(%x, %w)
+  output %y
+})"));
+  groups.push_back(Group("MoeRouterRoundedLogits", R"(graph @g {
+  input %x: bf16[1,33,256]
+  weight %w: bf16[128,256] = "w"
+  %y: bf16[1,33,128] = moe_router(%x, %w)
   output %y
 })"));
   return groups;

@@ -153,6 +153,12 @@ std::vector<CaseGroup> GemvCaseGroups() {
   %y: f32[1,1,6] = moe_router(%x, %w)
   output %y
 })")}},
+      {"MoeRouterRoundedLogits", {GemvCase(R"(graph @g {
+  input %x: bf16[2,1,512]
+  weight %w: bf16[128,512] = "w"
+  %y: bf16[2,1,128] = moe_router(%x, %w)
+  output %y
+})")}},
       {"RmsNormLinear", RmsNormLinearCases()},
       {"RmsNormLinearSwiglu", RmsNormLinearSwigluCases()},
   };

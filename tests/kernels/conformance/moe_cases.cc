@@ -3,8 +3,9 @@
 // scaling; logits that are a strided view), expert_gemv's expert_linear (a token's one input
 // shared by its K selections and an input per selection; 1, 3 and 17 tokens; N = 1, 7, 33 and
 // wider; H that splits only into narrower vectors; E from 6 to 160; expert ids repeated across
-// tokens and within one), expert_gemm's (the same shapes where H is a multiple of 8, and
-// experts spanning several row tiles) and elementwise's moe_combine. The router (moe_router) has
+// tokens and within one), expert_gemm's (the same shapes where H is a multiple of 8, experts
+// spanning several row tiles, a skewed routing, a DeepSeek-like step at a small scale) and
+// elementwise's moe_combine. The router (moe_router) has
 // its cases with gemv's and cuBLASLt's.
 #include <string>
 #include <utility>
@@ -23,25 +24,25 @@ std::string FloatText(double v) {
   return text;
 }
 
-// moe_topk over `tokens` tokens ([1, tokens, E] logits, or a view of rows padded by `pad`
-// floats), scaled by 4 so that neighbouring probabilities are well apart.
+// moe_topk over `tokens` tokens ([1, tokens, E] logits of `dtype`, or a view of rows padded by
+// `pad` elements), scaled by 4 so that neighbouring probabilities are well apart.
 Case TopkCase(int tokens, int experts, int top_k, bool norm, double scaling, int groups,
-              int topk_groups, int pad = 0) {
+              int topk_groups, int pad = 0, absl::string_view dtype = "f32") {
   const std::string topk =
-      absl::StrCat("  %ids: i32[1,", tokens, ",", top_k, "], %weights: f32[1,", tokens, ",", top_k,
-                   "] = moe_topk(%logits) {norm_topk_prob = ", norm ? "true" : "false",
+      absl::StrCat("  %ids: i32[1,", tokens, ",", top_k, "], %weights: ", dtype, "[1,", tokens, ",",
+                   top_k, "] = moe_topk(%logits) {norm_topk_prob = ", norm ? "true" : "false",
                    ", num_groups = ", groups, ", scaling = ", FloatText(scaling),
                    ", top_k = ", top_k, ", topk_groups = ", topk_groups, "}\n");
   std::string graph;
   if (pad == 0) {
-    graph = absl::StrCat("graph @g {\n  input %logits: f32[1,", tokens, ",", experts, "]\n", topk,
-                         "  output %ids\n  output %weights\n}\n");
+    graph = absl::StrCat("graph @g {\n  input %logits: ", dtype, "[1,", tokens, ",", experts, "]\n",
+                         topk, "  output %ids\n  output %weights\n}\n");
   } else {
-    graph =
-        absl::StrCat("graph @g {\n  input %wide: f32[1,", tokens, ",", experts + pad,
-                     "]\n  %logits: f32[1,", tokens, ",", experts, "] view(%wide), %rest: f32[1,",
-                     tokens, ",", pad, "] view(%wide) = split(%wide) {sizes = [", experts, ", ",
-                     pad, "]}\n", topk, "  output %ids\n  output %weights\n}\n");
+    graph = absl::StrCat("graph @g {\n  input %wide: ", dtype, "[1,", tokens, ",", experts + pad,
+                         "]\n  %logits: ", dtype, "[1,", tokens, ",", experts,
+                         "] view(%wide), %rest: ", dtype, "[1,", tokens, ",", pad,
+                         "] view(%wide) = split(%wide) {sizes = [", experts, ", ", pad, "]}\n",
+                         topk, "  output %ids\n  output %weights\n}\n");
   }
   Case c;
   c.graph = std::move(graph);
@@ -96,6 +97,9 @@ std::vector<Case> TopkCases() {
       TopkCase(2, 160, 6, false, 16.0, 8, 3),
       TopkCase(7, 160, 2, true, 2.5, 4, 1),
       TopkCase(3, 160, 8, true, 1.0, 32, 4),
+      // Logits rounded to bf16 by the router (Qwen3-MoE), so the weights are bf16 too.
+      TopkCase(17, 128, 8, true, 1.0, 1, 1, /*pad=*/0, "bf16"),
+      TopkCase(3, 64, 6, false, 16.0, 8, 3, /*pad=*/6, "bf16"),
   };
 }
 
@@ -140,13 +144,21 @@ Case ExpertLinearOfAViewCase() {
   return c;
 }
 
-// expert_gemm tactics: one warp on 16-row tiles, a 2 x 2 warp grid, 8 warps on 128-row tiles,
-// 2 to 4 pipeline stages, 32- to 128-wide feature tiles.
+// An expert_gemm tactic.
+Params GemmTactic(int stages, int tile_k, int tile_m, int tile_n, int warps_m, int warps_n) {
+  return {{"stages", stages}, {"tile_k", tile_k},   {"tile_m", tile_m},
+          {"tile_n", tile_n}, {"warps_m", warps_m}, {"warps_n", warps_n}};
+}
+
+// expert_gemm tactics: every H slice width (the three swizzles), every warp layout row and
+// column count, feature tiles from 32 to 256, 16- to 128-row tiles, 2 to 4 stages: one warp on
+// 16-row tiles; 2 x 2 warps of 16 x 32; the sm_90 default's shape; 64 x 64 warp tiles over
+// 128-wide slices; 8 warps of 32 x 128; 8 warps along N; 4 warps along M.
 const std::vector<Params> kExpertGemmTactics = {
-    {{"stages", 2}, {"tile_m", 16}, {"tile_n", 32}, {"warps", 1}},
-    {{"stages", 3}, {"tile_m", 32}, {"tile_n", 64}, {"warps", 2}},
-    {{"stages", 4}, {"tile_m", 64}, {"tile_n", 128}, {"warps", 4}},
-    {{"stages", 2}, {"tile_m", 128}, {"tile_n", 64}, {"warps", 8}},
+    GemmTactic(2, 32, 16, 32, 1, 1),    GemmTactic(3, 64, 32, 64, 2, 2),
+    GemmTactic(4, 64, 64, 128, 1, 4),   GemmTactic(3, 128, 128, 128, 2, 2),
+    GemmTactic(2, 128, 128, 256, 4, 2), GemmTactic(4, 32, 64, 256, 1, 8),
+    GemmTactic(3, 64, 128, 32, 4, 1),
 };
 
 Case GemmCase(Case c) {
@@ -155,9 +167,28 @@ Case GemmCase(Case c) {
   return c;
 }
 
-// The grouped GEMM on the shapes of expert_gemv's cases (H a multiple of 8), and on enough
-// tokens that experts span several row tiles: 200 tokens of K = 6 among 6 experts (200 rows
-// each at evenly spread ids), H = 136 (a 32-wide slice past its end), N = 33 and 200.
+// Expert ids that load one expert heavily: three of every four selections go to the last
+// expert, the others cycle over experts 0, 1 and 2, and the experts between get no rows.
+std::vector<int32_t> SkewedExpertIds(int selections, int experts) {
+  std::vector<int32_t> ids;
+  for (int s = 0; s < selections; ++s) ids.push_back(s % 4 == 0 ? (s / 4) % 3 : experts - 1);
+  return ids;
+}
+
+Case SkewedCase(Case c, int selections, int experts) {
+  c.ints = {{"ids", SkewedExpertIds(selections, experts)}};
+  return c;
+}
+
+// The grouped GEMM on the shapes of expert_gemv's cases (H a multiple of 8, experts without
+// rows among 160 and 64), and on enough tokens that experts span several row tiles: 200
+// tokens of K = 6 among 6 experts (about 200 rows each at evenly spread ids, so a second or
+// later tile of 128 rows leaves rows of warps empty), H = 136 (a slice of 32, 64 or 128
+// past its end), N = 33 (odd: single-element stores) and 200 (paired stores, a partial
+// feature tile of every width). A skewed routing puts 150 of 200 selections on one expert,
+// none on four others; a DeepSeek-like step at a small scale (96 tokens, K = 6 of 16 experts,
+// 36 rows each) runs both projections: the token rows shared by the gate and the selections'
+// own rows into the down projection.
 std::vector<Case> ExpertGemmCases() {
   return {
       GemmCase(ExpertCase(1, 8, 128, 33, 256, false, {})),
@@ -167,15 +198,21 @@ std::vector<Case> ExpertGemmCases() {
       GemmCase(ExpertCase(17, 6, 64, 33, 72, true, {})),
       GemmCase(ExpertCase(200, 6, 6, 33, 136, false, {})),
       GemmCase(ExpertCase(130, 2, 9, 200, 48, true, {}, "f16")),
+      GemmCase(SkewedCase(ExpertCase(100, 2, 8, 200, 136, false, {}), 200, 8)),
+      GemmCase(SkewedCase(ExpertCase(100, 2, 8, 72, 200, true, {}), 200, 8)),
+      GemmCase(ExpertCase(96, 6, 16, 352, 512, false, {})),
+      GemmCase(ExpertCase(96, 6, 16, 512, 352, true, {})),
       GemmCase(ExpertLinearOfAViewCase()),
   };
 }
 
-Case CombineCase(int tokens, int top_k, int h, const std::vector<Params>& tactics) {
+Case CombineCase(int tokens, int top_k, int h, const std::vector<Params>& tactics,
+                 absl::string_view weights_dtype = "f32") {
   Case c;
   c.graph = absl::StrCat("graph @g {\n  input %y: bf16[1,", tokens, ",", top_k, ",", h,
-                         "]\n  input %weights: f32[1,", tokens, ",", top_k, "]\n  %out: bf16[1,",
-                         tokens, ",", h, "] = moe_combine(%y, %weights)\n  output %out\n}\n");
+                         "]\n  input %weights: ", weights_dtype, "[1,", tokens, ",", top_k,
+                         "]\n  %out: bf16[1,", tokens, ",", h,
+                         "] = moe_combine(%y, %weights)\n  output %out\n}\n");
   c.family = "elementwise";
   c.tactics = tactics;
   return c;
@@ -195,7 +232,8 @@ std::vector<CaseGroup> MoeCaseGroups() {
         CombineCase(17, 6, 200,
                     {{{"items", 4}, {"threads", 128}, {"vec", 8}},
                      {{"items", 2}, {"threads", 256}, {"vec", 2}}}),
-        CombineCase(3, 1, 37, {{{"items", 8}, {"threads", 128}, {"vec", 1}}})}},
+        CombineCase(3, 1, 37, {{{"items", 8}, {"threads", 128}, {"vec", 1}}}),
+        CombineCase(5, 8, 96, {{{"items", 2}, {"threads", 128}, {"vec", 8}}}, "bf16")}},
   };
 }
 

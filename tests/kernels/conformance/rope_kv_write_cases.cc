@@ -130,6 +130,43 @@ std::vector<Case> FusedRopeKvWriteYarnInterleavedCases() {
   };
 }
 
+// mla_kv_write: DeepSeek-V2's geometry (latent 512, interleaved yarn rope key 64) on a view of
+// the packed q / kv_a projection, and an f32 latent of 96 (a lane's last vector past its end)
+// with a rotate-half key of 32.
+std::vector<Case> MlaKvWriteCases() {
+  const std::string attrs = absl::StrCat(kYarnRope, ", interleaved = true");
+  return {
+      Case{.graph = absl::StrCat(R"(graph @g {
+  input %q_kv_a: bf16[2,3,3648]
+  weight %norm: bf16[512] = "kv_a_layernorm"
+  input %latent_cache: bf16[2,1,40,512]
+  input %rope_cache: bf16[2,1,40,64]
+  input %positions: i32[2,3]
+  %q: bf16[2,3,3072] view(%q_kv_a), %kv_a: bf16[2,3,576] view(%q_kv_a) = split(%q_kv_a) {sizes = [3072, 576]}
+  %lc: bf16[2,1,40,512] inplace(%latent_cache), %rc: bf16[2,1,40,64] inplace(%rope_cache) = mla_kv_write(%kv_a, %norm, %latent_cache, %rope_cache, %positions) {eps = 1e-06, )",
+                                 attrs, R"(}
+  output %lc
+  output %rc
+})"),
+           .family = "rope_kv_write",
+           .ints = {{"positions", {5, 6, 7, 0, 39, 20}}},
+           .tactics = {{{"heads_per_cta", 1}}, {{"heads_per_cta", 2}}, {{"heads_per_cta", 8}}}},
+      Case{.graph = R"(graph @g {
+  input %kv_a: f32[1,5,128]
+  weight %norm: f32[96] = "kv_a_layernorm"
+  input %latent_cache: f32[1,1,8,96]
+  input %rope_cache: f32[1,1,8,32]
+  input %positions: i32[1,5]
+  %lc: f32[1,1,8,96] inplace(%latent_cache), %rc: f32[1,1,8,32] inplace(%rope_cache) = mla_kv_write(%kv_a, %norm, %latent_cache, %rope_cache, %positions) {eps = 1e-05, rope_type = "default", theta = 10000.0}
+  output %lc
+  output %rc
+})",
+           .family = "rope_kv_write",
+           .ints = {{"positions", {0, 1, 2, 3, 7}}},
+           .tactics = {{{"heads_per_cta", 1}}, {{"heads_per_cta", 4}}}},
+  };
+}
+
 std::vector<Case> QkNormRopeKvWriteCases() {
   std::vector<Case> cases;
   for (int dim : {64, 128}) {
@@ -199,6 +236,7 @@ std::vector<CaseGroup> RopeKvWriteCaseGroups() {
       {"RopeInterleavedAndYarn", RopeInterleavedAndYarnCases()},
       {"RopeOfLatentAttentionViews", RopeOfLatentAttentionViewsCases()},
       {"FusedRopeKvWriteYarnInterleaved", FusedRopeKvWriteYarnInterleavedCases()},
+      {"MlaKvWrite", MlaKvWriteCases()},
   };
 }
 
