@@ -39,8 +39,8 @@ class Pass {
 };
 
 // Parameters pass factories may read: specialize_phase reads the phase and the extents,
-// fuse_norm_linear its row limit, fuse_rope_kv_write_attention the phase (it refuses any but
-// decode); no other pass reads any.
+// fuse_norm_linear its row limit, fuse_rope_kv_write_attention and fuse_moe the phase (they
+// refuse any but decode) and the batch with their batch limits; no other pass reads any.
 struct PassOptions {
   // The phase specialize_phase specializes for: kPrefill or kDecode.
   ir::Phase phase = ir::Phase::kDecode;
@@ -60,6 +60,10 @@ struct PassOptions {
   // limited to, and the RoPE + KV write it saves is a small share of such a step. An unbound
   // batch fuses. Must be >= 0.
   int64_t rope_attention_max_batch = 4;
+  // fuse_moe leaves a decode graph whose bound batch exceeds this alone: the fused kind's
+  // kernels (moe_gemv) serve up to 16 tokens, and at larger batches the experts' grouped GEMM
+  // is the better form. An unbound batch fuses. Must be >= 0.
+  int64_t moe_max_batch = 16;
 };
 
 // Creates a pass; fails with InvalidArgument when the options do not suit it.

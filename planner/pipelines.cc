@@ -1,24 +1,28 @@
 #include "planner/pipelines.h"
 
-#include <utility>
-
-#include "absl/strings/string_view.h"
-
 #include "base/status_macros.h"
 
 namespace tileplan::planner {
 namespace {
 
-// Both pipelines, in run order (see pipelines.h).
-constexpr const char* kPipelinePasses[] = {
-    "pack_qkv",          "pack_gate_up",  "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-    "fuse_mla_kv_write", "fuse_residual", "dce",         "specialize_phase",
-    "fuse_norm_linear",
+// The pipelines' passes, in run order (see pipelines.h); the decode-only ones form kinds whose
+// kernels serve decode steps only.
+struct PipelinePass {
+  const char* name;
+  bool decode_only;
 };
-
-// Passes only the decode pipeline runs, each right after the pass named first.
-constexpr std::pair<const char*, const char*> kDecodeOnlyPasses[] = {
-    {"fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention"},
+constexpr PipelinePass kPipelinePasses[] = {
+    {"fuse_moe", true},
+    {"pack_qkv", false},
+    {"pack_gate_up", false},
+    {"fuse_swiglu", false},
+    {"fuse_qk_norm_rope_kv_write", false},
+    {"fuse_rope_kv_write_attention", true},
+    {"fuse_mla_kv_write", false},
+    {"fuse_residual", false},
+    {"dce", false},
+    {"specialize_phase", false},
+    {"fuse_norm_linear", false},
 };
 
 absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::Phase phase,
@@ -29,14 +33,9 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   pass_options.batch = options.batch;
   pass_options.cache_capacity = options.cache_capacity;
   PassPipeline pipeline;
-  for (const char* name : kPipelinePasses) {
-    TP_RETURN_IF_ERROR(pipeline.Add(name, pass_options));
-    if (phase != ir::Phase::kDecode) continue;
-    for (const auto& [after, decode_pass] : kDecodeOnlyPasses) {
-      if (absl::string_view(after) == name) {
-        TP_RETURN_IF_ERROR(pipeline.Add(decode_pass, pass_options));
-      }
-    }
+  for (const PipelinePass& pass : kPipelinePasses) {
+    if (pass.decode_only && phase != ir::Phase::kDecode) continue;
+    TP_RETURN_IF_ERROR(pipeline.Add(pass.name, pass_options));
   }
   if (phase == ir::Phase::kPrefill && options.last_token_logits) {
     TP_RETURN_IF_ERROR(pipeline.Add("last_token_logits", pass_options));

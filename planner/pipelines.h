@@ -2,8 +2,9 @@
 //
 // Both pipelines run, in this order: pack_qkv, pack_gate_up, fuse_swiglu,
 // fuse_qk_norm_rope_kv_write, fuse_mla_kv_write, fuse_residual, dce, specialize_phase,
-// fuse_norm_linear (docs/planner.md). The decode pipeline also runs fuse_rope_kv_write_attention
-// right after fuse_qk_norm_rope_kv_write (its fused kind serves decode steps only). They differ in how
+// fuse_norm_linear (docs/planner.md). The decode pipeline also runs fuse_moe first (before the
+// packing passes take a shared-expert MLP apart) and fuse_rope_kv_write_attention right after
+// fuse_qk_norm_rope_kv_write: their fused kinds serve decode steps only. They differ in how
 // specialize_phase binds the symbols (prefill binds T to the token bucket, decode binds T to
 // 1; B and Smax are bound when the options give them and stay symbolic otherwise) and in
 // what the phase-dependent fuse_norm_linear finds after it: only decode graphs whose batch

@@ -258,6 +258,97 @@ std::vector<AttrSpec> RopeKvWriteAttentionAttrs(bool norms) {
   return attrs;
 }
 
+// moe's routing dtypes: `logits_dtype`, the dtype of the primitive graph's router logits, "f32"
+// or the activation dtype `x` (moe_router's rule), and `weights_dtype`, that of the top-k
+// weights, which is the logits' (moe_topk's rule).
+absl::Status CheckMoeDTypes(const Attributes& attrs, DType x) {
+  TP_ASSIGN_OR_RETURN(const std::string logits, attrs.GetString("logits_dtype"));
+  const absl::StatusOr<DType> dtype = ParseDType(logits);
+  if (!dtype.ok() || (*dtype != DType::kF32 && *dtype != x)) {
+    return AttrError("logits_dtype", PrintAttrValue(logits),
+                     absl::StrCat("\"f32\" or \"", DTypeName(x), "\" (the dtype of x)"));
+  }
+  TP_ASSIGN_OR_RETURN(const std::string weights, attrs.GetString("weights_dtype"));
+  if (weights != logits) {
+    return AttrError("weights_dtype", PrintAttrValue(weights),
+                     absl::StrCat(PrintAttrValue(logits),
+                                  " (logits_dtype: the top-k weights take the logits' dtype)"));
+  }
+  return absl::OkStatus();
+}
+
+// moe: moe_router + moe_topk + expert_linear (gate, up) + silu + mul + expert_linear (down) +
+// moe_combine [+ the shared MLP's linear x2 + silu + mul + linear + add] [+ add of the
+// residual]. Operands x: X[B,T,H], router: W[E,H], gate, up: W[E,I,H], down: W[E,N,I], then
+// with shared_experts shared_gate, shared_up: W[Is,H], shared_down: W[N,Is], then with
+// residual residual: X[B,T,N]; result X[B,T,N].
+Results InferMoe(const KindArgs& a) {
+  TP_ASSIGN_OR_RETURN(const bool shared, a.attrs.GetBool("shared_experts"));
+  TP_ASSIGN_OR_RETURN(const bool residual, a.attrs.GetBool("residual"));
+  const int expected = 5 + (shared ? 3 : 0) + (residual ? 1 : 0);
+  if (static_cast<int>(a.operands.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expects ", expected, " operands (x, router, gate, up, down",
+        shared ? ", shared_gate, shared_up, shared_down" : "", residual ? ", residual" : "",
+        ") with shared_experts = ", shared ? "true" : "false",
+        " and residual = ", residual ? "true" : "false", ", got ", a.operands.size()));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
+  const TensorType& x = a.operands[0];
+  const Dim& h = x.dims[2];
+  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[E,H]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, h, "[E,H]", "H"));
+  const Dim& e = a.operands[1].dims[0];
+  if (!e.is_static() || e.extent() == 0) return a.OperandError(1, "[E,H] with E static, > 0");
+  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 3, "[E,I,H]"));
+  const Dim& inter = a.operands[2].dims[1];
+  // gate and up: the same [E,I,H] (silu(gate) * up needs one shape).
+  for (int w : {2, 3}) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, w, Element::kFloat, 3, "[E,I,H]"));
+    const std::vector<Dim>& d = a.operands[static_cast<size_t>(w)].dims;
+    if (!DimsMatch(d[0], e) || !DimsMatch(d[1], inter) || !DimsMatch(d[2], h)) {
+      return a.OperandError(w, shape::Pattern("[E,I,H]", {{"E", e}, {"I", inter}, {"H", h}}));
+    }
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, 4, Element::kFloat, 3, "[E,N,I]"));
+  const std::vector<Dim>& down = a.operands[4].dims;
+  if (!DimsMatch(down[0], e) || !DimsMatch(down[2], inter)) {
+    return a.OperandError(4, shape::Pattern("[E,N,I]", {{"E", e}, {"I", inter}}));
+  }
+  const Dim& n = down[1];
+  if (shared) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, 5, Element::kFloat, 2, "[Is,H]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, 5, 1, h, "[Is,H]", "H"));
+    const Dim& is = a.operands[5].dims[0];
+    TP_RETURN_IF_ERROR(ExpectRank(a, 6, Element::kFloat, 2, "[Is,H]"));
+    if (!DimsMatch(a.operands[6].dims[0], is) || !DimsMatch(a.operands[6].dims[1], h)) {
+      return a.OperandError(6, shape::Pattern("[Is,H]", {{"Is", is}, {"H", h}}));
+    }
+    TP_RETURN_IF_ERROR(ExpectRank(a, 7, Element::kFloat, 2, "[N,Is]"));
+    if (!DimsMatch(a.operands[7].dims[0], n) || !DimsMatch(a.operands[7].dims[1], is)) {
+      return a.OperandError(7, shape::Pattern("[N,Is]", {{"N", n}, {"Is", is}}));
+    }
+  }
+  TensorType out = MakeType(x.dtype, {x.dims[0], x.dims[1], n});
+  if (residual && !(a.operands.back() == out)) {
+    return a.OperandError(expected - 1,
+                          absl::StrCat(out.ToString(), " (the type of the combined experts)"));
+  }
+  TP_RETURN_IF_ERROR(shape::CheckMoeTopkAttrs(a.attrs, e.extent()).status());
+  TP_RETURN_IF_ERROR(CheckMoeDTypes(a.attrs, x.dtype));
+  return One(std::move(out));
+}
+
+// moe's schema: moe_topk's attributes, the two dtypes of the routing and the operand layout.
+std::vector<AttrSpec> MoeAttrs() {
+  std::vector<AttrSpec> attrs = shape::MoeTopkAttrSpecs();
+  attrs.push_back({"logits_dtype", AttrType::kString});
+  attrs.push_back({"weights_dtype", AttrType::kString});
+  attrs.push_back({"shared_experts", AttrType::kBool});
+  attrs.push_back({"residual", AttrType::kBool});
+  return attrs;
+}
+
 }  // namespace
 
 absl::Status RegisterFusedKinds(KindRegistry& registry) {
@@ -304,6 +395,13 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .operands = {"qkv", "k_cache", "v_cache", "positions"},
        .attrs = RopeKvWriteAttentionAttrs(false),
        .infer = [](const KindArgs& a) { return InferRopeKvWriteAttention(a, false); },
+       .fused = true},
+      {.name = "moe",
+       .operands = {"x", "router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down",
+                    "residual"},
+       .optional_operands = 4,
+       .attrs = MoeAttrs(),
+       .infer = InferMoe,
        .fused = true},
   };
   for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));

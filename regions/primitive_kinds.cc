@@ -219,29 +219,7 @@ Results InferMoeTopk(const KindArgs& a) {
   const TensorType& logits = a.operands[0];
   const Dim& e = logits.dims[2];
   if (!e.is_static() || e.extent() == 0) return a.OperandError(0, "[B,T,E] with E static, > 0");
-  const int64_t experts = e.extent();
-  TP_ASSIGN_OR_RETURN(int64_t groups, a.attrs.GetInt("num_groups"));
-  if (groups < 1 || experts % groups != 0) {
-    return AttrError("num_groups", PrintAttrValue(groups),
-                     absl::StrCat("a divisor of E = ", experts));
-  }
-  TP_ASSIGN_OR_RETURN(int64_t topk_groups, a.attrs.GetInt("topk_groups"));
-  if (topk_groups < 1 || topk_groups > groups) {
-    return AttrError("topk_groups", PrintAttrValue(topk_groups),
-                     absl::StrCat("1 ... num_groups = ", groups));
-  }
-  TP_ASSIGN_OR_RETURN(int64_t k, a.attrs.GetInt("top_k"));
-  const int64_t candidates = topk_groups * (experts / groups);
-  if (k < 1 || k > candidates) {
-    return AttrError("top_k", PrintAttrValue(k),
-                     absl::StrCat("1 ... ", candidates,
-                                  " (the experts of the topk_groups best "
-                                  "groups)"));
-  }
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         a.attrs, "scaling", [](double v) { return v > 0; }, "a finite float > 0")
-                         .status());
-  TP_RETURN_IF_ERROR(a.attrs.GetBool("norm_topk_prob").status());
+  TP_ASSIGN_OR_RETURN(const int64_t k, shape::CheckMoeTopkAttrs(a.attrs, e.extent()));
   const std::vector<Dim> dims = {logits.dims[0], logits.dims[1], Dim::Static(k)};
   // The weights take the logits' dtype (rounded to it when that is not float32).
   return std::vector<InferredResult>{{MakeType(DType::kI32, dims), {}},
@@ -370,11 +348,7 @@ absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
       {.name = "moe_router", .operands = {"x", "w"}, .infer = InferMoeRouter},
       {.name = "moe_topk",
        .operands = {"logits"},
-       .attrs = {{"top_k", AttrType::kInt},
-                 {"norm_topk_prob", AttrType::kBool},
-                 {"scaling", AttrType::kFloat},
-                 {"num_groups", AttrType::kInt},
-                 {"topk_groups", AttrType::kInt}},
+       .attrs = shape::MoeTopkAttrSpecs(),
        .infer = InferMoeTopk},
       {.name = "expert_linear", .operands = {"x", "ids", "w"}, .infer = InferExpertLinear},
       {.name = "moe_combine", .operands = {"y", "weights"}, .infer = InferMoeCombine},

@@ -222,4 +222,38 @@ absl::Status CheckAttentionAttrs(const Attributes& attrs) {
   return absl::OkStatus();
 }
 
+std::vector<AttrSpec> MoeTopkAttrSpecs() {
+  return {{"top_k", AttrType::kInt},
+          {"norm_topk_prob", AttrType::kBool},
+          {"scaling", AttrType::kFloat},
+          {"num_groups", AttrType::kInt},
+          {"topk_groups", AttrType::kInt}};
+}
+
+absl::StatusOr<int64_t> CheckMoeTopkAttrs(const Attributes& attrs, int64_t experts) {
+  TP_ASSIGN_OR_RETURN(int64_t groups, attrs.GetInt("num_groups"));
+  if (groups < 1 || experts % groups != 0) {
+    return AttrError("num_groups", PrintAttrValue(groups),
+                     absl::StrCat("a divisor of E = ", experts));
+  }
+  TP_ASSIGN_OR_RETURN(int64_t topk_groups, attrs.GetInt("topk_groups"));
+  if (topk_groups < 1 || topk_groups > groups) {
+    return AttrError("topk_groups", PrintAttrValue(topk_groups),
+                     absl::StrCat("1 ... num_groups = ", groups));
+  }
+  TP_ASSIGN_OR_RETURN(int64_t k, attrs.GetInt("top_k"));
+  const int64_t candidates = topk_groups * (experts / groups);
+  if (k < 1 || k > candidates) {
+    return AttrError("top_k", PrintAttrValue(k),
+                     absl::StrCat("1 ... ", candidates,
+                                  " (the experts of the topk_groups best "
+                                  "groups)"));
+  }
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         attrs, "scaling", [](double v) { return v > 0; }, "a finite float > 0")
+                         .status());
+  TP_RETURN_IF_ERROR(attrs.GetBool("norm_topk_prob").status());
+  return k;
+}
+
 }  // namespace tileplan::ir::shape

@@ -75,6 +75,14 @@ std::vector<AttrSpec> AttentionAttrSpecs();
 // scale finite; sliding_window >= 0 (0 = no window).
 absl::Status CheckAttentionAttrs(const Attributes& attrs);
 
+// moe_topk's attributes (docs/ir.md): top_k, norm_topk_prob, scaling, num_groups and
+// topk_groups, which the fused moe appends to its own.
+std::vector<AttrSpec> MoeTopkAttrSpecs();
+// For router logits over `experts` experts (static, > 0): num_groups divides E, 1 <=
+// topk_groups <= num_groups, 1 <= top_k <= topk_groups * E / num_groups, scaling finite and
+// > 0, norm_topk_prob present. Returns top_k.
+absl::StatusOr<int64_t> CheckMoeTopkAttrs(const Attributes& attrs, int64_t experts);
+
 }  // namespace tileplan::ir::shape
 
 #endif  // TILEPLAN_REGIONS_SHAPE_RULES_H_

@@ -13,6 +13,10 @@ absl::StatusOr<std::unique_ptr<Pass>> Plain(const PassOptions&) {
 
 std::vector<PassInfo> BuiltinPasses() {
   return {
+      {"fuse_moe",
+       "moe_router + moe_topk + the experts' SwiGLU + moe_combine [+ shared MLP] [+ add] -> moe "
+       "(decode only)",
+       CreateFuseMoePass},
       {"pack_qkv", "packs the q, k and v projections of an attention into one linear + split",
        Plain<CreatePackQkvPass>},
       {"pack_gate_up", "packs the gate and up projections of a SwiGLU into one linear + split",

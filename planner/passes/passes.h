@@ -21,6 +21,9 @@ struct PassInfo {
 // Every built-in pass, in the order the pipelines run them.
 std::vector<PassInfo> BuiltinPasses();
 
+// InvalidArgument unless the phase is decode (the fused kind serves decode steps only) or
+// when moe_max_batch is negative.
+absl::StatusOr<std::unique_ptr<Pass>> CreateFuseMoePass(const PassOptions& options);
 std::unique_ptr<Pass> CreatePackQkvPass();
 std::unique_ptr<Pass> CreatePackGateUpPass();
 std::unique_ptr<Pass> CreateFuseSwigluPass();

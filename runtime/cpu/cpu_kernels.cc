@@ -717,13 +717,19 @@ class Composite {
  public:
   explicit Composite(const KernelContext& fused) : fused_(fused) {}
 
-  // A zeroed float32 scratch tensor, alive as long as this object.
-  TensorArg Temp(std::vector<int64_t> shape) {
+  // A zeroed scratch tensor of `dtype` (a float dtype is held as float32, as every tensor of
+  // this backend), alive as long as this object.
+  TensorArg Temp(std::vector<int64_t> shape, ir::DType dtype = ir::DType::kF32) {
     TensorArg t;
-    t.dtype = ir::DType::kF32;
+    t.dtype = dtype;
     t.shape = std::move(shape);
-    scratch_.emplace_back(static_cast<size_t>(t.num_elements()), 0.0f);
-    t.f = scratch_.back().data();
+    if (dtype == ir::DType::kI32) {
+      int_scratch_.emplace_back(static_cast<size_t>(t.num_elements()), 0);
+      t.i = int_scratch_.back().data();
+    } else {
+      scratch_.emplace_back(static_cast<size_t>(t.num_elements()), 0.0f);
+      t.f = scratch_.back().data();
+    }
     return t;
   }
 
@@ -747,6 +753,7 @@ class Composite {
  private:
   const KernelContext& fused_;
   std::deque<std::vector<float>> scratch_;  // a deque keeps the buffers' addresses
+  std::deque<std::vector<int32_t>> int_scratch_;
 };
 
 // A view of `t`'s elements with another shape (what a reshape region computes).
@@ -931,6 +938,75 @@ absl::Status RopeKvWriteAttention(KernelContext& ctx) {
   return RopeKvWriteAttentionSteps(ctx, false);
 }
 
+// moe: the routed experts of docs/ir.md's moe row, then the shared MLP and the residual when
+// the attributes say so. The logits and the top-k weights are scratch tensors of the dtypes
+// the region records, so they are held exactly as the primitive graph holds them.
+absl::Status Moe(KernelContext& ctx) {
+  const ir::Attributes& attrs = ctx.region->attrs;
+  TP_ASSIGN_OR_RETURN(const bool shared, attrs.GetBool("shared_experts"));
+  TP_ASSIGN_OR_RETURN(const bool residual, attrs.GetBool("residual"));
+  TP_ASSIGN_OR_RETURN(const int64_t k, attrs.GetInt("top_k"));
+  TP_ASSIGN_OR_RETURN(const std::string logits_name, attrs.GetString("logits_dtype"));
+  TP_ASSIGN_OR_RETURN(const std::string weights_name, attrs.GetString("weights_dtype"));
+  TP_ASSIGN_OR_RETURN(const ir::DType logits_dtype, ir::ParseDType(logits_name));
+  TP_ASSIGN_OR_RETURN(const ir::DType weights_dtype, ir::ParseDType(weights_name));
+  const size_t expected = 5 + (shared ? 3 : 0) + (residual ? 1 : 0);
+  if (ctx.operands.size() != expected) {
+    return Error(ctx, "has ", ctx.operands.size(), " operands, expected ", expected,
+                 " for shared_experts = ", shared ? "true" : "false",
+                 " and residual = ", residual ? "true" : "false");
+  }
+  const TensorArg& x = ctx.operands[0];
+  const TensorArg& router = ctx.operands[1];
+  const TensorArg& gate = ctx.operands[2];
+  const TensorArg& down = ctx.operands[4];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, x, 3, "x"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, router, 2, "router"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, gate, 3, "gate"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, down, 3, "down"));
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, out, 3, "result"));
+  const std::vector<int64_t> tokens = {x.shape[0], x.shape[1]};
+  auto shape = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> s = tokens;
+    s.insert(s.end(), tail);
+    return s;
+  };
+  Composite c(ctx);
+  const TensorArg logits = c.Temp(shape({router.shape[0]}), logits_dtype);
+  TP_RETURN_IF_ERROR(c.Run(&MoeRouter, "moe_router", {x, router}, {logits}));
+  const TensorArg ids = c.Temp(shape({k}), ir::DType::kI32);
+  const TensorArg weights = c.Temp(shape({k}), weights_dtype);
+  TP_RETURN_IF_ERROR(c.Run(&MoeTopk, "moe_topk", {logits}, {ids, weights}));
+  const std::vector<int64_t> per_expert = shape({k, gate.shape[1]});
+  const TensorArg g = c.Temp(per_expert), u = c.Temp(per_expert), act = c.Temp(per_expert),
+                  h = c.Temp(per_expert), y = c.Temp(shape({k, down.shape[1]}));
+  TP_RETURN_IF_ERROR(c.Run(&ExpertLinear, "expert_linear", {x, ids, gate}, {g}));
+  TP_RETURN_IF_ERROR(c.Run(&ExpertLinear, "expert_linear", {x, ids, ctx.operands[3]}, {u}));
+  TP_RETURN_IF_ERROR(c.Run(&Silu, "silu", {g}, {act}));
+  TP_RETURN_IF_ERROR(c.Run(&Mul, "mul", {act, u}, {h}));
+  TP_RETURN_IF_ERROR(c.Run(&ExpertLinear, "expert_linear", {h, ids, down}, {y}));
+  const bool last = !shared && !residual;
+  const TensorArg combined = last ? out : c.Temp(out.shape);
+  TP_RETURN_IF_ERROR(c.Run(&MoeCombine, "moe_combine", {y, weights}, {combined}));
+  TensorArg routed = combined;
+  if (shared) {
+    TP_RETURN_IF_ERROR(ExpectRank(ctx, ctx.operands[5], 2, "shared_gate"));
+    const std::vector<int64_t> hidden = shape({ctx.operands[5].shape[0]});
+    const TensorArg sg = c.Temp(hidden), su = c.Temp(hidden), sa = c.Temp(hidden),
+                    sh = c.Temp(hidden), s = c.Temp(out.shape);
+    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {x, ctx.operands[5]}, {sg}));
+    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {x, ctx.operands[6]}, {su}));
+    TP_RETURN_IF_ERROR(c.Run(&Silu, "silu", {sg}, {sa}));
+    TP_RETURN_IF_ERROR(c.Run(&Mul, "mul", {sa, su}, {sh}));
+    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {sh, ctx.operands[7]}, {s}));
+    routed = residual ? c.Temp(out.shape) : out;
+    TP_RETURN_IF_ERROR(c.Run(&Add, "add", {combined, s}, {routed}));
+  }
+  if (!residual) return absl::OkStatus();
+  return c.Run(&Add, "add", {ctx.operands.back(), routed}, {out});
+}
+
 // Sorted by kind.
 constexpr KindInfo kKinds[] = {
     {"add", 2, 2, 1, &Add},
@@ -946,6 +1022,7 @@ constexpr KindInfo kKinds[] = {
     {"lm_head", 2, 2, 1, &LmHead},
     {"mla_attention", 6, 6, 1, &MlaAttention},
     {"mla_kv_write", 5, 5, 2, &MlaKvWrite},
+    {"moe", 5, 9, 1, &Moe},
     {"moe_combine", 2, 2, 1, &MoeCombine},
     {"moe_router", 2, 2, 1, &MoeRouter},
     {"moe_topk", 1, 1, 2, &MoeTopk},

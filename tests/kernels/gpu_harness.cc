@@ -62,11 +62,15 @@ void PrepareCase(const Case& c, const TargetDescription& target, unsigned seed, 
       std::vector<float> data(static_cast<size_t>(out.bound->layout(id).NumElements()));
       const std::vector<float>* scales =
           c.row_scales.count(v.name) ? &c.row_scales.at(v.name) : nullptr;
+      const std::vector<float>* given = c.floats.count(v.name) ? &c.floats.at(v.name) : nullptr;
+      ASSERT_TRUE(given == nullptr || given->size() == data.size())
+          << "%" << v.name << " has " << data.size() << " elements, " << given->size()
+          << " values given";
       const int64_t cols = shape.empty() ? 1 : shape.back();
       for (size_t k = 0; k < data.size(); ++k) {
         const float scale =
             scales == nullptr ? 1.0f : (*scales)[static_cast<size_t>(k / cols) % scales->size()];
-        data[k] = RoundToDType(v.type.dtype, scale * uniform(rng));
+        data[k] = RoundToDType(v.type.dtype, given != nullptr ? (*given)[k] : scale * uniform(rng));
       }
       t = HostTensor::Float(shape, std::move(data));
       t.dtype = v.type.dtype;

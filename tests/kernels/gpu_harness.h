@@ -66,6 +66,10 @@ struct Case {
   ShapeBindings bindings = {};
   int64_t context = 1;
   std::map<std::string, std::vector<int32_t>> ints = {};
+  // Float declarations given these values (rounded to their dtype, as the random ones are)
+  // instead of random ones: inputs a kernel must see exactly, such as a router whose top-k
+  // stays decisive when its logits are rounded.
+  std::map<std::string, std::vector<float>> floats = {};
   // Float declarations whose rows (along the last dim) are scaled, row r by factor
   // r % size: rows of different magnitudes, so a kernel that mixes up per-row statistics
   // (an RMSNorm factor) shows.

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,11 +38,13 @@ std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& fam
 }
 
 // Kinds the planner forms for decode phases only (docs/planner.md): fuse_norm_linear's GEMV
-// prologues for a few rows and the RoPE + KV-write attention; their families serve a few new
-// tokens per sequence, so the prefill binding of the typical graph has none.
+// prologues for a few rows, the RoPE + KV-write attention and the fused MoE block; their
+// families serve a few new tokens per sequence, so the prefill binding of the typical graph
+// has none.
 bool IsDecodeOnlyKind(absl::string_view kind) {
   return kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu" ||
-         kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention";
+         kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention" ||
+         kind == "moe";
 }
 
 TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
@@ -91,10 +94,11 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
 
 TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   const KernelRegistry& registry = GlobalKernelRegistry();
-  EXPECT_THAT(FamilyNames(registry.families()),
-              ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm",
-                          "elementwise", "embedding_gather", "expert_gemm", "expert_gemv", "gemv",
-                          "mla_attention", "moe_routing", "rms_norm", "rope_kv_write", "view"));
+  EXPECT_THAT(
+      FamilyNames(registry.families()),
+      ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm", "elementwise",
+                  "embedding_gather", "expert_gemm", "expert_gemv", "gemv", "mla_attention",
+                  "moe_gemv", "moe_routing", "rms_norm", "rope_kv_write", "view"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();
@@ -123,6 +127,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   // cuBLASLt has no norm prologue.
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear")), ElementsAre("gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")), ElementsAre("gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("moe")), ElementsAre("moe_gemv"));
   EXPECT_TRUE(registry.FamiliesFor("no_such_kind").empty());
 }
 
@@ -159,6 +164,10 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   s = registry.Find("gemv")->CanImplement(BoundRegion(decode, RegionNamed(graph, "attn")), h200);
   EXPECT_THAT(s.message(), HasSubstr("kind 'attention' is not one of linear, linear_residual"));
 
+  s = registry.Find("moe_gemv")
+          ->CanImplement(BoundRegion(prefill, RegionNamed(graph, "fmoe")), h200);
+  EXPECT_THAT(s.message(), HasSubstr("M = 128 tokens exceed 16"));
+
   // head_dim 80 is not instantiated by the flash kernel; split-KV decode takes it.
   const ir::Graph small = MustParseVerified(R"(graph @g {
   input %q: bf16[B,T,4,80]
@@ -188,6 +197,39 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   const BoundGraph f32_prefill = MustBind(f32, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(f32_prefill, 0), h200);
   EXPECT_THAT(s.message(), HasSubstr("dtype f32 has no tensor-core path"));
+}
+
+// moe_gemv's description on the typical fused MoE block (E = 8, top 2, I = 64, H = N = 128,
+// a shared MLP of 128, bf16): three launches whose main one is the gate/up GEMV, and bytes
+// that count the weights of the experts a step can select, not all E.
+TEST(KernelFamiliesTest, MoeGemvCountsTheSelectableExpertsOnly) {
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily* moe = GlobalKernelRegistry().Find("moe_gemv");
+  ASSERT_NE(moe, nullptr);
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  // x, the residual and the result (2 bytes each per element), the router (8 x 128), the
+  // selectable experts' gate, up and down (64 x (2 x 128 + 128) each) and the shared MLP's
+  // (128 x (2 x 128 + 128)).
+  for (const auto& [batch, bytes, experts] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 199424, 2}, {16, 505856, 8}}) {
+    SCOPED_TRACE(absl::StrCat("B = ", batch));
+    const BoundGraph bound = MustBind(graph, {{"B", batch}, {"Smax", 4096}, {"T", 1}}, 100);
+    const BoundRegion region(bound, RegionNamed(graph, "fmoe"));
+    absl::StatusOr<Tactic> tactic = moe->DefaultTactic(region, h200);
+    ASSERT_TRUE(tactic.ok()) << tactic.status();
+    EXPECT_EQ(moe->Work(*tactic, region).bytes, bytes);
+    EXPECT_FALSE(moe->Work(*tactic, region).tensor_core);
+    EXPECT_EQ(moe->Launches(*tactic, region), 3);
+    // The gate/up grid: the shared MLP's row tiles, then a row tile set per selectable slot.
+    const int64_t gate_rows = tactic->params.at("gate_rows");
+    EXPECT_EQ(moe->Geometry(*tactic, region).grid[0],
+              (128 + gate_rows - 1) / gate_rows + experts * ((64 + gate_rows - 1) / gate_rows));
+    EXPECT_GT(moe->WorkspaceBytes(*tactic, region), 0);
+    // The result may take the residual's storage (operand 8), no other operand's.
+    for (int operand = 0; operand < region.num_operands(); ++operand) {
+      EXPECT_EQ(moe->MayOverwriteOperand(region, 0, operand), operand == 8) << operand;
+    }
+  }
 }
 
 TEST(KernelFamiliesTest, ArchitectureRows) {

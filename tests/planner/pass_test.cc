@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -65,7 +66,7 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
-              ElementsAre("dce", "fuse_mla_kv_write", "fuse_norm_linear",
+              ElementsAre("dce", "fuse_mla_kv_write", "fuse_moe", "fuse_norm_linear",
                           "fuse_qk_norm_rope_kv_write", "fuse_residual",
                           "fuse_rope_kv_write_attention", "fuse_swiglu", "last_token_logits",
                           "pack_gate_up", "pack_qkv", "specialize_phase"));
@@ -212,13 +213,65 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
                           "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
                           "fuse_norm_linear"));
-  // Decode also fuses the RoPE + KV-write region into the attention that follows it.
+  // Decode also fuses a MoE block first, while its shared MLP is still whole, and the RoPE +
+  // KV-write region into the attention that follows it.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
-  EXPECT_THAT(decode->PassNames(),
-              ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-                          "fuse_rope_kv_write_attention", "fuse_mla_kv_write", "fuse_residual",
-                          "dce", "specialize_phase", "fuse_norm_linear"));
+  EXPECT_THAT(
+      decode->PassNames(),
+      ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
+                  "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention", "fuse_mla_kv_write",
+                  "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+}
+
+TEST(PipelinesTest, MoeFusionServesDecodeOnly) {
+  PassOptions options;
+  options.phase = ir::Phase::kPrefill;
+  options.tokens = 16;
+  absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create("fuse_moe", options);
+  EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pass.status().message(),
+              HasSubstr("pass 'fuse_moe': fuse_moe forms decode kernels; it does not run for the "
+                        "prefill phase"));
+  options = PassOptions();
+  options.moe_max_batch = -1;
+  pass = GlobalPassRegistry().Create("fuse_moe", options);
+  EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pass.status().message(), HasSubstr("moe_max_batch must be >= 0, got -1"));
+}
+
+// A MoE block of four tokens: fused while the bound batch is within moe_max_batch, left alone
+// above it.
+TEST(PipelinesTest, MoeFusionHonoursItsBatchLimit) {
+  constexpr char kMoe[] = R"(graph @moe {
+  input %x: f32[B,T,8]
+  weight %router: f32[4,8] = "router"
+  weight %gate: f32[4,4,8] = "gate"
+  weight %up: f32[4,4,8] = "up"
+  weight %down: f32[4,8,4] = "down"
+  %l: f32[B,T,4] = moe_router(%x, %router)
+  %ids: i32[B,T,2], %w: f32[B,T,2] = moe_topk(%l) {norm_topk_prob = true, num_groups = 1, scaling = 1.0, top_k = 2, topk_groups = 1}
+  %g: f32[B,T,2,4] = expert_linear(%x, %ids, %gate)
+  %u: f32[B,T,2,4] = expert_linear(%x, %ids, %up)
+  %a: f32[B,T,2,4] = silu(%g)
+  %h: f32[B,T,2,4] = mul(%a, %u)
+  %y: f32[B,T,2,8] = expert_linear(%h, %ids, %down)
+  %c: f32[B,T,8] = moe_combine(%y, %w)
+  output %c
+}
+)";
+  for (const auto& [batch, limit, fuses] :
+       std::vector<std::tuple<int64_t, int64_t, bool>>{{4, 4, true}, {5, 4, false}}) {
+    PassOptions options;
+    options.batch = batch;
+    options.moe_max_batch = limit;
+    absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create("fuse_moe", options);
+    ASSERT_TRUE(pass.ok()) << pass.status();
+    ir::Graph g = Parse(kMoe);
+    absl::StatusOr<bool> changed = (*pass)->Run(g);
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    EXPECT_EQ(*changed, fuses) << "batch " << batch << ", limit " << limit;
+  }
 }
 
 TEST(PipelinesTest, RopeKvWriteAttentionFusionServesDecodeOnly) {

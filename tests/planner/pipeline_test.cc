@@ -212,39 +212,31 @@ TEST(Qwen3DecodeTest, LayerHasTheFiveExpectedKernels) {
 }
 
 // DeepSeek-V2-Lite and Qwen3-30B-A3B decode at batch 1: the dense parts fuse as in the dense
-// models; the latent attention, the router, the top-k and the experts keep their regions.
+// models; each MoE block (router, top-k, experts, the shared experts of DeepSeek, and the
+// residual add) becomes one moe region after its own rms_norm, and with the residual inside
+// it the next layer's input norm folds into that layer's first GEMV.
 TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
-  const std::vector<std::string> moe = {"moe_router", "moe_topk", "expert_linear", "expert_linear",
-                                        "silu",       "mul",      "expert_linear", "moe_combine"};
   auto layer = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
     head.insert(head.end(), tail.begin(), tail.end());
     return head;
   };
   // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
   // stays primitive, the latent norm, the key's RoPE and both cache writes become one
-  // mla_kv_write; the shared experts' gate/up fold into a SwiGLU GEMV whose down projection
-  // adds the routed output; the residual add and the next layer's norm fuse.
-  const std::vector<std::string> mla = {"rope", "mla_kv_write", "mla_attention",
+  // mla_kv_write.
+  const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write", "mla_attention",
                                         "linear_residual"};
-  const std::vector<std::string> deepseek_moe =
-      layer(layer({"rms_norm"}, moe), {"linear_swiglu", "linear_residual", "add_rms_norm"});
   using Kinds = std::vector<std::string>;
-  for (const auto& [model, layer0, layer1, layer2] :
+  const Kinds qwen3 = {"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual",
+                       "rms_norm", "moe"};
+  const std::vector<std::string> routed = {"moe_router",    "moe_topk",   "expert_linear",
+                                           "expert_linear", "silu",       "mul",
+                                           "expert_linear", "moe_combine"};
+  const std::vector<std::string> shared = {"linear", "linear", "silu", "mul", "linear", "add"};
+  for (const auto& [model, layer0, moe_layer, fused_from] :
        std::vector<std::tuple<std::string, Kinds, Kinds, Kinds>>{
-           {"deepseek-v2-lite",
-            layer(layer({"rms_norm_linear"}, mla), {"rms_norm_linear_swiglu", "linear_residual"}),
-            // Layer 0 ends in linear_residual, so layer 1's input norm folds into its GEMV;
-            // from layer 2 on the previous layer's add_rms_norm has it.
-            layer(layer({"rms_norm_linear"}, mla), deepseek_moe),
-            layer(layer({"linear"}, mla), deepseek_moe)},
-           {"qwen3-30b-a3b",
-            layer({"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual",
-                   "rms_norm"},
-                  layer(moe, {"add_rms_norm"})),
-            layer({"linear", "qk_norm_rope_kv_write_attention", "linear_residual", "rms_norm"},
-                  layer(moe, {"add_rms_norm"})),
-            layer({"linear", "qk_norm_rope_kv_write_attention", "linear_residual", "rms_norm"},
-                  layer(moe, {"add_rms_norm"}))}}) {
+           {"deepseek-v2-lite", layer(mla, {"rms_norm_linear_swiglu", "linear_residual"}),
+            layer(mla, {"rms_norm", "moe"}), layer(layer(routed, shared), {"add"})},
+           {"qwen3-30b-a3b", qwen3, qwen3, layer(routed, {"add"})}}) {
     SCOPED_TRACE(model);
     absl::StatusOr<ir::Graph> g = Lower(model);
     ASSERT_TRUE(g.ok()) << g.status();
@@ -256,9 +248,32 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
     ASSERT_TRUE(ir::Verify(*g).ok());
     const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
     EXPECT_THAT(kinds.at(0), ElementsAreArray(layer0));
-    EXPECT_THAT(kinds.at(1), ElementsAreArray(layer1));
-    EXPECT_THAT(kinds.at(2), ElementsAreArray(layer2));
-    EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "lm_head"));
+    EXPECT_THAT(kinds.at(1), ElementsAreArray(moe_layer));
+    EXPECT_THAT(kinds.at(2), ElementsAreArray(moe_layer));
+    EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
+    const ir::Region& moe = g->regions()[g->value(g->FindValue("l2.out")).producer];
+    EXPECT_EQ(moe.kind, "moe");
+    EXPECT_THAT(moe.fused_from, ElementsAreArray(fused_from));
+  }
+}
+
+// The prefill pipeline keeps the MoE blocks' primitive regions (a grouped-GEMM form of the
+// fused kind is still to come).
+TEST(MoePipelineTest, PrefillKeepsThePrimitiveExperts) {
+  for (const std::string model : {"deepseek-v2-lite", "qwen3-30b-a3b"}) {
+    SCOPED_TRACE(model);
+    absl::StatusOr<ir::Graph> g = Lower(model);
+    ASSERT_TRUE(g.ok()) << g.status();
+    PipelineOptions options;
+    options.tokens = 128;
+    options.batch = 1;
+    absl::StatusOr<PassPipeline> pipeline = BuildPrefillPipeline(options);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_TRUE(pipeline->Run(*g).ok());
+    std::map<std::string, int> kinds;
+    for (const ir::Region& r : g->regions()) ++kinds[r.kind];
+    EXPECT_EQ(kinds["moe"], 0);
+    EXPECT_GT(kinds["moe_combine"], 0);
   }
 }
 

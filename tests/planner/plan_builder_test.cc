@@ -148,10 +148,12 @@ absl::StatusOr<proto::Phase> PlanTinyMoePhase(bool decode, int64_t tokens) {
   return PlanPhase(graph, spec, MustTarget("h200"), kernels::GlobalKernelRegistry(), nullptr);
 }
 
-// The routed experts plan in both phases: the router's logits on gemv (decode) or cuBLASLt
-// (prefill), moe_topk on moe_routing, the expert linears on expert_gemv (decode) or either
-// expert family (prefill), whose bytes count only the weights of the experts the step can
-// select (min(E, tokens·K) of them), and the combine on elementwise.
+// Prefill plans the routed experts' primitive regions: the router's logits on cuBLASLt,
+// moe_topk on moe_routing, the expert linears on either expert family, whose bytes count only
+// the weights of the experts the step can select (min(E, tokens·K) of them), and the combine
+// on elementwise. Decode fuses each block into one moe step on moe_gemv (three launches),
+// whose bytes count the router, the selectable experts' gate, up and down, x, the residual and
+// the result.
 TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
   const models::ModelConfig config =
       tileplan::testing::TinyModelConfig(models::Architecture::kQwen3Moe);
@@ -165,22 +167,33 @@ TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
     std::map<std::string, std::set<std::string>> families;  // kind -> families
     for (const proto::Step& s : phase->steps()) {
       families[s.kind()].insert(s.tactic().family());
+      const int64_t selectable = std::min(experts, tokens * top_k);
+      if (s.kind() == "moe") {
+        EXPECT_EQ(s.launches(), 3) << s.name();
+        EXPECT_EQ(s.bytes(), 3 * tokens * hidden * 2 + experts * hidden * 2 +
+                                 selectable * inter * 3 * hidden * 2)
+            << s.name();
+      }
       if (s.kind() != "expert_linear") continue;
       // gate and up read x [T, H] and write [T, K, inter]; down reads [T, K, inter].
       const bool down = s.name().find("expert_out") != std::string::npos;
       const int64_t n = down ? hidden : inter, h = down ? inter : hidden;
       const int64_t x = tokens * (down ? top_k : 1) * h * 2;
-      EXPECT_EQ(s.bytes(), x + tokens * top_k * 4 + tokens * top_k * n * 2 +
-                               std::min(experts, tokens * top_k) * n * h * 2)
+      EXPECT_EQ(s.bytes(), x + tokens * top_k * 4 + tokens * top_k * n * 2 + selectable * n * h * 2)
           << s.name();
     }
-    EXPECT_THAT(families["moe_router"], ::testing::ElementsAre(decode ? "gemv" : "cublaslt_gemm"));
-    EXPECT_THAT(families["moe_topk"], ::testing::ElementsAre("moe_routing"));
     if (decode) {
-      EXPECT_THAT(families["expert_linear"], ::testing::ElementsAre("expert_gemv"));
-    } else {  // the cost model's choice (expert_gemm for real prefill shapes)
-      EXPECT_THAT(families["expert_linear"], ::testing::IsSubsetOf({"expert_gemm", "expert_gemv"}));
+      EXPECT_THAT(families["moe"], ::testing::ElementsAre("moe_gemv"));
+      for (const char* kind : {"moe_router", "moe_topk", "expert_linear", "moe_combine"}) {
+        EXPECT_EQ(families.count(kind), 0u) << kind;
+      }
+      continue;
     }
+    EXPECT_EQ(families.count("moe"), 0u);
+    EXPECT_THAT(families["moe_router"], ::testing::ElementsAre("cublaslt_gemm"));
+    EXPECT_THAT(families["moe_topk"], ::testing::ElementsAre("moe_routing"));
+    // The cost model's choice (expert_gemm for real prefill shapes).
+    EXPECT_THAT(families["expert_linear"], ::testing::IsSubsetOf({"expert_gemm", "expert_gemv"}));
     EXPECT_THAT(families["moe_combine"], ::testing::ElementsAre("elementwise"));
   }
 }

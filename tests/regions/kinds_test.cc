@@ -84,6 +84,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "lm_head",
                                                    "mla_attention",
                                                    "mla_kv_write",
+                                                   "moe",
                                                    "moe_combine",
                                                    "moe_router",
                                                    "moe_topk",
@@ -597,6 +598,85 @@ TEST(KindsTest, MoeTopkWeightsTakeTheLogitsDtype) {
   EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f32[B,T,2]"}), "bf16[B,T,64]");
   EXPECT_EQ(InferOne("moe_combine", {"bf16[B,T,2,64]", "f16[B,T,2]"}),
             "operand 1 has type f16[B,T,2], expected f32 or bf16 weights (the dtype of y)");
+}
+
+// The attributes of a moe region: routing as DeepSeek-V2-Lite's (no groups) or grouped.
+Attributes MoeAttrs(bool shared, bool residual, const std::string& logits = "f32",
+                    const std::string& weights = "f32", int64_t groups = 1) {
+  return Attrs({{"top_k", int64_t{2}},
+                {"norm_topk_prob", false},
+                {"scaling", 1.0},
+                {"num_groups", groups},
+                {"topk_groups", int64_t{1}},
+                {"logits_dtype", logits},
+                {"weights_dtype", weights},
+                {"shared_experts", shared},
+                {"residual", residual}});
+}
+
+TEST(KindsTest, Moe) {
+  const std::vector<std::string> routed = {"bf16[B,T,32]", "bf16[8,32]", "bf16[8,16,32]",
+                                           "bf16[8,16,32]", "bf16[8,32,16]"};
+  const std::vector<std::string> shared = {"bf16[24,32]", "bf16[24,32]", "bf16[32,24]"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false)), "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("moe", with(routed, shared), MoeAttrs(true, false)), "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[B,T,32]"}), MoeAttrs(false, true, "bf16", "bf16")),
+            "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("moe", with(with(routed, shared), {"bf16[B,T,32]"}), MoeAttrs(true, true)),
+            "bf16[B,T,32]");
+  // Without a residual or shared experts the combined width N may differ from H, as for
+  // the primitive regions.
+  EXPECT_EQ(
+      InferOne("moe", {"f32[2,T,32]", "f32[8,32]", "f32[8,16,32]", "bf16[8,16,32]", "f32[8,40,16]"},
+               MoeAttrs(false, false)),
+      "f32[2,T,40]");
+  // The attributes decide the operand layout.
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(true, false)),
+            "expects 8 operands (x, router, gate, up, down, shared_gate, shared_up, shared_down) "
+            "with shared_experts = true and residual = false, got 5");
+  EXPECT_EQ(InferOne("moe", with(routed, shared), MoeAttrs(false, true)),
+            "expects 6 operands (x, router, gate, up, down, residual) with shared_experts = "
+            "false and residual = true, got 8");
+  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[B,T,16]"}), MoeAttrs(false, true)),
+            "operand 5 has type bf16[B,T,16], expected bf16[B,T,32] (the type of the combined "
+            "experts)");
+  // One E, gate and up of one shape, down reading I.
+  EXPECT_EQ(
+      InferOne("moe",
+               {"bf16[B,T,32]", "bf16[8,32]", "bf16[6,16,32]", "bf16[8,16,32]", "bf16[8,32,16]"},
+               MoeAttrs(false, false)),
+      "operand 2 has type bf16[6,16,32], expected [E,I,H] with E = 8, I = 16, H = 32");
+  EXPECT_EQ(
+      InferOne("moe",
+               {"bf16[B,T,32]", "bf16[8,32]", "bf16[8,16,32]", "bf16[8,12,32]", "bf16[8,32,16]"},
+               MoeAttrs(false, false)),
+      "operand 3 has type bf16[8,12,32], expected [E,I,H] with E = 8, I = 16, H = 32");
+  EXPECT_EQ(
+      InferOne("moe",
+               {"bf16[B,T,32]", "bf16[8,32]", "bf16[8,16,32]", "bf16[8,16,32]", "bf16[8,32,12]"},
+               MoeAttrs(false, false)),
+      "operand 4 has type bf16[8,32,12], expected [E,N,I] with E = 8, I = 16");
+  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[24,32]", "bf16[24,32]", "bf16[32,20]"}),
+                     MoeAttrs(true, false)),
+            "operand 7 has type bf16[32,20], expected [N,Is] with N = 32, Is = 24");
+  EXPECT_EQ(
+      InferOne("moe",
+               {"bf16[B,T,32]", "bf16[E,32]", "bf16[E,16,32]", "bf16[E,16,32]", "bf16[E,32,16]"},
+               MoeAttrs(false, false)),
+      "operand 1 has type bf16[E,32], expected [E,H] with E static, > 0");
+  // moe_topk's rules for that E, and the dtypes of the routing: f32 or x's, the weights the
+  // logits'.
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "f32", 3)),
+            "attribute 'num_groups' is 3, expected a divisor of E = 8");
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f16")),
+            "attribute 'logits_dtype' is \"f16\", expected \"f32\" or \"bf16\" (the dtype of x)");
+  EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "bf16")),
+            "attribute 'weights_dtype' is \"bf16\", expected \"f32\" (logits_dtype: the top-k "
+            "weights take the logits' dtype)");
 }
 
 }  // namespace

@@ -499,6 +499,67 @@ TEST(CpuFused, PackedWeightPartsMustFit) {
                         "expected F32[N,3]"));
 }
 
+// A MoE block over x [1,3,16]: 6 experts of width 8, top 2 in 3 groups of 2 (the best 2
+// groups compete), DeepSeek's scaling; with `shared` a shared MLP of width 12, with
+// `residual` the residual %r added last; with `rounded` everything in bf16, the router's logits
+// and the weights too (Qwen3-MoE's routing). `fused` gives the moe region, else the primitive
+// regions it replaces.
+std::string MoeGraph(bool fused, bool shared, bool residual, bool rounded) {
+  const std::string d = rounded ? "bf16" : "f32";
+  const std::string l = rounded ? "bf16" : "f32";
+  std::string g = absl::StrCat(
+      "graph @moe {\n  input %x: ", d, "[1,3,16]\n  input %r: ", d,
+      "[1,3,16]\n  weight %router: ", d, "[6,16] = \"router\"\n", "  weight %gate: ", d,
+      "[6,8,16] = \"gate\"\n  weight %up: ", d, "[6,8,16] = \"up\"\n  weight %down: ", d,
+      "[6,16,8] = \"down\"\n  weight %sg: ", d, "[12,16] = \"sg\"\n  weight %su: ", d,
+      "[12,16] = \"su\"\n  weight %sd: ", d, "[16,12] = \"sd\"\n");
+  const std::string topk =
+      "norm_topk_prob = false, num_groups = 3, scaling = 2.5, top_k = 2, topk_groups = 2";
+  if (fused) {
+    absl::StrAppend(&g, "  %out: ", d, "[1,3,16] = moe(%x, %router, %gate, %up, %down",
+                    shared ? ", %sg, %su, %sd" : "", residual ? ", %r" : "", ") {logits_dtype = \"",
+                    l, "\", ", topk, ", residual = ", residual ? "true" : "false",
+                    ", shared_experts = ", shared ? "true" : "false", ", weights_dtype = \"", l,
+                    "\"}\n");
+  } else {
+    const std::string combined = shared || residual ? "%c" : "%out";
+    absl::StrAppend(&g, "  %l: ", l, "[1,3,6] = moe_router(%x, %router)\n",
+                    "  %ids: i32[1,3,2], %w: ", l, "[1,3,2] = moe_topk(%l) {", topk, "}\n",
+                    "  %g: ", d, "[1,3,2,8] = expert_linear(%x, %ids, %gate)\n", "  %u: ", d,
+                    "[1,3,2,8] = expert_linear(%x, %ids, %up)\n", "  %a: ", d,
+                    "[1,3,2,8] = silu(%g)\n", "  %h: ", d, "[1,3,2,8] = mul(%a, %u)\n", "  %y: ", d,
+                    "[1,3,2,16] = expert_linear(%h, %ids, %down)\n", "  ", combined, ": ", d,
+                    "[1,3,16] = moe_combine(%y, %w)\n");
+    if (shared) {
+      absl::StrAppend(&g, "  %sgo: ", d, "[1,3,12] = linear(%x, %sg)\n", "  %suo: ", d,
+                      "[1,3,12] = linear(%x, %su)\n", "  %sa: ", d, "[1,3,12] = silu(%sgo)\n",
+                      "  %sh: ", d, "[1,3,12] = mul(%suo, %sa)\n", "  %s: ", d,
+                      "[1,3,16] = linear(%sh, %sd)\n", "  ", residual ? "%m" : "%out", ": ", d,
+                      "[1,3,16] = add(%s, %c)\n");
+    }
+    if (residual) {
+      absl::StrAppend(&g, "  %out: ", d, "[1,3,16] = add(%r, ", shared ? "%m" : "%c", ")\n");
+    }
+  }
+  absl::StrAppend(&g, "  output %out\n}\n");
+  return g;
+}
+
+TEST(CpuFused, MoeIsTheRoutedExpertsPlusSharedMlpPlusResidual) {
+  for (bool rounded : {false, true}) {
+    for (bool shared : {false, true}) {
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(rounded ? "bf16 routing, " : "", shared ? "shared" : "no shared",
+                                  ", ", residual ? "residual" : "no residual"));
+        Random rnd(5);
+        ExpectSameOutputs(MoeGraph(true, shared, residual, rounded),
+                          MoeGraph(false, shared, residual, rounded),
+                          {{{"x", rnd.Float({1, 3, 16})}, {"r", rnd.Float({1, 3, 16}, 2.0)}}});
+      }
+    }
+  }
+}
+
 TEST(CpuFused, EveryRegisteredKindIsImplemented) {
   EXPECT_EQ(CpuSupportedKinds(), ir::KindNames());
 }

@@ -34,23 +34,16 @@ __device__ __forceinline__ float moe_unkey(unsigned int key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-// logits: row t (flat token b * T + t) at logits + t * logits_stride, `experts` elements of L
-// (float, or the activation dtype when the router rounds its logits to it); ids and weights:
-// contiguous [tokens, top_k], the weights in L (rounded once, after the scaling).
-// groups = 1 disables the group limit.
-//
-// Launch: grid ceil(tokens / kTokensPerCta), block 32 * kTokensPerCta.
-// REQUIRES: 1 <= experts <= 32 * kPerLane; 1 <= top_k <= 32; 1 <= groups <= 32 dividing
-// experts; 1 <= topk_groups <= groups; top_k <= topk_groups * experts / groups.
-template <typename L, int kPerLane, int kTokensPerCta>
-__global__ void __launch_bounds__(32 * kTokensPerCta)
-    moe_topk(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_TOPK_PARAMS)) {
-  grid_dependency_sync();
+// The selection of one token's experts by the calling warp (every lane must call it): l[j]
+// holds the token's logit of expert j * 32 + lane (ignored at and past `experts`). Lane k <
+// top_k receives selection k's expert id and weight (its p, divided by the selected p's sum
+// when norm_topk_prob, times scaling; not rounded); the other lanes' outputs are unspecified.
+// REQUIRES: as moe_topk's.
+template <int kPerLane>
+__device__ __forceinline__ void moe_topk_select(const float (&l)[kPerLane], int experts, int top_k,
+                                                int groups, int topk_groups, int norm_topk_prob,
+                                                float scaling, int& id, float& weight) {
   const int lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kTokensPerCta + threadIdx.x / 32;
-  if (t >= tokens) return;  // a whole warp: no block-wide synchronization below
-  const L* row = logits + static_cast<long long>(t) * logits_stride;
-
   unsigned long long key[kPerLane];
   float m = neg_inf();
 #pragma unroll
@@ -58,10 +51,9 @@ __global__ void __launch_bounds__(32 * kTokensPerCta)
     const int e = j * 32 + lane;
     key[j] = 0ull;
     if (e < experts) {
-      const float l = to_float(row[e]);
-      key[j] = (static_cast<unsigned long long>(moe_order_key(l)) << 32) |
+      key[j] = (static_cast<unsigned long long>(moe_order_key(l[j])) << 32) |
                static_cast<unsigned long long>(~static_cast<unsigned int>(e));
-      m = fmaxf(m, l);
+      m = fmaxf(m, l[j]);
     }
   }
   m = group_max(m);
@@ -125,10 +117,39 @@ __global__ void __launch_bounds__(32 * kTokensPerCta)
       my_p = p;
     }
   }
+  id = my_id;
+  weight = (norm_topk_prob ? my_p / chosen : my_p) * scaling;
+}
+
+// logits: row t (flat token b * T + t) at logits + t * logits_stride, `experts` elements of L
+// (float, or the activation dtype when the router rounds its logits to it); ids and weights:
+// contiguous [tokens, top_k], the weights in L (rounded once, after the scaling).
+// groups = 1 disables the group limit.
+//
+// Launch: grid ceil(tokens / kTokensPerCta), block 32 * kTokensPerCta.
+// REQUIRES: 1 <= experts <= 32 * kPerLane; 1 <= top_k <= 32; 1 <= groups <= 32 dividing
+// experts; 1 <= topk_groups <= groups; top_k <= topk_groups * experts / groups.
+template <typename L, int kPerLane, int kTokensPerCta>
+__global__ void __launch_bounds__(32 * kTokensPerCta)
+    moe_topk(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_TOPK_PARAMS)) {
+  grid_dependency_sync();
+  const int lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kTokensPerCta + threadIdx.x / 32;
+  if (t >= tokens) return;  // a whole warp: no block-wide synchronization below
+  const L* row = logits + static_cast<long long>(t) * logits_stride;
+  float l[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = j * 32 + lane;
+    l[j] = e < experts ? to_float(row[e]) : 0.f;
+  }
+  int id;
+  float weight;
+  moe_topk_select<kPerLane>(l, experts, top_k, groups, topk_groups, norm_topk_prob, scaling, id,
+                            weight);
   if (lane < top_k) {
-    const float w = norm_topk_prob ? my_p / chosen : my_p;
-    ids[static_cast<long long>(t) * top_k + lane] = my_id;
-    weights[static_cast<long long>(t) * top_k + lane] = from_float<L>(w * scaling);
+    ids[static_cast<long long>(t) * top_k + lane] = id;
+    weights[static_cast<long long>(t) * top_k + lane] = from_float<L>(weight);
   }
 }
 

@@ -10,7 +10,7 @@ std::vector<CaseGroup> AllCaseGroups() {
   for (std::vector<CaseGroup> (*family)() :
        {&EmbeddingGatherCaseGroups, &RmsNormCaseGroups, &ElementwiseCaseGroups, &GemvCaseGroups,
         &RopeKvWriteCaseGroups, &AttentionCaseGroups, &MlaAttentionCaseGroups, &ArgmaxCaseGroups,
-        &CublasLtGemmCaseGroups, &MoeCaseGroups}) {
+        &CublasLtGemmCaseGroups, &MoeCaseGroups, &MoeFusedCaseGroups}) {
     for (CaseGroup& group : family()) all.push_back(std::move(group));
   }
   return all;

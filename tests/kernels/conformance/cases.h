@@ -22,6 +22,8 @@ std::vector<CaseGroup> ArgmaxCaseGroups();
 std::vector<CaseGroup> CublasLtGemmCaseGroups();
 // moe_routing and expert_gemv (kernels/families/moe/), and elementwise's moe_combine.
 std::vector<CaseGroup> MoeCaseGroups();
+// moe_gemv (kernels/families/moe_fused/): the fused moe kind.
+std::vector<CaseGroup> MoeFusedCaseGroups();
 
 // Every family's groups, in the order above.
 std::vector<CaseGroup> AllCaseGroups();

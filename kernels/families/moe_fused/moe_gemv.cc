@@ -1,0 +1,425 @@
+// moe_gemv: the fused MoE block (moe) of a decode step, B·T <= 16 tokens, in three launches
+// (moe_gemv.cuh): the router GEMV whose last CTA runs the top-k and builds the routing table,
+// the gate/up GEMV with SiLU·mul over the distinct selected experts and the shared MLP, and
+// the down GEMV that weights, sums and adds the shared MLP and the residual. The routing
+// stays in device memory, so a decode CUDA Graph replays with new routing.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/core/family_base.h"
+#include "kernels/families/moe_fused/moe_fused_params.h"
+
+namespace tileplan::kernels::moe_fused {
+// This folder's templates, embedded in its library (tileplan_kernel_family).
+const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTemplates();
+}  // namespace tileplan::kernels::moe_fused
+
+namespace tileplan::kernels::internal {
+namespace {
+
+// The operands of a moe region: x, router, gate, up, down [, shared_gate, shared_up,
+// shared_down] [, residual] (docs/ir.md).
+struct MoeShape {
+  int64_t tokens = 0;        // B * T
+  int64_t hidden = 0;        // H
+  int64_t experts = 0;       // E
+  int64_t top_k = 0;         // K
+  int64_t inter = 0;         // I, the routed experts' width
+  int64_t shared_inter = 0;  // Is, the shared MLP's width (0 without one)
+  int64_t cols = 0;          // N, the output features
+  int64_t groups = 1;
+  int64_t topk_groups = 1;
+  bool shared = false;
+  bool residual = false;
+
+  // Slots a routing can fill: min(E, B·T·K) distinct experts.
+  int64_t max_slots() const { return std::min(experts, tokens * top_k); }
+};
+
+MoeShape ShapeOf(const BoundRegion& r) {
+  MoeShape s;
+  const ir::Attributes& attrs = r.region().attrs;
+  // The verifier checked the attributes; an absent one leaves the defaults.
+  s.shared = attrs.GetBool("shared_experts").value_or(false);
+  s.residual = attrs.GetBool("residual").value_or(false);
+  s.top_k = attrs.GetInt("top_k").value_or(1);
+  s.groups = attrs.GetInt("num_groups").value_or(1);
+  s.topk_groups = attrs.GetInt("topk_groups").value_or(1);
+  s.tokens = Rows(r.operand(0).shape);
+  s.hidden = r.operand(0).shape.back();
+  s.experts = r.operand(1).shape[0];
+  s.inter = r.operand(2).shape[1];
+  s.cols = r.operand(4).shape[1];
+  if (s.shared) s.shared_inter = r.operand(5).shape[0];
+  return s;
+}
+
+int ResidualOperand(const MoeShape& s) { return s.shared ? 8 : 5; }
+
+// Bounds of the kernels: the tokens held in registers, and moe_topk's warp selection.
+constexpr int64_t kMaxTokens = kMoeMaxTokens;
+constexpr int64_t kMaxExperts = 32 * 32;
+constexpr int64_t kMaxTopK = 32;
+constexpr int64_t kMaxGroups = 32;
+constexpr int64_t kMaxRowsPerWarp = 8;
+
+// The widest access of at most 16 bytes of the weights that divides every weight row (H, I,
+// Is) and x's offset and row strides.
+int64_t MoeVec(const BoundRegion& r) {
+  const MoeShape s = ShapeOf(r);
+  std::vector<int64_t> extents = AlignmentExtents(r, {0});
+  for (int64_t e : {s.hidden, s.inter, s.shared_inter}) extents.push_back(e);
+  return VectorWidth(r.operand_dtype(1), extents);
+}
+
+// The step workspace, 16-byte aligned sections in bytes: logits [tokens, E], weights [tokens,
+// K], the routing table, act [tokens * K, I], shared_act [tokens, Is].
+struct WorkspaceLayout {
+  int64_t logits = 0, weights = 0, table = 0, act = 0, shared_act = 0, total = 0;
+};
+
+WorkspaceLayout LayoutOf(const MoeShape& s) {
+  WorkspaceLayout l;
+  auto section = [&l](int64_t bytes) {
+    const int64_t at = l.total;
+    l.total += CeilDiv(bytes, 16) * 16;
+    return at;
+  };
+  l.logits = section(s.tokens * s.experts * 4);
+  l.weights = section(s.tokens * s.top_k * 4);
+  l.table = section(MoeTableInts(s.max_slots(), s.tokens) * 4);
+  l.act = section(s.tokens * s.top_k * s.inter * 4);
+  l.shared_act = section(s.tokens * s.shared_inter * 4);
+  return l;
+}
+
+// The grids of the three kernels.
+int64_t RouteCtas(const MoeShape& s, const Tactic& t) {
+  return CeilDiv(s.experts, t.params.at("router_rows"));
+}
+int64_t RoutedTiles(const MoeShape& s, const Tactic& t) {
+  return CeilDiv(s.inter, t.params.at("gate_rows"));
+}
+int64_t SharedTiles(const MoeShape& s, const Tactic& t) {
+  return s.shared ? CeilDiv(s.shared_inter, t.params.at("gate_rows")) : 0;
+}
+int64_t GateUpCtas(const MoeShape& s, const Tactic& t) {
+  return SharedTiles(s, t) + s.max_slots() * RoutedTiles(s, t);
+}
+int64_t DownCtas(const MoeShape& s, const Tactic& t) {
+  return CeilDiv(s.cols, t.params.at("down_rows"));
+}
+
+// Weight bytes the step streams: the router, the experts a routing can select (min(E, B·T·K)
+// distinct ones, gate, up and down each), the shared MLP.
+int64_t WeightBytes(const BoundRegion& r) {
+  const MoeShape s = ShapeOf(r);
+  const int64_t w = ir::DTypeSize(r.operand_dtype(1));
+  return (s.experts * s.hidden + s.max_slots() * s.inter * (2 * s.hidden + s.cols) +
+          s.shared_inter * (2 * s.hidden + s.cols)) *
+         w;
+}
+
+// The template type a routing dtype attribute (logits_dtype, weights_dtype) rounds to: float
+// for "f32", else x's type (the verifier allows no other).
+absl::StatusOr<std::string> RoundingType(const ir::Attributes& attrs, absl::string_view key,
+                                         const std::string& x_type) {
+  TP_ASSIGN_OR_RETURN(const std::string name, attrs.GetString(key));
+  if (name == "f32") return std::string("float");
+  return x_type;
+}
+
+absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic& t,
+                                             const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
+  TP_ASSIGN_OR_RETURN(const int64_t router_rows, b.Param("router_rows"));
+  TP_ASSIGN_OR_RETURN(const int64_t gate_rows, b.Param("gate_rows"));
+  TP_ASSIGN_OR_RETURN(const int64_t down_rows, b.Param("down_rows"));
+  TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
+  const MoeShape s = ShapeOf(r);
+  const ir::DType x_dtype = r.operand_dtype(0);
+  const ir::DType w_dtype = r.operand_dtype(1);
+  TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(x_dtype, "x"));
+  TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(w_dtype, "the router"));
+  for (int i = 2; i < r.num_operands(); ++i) {
+    const ir::DType want = s.residual && i == ResidualOperand(s) ? x_dtype : w_dtype;
+    if (r.operand_dtype(i) != want) {
+      return b.Error("operand ", i, " is ", ir::DTypeName(r.operand_dtype(i)), ", not ",
+                     ir::DTypeName(want));
+    }
+  }
+  const ir::Attributes& attrs = r.region().attrs;
+  TP_ASSIGN_OR_RETURN(const std::string logit_type, RoundingType(attrs, "logits_dtype", x_type));
+  TP_ASSIGN_OR_RETURN(const std::string weight_type, RoundingType(attrs, "weights_dtype", x_type));
+  TP_ASSIGN_OR_RETURN(const bool norm, attrs.GetBool("norm_topk_prob"));
+  TP_ASSIGN_OR_RETURN(const double scaling, attrs.GetFloat("scaling"));
+  if (s.tokens < 1 || s.tokens > kMaxTokens || s.experts > kMaxExperts || s.top_k > kMaxTopK ||
+      s.groups > kMaxGroups) {
+    return b.Error(s.tokens, " tokens, E = ", s.experts, ", top_k ", s.top_k, " and num_groups ",
+                   s.groups, " are outside the kernels' bounds");
+  }
+  TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
+  if (s.hidden % vec != 0 || s.inter % vec != 0 || s.shared_inter % vec != 0 ||
+      x.stride % vec != 0) {
+    return b.Error("H = ", s.hidden, ", I = ", s.inter, ", Is = ", s.shared_inter,
+                   " and x's stride ", x.stride, " do not split into vec ", vec);
+  }
+  for (int i = 1; i < r.num_operands(); ++i) {
+    if (s.residual && i == ResidualOperand(s)) continue;
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(i), absl::StrCat("operand ", i)));
+  }
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  Matrix residual;
+  if (s.residual) {
+    TP_ASSIGN_OR_RETURN(residual, b.AsMatrix(r.operand(ResidualOperand(s)), "the residual"));
+  }
+  const int64_t x_align = std::min<int64_t>(16, vec * ir::DTypeSize(x_dtype));
+  const int64_t w_align = vec * ir::DTypeSize(w_dtype);
+  TP_RETURN_IF_ERROR(b.CheckOperands(x_align, {0}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {1, 2, 3, 4}));
+  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6, 7}));
+  if (s.residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(x_dtype), {ResidualOperand(s)}));
+  TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(x_dtype), {0}));
+  TP_ASSIGN_OR_RETURN(void* workspace, b.Workspace("routing"));
+  const int64_t route_ctas = RouteCtas(s, t);
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers route,
+                      b.SplitBuffers(route_ctas, "router"));
+  const WorkspaceLayout layout = LayoutOf(s);
+  auto at = [workspace](int64_t offset) -> void* {
+    return workspace == nullptr ? nullptr : static_cast<char*>(workspace) + offset;
+  };
+  float* logits = static_cast<float*>(at(layout.logits));
+  float* weights = static_cast<float*>(at(layout.weights));
+  int* table = static_cast<int*>(at(layout.table));
+  float* act = static_cast<float*>(at(layout.act));
+  float* shared_act = s.shared ? static_cast<float*>(at(layout.shared_act)) : nullptr;
+  const int64_t max_tokens = NextPowerOfTwo(s.tokens);
+
+  MoeRouteParams rp{};
+  rp.x = b.Operand(0);
+  rp.x_stride = x.stride;
+  rp.router = b.Operand(1);
+  rp.logits = logits;
+  rp.weights = weights;
+  rp.table = table;
+  rp.counter = static_cast<unsigned int*>(route.counters);
+  rp.tokens = static_cast<int>(s.tokens);
+  rp.hidden = static_cast<int>(s.hidden);
+  rp.experts = static_cast<int>(s.experts);
+  rp.top_k = static_cast<int>(s.top_k);
+  rp.groups = static_cast<int>(s.groups);
+  rp.topk_groups = static_cast<int>(s.topk_groups);
+  rp.norm_topk_prob = norm ? 1 : 0;
+  rp.scaling = static_cast<float>(scaling);
+  rp.max_slots = static_cast<int>(s.max_slots());
+  b.Launch("moe_gemv.cuh",
+           absl::StrCat("tileplan::moe_route<", x_type, ", ", w_type, ", ", logit_type, ", ",
+                        weight_type, ", ", threads, ", ", router_rows, ", ", vec, ", ",
+                        CeilDiv(s.experts, 32), ", ", max_tokens, ">"),
+           {route_ctas, 1, 1}, {threads, 1, 1}, 12 * s.tokens * s.top_k, rp);
+
+  MoeGateUpParams gp{};
+  gp.x = b.Operand(0);
+  gp.x_stride = x.stride;
+  gp.gate = b.Operand(2);
+  gp.up = b.Operand(3);
+  gp.shared_gate = s.shared ? b.Operand(5) : nullptr;
+  gp.shared_up = s.shared ? b.Operand(6) : nullptr;
+  gp.table = table;
+  gp.act = act;
+  gp.shared_act = shared_act;
+  gp.tokens = static_cast<int>(s.tokens);
+  gp.hidden = static_cast<int>(s.hidden);
+  gp.inter = static_cast<int>(s.inter);
+  gp.shared_inter = static_cast<int>(s.shared_inter);
+  gp.max_slots = static_cast<int>(s.max_slots());
+  gp.routed_tiles = static_cast<int>(RoutedTiles(s, t));
+  gp.shared_tiles = static_cast<int>(SharedTiles(s, t));
+  b.Launch("moe_gemv.cuh",
+           absl::StrCat("tileplan::moe_gate_up<", x_type, ", ", w_type, ", ", threads, ", ",
+                        gate_rows, ", ", vec, ", ", max_tokens, ">"),
+           {GateUpCtas(s, t), 1, 1}, {threads, 1, 1}, 0, gp);
+  b.MarkMainLaunch();  // Geometry describes the gate/up GEMV, which streams most weights
+
+  MoeDownParams dp{};
+  dp.down = b.Operand(4);
+  dp.shared_down = s.shared ? b.Operand(7) : nullptr;
+  dp.table = table;
+  dp.weights = weights;
+  dp.act = act;
+  dp.shared_act = shared_act;
+  dp.residual = s.residual ? b.Operand(ResidualOperand(s)) : nullptr;
+  dp.residual_stride = s.residual ? residual.stride : 0;
+  dp.out = b.Result(0);
+  dp.tokens = static_cast<int>(s.tokens);
+  dp.inter = static_cast<int>(s.inter);
+  dp.shared_inter = static_cast<int>(s.shared_inter);
+  dp.cols = static_cast<int>(s.cols);
+  dp.max_slots = static_cast<int>(s.max_slots());
+  dp.shared = s.shared ? 1 : 0;
+  b.Launch("moe_gemv.cuh",
+           absl::StrCat("tileplan::moe_down<", x_type, ", ", w_type, ", ", threads, ", ", down_rows,
+                        ", ", vec, ", ", max_tokens, ">"),
+           {DownCtas(s, t), 1, 1}, {threads, 1, 1}, MoeDownSharedBytes(s.max_slots(), max_tokens),
+           dp);
+  return std::move(b).Finish();
+}
+
+struct Row {
+  absl::string_view arch;
+  int64_t threads;
+  int64_t gate_rows;
+  int64_t down_rows;
+};
+constexpr Row kRows[] = {{"sm_80", 128, 8, 8},
+                         {"sm_90", 128, 8, 8},
+                         {"sm_100", 256, 16, 16},
+                         {"sm_120", 128, 8, 8},
+                         {"default", 128, 4, 4}};
+
+class MoeGemvFamily final : public TemplateFamilyBase {
+ public:
+  MoeGemvFamily()
+      : TemplateFamilyBase("moe_gemv", 1, {"moe"},
+                           {"down_rows", "gate_rows", "router_rows", "threads", "vec"}) {}
+
+  // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    LaunchGeometry g;
+    g.grid = {GateUpCtas(ShapeOf(r), t), 1, 1};
+    g.block = {t.params.at("threads"), 1, 1};
+    return g;
+  }
+  // Bytes: x, the residual and the result once, and the weights the step can read (the
+  // experts of the distinct selections only); the workspace stays in L2. Flops: the three
+  // GEMVs (the router over every expert, each selection's gate, up and down, the shared MLP).
+  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+    const MoeShape s = ShapeOf(r);
+    WorkEstimate w;
+    w.bytes = r.operand_bytes(0) + r.result_bytes(0) + WeightBytes(r) +
+              (s.residual ? r.operand_bytes(ResidualOperand(s)) : 0);
+    w.flops = 2 * s.tokens *
+              (s.experts * s.hidden + s.top_k * s.inter * (2 * s.hidden + s.cols) +
+               s.shared_inter * (2 * s.hidden + s.cols));
+    return w;
+  }
+  int Launches(const Tactic&, const BoundRegion&) const override { return 3; }
+  int64_t WorkspaceBytes(const Tactic&, const BoundRegion& r) const override {
+    return LayoutOf(ShapeOf(r)).total;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    return RouteCtas(ShapeOf(r), t) > 1 ? 4 : 0;  // the router CTAs' arrivals
+  }
+  bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
+    // The down GEMV reads each residual element and then writes the output element at its
+    // position; nothing reads the residual after it.
+    const MoeShape s = ShapeOf(r);
+    return s.residual && result == 0 && operand == ResidualOperand(s);
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(moe_fused::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    return LaunchMoeGemv(r, t, buffers);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription& target) const override {
+    const MoeShape s = ShapeOf(r);
+    if (s.tokens > kMaxTokens) {
+      return Refuse(absl::StrCat("M = ", s.tokens, " tokens exceed ", kMaxTokens,
+                                 " (the kernels hold a step's tokens in registers)"));
+    }
+    if (s.experts > kMaxExperts) {
+      return Refuse(absl::StrCat("E = ", s.experts, " experts exceed ", kMaxExperts,
+                                 " (a warp holds a token's logits, 32 per lane)"));
+    }
+    if (s.top_k > kMaxTopK || s.groups > kMaxGroups) {
+      return Refuse(absl::StrCat("top_k ", s.top_k, " or num_groups ", s.groups, " exceeds ",
+                                 kMaxTopK, " (a lane holds each selection and each group)"));
+    }
+    const ir::DType w = r.operand_dtype(1);
+    for (int i = 2; i < r.num_operands(); ++i) {
+      if (s.residual && i == ResidualOperand(s)) continue;
+      if (r.operand_dtype(i) != w) {
+        return Refuse(absl::StrCat(OperandLabel(r, i), " is ", ir::DTypeName(r.operand_dtype(i)),
+                                   ", the router ", ir::DTypeName(w),
+                                   ": the kernels take one weight dtype"));
+      }
+    }
+    const int64_t down_shared = MoeDownSharedBytes(s.max_slots(), NextPowerOfTwo(s.tokens));
+    if (down_shared > target.shared_memory_per_block_bytes()) {
+      return Refuse(absl::StrCat("the down projection's slot table of ", s.max_slots(),
+                                 " slots and ", s.tokens, " tokens (", down_shared,
+                                 " bytes) exceeds the target's shared memory per block (",
+                                 target.shared_memory_per_block_bytes(), " bytes)"));
+    }
+    TP_RETURN_IF_ERROR(RequireInnerContiguous(r, {0}));
+    if (!IsMatrix(r.operand(0)) || (s.residual && !IsMatrix(r.operand(ResidualOperand(s))))) {
+      return Refuse("x and the residual must each be one matrix of token rows");
+    }
+    return absl::OkStatus();
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
+                   int64_t) const override {
+    Row row = kRows[4];
+    for (const Row& candidate : kRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const MoeShape s = ShapeOf(r);
+    const int64_t warps = row.threads / 32;
+    Tactic t = MakeTactic({{"down_rows", row.down_rows},
+                           {"gate_rows", row.gate_rows},
+                           {"router_rows", warps},
+                           {"threads", row.threads},
+                           {"vec", MoeVec(r)}});
+    // Fewer rows per CTA, down to one per warp, while a grid leaves SMs idle.
+    while (t.params["gate_rows"] > warps && GateUpCtas(s, t) < target.sm_count()) {
+      t.params["gate_rows"] /= 2;
+    }
+    while (t.params["down_rows"] > warps && DownCtas(s, t) < target.sm_count()) {
+      t.params["down_rows"] /= 2;
+    }
+    return t;
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    return {{"down_rows", {4, 8, 16, 32}},
+            {"gate_rows", {4, 8, 16, 32}},
+            {"router_rows", {4, 8, 16}},
+            {"threads", {128, 256}},
+            {"vec", {MoeVec(r)}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription&) const override {
+    const int64_t threads = t.params.at("threads");
+    if (!IsBlockSize(threads) || threads > 512) {
+      return BadParam("threads", threads, "a multiple of 32 in [32, 512]");
+    }
+    const int64_t warps = threads / 32;
+    for (const char* name : {"router_rows", "gate_rows", "down_rows"}) {
+      const int64_t rows = t.params.at(name);
+      if (!IsPowerOfTwo(rows) || rows % warps != 0 || rows / warps > kMaxRowsPerWarp) {
+        return BadParam(name, rows,
+                        absl::StrCat("a power of two holding 1 to ", kMaxRowsPerWarp,
+                                     " rows for each of the ", warps, " warps"));
+      }
+    }
+    const int64_t vec = t.params.at("vec");
+    if (!IsPowerOfTwo(vec) || vec > MoeVec(r)) {
+      return BadParam("vec", vec, absl::StrCat("a power of two <= ", MoeVec(r)));
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> MakeMoeGemvFamily() { return std::make_unique<MoeGemvFamily>(); }
+
+}  // namespace tileplan::kernels::internal

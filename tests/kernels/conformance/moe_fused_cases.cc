@@ -1,0 +1,241 @@
+// Conformance cases of moe_gemv (kernels/families/moe_fused/), the fused MoE block of a decode
+// step (tests/kernels/gpu_harness.h): DeepSeek-V2's form (shared experts, expert groups,
+// scaling, the residual) and Qwen3-MoE's (128 experts, top 8, renormalized, no shared
+// experts), 1 to 16 tokens (the largest selecting most experts several times), odd widths that
+// split only into narrower vectors, f32 activations and weights, x a view of wider rows, the
+// result written over the residual, router logits and top-k weights held in bf16, and tactics
+// from one-warp CTAs (a router CTA per expert, so the last-CTA top-k runs) to one router CTA
+// for every expert.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/kernels/conformance/cases.h"
+
+namespace tileplan::kernels::testing {
+namespace {
+
+struct MoeBlock {
+  int batch = 1;
+  int tokens = 1;  // per sequence (T)
+  int experts = 8;
+  int top_k = 2;
+  int hidden = 64;
+  int inter = 32;
+  int shared_inter = 0;  // 0: no shared experts
+  bool residual = true;
+  int groups = 1;
+  int topk_groups = 1;
+  bool norm = false;
+  const char* scaling = "1.0";
+  // Routing held in the activation dtype (Qwen3-MoE's bf16 logits and weights) instead of f32.
+  bool narrow_routing = false;
+  const char* dtype = "bf16";
+  int x_pad = 0;  // x a view of rows x_pad elements wider than H
+};
+
+// Widest vector of at most 16 bytes of `bytes`-byte elements dividing every extent.
+int VecFor(int bytes, std::vector<int> extents) {
+  int vec = 16 / bytes;
+  for (int e : extents) {
+    while (vec > 1 && e % vec != 0) vec /= 2;
+  }
+  return vec;
+}
+
+// A router and inputs whose top-k no rounding of the logits can change: router row e is c_e ·
+// u with c_e = 1.02^((37 e) mod E) (E coprime with 37, so the c_e are distinct) and u_h =
+// ±1/(16 P), P the power of two at or above H: the rounding of each element to bf16 rounds c_e
+// alone, as u_h is a power of two. Token t's x_h has the sign of u_h times (-1)^t, so that d_t
+// = x_t · u sums terms of one sign, and the logits are c_e · d_t: the experts order by c_e (the
+// largest first for even tokens, the smallest for odd ones), neighbours more than 1.4% apart,
+// more than bf16's rounding of two logits can close (0.4% each), and |d_t| < 0.08 keeps the
+// logits small enough that rounding them moves the weights far less than the bf16 tolerance.
+void DecisiveRouting(const MoeBlock& m, Case& c) {
+  int pow2 = 1;
+  while (pow2 < m.hidden) pow2 *= 2;
+  const float scale = 1.0f / static_cast<float>(16 * pow2);
+  auto u = [scale](int h) { return (h * 5 + h / 3) % 7 < 3 ? -scale : scale; };
+  std::vector<float> router, x;
+  for (int e = 0; e < m.experts; ++e) {
+    const float ce = std::pow(1.02f, static_cast<float>((37 * e) % m.experts));
+    for (int h = 0; h < m.hidden; ++h) router.push_back(ce * u(h));
+  }
+  const int row = m.hidden + m.x_pad;
+  for (int t = 0; t < m.batch * m.tokens; ++t) {
+    for (int h = 0; h < row; ++h) {
+      const float magnitude = 0.25f + static_cast<float>((t * 13 + h * 7) % 29) / 29;
+      x.push_back((t % 2 == 0 ? 1.0f : -1.0f) * (u(h % m.hidden) > 0 ? 1.0f : -1.0f) * magnitude);
+    }
+  }
+  c.floats = {{"router", std::move(router)}, {m.x_pad > 0 ? "xx" : "x", std::move(x)}};
+}
+
+Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
+  const std::string d = m.dtype;
+  const bool shared = m.shared_inter > 0;
+  const std::string rows = absl::StrCat("[", m.batch, ",", m.tokens, ",");
+  std::string g = "graph @g {\n";
+  if (m.x_pad > 0) {
+    absl::StrAppend(&g, "  input %xx: ", d, rows, m.hidden + m.x_pad, "]\n");
+  } else {
+    absl::StrAppend(&g, "  input %x: ", d, rows, m.hidden, "]\n");
+  }
+  if (m.residual) absl::StrAppend(&g, "  input %r: ", d, rows, m.hidden, "]\n");
+  absl::StrAppend(&g, "  weight %router: ", d, "[", m.experts, ",", m.hidden, "] = \"router\"\n",
+                  "  weight %gate: ", d, "[", m.experts, ",", m.inter, ",", m.hidden,
+                  "] = \"gate\"\n", "  weight %up: ", d, "[", m.experts, ",", m.inter, ",",
+                  m.hidden, "] = \"up\"\n", "  weight %down: ", d, "[", m.experts, ",", m.hidden,
+                  ",", m.inter, "] = \"down\"\n");
+  if (shared) {
+    absl::StrAppend(&g, "  weight %sg: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"sg\"\n",
+                    "  weight %su: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"su\"\n",
+                    "  weight %sd: ", d, "[", m.hidden, ",", m.shared_inter, "] = \"sd\"\n");
+  }
+  if (m.x_pad > 0) {
+    absl::StrAppend(&g, "  %x: ", d, rows, m.hidden, "] view(%xx), %pad: ", d, rows, m.x_pad,
+                    "] view(%xx) = split(%xx) {sizes = [", m.hidden, ", ", m.x_pad, "]}\n");
+  }
+  const std::string routing = m.narrow_routing ? d : "f32";
+  absl::StrAppend(&g, "  %out: ", d, rows, m.hidden, "] = moe(%x, %router, %gate, %up, %down",
+                  shared ? ", %sg, %su, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
+                  routing, "\", norm_topk_prob = ", m.norm ? "true" : "false",
+                  ", num_groups = ", m.groups, ", residual = ", m.residual ? "true" : "false",
+                  ", scaling = ", m.scaling, ", shared_experts = ", shared ? "true" : "false",
+                  ", top_k = ", m.top_k, ", topk_groups = ", m.topk_groups, ", weights_dtype = \"",
+                  routing, "\"}\n", "  output %out\n}\n");
+  Case c;
+  c.graph = std::move(g);
+  c.family = "moe_gemv";
+  if (m.narrow_routing) DecisiveRouting(m, c);
+  c.tactics = tactics;
+  return c;
+}
+
+// Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert; two warps; four
+// warps of one row each; eight warps with up to four rows each and one router CTA for 16
+// experts.
+std::vector<Params> MoeTactics(int vec) {
+  auto tactic = [vec](int threads, int router, int gate, int down) {
+    return Params{{"down_rows", down},
+                  {"gate_rows", gate},
+                  {"router_rows", router},
+                  {"threads", threads},
+                  {"vec", vec}};
+  };
+  return {tactic(32, 1, 1, 2), tactic(64, 2, 8, 4), tactic(128, 4, 4, 4), tactic(256, 16, 32, 16)};
+}
+
+std::vector<Case> DeepSeekCases() {
+  std::vector<Case> cases;
+  // DeepSeek-V2-Lite's routing (64 experts, top 6, no groups, not renormalized) with a shared
+  // MLP of two experts' width, one decode token.
+  MoeBlock lite{.experts = 64, .top_k = 6, .hidden = 256, .inter = 64, .shared_inter = 128};
+  cases.push_back(MoeCase(lite, MoeTactics(8)));
+  // deepseek-v2-qlora-tiny's: 8 experts in 4 groups of 2, the best 2 groups, scaling 2.5,
+  // 3 sequences.
+  MoeBlock grouped{.batch = 3,
+                   .experts = 8,
+                   .top_k = 2,
+                   .shared_inter = 64,
+                   .groups = 4,
+                   .topk_groups = 2,
+                   .scaling = "2.5"};
+  cases.push_back(MoeCase(grouped, MoeTactics(8)));
+  // DeepSeek-V2's: 160 experts in 8 groups, the best 3, top 6, scaling 16, 2 tokens.
+  MoeBlock v2{.tokens = 2,
+              .experts = 160,
+              .top_k = 6,
+              .hidden = 128,
+              .inter = 24,
+              .shared_inter = 48,
+              .groups = 8,
+              .topk_groups = 3,
+              .scaling = "16.0"};
+  cases.push_back(MoeCase(v2, MoeTactics(8)));
+  return cases;
+}
+
+std::vector<Case> QwenCases() {
+  // Qwen3-30B-A3B's routing (128 experts, top 8, renormalized) with bf16 logits and weights,
+  // one token, and 16 tokens that select most experts several times.
+  MoeBlock qwen{
+      .experts = 128, .top_k = 8, .hidden = 256, .inter = 48, .norm = true, .narrow_routing = true};
+  MoeBlock batch = qwen;
+  batch.batch = 16;
+  batch.hidden = 128;
+  batch.inter = 40;
+  return {MoeCase(qwen, MoeTactics(8)), MoeCase(batch, MoeTactics(8))};
+}
+
+std::vector<Case> OddShapeCases() {
+  std::vector<Case> cases;
+  // H = 100 and I = 36 split into 4-element vectors only; a shared MLP of 20 and no residual;
+  // 5 tokens of 6 experts.
+  MoeBlock odd{.tokens = 5,
+               .experts = 6,
+               .top_k = 2,
+               .hidden = 100,
+               .inter = 36,
+               .shared_inter = 20,
+               .residual = false};
+  cases.push_back(MoeCase(odd, MoeTactics(VecFor(2, {100, 36, 20}))));
+  // f32 activations and weights, H = 37 (no vector wider than one element), no shared MLP.
+  MoeBlock f32{.tokens = 2,
+               .experts = 8,
+               .top_k = 3,
+               .hidden = 37,
+               .inter = 13,
+               .residual = false,
+               .norm = true,
+               .dtype = "f32"};
+  cases.push_back(MoeCase(f32, MoeTactics(1)));
+  // bf16 routing on 3 sequences of 2 tokens, with groups.
+  MoeBlock narrow{.batch = 3,
+                  .tokens = 2,
+                  .experts = 32,
+                  .top_k = 4,
+                  .hidden = 64,
+                  .inter = 40,
+                  .shared_inter = 24,
+                  .groups = 4,
+                  .topk_groups = 2,
+                  .narrow_routing = true};
+  cases.push_back(MoeCase(narrow, MoeTactics(8)));
+  return cases;
+}
+
+std::vector<Case> ViewAndOverwriteCases() {
+  // x a view of rows 24 elements wider (its token stride is not H), and the result written
+  // over the residual's storage (operand 8), as the memory planner places it.
+  MoeBlock view{.tokens = 4,
+                .experts = 16,
+                .top_k = 4,
+                .hidden = 128,
+                .inter = 64,
+                .shared_inter = 64,
+                .x_pad = 24};
+  Case over = MoeCase(view, MoeTactics(8));
+  over.result_over_operand = 8;
+  MoeBlock narrow_view = view;
+  narrow_view.shared_inter = 0;
+  narrow_view.narrow_routing = true;
+  Case narrow_over = MoeCase(narrow_view, MoeTactics(8));
+  narrow_over.result_over_operand = 5;
+  return {MoeCase(view, MoeTactics(8)), std::move(over), std::move(narrow_over)};
+}
+
+}  // namespace
+
+std::vector<CaseGroup> MoeFusedCaseGroups() {
+  return {
+      {"MoeGemvDeepSeek", DeepSeekCases()},
+      {"MoeGemvQwen3Moe", QwenCases()},
+      {"MoeGemvOddShapes", OddShapeCases()},
+      {"MoeGemvViewsAndOverwrite", ViewAndOverwriteCases()},
+  };
+}
+
+}  // namespace tileplan::kernels::testing
