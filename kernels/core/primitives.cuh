@@ -290,6 +290,22 @@ __host__ __device__ constexpr int ceil_pow2(int v) {
   return p;
 }
 
+// Shared-memory tiles of 16-bit elements whose rows are read by ldmatrix and written by
+// cp.async store each row's 16-byte chunks XOR-swizzled by the row index: chunk c of row r
+// sits at chunk c ^ (r & mask). The mask is the largest of 7, 3, 1 that keeps a chunk inside
+// its row of `chunks` chunks; with mask 7 and rows a multiple of 128 bytes apart, the eight
+// rows an ldmatrix phase reads (consecutive rows, one logical chunk) fall on eight distinct
+// 16-byte bank groups, with no padding.
+__host__ __device__ constexpr int chunk_swizzle_mask(int chunks) {
+  return chunks % 8 == 0 ? 7 : chunks % 4 == 0 ? 3 : chunks % 2 == 0 ? 1 : 0;
+}
+
+// Element (row, col) of a swizzled tile of kRowElems-element rows.
+template <int kRowElems, int kMask, typename T>
+__device__ __forceinline__ T* swizzled(T* tile, int row, int col) {
+  return tile + row * kRowElems + ((((col >> 3) ^ (row & kMask)) << 3) | (col & 7));
+}
+
 // The shared-state-space address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned int shared_address(const void* p) {
   unsigned int a;

@@ -530,6 +530,123 @@ TEST(KernelFamiliesTest, RopeKvWriteAttentionRunsOnTheSplitKvGrid) {
   EXPECT_THAT(s.message(), HasSubstr("T = 128 new tokens exceed 16"));
 }
 
+// DeepSeek-V2-Lite's latent attention (16 heads, C = 512, Dr = 64) in `dtype`.
+ir::Graph MlaGraph(absl::string_view dtype, int latent = 512, int rope = 64) {
+  return MustParseVerified(
+      absl::StrCat("graph @g {\n  input %q_nope: ", dtype, "[B,T,16,128]\n  input %q_rope: ", dtype,
+                   "[B,T,16,", rope, "]\n  state %latent: ", dtype, "[B,1,Smax,", latent,
+                   "]\n  state %rope: ", dtype, "[B,1,Smax,", rope, "]\n  weight %w: ", dtype,
+                   "[4096,", latent, "] = \"w\"\n  input %positions: i32[B,T]\n  %o: ", dtype,
+                   "[B,T,16,128] = mla_attention(%q_nope, %q_rope, %latent, %rope, %w, %positions) "
+                   "{scale = 0.072}\n  output %o\n}\n"));
+}
+
+// Decode runs on tensor cores: one CTA per split holds a token's 16 heads, the splits give
+// each split at least 64 rows of the planned context (at most 32 splits), and the combine
+// takes the most W_V rows per CTA that still give every SM a CTA.
+TEST(KernelFamiliesTest, MlaAttentionDecodesOnTensorCoresWithFewSplits) {
+  const ir::Graph graph = MlaGraph("bf16");
+  const KernelFamily& mla = *GlobalKernelRegistry().Find("mla_attention");
+  const TargetDescription h200 = MustTarget("h200");
+  struct Expected {
+    int64_t batch, context;
+    const char* tactic;
+  };
+  for (const Expected& e :
+       {Expected{1, 512, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=128"},
+        Expected{1, 128, "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=2,threads=128"},
+        Expected{1, 4096,
+                 "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=32,threads=128"},
+        Expected{16, 512,
+                 "combine_rows=32,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=128"}}) {
+    const BoundGraph g = MustBind(graph, {{"B", e.batch}, {"Smax", 4096}, {"T", 1}}, e.context);
+    const BoundRegion r(g, 0);
+    absl::StatusOr<Tactic> t = mla.DefaultTactic(r, h200);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->ParamsString(), e.tactic) << "B = " << e.batch << ", context " << e.context;
+  }
+  const BoundGraph g = MustBind(graph, kDecode, 512);
+  const BoundRegion r(g, 0);
+  const Tactic t = *mla.DefaultTactic(r, h200);
+  const LaunchGeometry geometry = mla.Geometry(t, r);
+  EXPECT_EQ(geometry.grid, (std::array<int64_t, 3>{8, 1, 1}));
+  EXPECT_EQ(geometry.block[0], 128);
+  // Two stages of 64 rows and the 16 query rows, 576 bf16 each; P; one float per warp and row.
+  EXPECT_EQ(geometry.dynamic_shared_memory_bytes,
+            (2 * 64 + 16) * 576 * 2 + 16 * 64 * 2 + 4 * 16 * 4);
+  // The bf16 queries [1, 16, 576], then 8 splits' records of 16 rows of 512 + 4 floats.
+  EXPECT_EQ(mla.WorkspaceBytes(t, r), 16 * 576 * 2 + 8 * 16 * 516 * 4);
+  const WorkEstimate w = mla.Work(t, r);
+  EXPECT_TRUE(w.tensor_core);
+  // Absorption and projection, then 16 rows against 8 chunks of 64 rows (scores over 576,
+  // P · latent over 512), and the merge of 8 splits per row.
+  EXPECT_EQ(w.flops, 2 * 16 * 512 * 256 + 2 * 16 * 512 * (576 + 512) + 2 * 8 * 16 * 512);
+  EXPECT_EQ(w.bytes, r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4) +
+                         r.operand_bytes(5) + r.result_bytes(0) + 512 * 576 * 2);
+  EXPECT_EQ(mla.Launches(t, r), 3);
+  // The tuner measures a split only while the planned context has a chunk for it, and wider
+  // combine CTAs only while half the SMs keep one.
+  Tactic probe = t;
+  probe.params["splits"] = 16;
+  EXPECT_FALSE(mla.WorthMeasuring(probe, r, h200));
+  probe.params["splits"] = 4;
+  EXPECT_TRUE(mla.WorthMeasuring(probe, r, h200));
+  probe.params["combine_rows"] = 16;
+  EXPECT_TRUE(mla.WorthMeasuring(probe, r, h200));
+  probe.params["combine_rows"] = 64;
+  EXPECT_FALSE(mla.WorthMeasuring(probe, r, h200));
+
+  // An A100's 163 KiB take 128 threads and 32-row chunks; its 108 SMs 16 W_V rows per CTA.
+  EXPECT_EQ(mla.DefaultTactic(r, MustTarget("a100"))->ParamsString(),
+            "combine_rows=16,heads_per_cta=16,kv_chunk=32,mma=1,splits=8,threads=128");
+}
+
+// The tensor-core path's refusals name the reason; the CUDA-core path still serves them.
+TEST(KernelFamiliesTest, MlaAttentionTensorCoreRefusals) {
+  const KernelFamily& mla = *GlobalKernelRegistry().Find("mla_attention");
+  const TargetDescription h200 = MustTarget("h200");
+  const ir::Graph f32 = MlaGraph("f32");
+  const BoundGraph g = MustBind(f32, kDecode, 512);
+  const BoundRegion r(g, 0);
+  absl::StatusOr<Tactic> t = mla.DefaultTactic(r, h200);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->params.at("mma"), 0);
+  Tactic mma = *t;
+  mma.params = {{"combine_rows", 8}, {"heads_per_cta", 16}, {"kv_chunk", 64},
+                {"mma", 1},          {"splits", 8},         {"threads", 256}};
+  EXPECT_THAT(mla.ValidateTactic(mma, r, h200).message(), HasSubstr("not bf16 or f16"));
+
+  // C = 2048 splits over 4 warps, but they would need 256 accumulators a thread; 8 warps would
+  // not, but the rows (2112 elements) do not fit the shared memory: CUDA cores by default.
+  const ir::Graph wide = MlaGraph("bf16", 2048, 64);
+  const BoundGraph gw = MustBind(wide, kDecode, 512);
+  const BoundRegion rw(gw, 0);
+  mma.params["threads"] = 128;
+  EXPECT_THAT(
+      mla.ValidateTactic(mma, rw, h200).message(),
+      HasSubstr("latent dim C = 2048 needs 256 float accumulators per thread with 4 warps"));
+  mma.params["threads"] = 256;
+  EXPECT_THAT(mla.ValidateTactic(mma, rw, h200).message(), HasSubstr("shared memory"));
+  EXPECT_EQ(mla.DefaultTactic(rw, h200)->params.at("mma"), 0);
+
+  // C = 32 splits over 4 warps (8 columns each), not over 8.
+  const ir::Graph small = MlaGraph("bf16", 32, 8);
+  const BoundGraph gs = MustBind(small, kDecode, 512);
+  const BoundRegion rs(gs, 0);
+  EXPECT_EQ(mla.DefaultTactic(rs, h200)->ParamsString(),
+            "combine_rows=8,heads_per_cta=16,kv_chunk=64,mma=1,splits=8,threads=128");
+  EXPECT_THAT(mla.ValidateTactic(mma, rs, h200).message(),
+              HasSubstr("latent dim C = 32 is not a multiple of 64"));
+  mma.params["threads"] = 128;
+  mma.params["heads_per_cta"] = 4;
+  EXPECT_THAT(mla.ValidateTactic(mma, rs, h200).message(), HasSubstr("heads_per_cta"));
+  mma.params["heads_per_cta"] = 16;
+  mma.params["kv_chunk"] = 16;
+  EXPECT_THAT(mla.ValidateTactic(mma, rs, h200).message(), HasSubstr("kv_chunk"));
+  mma.params["kv_chunk"] = 32;
+  EXPECT_TRUE(mla.ValidateTactic(mma, rs, h200).ok());
+}
+
 TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
   const ir::Graph graph = MustParseVerified(R"(graph @g {
   input %x: bf16[B,T,128]

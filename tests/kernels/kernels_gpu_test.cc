@@ -261,12 +261,12 @@ TEST(KernelsGpuDeviceTest, RopeKvWriteAttentionReportsPositionsOutsideTheCache) 
 }
 
 // mla_attention keeps the "Bad indices" contract (docs/kernels.md) for a position outside the
-// cache: that token sees no row, so its output row is zero, and it raises the error word
-// (token 1 of 2: the word reads 2); the other token, in the same token tile, is served as
-// usual.
+// cache, on CUDA cores and on tensor cores: that token sees no row, so its output row is zero,
+// and it raises the error word (token 1 of 2: the word reads 2); the other token, in the same
+// token tile (the same 16-row tile on tensor cores), is served as usual.
 TEST(KernelsGpuDeviceTest, MlaAttentionReportsPositionsOutsideTheCache) {
   TP_REQUIRE_GPU();
-  constexpr int kCapacity = 16, kHeads = 3, kNope = 16, kRope = 8, kLatent = 32, kV = 24;
+  constexpr int kCapacity = 16, kHeads = 3, kNope = 16, kRope = 16, kLatent = 64, kV = 24;
   absl::StatusOr<ir::Graph> graph = ir::ParseGraph(absl::StrCat(
       "graph @g {\n  input %q_nope: bf16[1,2,", kHeads, ",", kNope, "]\n  input %q_rope: bf16[1,2,",
       kHeads, ",", kRope, "]\n  input %latent: bf16[1,1,", kCapacity, ",", kLatent,
@@ -281,42 +281,51 @@ TEST(KernelsGpuDeviceTest, MlaAttentionReportsPositionsOutsideTheCache) {
   const BoundRegion region(*bound, 0);
   const KernelFamily* family = GlobalKernelRegistry().Find("mla_attention");
   ASSERT_NE(family, nullptr);
-  const Tactic tactic{"mla_attention",
-                      family->version(),
-                      {{"heads_per_cta", 4}, {"kv_chunk", 8}, {"splits", 2}, {"threads", 64}}};
-  const Device& device = GpuEnvironment::device();
-  std::vector<DeviceBuffer> operands;
-  for (int i = 0; i < region.num_operands(); ++i) {
-    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(device, region.operand_bytes(i));
-    ASSERT_TRUE(b.ok()) << b.status();
-    ASSERT_TRUE(b->Fill(0x3f).ok());  // bf16 0.746
-    operands.push_back(*std::move(b));
-  }
-  const int32_t host_positions[2] = {5, kCapacity};
-  ASSERT_TRUE(operands[5].CopyFromHost(host_positions, 8).ok());
-  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, region.result_bytes(0));
-  absl::StatusOr<DeviceBuffer> workspace =
-      DeviceBuffer::Allocate(device, family->WorkspaceBytes(tactic, region));
-  absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
-  ASSERT_TRUE(out.ok() && workspace.ok() && error.ok());
-  ASSERT_TRUE(out->Fill(0xff).ok());
-  ASSERT_TRUE(workspace->Fill(0xff).ok());
-  ASSERT_TRUE(error->Fill(0).ok());
-  RegionBuffers buffers;
-  for (DeviceBuffer& b : operands) buffers.operands.push_back(b.data());
-  buffers.results = {out->data()};
-  buffers.workspace = workspace->data();
-  buffers.error = error->as<int>();
-  ASSERT_NO_FATAL_FAILURE(RunOnce(*family, region, tactic, buffers));
-  int error_word = 0;
-  ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
-  EXPECT_EQ(error_word, 2);
-  std::vector<uint16_t> o(2 * kHeads * kV);
-  ASSERT_TRUE(out->CopyToHost(o.data(), static_cast<int64_t>(o.size()) * 2).ok());
-  for (size_t e = 0; e < kHeads * kV; ++e) {
-    EXPECT_NE(o[e] & 0x7f80, 0x7f80) << "token 0, element " << e << " is not finite";
-    EXPECT_NE(o[e], 0) << "token 0, element " << e;
-    EXPECT_EQ(o[kHeads * kV + e], 0) << "token 1, element " << e;
+  for (const int mma : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("mma ", mma));
+    const Tactic tactic{"mla_attention",
+                        family->version(),
+                        {{"combine_rows", 8},
+                         {"heads_per_cta", mma ? 16 : 4},
+                         {"kv_chunk", mma ? 32 : 8},
+                         {"mma", mma},
+                         {"splits", mma ? 1 : 2},  // a 32-row chunk covers the cache
+                         {"threads", mma ? 128 : 64}}};
+    ASSERT_TRUE(family->ValidateTactic(tactic, region, GpuEnvironment::Target()).ok());
+    const Device& device = GpuEnvironment::device();
+    std::vector<DeviceBuffer> operands;
+    for (int i = 0; i < region.num_operands(); ++i) {
+      absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(device, region.operand_bytes(i));
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE(b->Fill(0x3f).ok());  // bf16 0.746
+      operands.push_back(*std::move(b));
+    }
+    const int32_t host_positions[2] = {5, kCapacity};
+    ASSERT_TRUE(operands[5].CopyFromHost(host_positions, 8).ok());
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, region.result_bytes(0));
+    absl::StatusOr<DeviceBuffer> workspace =
+        DeviceBuffer::Allocate(device, family->WorkspaceBytes(tactic, region));
+    absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
+    ASSERT_TRUE(out.ok() && workspace.ok() && error.ok());
+    ASSERT_TRUE(out->Fill(0xff).ok());
+    ASSERT_TRUE(workspace->Fill(0xff).ok());
+    ASSERT_TRUE(error->Fill(0).ok());
+    RegionBuffers buffers;
+    for (DeviceBuffer& b : operands) buffers.operands.push_back(b.data());
+    buffers.results = {out->data()};
+    buffers.workspace = workspace->data();
+    buffers.error = error->as<int>();
+    ASSERT_NO_FATAL_FAILURE(RunOnce(*family, region, tactic, buffers));
+    int error_word = 0;
+    ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
+    EXPECT_EQ(error_word, 2);
+    std::vector<uint16_t> o(2 * kHeads * kV);
+    ASSERT_TRUE(out->CopyToHost(o.data(), static_cast<int64_t>(o.size()) * 2).ok());
+    for (size_t e = 0; e < kHeads * kV; ++e) {
+      EXPECT_NE(o[e] & 0x7f80, 0x7f80) << "token 0, element " << e << " is not finite";
+      EXPECT_NE(o[e], 0) << "token 0, element " << e;
+      EXPECT_EQ(o[kHeads * kV + e], 0) << "token 1, element " << e;
+    }
   }
 }
 

@@ -34,12 +34,6 @@
 
 namespace tileplan {
 
-// XOR mask of the 16-byte chunk swizzle for rows of `chunks` chunks: the largest of 7, 3, 1
-// that keeps a chunk inside its row.
-__host__ __device__ constexpr int flash_swizzle_mask(int chunks) {
-  return chunks % 8 == 0 ? 7 : chunks % 4 == 0 ? 3 : chunks % 2 == 0 ? 1 : 0;
-}
-
 // Dynamic shared memory of attention_prefill_flash, in bytes.
 __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int tile_q, int tile_kv,
                                                            int stages, int element_bytes) {
@@ -62,8 +56,8 @@ __host__ __device__ constexpr int flash_prefill_smem_bytes(int head_dim, int til
 // launcher raises the kernel's limit).
 // REQUIRES: T is bf16 or f16; q_heads % kv_heads == 0; q_stride % 8 == 0; pointers aligned
 // to 16 bytes.
-template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps,
-          bool kPackGqa, int kSplits>
+template <typename T, int kHeadDim, int kTileQ, int kTileKv, int kStages, int kWarps, bool kPackGqa,
+          int kSplits>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_prefill_flash(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   grid_dependency_sync();
@@ -74,7 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kDTiles = kHeadDim / 8;            // n-tiles of O
   constexpr int kPSteps = kTileKv / 16;            // k-steps of P V
   constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks per row
-  constexpr int kMask = flash_swizzle_mask(kChunks);
+  constexpr int kMask = chunk_swizzle_mask(kChunks);
   static_assert(kHeadDim % 16 == 0 && kTileKv % 16 == 0, "mma tile multiples");
   static_assert(kMTiles >= 1 && kTileQ % (16 * kWarps) == 0, "16 * kWarps divides kTileQ");
   static_assert(kStages >= 1 && kStages <= 4, "stages");
@@ -88,9 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   T* kv_s = q_s + kTileQ * kHeadDim;          // [kStages][2][kTileKv][kHeadDim]
   __shared__ int s_range[2];
   // Element (row, col) of a swizzled [rows][kHeadDim] tile.
-  auto at = [](T* tile, int row, int col) {
-    return tile + row * kHeadDim + ((((col >> 3) ^ (row & kMask)) << 3) | (col & 7));
-  };
+  auto at = [](T* tile, int row, int col) { return swizzled<kHeadDim, kMask>(tile, row, col); };
 
   const int group = q_heads / kv_heads;
   const int b = blockIdx.z;
@@ -360,8 +352,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   // Row r of the output: (token, query head) -> its kHeadDim elements.
   auto out_row = [&](int row) {
-    return out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads +
-                  row_head(row)) *
+    return out + ((static_cast<long long>(b) * tokens + row_token(row)) * q_heads + row_head(row)) *
                      kHeadDim;
   };
   if constexpr (kSplits == 1) {

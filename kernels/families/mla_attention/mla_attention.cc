@@ -1,10 +1,11 @@
 // mla_attention: multi-head latent attention (docs/ir.md `mla_attention`) with the
-// up-projection w_kv_b absorbed into the queries and the output, on CUDA cores, in three
-// launches (mla_attention_absorbed.cuh): mla_absorb_q forms every (token, head)'s latent query
-// once, mla_attend_split_kv streams the latent and rope cache rows split over CTAs (a group of
-// heads per CTA sharing every row it reads; splits of the rows for decode, token tiles for
-// prefill) with an online softmax and writes per-split records, and mla_combine_project
-// merges the records and applies W_V. The main launch (Geometry) is the split-KV one.
+// up-projection w_kv_b absorbed into the queries and the output, in three launches:
+// mla_absorb_q forms every (token, head)'s latent query once, a split-KV kernel streams the
+// latent and rope cache rows split over CTAs with an online softmax and writes per-split
+// records, and mla_combine_project merges the records and applies W_V. The split-KV kernel
+// (the main launch, Geometry) is mla_attend_split_kv_mma on tensor cores (`mma` 1: 16 query
+// rows of one sequence per CTA, mla_attention_mma.cuh) or mla_attend_split_kv on CUDA cores
+// (`mma` 0: a group of heads per CTA, any dtype and dims, mla_attention_absorbed.cuh).
 #include <algorithm>
 #include <numbers>
 
@@ -22,17 +23,30 @@ namespace tileplan::kernels::internal {
 namespace {
 
 constexpr absl::string_view kSource = "mla_attention_absorbed.cuh";
+constexpr absl::string_view kMmaSource = "mla_attention_mma.cuh";
 constexpr int64_t kMaxLatentDim = 4 * 512;  // kMlaPvVec dims for each of at most 512 threads
 constexpr int64_t kMaxNopeDim = 512;        // the absorb kernel stages 16 tokens' q_nope
+// The tensor-core path's default splits: enough CTAs to fill the machine, but each split
+// with at least kMinSplitRows rows of the planned context and at most kMaxDefaultSplits
+// splits, so that the records and their merge stay small.
+constexpr int64_t kMinSplitRows = 64;
+constexpr int64_t kMaxDefaultSplits = 32;
+// The tensor-core path's latent output accumulators per thread (16 rows by C / warps columns
+// over a warp's 32 lanes) at most: more would spill.
+constexpr int64_t kMaxMmaAccumulators = 128;
 
 struct MlaShape {
   int64_t batch = 0, tokens = 0, heads = 0;
   int64_t nope = 0, rope = 0, latent = 0, v_dim = 0, capacity = 0;
-  int64_t context = 0;  // attention span of the last new token
-  int64_t es = 2;       // activation element size
+  int64_t context = 0;        // attention span of the last new token
+  int64_t es = 2;             // activation element size
+  int64_t w_es = 2;           // weight element size
+  bool tensor_dtype = false;  // activations in bf16 or f16 (mma.sync inputs)
 
   // New tokens sit at positions [context - tokens, context - 1].
   int64_t first_position() const { return std::max<int64_t>(0, context - tokens); }
+  // The tensor-core path's 16-row tiles of (token, head) pairs per sequence.
+  int64_t mma_tiles() const { return CeilDiv(tokens * heads, kMlaMmaRows); }
 };
 
 MlaShape ShapeOf(const BoundRegion& r) {
@@ -47,12 +61,32 @@ MlaShape ShapeOf(const BoundRegion& r) {
   s.latent = r.operand(2).shape[3];
   s.v_dim = r.result(0).shape[3];
   s.context = std::min(std::max(r.bound_graph().context(), s.tokens), s.capacity);
-  s.es = ir::DTypeSize(r.operand_dtype(0));
+  const ir::DType dtype = r.operand_dtype(0);
+  s.es = ir::DTypeSize(dtype);
+  s.w_es = ir::DTypeSize(r.operand_dtype(4));
+  s.tensor_dtype = dtype == ir::DType::kBF16 || dtype == ir::DType::kF16;
   return s;
 }
 
-// How a tactic's heads_per_cta tiles the queries: `heads` heads per CTA, `tokens` new tokens
-// per CTA (as many as kMlaMaxQueries queries allow), and the CTAs that one split has.
+// The tactic's parameters.
+struct MlaParams {
+  int64_t combine_rows = 0, heads = 0, chunk = 0, mma = 0, splits = 0, threads = 0;
+};
+
+MlaParams ParamsOf(const Tactic& t) {
+  MlaParams p;
+  p.combine_rows = t.params.at("combine_rows");
+  p.heads = t.params.at("heads_per_cta");
+  p.chunk = t.params.at("kv_chunk");
+  p.mma = t.params.at("mma");
+  p.splits = t.params.at("splits");
+  p.threads = t.params.at("threads");
+  return p;
+}
+
+// How the CUDA-core path's heads_per_cta tiles the queries: `heads` heads per CTA, `tokens`
+// new tokens per CTA (as many as kMlaMaxQueries queries allow), and the CTAs that one split
+// has.
 struct Tiling {
   int64_t heads = 1, tokens = 1, tiles = 1, groups = 1;
   int64_t queries() const { return heads * tokens; }
@@ -73,15 +107,62 @@ MlaAttendLayout LayoutOf(const MlaShape& s, const Tiling& t, int64_t kv_chunk, i
                             static_cast<int>(kv_chunk), static_cast<int>(threads));
 }
 
+int64_t MmaSharedBytes(const MlaShape& s, int64_t kv_chunk, int64_t threads) {
+  return MlaMmaLayoutFor(static_cast<int>(s.es), static_cast<int>(s.latent),
+                         static_cast<int>(s.rope), static_cast<int>(kv_chunk),
+                         static_cast<int>(threads / 32))
+      .total;
+}
+
+// The split-KV launch's CTAs per split, and its dynamic shared memory.
+int64_t CtasPerSplit(const MlaShape& s, const MlaParams& p) {
+  if (p.mma) return s.batch * s.mma_tiles();
+  const Tiling t = TilingOf(s, p.heads);
+  return s.batch * t.tiles * t.groups;
+}
+
+int64_t AttendSharedBytes(const MlaShape& s, const MlaParams& p) {
+  return p.mma ? MmaSharedBytes(s, p.chunk, p.threads)
+               : LayoutOf(s, TilingOf(s, p.heads), p.chunk, p.threads).total;
+}
+
+// The combine's grid for `rows` feature rows per CTA, and its dynamic shared memory.
+int64_t CombineCtas(const MlaShape& s, int64_t rows) {
+  return CeilDiv(s.v_dim, rows) * s.heads * CeilDiv(s.batch * s.tokens, kMlaCombineTokens);
+}
+
+int64_t CombineSharedBytes(const MlaShape& s, int64_t rows) {
+  return MlaCombineSharedBytes(static_cast<int>(s.latent), static_cast<int>(rows),
+                               static_cast<int>(s.w_es));
+}
+
+// Why the tensor-core path cannot take the region with `threads` threads ("" when it can).
+std::string MmaRefusal(const MlaShape& s, int64_t threads) {
+  if (!s.tensor_dtype) return "the activations are not bf16 or f16 (mma.sync inputs)";
+  const int64_t warps = threads / 32;
+  if (s.latent % (8 * warps) != 0) {
+    return absl::StrCat("latent dim C = ", s.latent, " is not a multiple of ", 8 * warps,
+                        " (each of ", warps, " warps takes C / ", warps,
+                        " latent columns in 8-column n-tiles)");
+  }
+  if (s.latent > kMaxMmaAccumulators * 2 * warps) {
+    return absl::StrCat("latent dim C = ", s.latent, " needs ", s.latent / (2 * warps),
+                        " float accumulators per thread with ", warps, " warps, more than ",
+                        kMaxMmaAccumulators);
+  }
+  return "";
+}
+
 struct Row {
   absl::string_view arch;
-  int64_t threads, kv_chunk;
+  int64_t threads, kv_chunk;          // mla_attend_split_kv
+  int64_t mma_threads, mma_kv_chunk;  // mla_attend_split_kv_mma
 };
-constexpr Row kRows[] = {{"sm_80", 256, 32},
-                         {"sm_90", 256, 64},
-                         {"sm_100", 256, 64},
-                         {"sm_120", 256, 32},
-                         {"default", 128, 16}};
+constexpr Row kRows[] = {{"sm_80", 256, 32, 128, 64},
+                         {"sm_90", 256, 64, 128, 64},
+                         {"sm_100", 256, 64, 128, 64},
+                         {"sm_120", 256, 32, 128, 32},
+                         {"default", 128, 16, 128, 32}};
 
 // The smallest chunk a block of `threads` may take: at most 32 lanes per row.
 int64_t MinChunk(int64_t threads) { return std::max<int64_t>(8, threads / 32); }
@@ -98,11 +179,17 @@ int64_t RowThreads(const Row& row, const MlaShape& s) {
   return std::max(row.threads, NextPowerOfTwo(CeilDiv(s.latent, kMlaPvVec)));
 }
 
+int64_t MaxSplits(const MlaShape& s, int64_t chunk) {
+  return std::max<int64_t>(1, CeilDiv(s.capacity, chunk));
+}
+
 absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
                                          const RegionBuffers* buffers) {
   LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t combine_rows, b.Param("combine_rows"));
   TP_ASSIGN_OR_RETURN(const int64_t heads_per_cta, b.Param("heads_per_cta"));
   TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
+  TP_ASSIGN_OR_RETURN(const int64_t mma, b.Param("mma"));
   TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
   TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
   const MlaShape s = ShapeOf(r);
@@ -120,55 +207,84 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   if (s.latent % 8 != 0 || s.rope % 8 != 0) {
     return b.Error("latent dim ", s.latent, " and rope dim ", s.rope, " must be multiples of 8");
   }
+  if (mma) {
+    const std::string refusal = MmaRefusal(s, threads);
+    if (!refusal.empty()) return b.Error("mma = 1: ", refusal);
+  }
   TP_RETURN_IF_ERROR(b.CheckOperands(16, {2, 3, 4}));
   TP_RETURN_IF_ERROR(b.CheckOperands(4, {5}));
   TP_RETURN_IF_ERROR(b.CheckResults(s.es, {0}));
-  TP_ASSIGN_OR_RETURN(void* const workspace_bytes, b.Workspace("mla_attention"));
-  float* const workspace = static_cast<float*>(workspace_bytes);
+  TP_ASSIGN_OR_RETURN(void* const workspace, b.Workspace("mla_attention"));
   TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
   const float log2e_scale = static_cast<float>(scale * std::numbers::log2e);
   const int64_t tokens = s.batch * s.tokens;
-  float* q_lat = workspace;
-  float* partials = workspace == nullptr ? nullptr : workspace + tokens * s.heads * s.latent;
-  // Strides of the heads within a token (any, for a single head).
-  const int64_t nope_head_stride = r.operand(0).strides[2];
-  const int64_t rope_head_stride = r.operand(1).strides[2];
+  // The queries (T with the rope part for the tensor cores, else float32 latent only), then
+  // the records, 16-byte aligned.
+  const int64_t q_bytes = mma ? CeilDiv(tokens * s.heads * (s.latent + s.rope) * s.es, 16) * 16
+                              : tokens * s.heads * s.latent * 4;
+  void* const q_lat = workspace;
+  float* const partials =
+      workspace == nullptr
+          ? nullptr
+          : reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + q_bytes);
+  const absl::string_view source = mma ? kMmaSource : kSource;
 
   MlaAbsorbQParams absorb{};
   absorb.q_nope = b.Operand(0);
   absorb.q_nope_token_stride = nope_stride;
-  absorb.q_nope_head_stride = nope_head_stride;
+  absorb.q_nope_head_stride = r.operand(0).strides[2];
+  absorb.q_rope = b.Operand(1);
+  absorb.q_rope_token_stride = rope_stride;
+  absorb.q_rope_head_stride = r.operand(1).strides[2];
   absorb.w_kv_b = b.Operand(4);
   absorb.q_lat = q_lat;
   absorb.tokens = static_cast<int>(tokens);
   absorb.heads = static_cast<int>(s.heads);
   absorb.nope_dim = static_cast<int>(s.nope);
   absorb.v_dim = static_cast<int>(s.v_dim);
+  absorb.rope_dim = mma ? static_cast<int>(s.rope) : 0;
   absorb.log2e_scale = log2e_scale;
-  b.Launch(kSource,
-           absl::StrCat("tileplan::mla_absorb_q<", type, ", ", w_type, ", ", s.latent, ">"),
+  b.Launch(source,
+           absl::StrCat("tileplan::mla_absorb_q<", type, ", ", w_type, ", ", mma ? type : "float",
+                        ", ", s.latent, ">"),
            {CeilDiv(s.latent, kMlaAbsorbCols), s.heads, CeilDiv(tokens, kMlaAbsorbTokens)},
            {kMlaAbsorbThreads, 1, 1}, MlaAbsorbSharedBytes(static_cast<int>(s.nope)), absorb);
 
-  MlaAttendParams attend{};
-  attend.q_lat = q_lat;
-  attend.q_rope = b.Operand(1);
-  attend.q_rope_token_stride = rope_stride;
-  attend.q_rope_head_stride = rope_head_stride;
-  attend.latent_cache = b.Operand(2);
-  attend.rope_cache = b.Operand(3);
-  attend.positions = static_cast<const int*>(b.Operand(5));
-  attend.partials = partials;
-  attend.tokens = static_cast<int>(s.tokens);
-  attend.heads = static_cast<int>(s.heads);
-  attend.capacity = static_cast<int>(s.capacity);
-  attend.log2e_scale = log2e_scale;
-  attend.error = b.error();
-  b.Launch(kSource,
-           absl::StrCat("tileplan::mla_attend_split_kv<", type, ", ", s.latent, ", ", s.rope, ", ",
-                        tiling.heads, ", ", tiling.tokens, ", ", kv_chunk, ", ", threads, ">"),
-           {splits, tiling.groups, s.batch * tiling.tiles}, {threads, 1, 1},
-           LayoutOf(s, tiling, kv_chunk, threads).total, attend);
+  // The fields both split-KV kernels take.
+  auto caches_and_records = [&](auto& attend) {
+    attend.latent_cache = b.Operand(2);
+    attend.rope_cache = b.Operand(3);
+    attend.positions = static_cast<const int*>(b.Operand(5));
+    attend.partials = partials;
+    attend.tokens = static_cast<int>(s.tokens);
+    attend.heads = static_cast<int>(s.heads);
+    attend.capacity = static_cast<int>(s.capacity);
+    attend.error = b.error();
+  };
+  if (mma) {
+    MlaAttendMmaParams attend{};
+    attend.q = q_lat;
+    caches_and_records(attend);
+    b.Launch(source,
+             absl::StrCat("tileplan::mla_attend_split_kv_mma<", type, ", ", s.latent, ", ", s.rope,
+                          ", ", kv_chunk, ", ", threads / 32, ">"),
+             {splits, s.mma_tiles(), s.batch}, {threads, 1, 1},
+             MmaSharedBytes(s, kv_chunk, threads), attend);
+  } else {
+    MlaAttendParams attend{};
+    attend.q_lat = static_cast<const float*>(q_lat);
+    attend.q_rope = b.Operand(1);
+    attend.q_rope_token_stride = rope_stride;
+    attend.q_rope_head_stride = r.operand(1).strides[2];
+    attend.log2e_scale = log2e_scale;
+    caches_and_records(attend);
+    b.Launch(
+        source,
+        absl::StrCat("tileplan::mla_attend_split_kv<", type, ", ", s.latent, ", ", s.rope, ", ",
+                     tiling.heads, ", ", tiling.tokens, ", ", kv_chunk, ", ", threads, ">"),
+        {splits, tiling.groups, s.batch * tiling.tiles}, {threads, 1, 1},
+        LayoutOf(s, tiling, kv_chunk, threads).total, attend);
+  }
   b.MarkMainLaunch();
 
   MlaCombineParams combine{};
@@ -184,73 +300,103 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   combine.capacity = static_cast<int>(s.capacity);
   combine.heads_per_cta = static_cast<int>(tiling.heads);
   combine.tokens_per_cta = static_cast<int>(tiling.tokens);
+  combine.packed = mma ? 1 : 0;
   combine.kv_chunk = static_cast<int>(kv_chunk);
   combine.splits = static_cast<int>(splits);
-  b.Launch(kSource,
+  combine.rows_per_cta = static_cast<int>(combine_rows);
+  b.Launch(source,
            absl::StrCat("tileplan::mla_combine_project<", type, ", ", w_type, ", ", s.latent, ">"),
-           {CeilDiv(s.v_dim, kMlaCombineRows), s.heads, CeilDiv(tokens, kMlaCombineTokens)},
-           {kMlaCombineThreads, 1, 1}, MlaCombineSharedBytes(static_cast<int>(s.latent)), combine);
+           {CeilDiv(s.v_dim, combine_rows), s.heads, CeilDiv(tokens, kMlaCombineTokens)},
+           {kMlaCombineThreads, 1, 1}, CombineSharedBytes(s, combine_rows), combine);
   return std::move(b).Finish();
 }
 
 class MlaAttentionFamily final : public TemplateFamilyBase {
  public:
   MlaAttentionFamily()
-      : TemplateFamilyBase("mla_attention", 1, {"mla_attention"},
-                           {"heads_per_cta", "kv_chunk", "splits", "threads"}) {}
+      : TemplateFamilyBase(
+            "mla_attention", 2, {"mla_attention"},
+            {"combine_rows", "heads_per_cta", "kv_chunk", "mma", "splits", "threads"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
-    const Tiling tiling = TilingOf(s, t.params.at("heads_per_cta"));
-    const int64_t chunk = t.params.at("kv_chunk"), threads = t.params.at("threads");
+    const MlaParams p = ParamsOf(t);
     LaunchGeometry g;
-    g.grid = {t.params.at("splits"), tiling.groups, s.batch * tiling.tiles};
-    g.block = {threads, 1, 1};
-    g.dynamic_shared_memory_bytes = LayoutOf(s, tiling, chunk, threads).total;
+    if (p.mma) {
+      g.grid = {p.splits, s.mma_tiles(), s.batch};
+    } else {
+      const Tiling tiling = TilingOf(s, p.heads);
+      g.grid = {p.splits, tiling.groups, s.batch * tiling.tiles};
+    }
+    g.block = {p.threads, 1, 1};
+    g.dynamic_shared_memory_bytes = AttendSharedBytes(s, p);
     return g;
   }
   // DRAM: the queries, positions and output, w_kv_b once (W_K by the absorb kernel, W_V by the
   // combine), and every sequence's cache rows up to the last position once. In L2, not
-  // counted: the re-reads of each cache row by the other head groups and token tiles of its
-  // sequence (none with one group and one tile, the decode default for up to 16 heads), of
-  // W_K and W_V by every 16 (absorb) or 4 (combine) tokens, and the workspace (latent queries
-  // and records). Flops as executed: the absorption and the projection per (token, head),
-  // and per CTA the scores of every query slot with every row of its chunks and P · latent
-  // over the rows it sees.
+  // counted: the re-reads of each cache row by the other query tiles (and, on CUDA cores, head
+  // groups) of its sequence (none with one tile, the decode default for up to 16 heads), of
+  // W_K and W_V by every 16 (absorb) or 4 (combine) tokens, and the workspace (queries and
+  // records). Flops as executed: the absorption and the projection per (token, head); on
+  // tensor cores, per CTA the 16 query rows against every row of its chunks, scores and
+  // P · latent (whole chunks); on CUDA cores the scores of every query slot with every row of
+  // its chunks and P · latent over the rows it sees; and the merge.
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
-    const Tiling tiling = TilingOf(s, t.params.at("heads_per_cta"));
-    const int64_t chunk = t.params.at("kv_chunk");
-    const int64_t splits = t.params.at("splits");
+    const MlaParams p = ParamsOf(t);
     WorkEstimate w;
     w.bytes = r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4) + r.operand_bytes(5) +
               r.result_bytes(0) + s.batch * s.context * (s.latent + s.rope) * s.es;
     const int64_t tokens = s.batch * s.tokens;
-    // Rows seen by each tile: up to the position of its last token.
+    w.flops = 2 * tokens * s.heads * s.latent * (s.nope + s.v_dim);
+    // The rows a tile sees: up to the position of its last token.
+    auto chunks_to = [&](int64_t last_token) {
+      return CeilDiv(std::min(s.capacity, s.first_position() + last_token + 1), p.chunk);
+    };
+    if (p.mma) {
+      const int64_t rows = s.tokens * s.heads;
+      int64_t visited = 0, merged = 0;
+      for (int64_t tile = 0; tile < s.mma_tiles(); ++tile) {
+        const int64_t end = std::min(rows, (tile + 1) * kMlaMmaRows);
+        const int64_t chunks = chunks_to((end - 1) / s.heads);
+        visited += chunks * p.chunk;
+        merged += std::min(p.splits, chunks) * (end - tile * kMlaMmaRows);
+      }
+      w.flops +=
+          s.batch * (2 * kMlaMmaRows * visited * (2 * s.latent + s.rope) + 2 * merged * s.latent);
+      w.tensor_core = true;
+      return w;
+    }
+    const Tiling tiling = TilingOf(s, p.heads);
     int64_t visited = 0, seen = 0, merged = 0;
     for (int64_t tile = 0; tile < tiling.tiles; ++tile) {
       const int64_t last = std::min(s.tokens, (tile + 1) * tiling.tokens) - 1;
-      const int64_t rows = std::min(s.capacity, s.first_position() + last + 1);
-      const int64_t chunks = CeilDiv(rows, chunk);
-      visited += chunks * chunk;
-      seen += rows;
-      merged += std::min(splits, chunks) * std::min(tiling.tokens, s.tokens - tile * tiling.tokens);
+      const int64_t chunks = chunks_to(last);
+      visited += chunks * p.chunk;
+      seen += std::min(s.capacity, s.first_position() + last + 1);
+      merged +=
+          std::min(p.splits, chunks) * std::min(tiling.tokens, s.tokens - tile * tiling.tokens);
     }
     const int64_t slots = s.batch * tiling.groups * tiling.queries();  // query slots per tile
-    w.flops = 2 * tokens * s.heads * s.latent * (s.nope + s.v_dim) +
-              2 * slots * (visited * (s.latent + s.rope) + seen * s.latent) +
-              2 * s.batch * merged * s.heads * s.latent;
+    w.flops += 2 * slots * (visited * (s.latent + s.rope) + seen * s.latent) +
+               2 * s.batch * merged * s.heads * s.latent;
     return w;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 3; }
-  // The latent queries [B·T, Hq, C] and the records [B · tiles, groups, splits, queries, C + 4],
-  // in floats.
+  // The queries ([B·T, Hq, C + Dr] in the activation dtype on tensor cores, rounded up to 16
+  // bytes; [B·T, Hq, C] floats on CUDA cores), then the records: [B, tiles, splits, 16, C + 4]
+  // floats on tensor cores, [B · tiles, groups, splits, queries, C + 4] on CUDA cores.
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
-    const Tiling tiling = TilingOf(s, t.params.at("heads_per_cta"));
-    return (s.batch * s.tokens * s.heads * s.latent + s.batch * tiling.tiles * tiling.groups *
-                                                          t.params.at("splits") * tiling.queries() *
-                                                          (s.latent + 4)) *
+    const MlaParams p = ParamsOf(t);
+    const int64_t tokens = s.batch * s.tokens;
+    if (p.mma) {
+      return CeilDiv(tokens * s.heads * (s.latent + s.rope) * s.es, 16) * 16 +
+             s.batch * s.mma_tiles() * p.splits * kMlaMmaRows * (s.latent + 4) * 4;
+    }
+    const Tiling tiling = TilingOf(s, p.heads);
+    return (tokens * s.heads * s.latent +
+            s.batch * tiling.tiles * tiling.groups * p.splits * tiling.queries() * (s.latent + 4)) *
            4;
   }
 
@@ -282,14 +428,22 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
         return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
       }
     }
-    // The smallest tactic of the target's row: one head per CTA, the smallest chunks.
+    const int64_t limit = target.shared_memory_per_block_bytes();
+    // The smallest split-KV tactic of the target's row: one head per CTA, the smallest chunks.
     const int64_t threads = RowThreads(RowOf(ArchRowFor(target.sm())), s);
     const int64_t smallest = LayoutOf(s, TilingOf(s, 1), MinChunk(threads), threads).total;
-    if (smallest > target.shared_memory_per_block_bytes()) {
+    if (smallest > limit) {
       return Refuse(absl::StrCat("latent dim C = ", s.latent, " and rope dim Dr = ", s.rope,
                                  " need ", smallest, " bytes of shared memory per block (two ",
                                  MinChunk(threads), "-row chunks), more than the target's ",
-                                 target.shared_memory_per_block_bytes()));
+                                 limit));
+    }
+    const int64_t combine = CombineSharedBytes(s, kMlaCombineMinRows);
+    if (combine > limit) {
+      return Refuse(absl::StrCat("latent dim C = ", s.latent, " needs ", combine,
+                                 " bytes of shared memory per block in the combine (",
+                                 kMlaCombineMinRows, " W_V rows and ", kMlaCombineTokens,
+                                 " merged latent rows), more than the target's ", limit));
     }
     return RequireInnerContiguous(r, {0, 1});
   }
@@ -297,10 +451,40 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
                    int64_t shared_memory) const override {
     const Row& row = RowOf(arch);
     const MlaShape s = ShapeOf(r);
-    // Every head of a group shares the rows it reads: up to 16 heads (the queries of a CTA).
+    const int64_t sms = target.sm_count();
+    // The combine: the most W_V rows per CTA (the fewest re-reads of the records) that still
+    // give every SM a CTA and fit the shared memory.
+    int64_t combine_rows = kMlaCombineMaxRows;
+    while (combine_rows > kMlaCombineMinRows &&
+           (CombineCtas(s, combine_rows) < sms ||
+            CombineSharedBytes(s, combine_rows) > shared_memory)) {
+      combine_rows /= 2;
+    }
+    const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
+
+    // Tensor cores where the region allows: the row's block and chunk, the chunk halved to 32
+    // while the shared memory exceeds the row's.
+    int64_t threads = row.mma_threads, chunk = row.mma_kv_chunk;
+    if (chunk > 32 && MmaSharedBytes(s, chunk, threads) > shared_memory) chunk = 32;
+    if (MmaRefusal(s, threads).empty() && MmaSharedBytes(s, chunk, threads) <= shared_memory) {
+      const int64_t per_split = s.batch * s.mma_tiles();
+      const int64_t wanted = CeilDiv(sms, per_split);
+      const int64_t by_rows = std::max<int64_t>(1, context / kMinSplitRows);
+      const int64_t splits = std::clamp<int64_t>(std::min(wanted, by_rows), 1,
+                                                 std::min(kMaxDefaultSplits, MaxSplits(s, chunk)));
+      return MakeTactic({{"combine_rows", combine_rows},
+                         {"heads_per_cta", kMlaMmaRows},
+                         {"kv_chunk", chunk},
+                         {"mma", 1},
+                         {"splits", splits},
+                         {"threads", threads}});
+    }
+
+    // CUDA cores. Every head of a group shares the rows it reads: up to 16 heads (the
+    // queries of a CTA).
     int64_t heads = std::min<int64_t>(kMlaMaxQueries, NextPowerOfTwo(s.heads));
-    const int64_t threads = RowThreads(row, s);
-    int64_t chunk = std::max(row.kv_chunk, MinChunk(threads));
+    threads = RowThreads(row, s);
+    chunk = std::max(row.kv_chunk, MinChunk(threads));
     // Shrink to the row's shared memory: the chunk first, then the heads of a group.
     while (LayoutOf(s, TilingOf(s, heads), chunk, threads).total > shared_memory) {
       if (chunk > MinChunk(threads)) {
@@ -315,76 +499,109 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
     // is planned for spans two chunks per split; no more splits than the cache has chunks.
     const Tiling tiling = TilingOf(s, heads);
     const int64_t per_split = s.batch * tiling.tiles * tiling.groups;
-    const int64_t wanted = CeilDiv(target.sm_count(), std::max<int64_t>(1, per_split));
-    const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
+    const int64_t wanted = CeilDiv(sms, std::max<int64_t>(1, per_split));
     while (chunk > MinChunk(threads) && context < 2 * wanted * chunk) chunk /= 2;
     const int64_t splits =
         std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMlaMaxSplits, MaxSplits(s, chunk)));
-    return MakeTactic(
-        {{"heads_per_cta", heads}, {"kv_chunk", chunk}, {"splits", splits}, {"threads", threads}});
+    return MakeTactic({{"combine_rows", combine_rows},
+                       {"heads_per_cta", heads},
+                       {"kv_chunk", chunk},
+                       {"mma", 0},
+                       {"splits", splits},
+                       {"threads", threads}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
-    return {{"heads_per_cta", {1, 2, 4, 8, 16}},
+    return {{"combine_rows", {8, 16, 32, 64}},
+            {"heads_per_cta", {1, 2, 4, 8, 16}},
             {"kv_chunk", {8, 16, 32, 64}},
+            {"mma", {0, 1}},
             {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
             {"threads", {128, 256, 512}}};
   }
   // A split S > 1 pays only while S / 2 splits leave SMs without a CTA, and while the
-  // planned context has a chunk for each split.
+  // planned context has a chunk for each split; more W_V rows per combine CTA only while
+  // its grid keeps at least half the SMs (or half the 8-row grid) busy.
   bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
                       const TargetDescription& target) const override {
     const MlaShape s = ShapeOf(r);
-    const Tiling tiling = TilingOf(s, t.params.at("heads_per_cta"));
-    const int64_t splits = t.params.at("splits");
-    const int64_t per_split = s.batch * tiling.tiles * tiling.groups;
-    const int64_t chunks = CeilDiv(std::max<int64_t>(1, s.context), t.params.at("kv_chunk"));
-    return splits == 1 || (splits / 2 * per_split < target.sm_count() && splits <= chunks);
+    const MlaParams p = ParamsOf(t);
+    const int64_t per_split = CtasPerSplit(s, p);
+    const int64_t chunks = CeilDiv(std::max<int64_t>(1, s.context), p.chunk);
+    const bool splits_pay =
+        p.splits == 1 || (p.splits / 2 * per_split < target.sm_count() && p.splits <= chunks);
+    const int64_t busy = std::min<int64_t>(target.sm_count(), CombineCtas(s, kMlaCombineMinRows));
+    const bool rows_pay =
+        p.combine_rows == kMlaCombineMinRows || 2 * CombineCtas(s, p.combine_rows) >= busy;
+    return splits_pay && rows_pay;
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
     const MlaShape s = ShapeOf(r);
-    const int64_t heads = t.params.at("heads_per_cta");
-    const int64_t chunk = t.params.at("kv_chunk");
-    const int64_t splits = t.params.at("splits");
-    const int64_t threads = t.params.at("threads");
-    if (!IsPowerOfTwo(heads) || heads > kMlaMaxQueries) {
-      return BadParam("heads_per_cta", heads, absl::StrCat("a power of two <= ", kMlaMaxQueries));
-    }
-    if (!IsPowerOfTwo(threads) || threads < 64 || threads > 512) {
-      return BadParam("threads", threads, "a power of two in [64, 512]");
-    }
-    if (threads * kMlaPvVec < s.latent) {
+    const MlaParams p = ParamsOf(t);
+    const int64_t limit = target.shared_memory_per_block_bytes();
+    if (p.mma != 0 && p.mma != 1) return BadParam("mma", p.mma, "0 or 1");
+    if (!IsPowerOfTwo(p.combine_rows) || p.combine_rows < kMlaCombineMinRows ||
+        p.combine_rows > kMlaCombineMaxRows) {
       return BadParam(
-          "threads", threads,
-          absl::StrCat("at least C / ", kMlaPvVec, " = ", CeilDiv(s.latent, kMlaPvVec),
-                       " (each thread accumulates ", kMlaPvVec, " latent dims of every query)"));
+          "combine_rows", p.combine_rows,
+          absl::StrCat("a power of two in [", kMlaCombineMinRows, ", ", kMlaCombineMaxRows, "]"));
     }
-    if (!IsPowerOfTwo(chunk) || chunk < 8 || chunk > threads || threads / chunk > 32) {
-      return BadParam(
-          "kv_chunk", chunk,
-          absl::StrCat("a power of two in [", MinChunk(threads), ", ",
-                       std::min<int64_t>(threads, 128), "] (1 to 32 lanes of the block per row)"));
+    if (const int64_t bytes = CombineSharedBytes(s, p.combine_rows); bytes > limit) {
+      return BadParam("combine_rows", p.combine_rows,
+                      absl::StrCat("rows whose combine shared memory (", bytes, " bytes) fits ",
+                                   limit, " bytes"));
     }
-    if (chunk > 128) return BadParam("kv_chunk", chunk, "at most 128");
-    const int64_t max_splits = std::min<int64_t>(kMlaMaxSplits, MaxSplits(s, chunk));
-    if (splits < 1 || splits > max_splits) {
-      return BadParam("splits", splits,
+    if (p.mma) {
+      if (p.heads != kMlaMmaRows) {
+        return BadParam("heads_per_cta", p.heads,
+                        absl::StrCat(kMlaMmaRows, " with mma (the query rows of the mma tile)"));
+      }
+      if (p.threads != 128 && p.threads != 256) {
+        return BadParam("threads", p.threads, "128 or 256 with mma");
+      }
+      if (const std::string refusal = MmaRefusal(s, p.threads); !refusal.empty()) {
+        return BadParam("mma", p.mma, absl::StrCat("0 here: ", refusal));
+      }
+      if ((p.chunk != 32 && p.chunk != 64) || p.chunk % (8 * (p.threads / 32)) != 0) {
+        return BadParam("kv_chunk", p.chunk,
+                        absl::StrCat("32 or 64 with mma, at least 8 keys per warp (",
+                                     8 * (p.threads / 32), ")"));
+      }
+    } else {
+      if (!IsPowerOfTwo(p.heads) || p.heads > kMlaMaxQueries) {
+        return BadParam("heads_per_cta", p.heads,
+                        absl::StrCat("a power of two <= ", kMlaMaxQueries));
+      }
+      if (!IsPowerOfTwo(p.threads) || p.threads < 64 || p.threads > 512) {
+        return BadParam("threads", p.threads, "a power of two in [64, 512]");
+      }
+      if (p.threads * kMlaPvVec < s.latent) {
+        return BadParam(
+            "threads", p.threads,
+            absl::StrCat("at least C / ", kMlaPvVec, " = ", CeilDiv(s.latent, kMlaPvVec),
+                         " (each thread accumulates ", kMlaPvVec, " latent dims of every query)"));
+      }
+      if (!IsPowerOfTwo(p.chunk) || p.chunk < 8 || p.chunk > p.threads ||
+          p.threads / p.chunk > 32) {
+        return BadParam("kv_chunk", p.chunk,
+                        absl::StrCat("a power of two in [", MinChunk(p.threads), ", ",
+                                     std::min<int64_t>(p.threads, 128),
+                                     "] (1 to 32 lanes of the block per row)"));
+      }
+      if (p.chunk > 128) return BadParam("kv_chunk", p.chunk, "at most 128");
+    }
+    const int64_t max_splits = std::min<int64_t>(kMlaMaxSplits, MaxSplits(s, p.chunk));
+    if (p.splits < 1 || p.splits > max_splits) {
+      return BadParam("splits", p.splits,
                       absl::StrCat("in [1, ", max_splits, "] (chunks of the cache capacity ",
                                    s.capacity, ", at most ", kMlaMaxSplits, ")"));
     }
-    const int64_t limit = target.shared_memory_per_block_bytes();
-    const int64_t smem = LayoutOf(s, TilingOf(s, heads), chunk, threads).total;
-    if (smem > limit) {
-      return BadParam("kv_chunk", chunk,
-                      absl::StrCat("a chunk and head group whose shared memory (", smem,
-                                   " bytes) fits ", limit, " bytes"));
+    if (const int64_t smem = AttendSharedBytes(s, p); smem > limit) {
+      return BadParam("kv_chunk", p.chunk,
+                      absl::StrCat("a chunk and block whose shared memory (", smem, " bytes) fits ",
+                                   limit, " bytes"));
     }
     return absl::OkStatus();
-  }
-
- private:
-  static int64_t MaxSplits(const MlaShape& s, int64_t chunk) {
-    return std::max<int64_t>(1, CeilDiv(s.capacity, chunk));
   }
 };
 

@@ -39,23 +39,28 @@
 namespace tileplan {
 
 // q_nope: token bt's heads at q_nope + bt · q_nope_token_stride + h · q_nope_head_stride
-// (bt = b · T + t over all `tokens` = B · T tokens; each head's nope_dim elements contiguous);
-// w_kv_b: [heads · (nope_dim + v_dim), kC] rows. Writes q_lat [tokens, heads, kC].
+// (bt = b · T + t over all `tokens` = B · T tokens; each head's nope_dim elements contiguous),
+// q_rope likewise (read only with rope_dim > 0); w_kv_b: [heads · (nope_dim + v_dim), kC]
+// rows. Writes q_lat [tokens, heads, kC + rope_dim] in Q.
 //
 // CTA (x, h, z) computes columns [64 x, 64 x + 64) of head h for tokens [16 z, 16 z + 16), four
 // tokens at a time: thread (phase, cv) sums rows d = phase, phase + phases, ... of its column
 // vector (so a warp instruction reads whole 128-byte row segments), the phases are summed
-// over the lanes of the warp by shuffles and over the warps in shared memory.
+// over the lanes of the warp by shuffles and over the warps in shared memory. The weight
+// never depends on an earlier kernel: before the dependency wait each thread loads its first
+// kMlaAbsorbHeld rows into registers and sends the rest on their way into L2. CTAs with x = 0
+// also write the scaled q_rope of their head and tokens.
 // Launch: grid (ceil(kC / 64), heads, ceil(tokens / 16)), block kMlaAbsorbThreads, dynamic
 // shared memory MlaAbsorbSharedBytes(nope_dim).
 // REQUIRES: kC % 8 == 0; w_kv_b aligned to 16 bytes.
-template <typename T, typename W, int kC>
+template <typename T, typename W, typename Q, int kC>
 __global__ void __launch_bounds__(kMlaAbsorbThreads)
     mla_absorb_q(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_ABSORB_Q_PARAMS)) {
   constexpr int kWVec = 16 / static_cast<int>(sizeof(W));
   constexpr int kColVecs = kMlaAbsorbCols / kWVec;       // column vectors per CTA
   constexpr int kPhases = kMlaAbsorbThreads / kColVecs;  // row phases
   constexpr int kWarps = kMlaAbsorbThreads / 32;
+  constexpr int kHeld = kMlaAbsorbHeld;
   static_assert(kC % 8 == 0 && kColVecs <= 32, "latent dim");
   const int c0 = blockIdx.x * kMlaAbsorbCols;
   const int h = blockIdx.y;
@@ -63,14 +68,21 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
   const int cv = threadIdx.x % kColVecs, phase = threadIdx.x / kColVecs;
   const int c = c0 + cv * kWVec;
   const bool has_cols = c < kC;
+  const long long q_row = kC + rope_dim;  // elements of a q_lat row
   const W* w_k = w_kv_b + static_cast<long long>(h) * (nope_dim + v_dim) * kC;
+  RawVec<W, kWVec> held[kHeld];  // rows phase + i · kPhases of the column vector
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int d = phase + i * kPhases;
+    if (has_cols && d < nope_dim)
+      held[i] = load_raw<W, kWVec>(w_k + static_cast<long long>(d) * kC + c);
+  }
   {
-    // The weight never depends on an earlier kernel: its rows start on their way into L2
-    // before the dependency wait.
     constexpr int kLines = (kMlaAbsorbCols * static_cast<int>(sizeof(W)) + 127) / 128;
-    for (int i = threadIdx.x; i < nope_dim * kLines; i += kMlaAbsorbThreads) {
+    constexpr int kFirst = kHeld * kPhases;  // rows not held in registers start here
+    for (int i = threadIdx.x; i < (nope_dim - kFirst) * kLines; i += kMlaAbsorbThreads) {
       const int col = c0 + (i % kLines) * (128 / static_cast<int>(sizeof(W)));
-      if (col < kC) prefetch_l2(w_k + static_cast<long long>(i / kLines) * kC + col);
+      if (col < kC) prefetch_l2(w_k + static_cast<long long>(kFirst + i / kLines) * kC + col);
     }
   }
   grid_dependency_sync();
@@ -84,6 +96,16 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
                                             static_cast<long long>(h) * q_nope_head_stride + d])
                           : 0.f;
   }
+  if (rope_dim > 0 && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < kMlaAbsorbTokens * rope_dim; i += kMlaAbsorbThreads) {
+      const int k = i / rope_dim, d = i % rope_dim;
+      const long long bt = bt0 + k;
+      if (bt >= tokens) continue;
+      const float r = to_float(
+          q_rope[bt * q_rope_token_stride + static_cast<long long>(h) * q_rope_head_stride + d]);
+      q_lat[(bt * heads + h) * q_row + kC + d] = from_float<Q>(r * log2e_scale);
+    }
+  }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int k0 = 0; k0 < kMlaAbsorbTokens && bt0 + k0 < tokens; k0 += kMlaAbsorbPass) {
@@ -93,17 +115,30 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
 #pragma unroll
       for (int e = 0; e < kWVec; ++e) acc[k][e] = 0.f;
     }
+    // acc[k] += q_nope[token k0 + k][d] · w[d][c ... c + kWVec)
+    auto accumulate = [&](int d, const float(&w)[kWVec]) {
+#pragma unroll
+      for (int k = 0; k < kMlaAbsorbPass; ++k) {
+        const float q = qn_s[(k0 + k) * nope_dim + d];
+#pragma unroll
+        for (int e = 0; e < kWVec; ++e) acc[k][e] += q * w[e];
+      }
+    };
     if (has_cols) {
+#pragma unroll
+      for (int i = 0; i < kHeld; ++i) {
+        const int d = phase + i * kPhases;
+        if (d >= nope_dim) break;
+        float w[kWVec];
+#pragma unroll
+        for (int e = 0; e < kWVec; ++e) w[e] = word_element<W>(held[i].w, e);
+        accumulate(d, w);
+      }
 #pragma unroll 4
-      for (int d = phase; d < nope_dim; d += kPhases) {
+      for (int d = phase + kHeld * kPhases; d < nope_dim; d += kPhases) {
         float w[kWVec];
         load_floats<W, kWVec>(w_k + static_cast<long long>(d) * kC + c, w);
-#pragma unroll
-        for (int k = 0; k < kMlaAbsorbPass; ++k) {
-          const float q = qn_s[(k0 + k) * nope_dim + d];
-#pragma unroll
-          for (int e = 0; e < kWVec; ++e) acc[k][e] += q * w[e];
-        }
+        accumulate(d, w);
       }
     }
     // Lanes that share cv differ in the bits above log2(kColVecs).
@@ -136,9 +171,44 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
       for (int w = 0; w < kWarps; ++w) {
         sum += red_s[(w * kMlaAbsorbPass + k) * kMlaAbsorbCols + col];
       }
-      q_lat[(bt * heads + h) * kC + c0 + col] = sum * log2e_scale;
+      q_lat[(bt * heads + h) * q_row + c0 + col] = from_float<Q>(sum * log2e_scale);
     }
     __syncthreads();
+  }
+}
+
+// The position of flat token bt, or -1 when it lies outside [0, capacity): then, with an error
+// word, `raise` lifts it to at least bt + 1 (one CTA per token raises it); without one the
+// kernel traps.
+__device__ __forceinline__ int mla_checked_position(const int* positions, int bt, int capacity,
+                                                    int* error, bool raise) {
+  const int p = positions[bt];
+  if (p >= 0 && p < capacity) return p;
+  if (error == nullptr) __trap();
+  if (raise) atomicMax(error, bt + 1);
+  return -1;
+}
+
+// Starts cache rows [first_row, first_row + rows) (rows <= 0: none) of the latent and rope
+// caches on their way into L2, the block's kThreads threads taking every kThreads-th 128-byte
+// line. The split-KV kernels call it before their dependency wait with rows from a position
+// that may be stale (an earlier kernel may still write it), which can only fetch the wrong
+// lines: an L2 prefetch returns no data.
+template <typename T, int kC, int kDr, int kThreads>
+__device__ __forceinline__ void mla_prefetch_cache_rows(const T* latent_cache, const T* rope_cache,
+                                                        long long first_row, int rows) {
+  constexpr int kLatLines = (kC * static_cast<int>(sizeof(T)) + 127) / 128;
+  constexpr int kRopeLines = (kDr * static_cast<int>(sizeof(T)) + 127) / 128;
+  constexpr int kLines = kLatLines + kRopeLines;
+  constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
+  for (int i = threadIdx.x; i < rows * kLines; i += kThreads) {
+    const long long row = first_row + i / kLines;
+    const int line = i % kLines;
+    if (line < kLatLines) {
+      prefetch_l2(latent_cache + row * kC + line * kLineElems);
+    } else {
+      prefetch_l2(rope_cache + row * kDr + (line - kLatLines) * kLineElems);
+    }
   }
 }
 
@@ -189,24 +259,12 @@ __global__ void __launch_bounds__(kThreads)
   const long long seq_row = static_cast<long long>(b) * capacity;  // row 0 of sequence b
   {
     // Before the dependency wait: the rows of this split's first chunk, up to the tile's
-    // last token's position, start on their way into L2. The position may be stale (an
-    // earlier kernel may still write it), which can only fetch the wrong lines: an L2
-    // prefetch returns no data.
-    constexpr int kLatLines = (kC * static_cast<int>(sizeof(T)) + 127) / 128;
-    constexpr int kRopeLines = (kDr * static_cast<int>(sizeof(T)) + 127) / 128;
-    constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
-    const int last = load_cg(positions + b * tokens + min(tokens, t0 + kTokens) - 1);
+    // last token's position, start on their way into L2.
+    const int last =
+        max(-1, min(capacity - 1, load_cg(positions + b * tokens + min(tokens, t0 + kTokens) - 1)));
     const int first = split * kKvChunk;
-    const int rows = min(kKvChunk, min(capacity - 1, last) - first + 1);
-    for (int i = threadIdx.x; i < rows * (kLatLines + kRopeLines); i += kThreads) {
-      const long long row = seq_row + first + i / (kLatLines + kRopeLines);
-      const int line = i % (kLatLines + kRopeLines);
-      if (line < kLatLines) {
-        prefetch_l2(latent_cache + row * kC + line * kLineElems);
-      } else {
-        prefetch_l2(rope_cache + row * kDr + (line - kLatLines) * kLineElems);
-      }
-    }
+    mla_prefetch_cache_rows<T, kC, kDr, kThreads>(latent_cache, rope_cache, seq_row + first,
+                                                  min(kKvChunk, last - first + 1));
   }
   grid_dependency_sync();
   extern __shared__ __align__(16) unsigned char attend_smem[];
@@ -222,13 +280,8 @@ __global__ void __launch_bounds__(kThreads)
     const int t = t0 + threadIdx.x;
     int p = -1;
     if (t < tokens) {
-      const int bt = b * tokens + t;
-      p = positions[bt];
-      if (p < 0 || p >= capacity) {
-        if (error == nullptr) __trap();
-        if (split == 0 && group == 0) atomicMax(error, bt + 1);
-        p = -1;
-      }
+      p = mla_checked_position(positions, b * tokens + t, capacity, error,
+                               split == 0 && group == 0);
     }
     s_pos[threadIdx.x] = p;
   }
@@ -415,138 +468,182 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// partials: mla_attend_split_kv's records, written with the same heads_per_cta (kHeads),
-// tokens_per_cta (kTokens), kv_chunk and splits; w_kv_b as mla_absorb_q's; out: contiguous
-// [batch · tokens, heads, v_dim].
+// The split-KV records of query (t, h) of a sequence, as mla_attend_split_kv (packed 0: token
+// tiles of tokens_per_cta, head groups of heads_per_cta) or mla_attend_split_kv_mma (packed 1:
+// tiles of kMlaMmaRows (token, head) pairs r = t · heads + h) write them: the record of split s
+// is `first + s · queries` of the sequence's block, and the tile's tokens are first_token ...
+// last_token.
+struct MlaRecordSlot {
+  long long first = 0;  // record of split 0, counted from the first of sequence 0
+  int queries = 0;      // records of one split of the tile
+  int first_token = 0, last_token = 0;
+};
+
+__device__ __forceinline__ MlaRecordSlot mla_record_slot(int b, int t, int h, int tokens, int heads,
+                                                         int heads_per_cta, int tokens_per_cta,
+                                                         int packed, int splits) {
+  MlaRecordSlot slot;
+  int tiles, groups, tile, group, qi;
+  if (packed) {
+    const int r = t * heads + h;
+    tiles = (tokens * heads + kMlaMmaRows - 1) / kMlaMmaRows;
+    groups = 1;
+    tile = r / kMlaMmaRows;
+    group = 0;
+    qi = r % kMlaMmaRows;
+    slot.queries = kMlaMmaRows;
+    slot.first_token = tile * kMlaMmaRows / heads;
+    slot.last_token = (min(tokens * heads, (tile + 1) * kMlaMmaRows) - 1) / heads;
+  } else {
+    tiles = (tokens + tokens_per_cta - 1) / tokens_per_cta;
+    groups = (heads + heads_per_cta - 1) / heads_per_cta;
+    tile = t / tokens_per_cta;
+    group = h / heads_per_cta;
+    qi = (t % tokens_per_cta) * heads_per_cta + h % heads_per_cta;
+    slot.queries = heads_per_cta * tokens_per_cta;
+    slot.first_token = tile * tokens_per_cta;
+    slot.last_token = min(tokens, (tile + 1) * tokens_per_cta) - 1;
+  }
+  slot.first = ((static_cast<long long>(b) * tiles + tile) * groups + group) * splits *
+                   static_cast<long long>(slot.queries) +
+               qi;
+  return slot;
+}
+
+// partials: the records of mla_attend_split_kv (packed 0) or mla_attend_split_kv_mma (packed
+// 1), written with the same heads_per_cta, tokens_per_cta, kv_chunk and splits; w_kv_b as
+// mla_absorb_q's; out: contiguous [batch · tokens, heads, v_dim].
 //
-// CTA (x, h, z) merges, for tokens bt in [4 z, 4 z + 4) and head h, the records of the splits
-// that wrote (those with a chunk at or below the tile's largest valid position, read from the
-// positions as the attention kernel reads them) with log-sum-exp weights into the normalized
-// o_lat in shared memory, then writes features [32 x, 32 x + 32): one warp per feature row,
-// lanes across the row (16-byte weight loads), each row against every token.
-// Launch: grid (ceil(v_dim / kMlaCombineRows), heads, ceil(batch · tokens /
-// kMlaCombineTokens)), block kMlaCombineThreads, dynamic shared memory
-// MlaCombineSharedBytes(kC).
-// REQUIRES: splits <= kMlaMaxSplits; kC % 8 == 0; w_kv_b aligned to 16 bytes.
+// CTA (x, h, z) writes features [rows_per_cta · x, ...) of head h for tokens bt in
+// [4 z, 4 z + 4). Before the dependency wait it copies its W_V rows into shared memory (the
+// weight never depends on an earlier kernel). Then each thread merges four latent columns of
+// one token over the splits that wrote (those with a chunk at or below the tile's largest
+// valid position, read from the positions as the attention kernels read them) with
+// log-sum-exp weights, every split's (max, sum) and columns loaded together in batches of
+// kMlaCombineBatch (the first batch with the positions), into the normalized o_lat in shared
+// memory. Each warp then takes every
+// (kMlaCombineThreads / 32)-th feature row, lanes across the row, each row against every token.
+// Launch: grid (ceil(v_dim / rows_per_cta), heads, ceil(batch · tokens / kMlaCombineTokens)),
+// block kMlaCombineThreads, dynamic shared memory MlaCombineSharedBytes(kC, rows_per_cta,
+// sizeof(W)).
+// REQUIRES: kC % 8 == 0; w_kv_b aligned to 16 bytes; rows_per_cta <= kMlaCombineMaxRows.
 template <typename T, typename W, int kC>
 __global__ void __launch_bounds__(kMlaCombineThreads)
     mla_combine_project(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_COMBINE_PARAMS)) {
   constexpr int kWVec = 16 / static_cast<int>(sizeof(W));
   constexpr int kWarps = kMlaCombineThreads / 32;
-  constexpr int kRowsPerWarp = kMlaCombineRows / kWarps;
-  constexpr int kSteps = (kC + 32 * kWVec - 1) / (32 * kWVec);
-  static_assert(kC % 8 == 0 && kWarps >= kMlaCombineTokens, "combine shape");
+  constexpr int kRowVecs = kC / kWVec;  // 16-byte vectors of a weight row
+  constexpr int kQuads = kC / 4;        // four-column items of a token's merge
+  constexpr long long kRecord = kC + 4;
+  static_assert(kC % 8 == 0, "latent dim");
   const int h = blockIdx.y;
-  const int v0 = blockIdx.x * kMlaCombineRows;
+  const int v0 = blockIdx.x * rows_per_cta;
   const int bt0 = blockIdx.z * kMlaCombineTokens;
   const int total = batch * tokens;
-  const W* w_v = w_kv_b + (static_cast<long long>(h) * (nope_dim + v_dim) + nope_dim) * kC;
+  const int rows = min(rows_per_cta, v_dim - v0);
+  extern __shared__ __align__(16) unsigned char combine_smem[];
+  float* o_s = reinterpret_cast<float*>(combine_smem);  // [kMlaCombineTokens][kC]
+  W* w_s = reinterpret_cast<W*>(combine_smem + kMlaCombineTokens * kC * 4);  // [rows][kC]
   {
-    // The weight rows into L2 before the dependency wait.
-    constexpr int kLines = (kC * static_cast<int>(sizeof(W)) + 127) / 128;
-    const int rows = min(kMlaCombineRows, v_dim - v0);
-    for (int i = threadIdx.x; i < rows * kLines; i += kMlaCombineThreads) {
-      prefetch_l2(w_v + static_cast<long long>(v0 + i / kLines) * kC +
-                  (i % kLines) * (128 / static_cast<int>(sizeof(W))));
+    const W* w_v = w_kv_b + (static_cast<long long>(h) * (nope_dim + v_dim) + nope_dim + v0) * kC;
+    for (int i = threadIdx.x; i < rows * kRowVecs; i += kMlaCombineThreads) {
+      cp_async_16(w_s + i * kWVec, w_v + static_cast<long long>(i) * kWVec, true);
     }
+    cp_async_commit();
   }
   grid_dependency_sync();
-  extern __shared__ __align__(16) float combine_smem[];  // [kMlaCombineTokens][kC]
-  __shared__ float s_weight[kMlaCombineTokens][kMlaMaxSplits];
-  __shared__ float s_denom[kMlaCombineTokens];
-  __shared__ long long s_first[kMlaCombineTokens];  // record of split 0
-  __shared__ int s_used[kMlaCombineTokens];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles = (tokens + tokens_per_cta - 1) / tokens_per_cta;
-  const int groups = (heads + heads_per_cta - 1) / heads_per_cta;
-  const int queries = heads_per_cta * tokens_per_cta;
-  constexpr long long kRecord = kC + 4;
-
-  // Warp k: the splits of token bt0 + k that wrote, and their weights.
-  if (warp < kMlaCombineTokens) {
-    const int k = warp;
+  for (int i = threadIdx.x; i < kMlaCombineTokens * kQuads; i += kMlaCombineThreads) {
+    const int k = i / kQuads, c = (i % kQuads) * 4;
     const int bt = bt0 + k;
-    int used = 0;
-    long long first = 0;
-    float denom = 0.f;
-    if (bt < total) {  // uniform over the warp
+    float mx = neg_inf(), denom = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (bt < total) {
       const int b = bt / tokens, t = bt % tokens;
-      const int tile = t / tokens_per_cta;
+      const MlaRecordSlot slot =
+          mla_record_slot(b, t, h, tokens, heads, heads_per_cta, tokens_per_cta, packed, splits);
+      float2 ml[kMlaCombineBatch];
+      float4 x[kMlaCombineBatch];
+      // Splits s0 ... s0 + kMlaCombineBatch - 1 (clamped to `last`): max, sum and columns.
+      auto load_batch = [&](int s0, int last) {
+#pragma unroll
+        for (int u = 0; u < kMlaCombineBatch; ++u) {
+          const float* rec =
+              partials +
+              (slot.first + static_cast<long long>(min(s0 + u, last)) * slot.queries) * kRecord;
+          ml[u] = *reinterpret_cast<const float2*>(rec + kC);
+          x[u] = *reinterpret_cast<const float4*>(rec + c);
+        }
+      };
+      // The first batch loads with the positions, before they tell which splits wrote (a
+      // record past those holds stale data, which the merge never reads).
+      load_batch(0, splits - 1);
       int hi = -1;
-      for (int u = tile * tokens_per_cta; u < min(tokens, (tile + 1) * tokens_per_cta); ++u) {
+      for (int u = slot.first_token; u <= slot.last_token; ++u) {
         const int p = positions[b * tokens + u];
         if (p >= 0 && p < capacity) hi = max(hi, p);
       }
-      used = hi < 0 ? 0 : min(splits, hi / kv_chunk + 1);
-      const int qi = (t % tokens_per_cta) * heads_per_cta + h % heads_per_cta;
-      first = ((static_cast<long long>(b) * tiles + tile) * groups + h / heads_per_cta) * splits *
-                  queries +
-              qi;
-      float mx = neg_inf();
-      for (int s = lane; s < used; s += 32) {
-        mx = fmaxf(mx, partials[(first + static_cast<long long>(s) * queries) * kRecord + kC]);
-      }
-      mx = group_max<32>(mx);
-      for (int s = lane; s < used; s += 32) {
-        const float* rec = partials + (first + static_cast<long long>(s) * queries) * kRecord;
-        const float m = rec[kC];
-        const float w = m == neg_inf() ? 0.f : exp2f(m - mx);
-        s_weight[k][s] = w;
-        denom += w * rec[kC + 1];
-      }
-      denom = group_sum<32>(denom);
-    }
-    if (lane == 0) {
-      s_used[k] = used;
-      s_first[k] = first;
-      s_denom[k] = denom;
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kMlaCombineTokens * kC; i += kMlaCombineThreads) {
-    const int k = i / kC, c = i % kC;
-    const int used = s_used[k];
-    const long long first = s_first[k];
-    float acc = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < used; ++s) {
-      acc += s_weight[k][s] * partials[(first + static_cast<long long>(s) * queries) * kRecord + c];
-    }
-    combine_smem[i] = s_denom[k] > 0.f ? acc / s_denom[k] : 0.f;
-  }
-  __syncthreads();
-
-#pragma unroll 1
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int v = v0 + warp * kRowsPerWarp + rr;
-    if (v >= v_dim) break;  // uniform over the warp
-    const W* w_row = w_v + static_cast<long long>(v) * kC;
-    float w[kSteps][kWVec];
+      const int used = hi < 0 ? 0 : min(splits, hi / kv_chunk + 1);
+      for (int s0 = 0; s0 < used; s0 += kMlaCombineBatch) {
+        if (s0 > 0) load_batch(s0, used - 1);
+        float m_new = mx;
 #pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      const int c = (st * 32 + lane) * kWVec;
-      if (c < kC) load_floats<W, kWVec>(w_row + c, w[st]);
+        for (int u = 0; u < kMlaCombineBatch; ++u) {
+          if (s0 + u < used) m_new = fmaxf(m_new, ml[u].x);
+        }
+        if (m_new == neg_inf()) continue;         // no split so far saw a row of this query
+        const float rescale = exp2f(mx - m_new);  // 0 while mx is -inf
+        denom *= rescale;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] *= rescale;
+#pragma unroll
+        for (int u = 0; u < kMlaCombineBatch; ++u) {
+          if (s0 + u >= used) continue;
+          const float w = exp2f(ml[u].x - m_new);  // 0 for a split that saw no row of it
+          denom += w * ml[u].y;
+          acc[0] += w * x[u].x;
+          acc[1] += w * x[u].y;
+          acc[2] += w * x[u].z;
+          acc[3] += w * x[u].w;
+        }
+        mx = m_new;
+      }
     }
+    const float inv = denom > 0.f ? 1.f / denom : 0.f;
+    *reinterpret_cast<float4*>(o_s + k * kC + c) =
+        make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // o_lat and the weight rows visible
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int rr = warp; rr < rows; rr += kWarps) {
+    const W* w_row = w_s + rr * kC;
     float dot[kMlaCombineTokens];
 #pragma unroll
     for (int k = 0; k < kMlaCombineTokens; ++k) dot[k] = 0.f;
-#pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      const int c = (st * 32 + lane) * kWVec;
-      if (c >= kC) continue;
+    for (int c = lane * kWVec; c < kC; c += 32 * kWVec) {
+      float w[kWVec];
+      load_floats<W, kWVec>(w_row + c, w);
 #pragma unroll
       for (int k = 0; k < kMlaCombineTokens; ++k) {
+        const float4* o4 = reinterpret_cast<const float4*>(o_s + k * kC + c);
 #pragma unroll
-        for (int e = 0; e < kWVec; ++e) dot[k] += w[st][e] * combine_smem[k * kC + c + e];
+        for (int f = 0; f < kWVec / 4; ++f) {
+          const float4 ov = o4[f];
+          dot[k] +=
+              w[4 * f] * ov.x + w[4 * f + 1] * ov.y + w[4 * f + 2] * ov.z + w[4 * f + 3] * ov.w;
+        }
       }
     }
+    float mine = 0.f;
 #pragma unroll
     for (int k = 0; k < kMlaCombineTokens; ++k) {
       dot[k] = group_sum<32>(dot[k]);
-      const int bt = bt0 + k;
-      if (lane == k && bt < total) {
-        out[(static_cast<long long>(bt) * heads + h) * v_dim + v] = from_float<T>(dot[k]);
-      }
+      if (lane == k) mine = dot[k];
+    }
+    if (lane < kMlaCombineTokens && bt0 + lane < total) {
+      out[(static_cast<long long>(bt0 + lane) * heads + h) * v_dim + v0 + rr] = from_float<T>(mine);
     }
   }
 }

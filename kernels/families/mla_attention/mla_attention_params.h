@@ -15,16 +15,23 @@
 #endif
 
 // mla_absorb_q: q_lat[bt, h, c] = log2e_scale · Σ_d q_nope[bt, h, d] · w_kv_b[h·(Dn+Dv) + d, c]
+// in Q (float for mla_attend_split_kv, T for mla_attend_split_kv_mma); rows of kC + rope_dim
+// elements, the last rope_dim being log2e_scale · q_rope[bt, h, :] (rope_dim 0: rows of kC,
+// q_rope unread).
 #define TILEPLAN_MLA_ABSORB_Q_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, q_nope) \
   NEXT(long long, long long, q_nope_token_stride) \
   NEXT(long long, long long, q_nope_head_stride) \
+  NEXT(const void*, const T* __restrict__, q_rope) \
+  NEXT(long long, long long, q_rope_token_stride) \
+  NEXT(long long, long long, q_rope_head_stride) \
   NEXT(const void*, const W* __restrict__, w_kv_b) \
-  NEXT(float*, float* __restrict__, q_lat) \
+  NEXT(void*, Q* __restrict__, q_lat) \
   NEXT(int, int, tokens) \
   NEXT(int, int, heads) \
   NEXT(int, int, nope_dim) \
   NEXT(int, int, v_dim) \
+  NEXT(int, int, rope_dim) \
   NEXT(float, float, log2e_scale)
 
 // mla_attend_split_kv
@@ -43,7 +50,21 @@
   NEXT(float, float, log2e_scale) \
   NEXT(int*, int*, error)
 
-// mla_combine_project
+// mla_attend_split_kv_mma: the queries q [B·T, heads, kC + kDr] from mla_absorb_q (Q = T)
+#define TILEPLAN_MLA_ATTEND_MMA_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, q) \
+  NEXT(const void*, const T* __restrict__, latent_cache) \
+  NEXT(const void*, const T* __restrict__, rope_cache) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(float*, float* __restrict__, partials) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
+
+// mla_combine_project: `packed` 1 for the records of mla_attend_split_kv_mma (16-row tiles of
+// (token, head) pairs; heads_per_cta and tokens_per_cta unused), 0 for those of
+// mla_attend_split_kv.
 #define TILEPLAN_MLA_COMBINE_PARAMS(FIRST, NEXT) \
   FIRST(const float*, const float* __restrict__, partials) \
   NEXT(const int*, const int* __restrict__, positions) \
@@ -57,21 +78,26 @@
   NEXT(int, int, capacity) \
   NEXT(int, int, heads_per_cta) \
   NEXT(int, int, tokens_per_cta) \
+  NEXT(int, int, packed) \
   NEXT(int, int, kv_chunk) \
-  NEXT(int, int, splits)
+  NEXT(int, int, splits) \
+  NEXT(int, int, rows_per_cta)
 
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(MlaAbsorbQParams, TILEPLAN_MLA_ABSORB_Q_PARAMS)
 TILEPLAN_PARAMS_STRUCT(MlaAttendParams, TILEPLAN_MLA_ATTEND_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaAttendMmaParams, TILEPLAN_MLA_ATTEND_MMA_PARAMS)
 TILEPLAN_PARAMS_STRUCT(MlaCombineParams, TILEPLAN_MLA_COMBINE_PARAMS)
 
 // mla_absorb_q: a CTA of kMlaAbsorbThreads computes kMlaAbsorbCols latent columns of one head
-// for kMlaAbsorbTokens tokens, kMlaAbsorbPass tokens at a time.
+// for kMlaAbsorbTokens tokens, kMlaAbsorbPass tokens at a time; each thread holds its first
+// kMlaAbsorbHeld weight rows in registers.
 constexpr int kMlaAbsorbThreads = 256;
 constexpr int kMlaAbsorbCols = 64;
 constexpr int kMlaAbsorbTokens = 16;
 constexpr int kMlaAbsorbPass = 4;
+constexpr int kMlaAbsorbHeld = 4;
 // Its dynamic shared memory: the tokens' q_nope rows and the per-warp column sums, in floats.
 TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaAbsorbSharedBytes(int nope_dim) {
   return (static_cast<long long>(kMlaAbsorbTokens) * nope_dim +
@@ -86,13 +112,50 @@ constexpr int kMlaMaxQueries = 16;
 constexpr int kMlaMaxSplits = 128;
 constexpr int kMlaPvVec = 4;  // latent dims per thread in the P·latent product
 
-// mla_combine_project: a CTA of kMlaCombineThreads writes kMlaCombineRows output features of
-// one head for kMlaCombineTokens tokens.
+// mla_combine_project: a CTA of kMlaCombineThreads writes rows_per_cta (a multiple of its
+// warps, at most kMlaCombineMaxRows) output features of one head for kMlaCombineTokens tokens.
+// Its dynamic shared memory: the tokens' merged latent outputs [kMlaCombineTokens][C] in
+// float32, then the CTA's W_V rows [rows][C] in the weight's type.
 constexpr int kMlaCombineThreads = 256;
-constexpr int kMlaCombineRows = 32;
 constexpr int kMlaCombineTokens = 4;
-TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaCombineSharedBytes(int latent_dim) {
-  return static_cast<long long>(kMlaCombineTokens) * latent_dim * 4;
+constexpr int kMlaCombineMinRows = kMlaCombineThreads / 32;
+constexpr int kMlaCombineMaxRows = 64;
+constexpr int kMlaCombineBatch = 8;  // splits merged with their loads in flight together
+TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaCombineSharedBytes(int latent_dim, int rows,
+                                                                   int weight_bytes) {
+  return static_cast<long long>(kMlaCombineTokens) * latent_dim * 4 +
+         static_cast<long long>(rows) * latent_dim * weight_bytes;
+}
+
+// mla_attend_split_kv_mma: a CTA's kMlaMmaRows query rows are the M of mma.sync.m16n8k16:
+// (token, head) pairs r = t · heads + h of one sequence, 16 consecutive ones per tile.
+constexpr int kMlaMmaRows = 16;
+
+// The dynamic shared memory of mla_attend_split_kv_mma, in bytes from its start: two stages
+// of kv_chunk cache rows [latent | rope] and the kMlaMmaRows query rows (all in T, rows of
+// MlaMmaRowElems elements, 16-byte chunks XOR-swizzled by the row), the chunk's probabilities [kMlaMmaRows][kv_chunk] in T
+// (swizzled too), and one float per warp and query row (the warps' row maxima, at the end
+// their row sums).
+// Its cache and query rows in shared memory: C + Dr elements rounded up to the mma k-step.
+TILEPLAN_MLA_HOST_DEVICE constexpr int MlaMmaRowElems(int latent_dim, int rope_dim) {
+  return (latent_dim + rope_dim + 15) / 16 * 16;
+}
+
+struct MlaMmaLayout {
+  long long q_offset = 0, p_offset = 0, red_offset = 0, total = 0;
+};
+
+TILEPLAN_MLA_HOST_DEVICE constexpr MlaMmaLayout MlaMmaLayoutFor(int element_bytes, int latent_dim,
+                                                                int rope_dim, int kv_chunk,
+                                                                int warps) {
+  MlaMmaLayout l;
+  const long long row_bytes =
+      static_cast<long long>(MlaMmaRowElems(latent_dim, rope_dim)) * element_bytes;
+  l.q_offset = 2LL * kv_chunk * row_bytes;
+  l.p_offset = l.q_offset + kMlaMmaRows * row_bytes;
+  l.red_offset = l.p_offset + static_cast<long long>(kMlaMmaRows) * kv_chunk * element_bytes;
+  l.total = l.red_offset + static_cast<long long>(warps) * kMlaMmaRows * 4;
+  return l;
 }
 
 // The dynamic shared memory of mla_attend_split_kv, in bytes from its start: two buffers of

@@ -2,6 +2,7 @@
 // against the CPU reference's un-absorbed definition (docs/ir.md `mla_attention`).
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,14 @@ namespace {
 struct MlaDims {
   int heads, nope, rope, latent, v_dim;
 };
-// DeepSeek-V2-Lite's attention, and small odd dims (3 heads, no power of two but the 8s).
+// DeepSeek-V2-Lite's attention; small odd dims (3 heads, no power of two but the 8s; on
+// tensor cores C + Dr = 40 padded to 48, three k-steps, and one 8-column n-tile per warp);
+// small dims with (64 + 16) / 16 = 5 k-steps; and 20 heads (a token's heads in two tiles) with
+// 9 k-steps.
 constexpr MlaDims kV2Lite = {16, 128, 64, 512, 128};
 constexpr MlaDims kSmall = {3, 16, 8, 32, 24};
+constexpr MlaDims kSmallMma = {3, 16, 16, 64, 24};
+constexpr MlaDims kWideMma = {20, 16, 16, 128, 16};
 
 // One mla_attention region over `batch` sequences of `tokens` new tokens and a cache of
 // `capacity` rows. q_nope and q_rope are the two views of one [B,T,Hq,Dn+Dr] input, as the
@@ -47,16 +53,43 @@ std::vector<int32_t> Iota(int n, int start) {
 
 int32_t MaxOf(const std::vector<int32_t>& v) { return *std::max_element(v.begin(), v.end()); }
 
-Params Tactic(int heads_per_cta, int kv_chunk, int splits, int threads) {
-  return {{"heads_per_cta", heads_per_cta},
+// The positions of one sequence per start, each a run of `tokens` new tokens.
+std::vector<int32_t> Runs(int tokens, std::initializer_list<int> starts) {
+  std::vector<int32_t> positions;
+  for (int start : starts) {
+    const std::vector<int32_t> run = Iota(tokens, start);
+    positions.insert(positions.end(), run.begin(), run.end());
+  }
+  return positions;
+}
+
+// The CUDA-core split-KV kernel (mma 0), and the combine's W_V rows per CTA.
+Params Tactic(int heads_per_cta, int kv_chunk, int splits, int threads, int combine_rows = 32) {
+  return {{"combine_rows", combine_rows},
+          {"heads_per_cta", heads_per_cta},
           {"kv_chunk", kv_chunk},
+          {"mma", 0},
+          {"splits", splits},
+          {"threads", threads}};
+}
+
+// The tensor-core split-KV kernel (mma 1: 16 query rows per CTA).
+Params MmaTactic(int kv_chunk, int splits, int threads, int combine_rows) {
+  return {{"combine_rows", combine_rows},
+          {"heads_per_cta", 16},
+          {"kv_chunk", kv_chunk},
+          {"mma", 1},
           {"splits", splits},
           {"threads", threads}};
 }
 
 // DeepSeek-V2-Lite decode at positions 0, 5, 100 and 1000 of a 1024-row cache: the first
-// row only, a part of the first chunk, several chunks, and many chunks over many splits
-// (most splits empty at the short contexts). All 16 heads in one CTA or split in groups.
+// row only, a part of the first chunk, several chunks (none a multiple of the chunk), and
+// many chunks over many splits (most splits empty at the short contexts: of 128 splits of 8
+// rows, or 32 splits of 32 rows on tensor cores, one or four hold a row at positions 5 and
+// 100). All 16 heads in one CTA or split in groups on CUDA cores; on tensor cores one or two
+// key n-tiles per warp (256 threads and 64-row chunks, 128 threads and 64 or 32), one split
+// to 32, the combine with 8 to 64 W_V rows per CTA.
 std::vector<Case> MlaDecodeV2LiteContextsCases() {
   std::vector<Case> cases;
   for (int position : {0, 5, 100, 1000}) {
@@ -65,8 +98,10 @@ std::vector<Case> MlaDecodeV2LiteContextsCases() {
     c.family = "mla_attention";
     c.context = position + 1;
     c.ints["positions"] = {position};
-    c.tactics = {Tactic(16, 64, 1, 256), Tactic(16, 8, 128, 256), Tactic(16, 32, 7, 512),
-                 Tactic(4, 16, 16, 128), Tactic(1, 64, 3, 256)};
+    c.tactics = {Tactic(16, 64, 1, 256),     Tactic(16, 8, 128, 256, 8), Tactic(16, 32, 7, 512),
+                 Tactic(4, 16, 16, 128, 64), Tactic(1, 64, 3, 256, 16),  MmaTactic(64, 1, 256, 8),
+                 MmaTactic(64, 8, 256, 16),  MmaTactic(64, 3, 128, 32),  MmaTactic(32, 16, 128, 64),
+                 MmaTactic(32, 32, 128, 8)};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -83,15 +118,32 @@ std::vector<Case> MlaDecodeBatchOfThreeCases() {
     c.family = "mla_attention";
     c.ints["positions"] = {3, 257, 130};
     c.context = 258;
-    c.tactics = {Tactic(16, 32, 4, 256), Tactic(8, 16, 9, 256), Tactic(2, 64, 2, 128)};
+    c.tactics = {Tactic(16, 32, 4, 256),   Tactic(8, 16, 9, 256, 16), Tactic(2, 64, 2, 128, 64),
+                 MmaTactic(64, 4, 256, 8), MmaTactic(32, 9, 128, 16), MmaTactic(64, 1, 128, 64)};
     cases.push_back(std::move(c));
   }
   return cases;
 }
 
+// DeepSeek-V2-Lite decode at batch 16, every sequence at its own position (31 to 286): the
+// default splits the 16 sequences' rows for the machine, and the 16 tokens fill four combine
+// token groups.
+std::vector<Case> MlaDecodeBatchOfSixteenCases() {
+  Case c;
+  c.graph = MlaGraph(16, 1, kV2Lite, 320, "bf16");
+  c.family = "mla_attention";
+  std::vector<int32_t> positions;
+  for (int b = 0; b < 16; ++b) positions.push_back(31 + 17 * ((b * 7) % 16));
+  c.context = MaxOf(positions) + 1;
+  c.ints["positions"] = positions;
+  c.tactics = {MmaTactic(64, 2, 256, 32), MmaTactic(32, 5, 128, 8), Tactic(16, 32, 8, 256, 64)};
+  return {c};
+}
+
 // Prefill chunks of 7 and 33 tokens: causal within the chunk and over the rows of earlier
 // chunks (a sequence starting at row 0 and one starting at row 20); token tiles of one or
-// several tokens, split or not.
+// several tokens, split or not; on tensor cores (DeepSeek-V2-Lite dims) 16-row tiles of one
+// token's heads, each tile with its own causal range.
 std::vector<Case> MlaPrefillCases() {
   std::vector<Case> cases;
   for (int tokens : {7, 33}) {
@@ -99,13 +151,13 @@ std::vector<Case> MlaPrefillCases() {
       Case c;
       c.graph = MlaGraph(2, tokens, d, 64, "bf16");
       c.family = "mla_attention";
-      std::vector<int32_t> positions = Iota(tokens, 0);
-      const std::vector<int32_t> second = Iota(tokens, 20);
-      positions.insert(positions.end(), second.begin(), second.end());
+      const std::vector<int32_t> positions = Runs(tokens, {0, 20});
       c.context = MaxOf(positions) + 1;
       c.ints["positions"] = positions;
-      c.tactics = {Tactic(16, 16, 1, 256), Tactic(1, 8, 2, 128), Tactic(2, 32, 2, 256),
-                   Tactic(4, 64, 1, 512)};
+      c.tactics = {Tactic(16, 16, 1, 256), Tactic(1, 8, 2, 128, 8), Tactic(2, 32, 2, 256, 16),
+                   Tactic(4, 64, 1, 512, 64)};
+      c.tactics.push_back(MmaTactic(32, 2, 128, 8));
+      if (d.latent == kV2Lite.latent) c.tactics.push_back(MmaTactic(64, 1, 256, 64));
       cases.push_back(std::move(c));
     }
   }
@@ -114,7 +166,8 @@ std::vector<Case> MlaPrefillCases() {
 
 // The small odd dims in every dtype, decode (batch 3) and a short prefill, under every
 // heads_per_cta (4 and more exceed the 3 heads: one partial group), the smallest and
-// largest chunks, 64 to 512 threads (up to 32 lanes per row).
+// largest chunks, 64 to 512 threads (up to 32 lanes per row); on tensor cores (bf16, f16)
+// one and two chunks of 32 or 64 rows per split.
 std::vector<Case> MlaSmallOddDimsCases() {
   std::vector<Case> cases;
   for (const char* dtype : {"bf16", "f16", "f32"}) {
@@ -122,18 +175,46 @@ std::vector<Case> MlaSmallOddDimsCases() {
       Case c;
       c.graph = MlaGraph(3, tokens, kSmall, 80, dtype);
       c.family = "mla_attention";
-      std::vector<int32_t> positions;
-      for (int start : {0, 41, 74}) {
-        const std::vector<int32_t> run = Iota(tokens, start);
-        positions.insert(positions.end(), run.begin(), run.end());
-      }
+      const std::vector<int32_t> positions = Runs(tokens, {0, 41, 74});
       c.context = MaxOf(positions) + 1;
       c.ints["positions"] = positions;
-      c.tactics = {Tactic(1, 8, 1, 64),   Tactic(2, 8, 10, 256), Tactic(4, 16, 5, 128),
-                   Tactic(8, 64, 2, 512), Tactic(16, 32, 3, 64), Tactic(16, 8, 8, 256)};
+      c.tactics = {Tactic(1, 8, 1, 64),       Tactic(2, 8, 10, 256, 8), Tactic(4, 16, 5, 128, 16),
+                   Tactic(8, 64, 2, 512, 64), Tactic(16, 32, 3, 64),    Tactic(16, 8, 8, 256)};
+      if (std::string(dtype) != "f32") {
+        c.tactics.push_back(MmaTactic(32, 1, 128, 8));
+        c.tactics.push_back(MmaTactic(64, 2, 128, 16));
+      }
       cases.push_back(std::move(c));
     }
   }
+  return cases;
+}
+
+// The tensor cores with heads that are no multiple of 16: 3 heads (bf16 and f16) at decode
+// (batch 3, a tile of 3 rows) and for 5 new tokens (15 rows of 5 tokens at 5 positions in
+// one tile), contexts 1 to 80 of an 80-row cache that no chunk divides, and 20 heads for 3
+// new tokens (60 rows: four tiles, the second and fourth shared by two tokens).
+std::vector<Case> MlaMmaOddHeadsCases() {
+  std::vector<Case> cases;
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (int tokens : {1, 5}) {
+      Case c;
+      c.graph = MlaGraph(3, tokens, kSmallMma, 80, dtype);
+      c.family = "mla_attention";
+      const std::vector<int32_t> positions = Runs(tokens, {0, 41, 75});
+      c.context = MaxOf(positions) + 1;
+      c.ints["positions"] = positions;
+      c.tactics = {MmaTactic(32, 1, 128, 8), MmaTactic(32, 3, 128, 16), MmaTactic(64, 2, 128, 64)};
+      cases.push_back(std::move(c));
+    }
+  }
+  Case c;
+  c.graph = MlaGraph(2, 3, kWideMma, 200, "bf16");
+  c.family = "mla_attention";
+  c.ints["positions"] = {60, 61, 62, 150, 151, 152};
+  c.context = 153;
+  c.tactics = {MmaTactic(64, 1, 256, 8), MmaTactic(32, 2, 128, 16), MmaTactic(64, 4, 128, 8)};
+  cases.push_back(std::move(c));
   return cases;
 }
 
@@ -143,8 +224,10 @@ std::vector<CaseGroup> MlaAttentionCaseGroups() {
   return {
       {"MlaDecodeV2LiteContexts", MlaDecodeV2LiteContextsCases()},
       {"MlaDecodeBatchOfThree", MlaDecodeBatchOfThreeCases()},
+      {"MlaDecodeBatchOfSixteen", MlaDecodeBatchOfSixteenCases()},
       {"MlaPrefill", MlaPrefillCases()},
       {"MlaSmallOddDims", MlaSmallOddDimsCases()},
+      {"MlaMmaOddHeads", MlaMmaOddHeadsCases()},
   };
 }
 
