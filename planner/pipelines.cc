@@ -1,5 +1,6 @@
 #include "planner/pipelines.h"
 
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 
 namespace tileplan::planner {
@@ -35,6 +36,7 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   PassPipeline pipeline;
   for (const PipelinePass& pass : kPipelinePasses) {
     if (pass.decode_only && phase != ir::Phase::kDecode) continue;
+    if (absl::string_view(pass.name) == "fuse_moe" && !options.fuse_moe) continue;
     TP_RETURN_IF_ERROR(pipeline.Add(pass.name, pass_options));
   }
   if (phase == ir::Phase::kPrefill && options.last_token_logits) {

@@ -2,8 +2,9 @@
 //
 // Both pipelines run, in this order: pack_qkv, pack_gate_up, fuse_swiglu,
 // fuse_qk_norm_rope_kv_write, fuse_mla_kv_write, fuse_residual, dce, specialize_phase,
-// fuse_norm_linear (docs/planner.md). The decode pipeline also runs fuse_moe first (before the
-// packing passes take a shared-expert MLP apart) and fuse_rope_kv_write_attention right after
+// fuse_norm_linear (docs/planner.md). The decode pipeline also runs, with
+// PipelineOptions::fuse_moe, fuse_moe first (before the packing passes take a shared-expert
+// MLP apart), and fuse_rope_kv_write_attention right after
 // fuse_qk_norm_rope_kv_write: their fused kinds serve decode steps only. They differ in how
 // specialize_phase binds the symbols (prefill binds T to the token bucket, decode binds T to
 // 1; B and Smax are bound when the options give them and stay symbolic otherwise) and in
@@ -30,6 +31,9 @@ struct PipelineOptions {
   // Prefill only: append last_token_logits, so the prefill's logits are [B, 1, V] (each
   // sequence's last token) instead of [B, T, V].
   bool last_token_logits = false;
+  // Decode only: run fuse_moe first. Off by default: measured on the H200 (docs/PERF.md),
+  // the fused moe step's kernels are slower than the unfused expert steps.
+  bool fuse_moe = false;
 };
 
 // InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.

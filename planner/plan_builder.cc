@@ -308,6 +308,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.bindings = {{"B", batch}, {"Smax", options.max_context}, {"T", 1}};
     spec.context = decode_context;
     PipelineOptions pipeline;
+    pipeline.fuse_moe = options.decode_fuse_moe;
     pipeline.batch = batch;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
   }

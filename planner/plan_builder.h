@@ -32,6 +32,8 @@ struct PlanOptions {
   // Prefill phases compute the logits of each sequence's last token only ([B, 1, V]), as a
   // generating runtime needs; false keeps every token's ([B, T, V]), as parity checks do.
   bool prefill_last_token_logits = false;
+  // Decode phases run fuse_moe (PipelineOptions::fuse_moe).
+  bool decode_fuse_moe = false;
   PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement

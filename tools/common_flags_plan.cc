@@ -12,6 +12,11 @@ ABSL_FLAG(std::string, prefill_logits, "all",
           "all: the prefill phases compute every token's logits, as the PyTorch references' "
           "forward does; last: each sequence's last token's only, as generation needs (the "
           "planner's last_token_logits pass)");
+ABSL_FLAG(bool, fuse_moe, false,
+          "decode phases fuse each MoE block into one moe step (fuse_moe, the moe_gemv family); "
+          "off by default: on the H200 its three launches are slower than the unfused steps "
+          "(docs/PERF.md), and a block with shared experts binds their checkpoint tensors both "
+          "packed (prefill) and unpacked (decode), which the GPU runtime refuses");
 ABSL_FLAG(std::string, target, "",
           "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
           "file; empty: this GPU's own, or h200 without a GPU");
@@ -25,9 +30,11 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
         absl::StrCat("--prefill-logits takes all or last, not '", logits, "'"));
   }
   const std::optional<PositiveInt> max_context = absl::GetFlag(FLAGS_max_context);
-  return BenchmarkPlanOptions(absl::GetFlag(FLAGS_prefill).values,
-                              absl::GetFlag(FLAGS_decode).values, absl::GetFlag(FLAGS_batch).value,
-                              logits == "last", max_context ? max_context->value : 0);
+  planner::PlanOptions options = BenchmarkPlanOptions(
+      absl::GetFlag(FLAGS_prefill).values, absl::GetFlag(FLAGS_decode).values,
+      absl::GetFlag(FLAGS_batch).value, logits == "last", max_context ? max_context->value : 0);
+  options.decode_fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+  return options;
 }
 
 }  // namespace tileplan::tools

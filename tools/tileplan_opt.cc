@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, phase, "",
 ABSL_FLAG(std::string, emit, "text",
           "the output form: text (the canonical IR) or proto (a textproto of regions/ir.proto)");
 ABSL_FLAG(bool, list_passes, false, "list the registered passes with their summaries and stop");
+ABSL_FLAG(bool, fuse_moe, false,
+          "--pipeline=decode also runs fuse_moe (PipelineOptions::fuse_moe; off by default)");
 
 namespace {
 
@@ -162,6 +164,7 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 absl::StatusOr<planner::PassPipeline> BuildPipeline(const Options& o) {
   if (!o.pipeline.empty()) {
     planner::PipelineOptions options;
+    options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
     options.tokens = o.prefill ? o.tokens : 0;
     options.batch = o.batch;
     return o.prefill ? planner::BuildPrefillPipeline(options)

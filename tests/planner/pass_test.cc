@@ -213,12 +213,20 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
                           "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
                           "fuse_norm_linear"));
-  // Decode also fuses a MoE block first, while its shared MLP is still whole, and the RoPE +
-  // KV-write region into the attention that follows it.
+  // Decode also fuses the RoPE + KV-write region into the attention that follows it, and with
+  // fuse_moe a MoE block first, while its shared MLP is still whole.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
+  EXPECT_THAT(decode->PassNames(),
+              ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
+                          "fuse_rope_kv_write_attention", "fuse_mla_kv_write", "fuse_residual",
+                          "dce", "specialize_phase", "fuse_norm_linear"));
+  PipelineOptions fused;
+  fused.fuse_moe = true;
+  absl::StatusOr<PassPipeline> fused_decode = BuildDecodePipeline(fused);
+  ASSERT_TRUE(fused_decode.ok()) << fused_decode.status();
   EXPECT_THAT(
-      decode->PassNames(),
+      fused_decode->PassNames(),
       ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
                   "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention", "fuse_mla_kv_write",
                   "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));

@@ -242,6 +242,7 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
     ASSERT_TRUE(g.ok()) << g.status();
     PipelineOptions options;
     options.batch = 1;
+    options.fuse_moe = true;
     absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
     ASSERT_TRUE(pipeline.ok()) << pipeline.status();
     ASSERT_TRUE(pipeline->Run(*g).ok());

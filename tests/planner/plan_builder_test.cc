@@ -136,6 +136,7 @@ absl::StatusOr<proto::Phase> PlanTinyMoePhase(bool decode, int64_t tokens) {
   PipelineOptions pipeline;
   pipeline.batch = 1;
   pipeline.tokens = tokens;
+  pipeline.fuse_moe = true;  // decode: the moe step (prefill keeps the primitives)
   TP_ASSIGN_OR_RETURN(PassPipeline passes,
                       decode ? BuildDecodePipeline(pipeline) : BuildPrefillPipeline(pipeline));
   TP_RETURN_IF_ERROR(passes.Run(graph).status());

@@ -188,7 +188,7 @@ TEST(TileplanOptTest, PrintsAfterPassesOnStderr) {
   const RunResult one =
       RunOpt(absl::StrCat("--pipeline=decode --print-after=specialize_phase '", path, "'"));
   EXPECT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 10 of 11)\n", one.out));
+  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 9 of 10)\n", one.out));
 }
 
 TEST(TileplanOptTest, PlansABundledModel) {
@@ -206,10 +206,10 @@ TEST(TileplanOptTest, PlansABundledModel) {
   EXPECT_THAT(primitive.out, HasSubstr("%l0.q: bf16[B,T,2048] = linear(%l0.attn_norm, "));
 }
 
-// A MoE model's decode pipeline fuses each MoE block (router to residual add) into one moe
-// region; its prefill pipeline keeps the primitive regions.
+// The fuse_moe pass (opt-in for the pipelines) fuses each MoE block (router to residual add)
+// into one moe region; the prefill pipeline keeps the primitive regions.
 TEST(TileplanOptTest, FusesTheMoeBlocksForDecodeOnly) {
-  const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode");
+  const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode --fuse-moe");
   EXPECT_EQ(decode.exit_code, 0) << decode.err;
   EXPECT_THAT(decode.out, HasSubstr("%l0.out: bf16[1,1,2048] = moe(%l0.mlp_norm, "));
   EXPECT_THAT(decode.out, Not(HasSubstr("= moe_router(")));
