@@ -5,7 +5,8 @@
 // split only into narrower vectors, f32 activations and weights, x a view of wider rows, the
 // result written over the residual, router logits and top-k weights held in bf16, and tactics
 // from one-warp CTAs (a router CTA per expert, so the last-CTA top-k runs) to one router CTA
-// for every expert.
+// for every expert, with the down projection unsplit or split over the slots (the last CTA of
+// a feature tile summing the splits).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -114,18 +115,17 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   return c;
 }
 
-// Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert; two warps; four
-// warps of one row each; eight warps with up to four rows each and one router CTA for 16
-// experts.
+// Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert and the down
+// projection unsplit; two warps, three down splits (not a power of two); four warps of one row
+// each and 16 down splits (more than most cases have slots: some CTAs own none); eight warps
+// with up to four rows each, one router CTA for 16 experts and two splits.
 std::vector<Params> MoeTactics(int vec) {
-  auto tactic = [vec](int threads, int router, int gate, int down) {
-    return Params{{"down_rows", down},
-                  {"gate_rows", gate},
-                  {"router_rows", router},
-                  {"threads", threads},
-                  {"vec", vec}};
+  auto tactic = [vec](int threads, int router, int gate, int down, int splits) {
+    return Params{{"down_rows", down},     {"down_splits", splits}, {"gate_rows", gate},
+                  {"router_rows", router}, {"threads", threads},    {"vec", vec}};
   };
-  return {tactic(32, 1, 1, 2), tactic(64, 2, 8, 4), tactic(128, 4, 4, 4), tactic(256, 16, 32, 16)};
+  return {tactic(32, 1, 1, 2, 1), tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
+          tactic(256, 16, 32, 16, 2)};
 }
 
 std::vector<Case> DeepSeekCases() {
