@@ -21,8 +21,8 @@ const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTempla
 namespace tileplan::kernels::internal {
 namespace {
 
-// The operands of a moe region: x, router, gate, up, down [, shared_gate, shared_up,
-// shared_down] [, residual] (docs/ir.md).
+// The operands of a moe region: x, router, gate, up, down [, shared_gate_up, shared_down]
+// [, residual] (docs/ir.md).
 struct MoeShape {
   int64_t tokens = 0;        // B * T
   int64_t hidden = 0;        // H
@@ -54,11 +54,11 @@ MoeShape ShapeOf(const BoundRegion& r) {
   s.experts = r.operand(1).shape[0];
   s.inter = r.operand(2).shape[1];
   s.cols = r.operand(4).shape[1];
-  if (s.shared) s.shared_inter = r.operand(5).shape[0];
+  if (s.shared) s.shared_inter = r.operand(5).shape[0] / 2;  // gate rows, then up rows
   return s;
 }
 
-int ResidualOperand(const MoeShape& s) { return s.shared ? 8 : 5; }
+int ResidualOperand(const MoeShape& s) { return s.shared ? 7 : 5; }
 
 // Bounds of the kernels: the tokens held in registers, and moe_topk's warp selection.
 constexpr int64_t kMaxTokens = kMoeMaxTokens;
@@ -195,7 +195,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   const int64_t w_align = vec * ir::DTypeSize(w_dtype);
   TP_RETURN_IF_ERROR(b.CheckOperands(x_align, {0}));
   TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {1, 2, 3, 4}));
-  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6, 7}));
+  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6}));
   if (s.residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(x_dtype), {ResidualOperand(s)}));
   TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(x_dtype), {0}));
   TP_ASSIGN_OR_RETURN(void* workspace, b.Workspace("routing"));
@@ -244,8 +244,12 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   gp.x_stride = x.stride;
   gp.gate = b.Operand(2);
   gp.up = b.Operand(3);
+  // The shared MLP's packed weight: Is gate rows, then Is up rows.
   gp.shared_gate = s.shared ? b.Operand(5) : nullptr;
-  gp.shared_up = s.shared ? b.Operand(6) : nullptr;
+  gp.shared_up = s.shared && b.Operand(5) != nullptr
+                     ? static_cast<const char*>(b.Operand(5)) +
+                           s.shared_inter * s.hidden * ir::DTypeSize(w_dtype)
+                     : nullptr;
   gp.table = table;
   gp.act = act;
   gp.shared_act = shared_act;
@@ -264,7 +268,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
 
   MoeDownParams dp{};
   dp.down = b.Operand(4);
-  dp.shared_down = s.shared ? b.Operand(7) : nullptr;
+  dp.shared_down = s.shared ? b.Operand(6) : nullptr;
   dp.table = table;
   dp.weights = weights;
   dp.act = act;

@@ -91,9 +91,9 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
                   m.hidden, "] = \"up\"\n", "  weight %down: ", d, "[", m.experts, ",", m.hidden,
                   ",", m.inter, "] = \"down\"\n");
   if (shared) {
-    absl::StrAppend(&g, "  weight %sg: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"sg\"\n",
-                    "  weight %su: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"su\"\n",
-                    "  weight %sd: ", d, "[", m.hidden, ",", m.shared_inter, "] = \"sd\"\n");
+    absl::StrAppend(&g, "  weight %sgu: ", d, "[", 2 * m.shared_inter, ",", m.hidden,
+                    "] = concat(\"sg\", \"su\")\n", "  weight %sd: ", d, "[", m.hidden, ",",
+                    m.shared_inter, "] = \"sd\"\n");
   }
   if (m.x_pad > 0) {
     absl::StrAppend(&g, "  %x: ", d, rows, m.hidden, "] view(%xx), %pad: ", d, rows, m.x_pad,
@@ -101,7 +101,7 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   }
   const std::string routing = m.narrow_routing ? d : "f32";
   absl::StrAppend(&g, "  %out: ", d, rows, m.hidden, "] = moe(%x, %router, %gate, %up, %down",
-                  shared ? ", %sg, %su, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
+                  shared ? ", %sgu, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
                   routing, "\", norm_topk_prob = ", m.norm ? "true" : "false",
                   ", num_groups = ", m.groups, ", residual = ", m.residual ? "true" : "false",
                   ", scaling = ", m.scaling, ", shared_experts = ", shared ? "true" : "false",
@@ -209,7 +209,7 @@ std::vector<Case> OddShapeCases() {
 
 std::vector<Case> ViewAndOverwriteCases() {
   // x a view of rows 24 elements wider (its token stride is not H), and the result written
-  // over the residual's storage (operand 8), as the memory planner places it.
+  // over the residual's storage (operand 7), as the memory planner places it.
   MoeBlock view{.tokens = 4,
                 .experts = 16,
                 .top_k = 4,
@@ -218,7 +218,7 @@ std::vector<Case> ViewAndOverwriteCases() {
                 .shared_inter = 64,
                 .x_pad = 24};
   Case over = MoeCase(view, MoeTactics(8));
-  over.result_over_operand = 8;
+  over.result_over_operand = 7;
   MoeBlock narrow_view = view;
   narrow_view.shared_inter = 0;
   narrow_view.narrow_routing = true;
