@@ -280,18 +280,19 @@ absl::Status CheckMoeDTypes(const Attributes& attrs, DType x) {
 // moe: moe_router + moe_topk + expert_linear (gate, up) + silu + mul + expert_linear (down) +
 // moe_combine [+ the shared MLP's linear x2 + silu + mul + linear + add] [+ add of the
 // residual]. Operands x: X[B,T,H], router: W[E,H], gate, up: W[E,I,H], down: W[E,N,I], then
-// with shared_experts shared_gate, shared_up: W[Is,H], shared_down: W[N,Is], then with
-// residual residual: X[B,T,N]; result X[B,T,N].
+// with shared_experts shared_gate_up: W[2Is,H] (the shared MLP's gate rows, then its up rows:
+// linear_swiglu's packed weight) and shared_down: W[N,Is], then with residual residual:
+// X[B,T,N]; result X[B,T,N].
 Results InferMoe(const KindArgs& a) {
   TP_ASSIGN_OR_RETURN(const bool shared, a.attrs.GetBool("shared_experts"));
   TP_ASSIGN_OR_RETURN(const bool residual, a.attrs.GetBool("residual"));
-  const int expected = 5 + (shared ? 3 : 0) + (residual ? 1 : 0);
+  const int expected = 5 + (shared ? 2 : 0) + (residual ? 1 : 0);
   if (static_cast<int>(a.operands.size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expects ", expected, " operands (x, router, gate, up, down",
-        shared ? ", shared_gate, shared_up, shared_down" : "", residual ? ", residual" : "",
-        ") with shared_experts = ", shared ? "true" : "false",
-        " and residual = ", residual ? "true" : "false", ", got ", a.operands.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expects ", expected, " operands (x, router, gate, up, down",
+                     shared ? ", shared_gate_up, shared_down" : "", residual ? ", residual" : "",
+                     ") with shared_experts = ", shared ? "true" : "false",
+                     " and residual = ", residual ? "true" : "false", ", got ", a.operands.size()));
   }
   TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
   const TensorType& x = a.operands[0];
@@ -317,16 +318,16 @@ Results InferMoe(const KindArgs& a) {
   }
   const Dim& n = down[1];
   if (shared) {
-    TP_RETURN_IF_ERROR(ExpectRank(a, 5, Element::kFloat, 2, "[Is,H]"));
-    TP_RETURN_IF_ERROR(ExpectDim(a, 5, 1, h, "[Is,H]", "H"));
-    const Dim& is = a.operands[5].dims[0];
-    TP_RETURN_IF_ERROR(ExpectRank(a, 6, Element::kFloat, 2, "[Is,H]"));
-    if (!DimsMatch(a.operands[6].dims[0], is) || !DimsMatch(a.operands[6].dims[1], h)) {
-      return a.OperandError(6, shape::Pattern("[Is,H]", {{"Is", is}, {"H", h}}));
+    TP_RETURN_IF_ERROR(ExpectRank(a, 5, Element::kFloat, 2, "[2Is,H]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, 5, 1, h, "[2Is,H]", "H"));
+    const Dim& two_is = a.operands[5].dims[0];
+    if (!IsPositiveEven(two_is)) {
+      return a.OperandError(5, "[2Is,H] with 2Is static, even and > 0");
     }
-    TP_RETURN_IF_ERROR(ExpectRank(a, 7, Element::kFloat, 2, "[N,Is]"));
-    if (!DimsMatch(a.operands[7].dims[0], n) || !DimsMatch(a.operands[7].dims[1], is)) {
-      return a.OperandError(7, shape::Pattern("[N,Is]", {{"N", n}, {"Is", is}}));
+    const Dim is = Dim::Static(two_is.extent() / 2);
+    TP_RETURN_IF_ERROR(ExpectRank(a, 6, Element::kFloat, 2, "[N,Is]"));
+    if (!DimsMatch(a.operands[6].dims[0], n) || !DimsMatch(a.operands[6].dims[1], is)) {
+      return a.OperandError(6, shape::Pattern("[N,Is]", {{"N", n}, {"Is", is}}));
     }
   }
   TensorType out = MakeType(x.dtype, {x.dims[0], x.dims[1], n});
@@ -397,9 +398,9 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .infer = [](const KindArgs& a) { return InferRopeKvWriteAttention(a, false); },
        .fused = true},
       {.name = "moe",
-       .operands = {"x", "router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down",
+       .operands = {"x", "router", "gate", "up", "down", "shared_gate_up", "shared_down",
                     "residual"},
-       .optional_operands = 4,
+       .optional_operands = 3,
        .attrs = MoeAttrs(),
        .infer = InferMoe,
        .fused = true},

@@ -14,9 +14,8 @@ ABSL_FLAG(std::string, prefill_logits, "all",
           "planner's last_token_logits pass)");
 ABSL_FLAG(bool, fuse_moe, false,
           "decode phases fuse each MoE block into one moe step (fuse_moe, the moe_gemv family); "
-          "off by default: on the H200 its three launches are slower than the unfused steps "
-          "(docs/PERF.md), and a block with shared experts binds their checkpoint tensors both "
-          "packed (prefill) and unpacked (decode), which the GPU runtime refuses");
+          "off by default: on the H200 its first kernels were slower than the unfused steps "
+          "(docs/PERF.md)");
 ABSL_FLAG(std::string, target, "",
           "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
           "file; empty: this GPU's own, or h200 without a GPU");

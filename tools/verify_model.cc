@@ -62,6 +62,9 @@ ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, threads, std::nullopt,
           "threads of the cpu backend; unset: the backend's default");
 ABSL_FLAG(bool, plan, true,
           "run the planned graphs; --no-plan runs the primitive graph (cpu backend only)");
+ABSL_FLAG(bool, fuse_moe, false,
+          "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
+          "backend the moe_gemv family), on either backend");
 
 namespace tileplan {
 namespace {
@@ -90,7 +93,7 @@ constexpr char kUsage[] =
     "bf16_relative).\n"
     "\n"
     "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N]\n"
-    "                    [--no-plan] [--no-cuda-graphs] [--pdl never|decode|always]\n"
+    "                    [--no-plan] [--fuse-moe] [--no-cuda-graphs] [--pdl never|decode|always]\n"
     "                    [--print-after-all] [--print-after PASS,...]\n"
     "\n"
     "Exit status: 0 all checks pass; 1 a numerical check fails; 2 bad arguments, unreadable or\n"
@@ -118,6 +121,9 @@ absl::Status CheckFlags() {
   }
   if (backend == "cpu" && (tools::Given("cuda_graphs") || tools::Given("pdl"))) {
     return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
+  }
+  if (!plan && absl::GetFlag(FLAGS_fuse_moe)) {
+    return absl::InvalidArgumentError("--fuse-moe is a planner pass; --no-plan runs none");
   }
   if (!plan &&
       (absl::GetFlag(FLAGS_print_after_all) || !absl::GetFlag(FLAGS_print_after).empty())) {
@@ -359,6 +365,7 @@ absl::StatusOr<Outputs> RunCpu(const ir::Graph& graph, const models::Checkpoint&
     plan_options.tokens = prompt_len;
     plan_options.batch = options.batch;
     plan_options.cache_capacity = options.max_seq;
+    plan_options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
     TP_ASSIGN_OR_RETURN(planner::PhaseGraphs planned,
                         planner::PlanPhases(graph, plan_options, tools::PrintOptionsFromFlags()));
     TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
@@ -403,6 +410,7 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
   plan_options.prefill_batch = 1;
   plan_options.decode_batches = {1};
   plan_options.max_context = prompt_len + num_greedy;
+  plan_options.decode_fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
   plan_options.print = tools::PrintOptionsFromFlags();
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));

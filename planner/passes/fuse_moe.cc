@@ -7,6 +7,8 @@
 // then optionally the shared MLP on the same x joined by an add,
 //   s = linear(mul(silu(linear(x, shared_gate)), linear(x, shared_up)), shared_down)
 //   c = add(c, s)
+// whose gate and up weights the moe region takes packed, as pack_gate_up packs them (one
+// weight of the same name and tensors, so a prefill plan and a decode plan bind the same),
 // and optionally one more add of c and any value r (the residual stream). Every intermediate
 // must be read only by the next step of the pattern (ids by the three expert linears) and not
 // be a graph output; either operand order of each mul and add matches. Decode only: the
@@ -21,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "planner/passes/linear_packing.h"
 #include "planner/passes/passes.h"
 #include "planner/rewriter.h"
 
@@ -78,8 +81,11 @@ std::optional<AddOf> SoleAdd(const ir::Graph& g, const UseMap& uses, const Graph
 }
 
 struct Site {
-  std::vector<int> regions;           // every matched region, in graph order
-  std::vector<ir::ValueId> operands;  // the moe region's, in its operand order
+  std::vector<int> regions;  // every matched region, in graph order
+  // The moe region's operands, in its operand order; with shared experts operand 5 (the
+  // packed gate/up weight) is kNoValue here and declared by the rewrite.
+  std::vector<ir::ValueId> operands;
+  std::vector<int> shared_gate_up;    // the shared MLP's gate and up linears
   ir::ValueId result = ir::kNoValue;  // the value the moe region replaces
   int combine = -1;
   bool shared = false;
@@ -137,7 +143,7 @@ std::optional<Site> Match(const ir::Graph& g, const UseMap& uses, const GraphRew
   site.result = comb.results[0];
 
   // The shared MLP: add(c, s) with s = linear(mul(silu(linear(x, ·)), linear(x, ·)), ·), the
-  // linears without a bias.
+  // linears without a bias and their gate and up weights packable.
   auto plain_linear = [&](int index) {
     const ir::Region& r = g.regions()[static_cast<size_t>(index)];
     return r.kind == "linear" && r.operands.size() == 2;
@@ -149,13 +155,14 @@ std::optional<Site> Match(const ir::Graph& g, const UseMap& uses, const GraphRew
     if (plain_linear(s_down) && IsResultOf(g, sh, "mul") && uses.SoleUser(sh) == s_down) {
       const std::optional<GatedPair> mlp = MatchGatedPair(g, uses, g.value(sh).producer, "linear");
       if (mlp && plain_linear(mlp->gate) && plain_linear(mlp->up) &&
-          g.regions()[static_cast<size_t>(mlp->gate)].operands[0] == x) {
+          g.regions()[static_cast<size_t>(mlp->gate)].operands[0] == x &&
+          CheckPackGroup(g, uses, {mlp->gate, mlp->up}).ok()) {
         site.shared = true;
+        site.shared_gate_up = {mlp->gate, mlp->up};
         site.regions.insert(site.regions.end(), {mlp->gate, mlp->up, mlp->silu,
                                                  g.value(sh).producer, s_down, add->index});
-        for (int w : {mlp->gate, mlp->up, s_down}) {
-          site.operands.push_back(g.regions()[static_cast<size_t>(w)].operands[1]);
-        }
+        site.operands.push_back(ir::kNoValue);
+        site.operands.push_back(g.regions()[static_cast<size_t>(s_down)].operands[1]);
         site.result = g.regions()[static_cast<size_t>(add->index)].results[0];
         add = SoleAdd(g, uses, rewriter, site.result);
       }
@@ -217,7 +224,11 @@ class FuseMoePass : public Pass {
             g.value(site.operands[static_cast<size_t>(w)]).name, " stacks ", e.ToString()));
       }
     }
-    const int anchor = FindAnchor(g, uses, site.regions, site.operands, {site.result});
+    std::vector<ir::ValueId> anchored;  // the operands that exist in the source graph
+    for (ir::ValueId v : site.operands) {
+      if (v != ir::kNoValue) anchored.push_back(v);
+    }
+    const int anchor = FindAnchor(g, uses, site.regions, anchored, {site.result});
     if (anchor < 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           prefix, "no position keeps every operand defined before it and every reader after it"));
@@ -232,10 +243,28 @@ class FuseMoePass : public Pass {
       fused_from.push_back(g.regions()[static_cast<size_t>(index)].kind);
       if (index != anchor) TP_RETURN_IF_ERROR(rewriter.Drop(index));
     }
+    int packed = -1;
+    if (site.shared) {
+      TP_ASSIGN_OR_RETURN(packed, PackGroupWeights(site.shared_gate_up, rewriter));
+    }
     const std::vector<ir::ValueId> operands = site.operands;
     const ir::ValueId result = site.result;
-    return rewriter.Replace(anchor, [=](RegionEmitter& out) {
-      return out.EmitFused("moe", operands, {result}, {ir::ResultAlias{}}, attrs, fused_from);
+    return rewriter.Replace(anchor, [=](RegionEmitter& out) -> absl::Status {
+      std::vector<ir::ValueId> mapped;
+      for (ir::ValueId v : operands) {
+        if (v == ir::kNoValue) {
+          mapped.push_back(out.NewWeight(packed));
+        } else {
+          TP_ASSIGN_OR_RETURN(const ir::ValueId m, out.Map(v));
+          mapped.push_back(m);
+        }
+      }
+      const ir::Value& r = out.source().value(result);
+      TP_ASSIGN_OR_RETURN(std::vector<ir::ValueId> ids,
+                          out.Emit("moe", std::move(mapped), {ir::ResultSpec{r.name, r.type, {}}},
+                                   attrs, fused_from));
+      out.Bind(result, ids[0]);
+      return absl::OkStatus();
     });
   }
 };

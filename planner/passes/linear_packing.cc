@@ -115,23 +115,37 @@ std::string PackedName(const std::vector<std::string>& names) {
                       names[0].substr(names[0].size() - suffix));
 }
 
+absl::StatusOr<int> PackGroupWeights(const std::vector<int>& group, GraphRewriter& rewriter) {
+  const ir::Graph& g = rewriter.source();
+  std::vector<ir::ValueId> weights;
+  std::vector<std::string> names, parts;
+  int64_t rows = 0;
+  for (int index : group) {
+    const ir::ValueId id = g.regions()[static_cast<size_t>(index)].operands[1];
+    const ir::Value& w = g.value(id);
+    weights.push_back(id);
+    names.push_back(w.name);
+    parts.insert(parts.end(), w.checkpoint_tensors.begin(), w.checkpoint_tensors.end());
+    rows += w.type.dims[0].extent();
+  }
+  ir::TensorType type = g.value(weights[0]).type;
+  type.dims[0] = ir::Dim::Static(rows);
+  return rewriter.ReplaceWeights(weights, rewriter.UniqueName(PackedName(names)), type,
+                                 std::move(parts));
+}
+
 absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewriter) {
   const ir::Graph& g = rewriter.source();
   const ir::Region& first = g.regions()[static_cast<size_t>(group[0])];
   const bool biased = first.operands.size() > 2;
-  const ir::Value& first_w = g.value(first.operands[1]);
 
-  std::vector<ir::ValueId> weights, biases, results;
-  std::vector<std::string> weight_names, bias_names, result_names, weight_parts, bias_parts;
+  std::vector<ir::ValueId> biases, results;
+  std::vector<std::string> bias_names, result_names, bias_parts;
   std::vector<int64_t> sizes;
   int64_t rows = 0;
   for (int index : group) {
     const ir::Region& r = g.regions()[static_cast<size_t>(index)];
     const ir::Value& w = g.value(r.operands[1]);
-    weights.push_back(r.operands[1]);
-    weight_names.push_back(w.name);
-    weight_parts.insert(weight_parts.end(), w.checkpoint_tensors.begin(),
-                        w.checkpoint_tensors.end());
     if (biased) {
       const ir::Value& b = g.value(r.operands[2]);
       biases.push_back(r.operands[2]);
@@ -144,12 +158,7 @@ absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewri
     rows += sizes.back();
   }
 
-  ir::TensorType weight_type = first_w.type;
-  weight_type.dims[0] = ir::Dim::Static(rows);
-  TP_ASSIGN_OR_RETURN(
-      const int weight_key,
-      rewriter.ReplaceWeights(weights, rewriter.UniqueName(PackedName(weight_names)), weight_type,
-                              std::move(weight_parts)));
+  TP_ASSIGN_OR_RETURN(const int weight_key, PackGroupWeights(group, rewriter));
   int bias_key = -1;
   if (biased) {
     ir::TensorType bias_type = g.value(first.operands[2]).type;

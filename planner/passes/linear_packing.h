@@ -34,6 +34,12 @@ absl::Status CheckPackGroup(const ir::Graph& graph, const UseMap& uses,
 // member was claimed in `rewriter` before.
 absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewriter);
 
+// Declares in `rewriter` the packed weight PackLinearGroup makes for `group` (the members'
+// weights concatenated in order, named by PackedName of their names) in place of the members'
+// weights, for a pass that fuses the group into another region; returns its key for
+// RegionEmitter::NewWeight. REQUIRES: CheckPackGroup(group) is OK.
+absl::StatusOr<int> PackGroupWeights(const std::vector<int>& group, GraphRewriter& rewriter);
+
 // The name of a packed value made of values named `names`: their common prefix (cut after
 // its last '.' or '_') and common suffix (cut at its first '.' or '_') around the differing
 // middles, joined directly when each middle is one character and with '_' otherwise:

@@ -950,7 +950,7 @@ absl::Status Moe(KernelContext& ctx) {
   TP_ASSIGN_OR_RETURN(const std::string weights_name, attrs.GetString("weights_dtype"));
   TP_ASSIGN_OR_RETURN(const ir::DType logits_dtype, ir::ParseDType(logits_name));
   TP_ASSIGN_OR_RETURN(const ir::DType weights_dtype, ir::ParseDType(weights_name));
-  const size_t expected = 5 + (shared ? 3 : 0) + (residual ? 1 : 0);
+  const size_t expected = 5 + (shared ? 2 : 0) + (residual ? 1 : 0);
   if (ctx.operands.size() != expected) {
     return Error(ctx, "has ", ctx.operands.size(), " operands, expected ", expected,
                  " for shared_experts = ", shared ? "true" : "false",
@@ -991,15 +991,11 @@ absl::Status Moe(KernelContext& ctx) {
   TP_RETURN_IF_ERROR(c.Run(&MoeCombine, "moe_combine", {y, weights}, {combined}));
   TensorArg routed = combined;
   if (shared) {
-    TP_RETURN_IF_ERROR(ExpectRank(ctx, ctx.operands[5], 2, "shared_gate"));
-    const std::vector<int64_t> hidden = shape({ctx.operands[5].shape[0]});
-    const TensorArg sg = c.Temp(hidden), su = c.Temp(hidden), sa = c.Temp(hidden),
-                    sh = c.Temp(hidden), s = c.Temp(out.shape);
-    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {x, ctx.operands[5]}, {sg}));
-    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {x, ctx.operands[6]}, {su}));
-    TP_RETURN_IF_ERROR(c.Run(&Silu, "silu", {sg}, {sa}));
-    TP_RETURN_IF_ERROR(c.Run(&Mul, "mul", {sa, su}, {sh}));
-    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {sh, ctx.operands[7]}, {s}));
+    // The shared MLP's gate and up are one packed weight: linear_swiglu's steps.
+    TP_RETURN_IF_ERROR(ExpectRank(ctx, ctx.operands[5], 2, "shared_gate_up"));
+    const TensorArg sh = c.Temp(shape({ctx.operands[5].shape[0] / 2})), s = c.Temp(out.shape);
+    TP_RETURN_IF_ERROR(c.Run(&LinearSwiglu, "linear_swiglu", {x, ctx.operands[5]}, {sh}));
+    TP_RETURN_IF_ERROR(c.Run(&Linear, "linear", {sh, ctx.operands[6]}, {s}));
     routed = residual ? c.Temp(out.shape) : out;
     TP_RETURN_IF_ERROR(c.Run(&Add, "add", {combined, s}, {routed}));
   }

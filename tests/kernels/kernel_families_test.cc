@@ -225,9 +225,9 @@ TEST(KernelFamiliesTest, MoeGemvCountsTheSelectableExpertsOnly) {
     EXPECT_EQ(moe->Geometry(*tactic, region).grid[0],
               (128 + gate_rows - 1) / gate_rows + experts * ((64 + gate_rows - 1) / gate_rows));
     EXPECT_GT(moe->WorkspaceBytes(*tactic, region), 0);
-    // The result may take the residual's storage (operand 8), no other operand's.
+    // The result may take the residual's storage (operand 7), no other operand's.
     for (int operand = 0; operand < region.num_operands(); ++operand) {
-      EXPECT_EQ(moe->MayOverwriteOperand(region, 0, operand), operand == 8) << operand;
+      EXPECT_EQ(moe->MayOverwriteOperand(region, 0, operand), operand == 7) << operand;
     }
   }
 }

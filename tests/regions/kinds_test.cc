@@ -617,7 +617,8 @@ Attributes MoeAttrs(bool shared, bool residual, const std::string& logits = "f32
 TEST(KindsTest, Moe) {
   const std::vector<std::string> routed = {"bf16[B,T,32]", "bf16[8,32]", "bf16[8,16,32]",
                                            "bf16[8,16,32]", "bf16[8,32,16]"};
-  const std::vector<std::string> shared = {"bf16[24,32]", "bf16[24,32]", "bf16[32,24]"};
+  // The shared MLP: its gate and up packed (gate rows first), its down projection.
+  const std::vector<std::string> shared = {"bf16[48,32]", "bf16[32,24]"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -636,11 +637,11 @@ TEST(KindsTest, Moe) {
       "f32[2,T,40]");
   // The attributes decide the operand layout.
   EXPECT_EQ(InferOne("moe", routed, MoeAttrs(true, false)),
-            "expects 8 operands (x, router, gate, up, down, shared_gate, shared_up, shared_down) "
-            "with shared_experts = true and residual = false, got 5");
+            "expects 7 operands (x, router, gate, up, down, shared_gate_up, shared_down) with "
+            "shared_experts = true and residual = false, got 5");
   EXPECT_EQ(InferOne("moe", with(routed, shared), MoeAttrs(false, true)),
             "expects 6 operands (x, router, gate, up, down, residual) with shared_experts = "
-            "false and residual = true, got 8");
+            "false and residual = true, got 7");
   EXPECT_EQ(InferOne("moe", with(routed, {"bf16[B,T,16]"}), MoeAttrs(false, true)),
             "operand 5 has type bf16[B,T,16], expected bf16[B,T,32] (the type of the combined "
             "experts)");
@@ -660,9 +661,10 @@ TEST(KindsTest, Moe) {
                {"bf16[B,T,32]", "bf16[8,32]", "bf16[8,16,32]", "bf16[8,16,32]", "bf16[8,32,12]"},
                MoeAttrs(false, false)),
       "operand 4 has type bf16[8,32,12], expected [E,N,I] with E = 8, I = 16");
-  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[24,32]", "bf16[24,32]", "bf16[32,20]"}),
-                     MoeAttrs(true, false)),
-            "operand 7 has type bf16[32,20], expected [N,Is] with N = 32, Is = 24");
+  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[48,32]", "bf16[32,20]"}), MoeAttrs(true, false)),
+            "operand 6 has type bf16[32,20], expected [N,Is] with N = 32, Is = 24");
+  EXPECT_EQ(InferOne("moe", with(routed, {"bf16[47,32]", "bf16[32,20]"}), MoeAttrs(true, false)),
+            "operand 5 has type bf16[47,32], expected [2Is,H] with 2Is static, even and > 0");
   EXPECT_EQ(
       InferOne("moe",
                {"bf16[B,T,32]", "bf16[E,32]", "bf16[E,16,32]", "bf16[E,16,32]", "bf16[E,32,16]"},

@@ -73,18 +73,33 @@ std::map<std::string, HostTensor> RandomWeightsFor(const ir::Graph& graph, Rando
 
 // Runs the fused and the primitive graph (same inputs, weights and outputs by position) on
 // the same random data for each input set in turn, with state carried between runs, and
-// expects every output to agree within 1e-6 relative.
+// expects every output to agree within 1e-6 relative. `packed` names the fused graph's packed
+// weights and the primitive graph's weights they concatenate, in order.
 void ExpectSameOutputs(const std::string& fused_text, const std::string& primitive_text,
                        const std::vector<std::map<std::string, HostTensor>>& runs,
-                       int64_t max_seq = 1) {
+                       int64_t max_seq = 1,
+                       const std::map<std::string, std::vector<std::string>>& packed = {}) {
   const ir::Graph fused = Parse(fused_text);
   const ir::Graph primitive = Parse(primitive_text);
   Random rnd(11);
   const std::map<std::string, HostTensor> weights = RandomWeightsFor(primitive, rnd);
+  std::map<std::string, HostTensor> fused_weights = weights;
+  for (const auto& [name, parts] : packed) {
+    std::vector<int64_t> shape = weights.at(parts[0]).shape;
+    std::vector<float> data;
+    shape[0] = 0;
+    for (const std::string& part : parts) {
+      const HostTensor& t = weights.at(part);
+      shape[0] += t.shape[0];
+      data.insert(data.end(), t.f.begin(), t.f.end());
+      fused_weights.erase(part);
+    }
+    fused_weights[name] = HostTensor::Float(std::move(shape), std::move(data));
+  }
   CpuBackend::Options options;
   options.max_seq = max_seq;
   options.threads = 2;
-  auto a = CpuBackend::CreateWithWeights(fused, weights, options);
+  auto a = CpuBackend::CreateWithWeights(fused, fused_weights, options);
   auto b = CpuBackend::CreateWithWeights(primitive, weights, options);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
@@ -507,18 +522,23 @@ TEST(CpuFused, PackedWeightPartsMustFit) {
 std::string MoeGraph(bool fused, bool shared, bool residual, bool rounded) {
   const std::string d = rounded ? "bf16" : "f32";
   const std::string l = rounded ? "bf16" : "f32";
-  std::string g = absl::StrCat(
-      "graph @moe {\n  input %x: ", d, "[1,3,16]\n  input %r: ", d,
-      "[1,3,16]\n  weight %router: ", d, "[6,16] = \"router\"\n", "  weight %gate: ", d,
-      "[6,8,16] = \"gate\"\n  weight %up: ", d, "[6,8,16] = \"up\"\n  weight %down: ", d,
-      "[6,16,8] = \"down\"\n  weight %sg: ", d, "[12,16] = \"sg\"\n  weight %su: ", d,
-      "[12,16] = \"su\"\n  weight %sd: ", d, "[16,12] = \"sd\"\n");
+  std::string g = absl::StrCat("graph @moe {\n  input %x: ", d, "[1,3,16]\n  input %r: ", d,
+                               "[1,3,16]\n  weight %router: ", d, "[6,16] = \"router\"\n",
+                               "  weight %gate: ", d, "[6,8,16] = \"gate\"\n  weight %up: ", d,
+                               "[6,8,16] = \"up\"\n  weight %down: ", d, "[6,16,8] = \"down\"\n");
+  // The moe region takes the shared MLP's gate and up packed (gate rows first), as fuse_moe
+  // packs them.
+  absl::StrAppend(&g,
+                  fused ? absl::StrCat("  weight %sgu: ", d, "[24,16] = concat(\"sg\", \"su\")\n")
+                        : absl::StrCat("  weight %sg: ", d, "[12,16] = \"sg\"\n  weight %su: ", d,
+                                       "[12,16] = \"su\"\n"),
+                  "  weight %sd: ", d, "[16,12] = \"sd\"\n");
   const std::string topk =
       "norm_topk_prob = false, num_groups = 3, scaling = 2.5, top_k = 2, topk_groups = 2";
   if (fused) {
     absl::StrAppend(&g, "  %out: ", d, "[1,3,16] = moe(%x, %router, %gate, %up, %down",
-                    shared ? ", %sg, %su, %sd" : "", residual ? ", %r" : "", ") {logits_dtype = \"",
-                    l, "\", ", topk, ", residual = ", residual ? "true" : "false",
+                    shared ? ", %sgu, %sd" : "", residual ? ", %r" : "", ") {logits_dtype = \"", l,
+                    "\", ", topk, ", residual = ", residual ? "true" : "false",
                     ", shared_experts = ", shared ? "true" : "false", ", weights_dtype = \"", l,
                     "\"}\n");
   } else {
@@ -554,7 +574,8 @@ TEST(CpuFused, MoeIsTheRoutedExpertsPlusSharedMlpPlusResidual) {
         Random rnd(5);
         ExpectSameOutputs(MoeGraph(true, shared, residual, rounded),
                           MoeGraph(false, shared, residual, rounded),
-                          {{{"x", rnd.Float({1, 3, 16})}, {"r", rnd.Float({1, 3, 16}, 2.0)}}});
+                          {{{"x", rnd.Float({1, 3, 16})}, {"r", rnd.Float({1, 3, 16}, 2.0)}}}, 1,
+                          {{"sgu", {"sg", "su"}}});
       }
     }
   }

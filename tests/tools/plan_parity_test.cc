@@ -99,15 +99,17 @@ void ExpectDecodeAgrees(runtime::cpu::CpuBackend& primitive, runtime::cpu::CpuBa
   }
 }
 
-TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
-  Fixture f;
-  ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), 0, f));
+// The planned graphs (with the decode pipeline's opt-in fuse_moe when `fuse_moe`) against the
+// primitive graph: the prompt as one prefill, then every decode step.
+void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe) {
+  SCOPED_TRACE(fuse_moe ? "fuse_moe" : "default pipelines");
   auto primitive_graph = models::LowerModel(f.config);
   ASSERT_TRUE(primitive_graph.ok()) << primitive_graph.status();
   planner::PipelineOptions plan_options;
   plan_options.tokens = f.prompt_len();
   plan_options.batch = f.options.batch;
   plan_options.cache_capacity = f.options.max_seq;
+  plan_options.fuse_moe = fuse_moe;
   auto planned = planner::PlanPhases(*primitive_graph, plan_options);
   ASSERT_TRUE(planned.ok()) << planned.status();
   // The planner did rewrite both graphs, so the comparison is not of a graph with itself.
@@ -115,6 +117,10 @@ TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
     EXPECT_LT(g->regions().size(), primitive_graph->regions().size());
     EXPECT_TRUE(std::any_of(g->regions().begin(), g->regions().end(),
                             [](const ir::Region& r) { return !r.fused_from.empty(); }));
+  }
+  if (fuse_moe) {
+    EXPECT_TRUE(std::any_of(planned->decode.regions().begin(), planned->decode.regions().end(),
+                            [](const ir::Region& r) { return r.kind == "moe"; }));
   }
 
   auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, *f.checkpoint, f.options);
@@ -130,6 +136,14 @@ TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "prompt";
   ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
+}
+
+TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), 0, f));
+  ExpectPlannedAgrees(f, false);
+  // A MoE model's decode steps with each MoE block fused into one moe region, too.
+  if (f.config.moe.num_experts > 0) ExpectPlannedAgrees(f, true);
 }
 
 // The prefill planned with last_token_logits, run as the GPU runtime runs a prompt shorter

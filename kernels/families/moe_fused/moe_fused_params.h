@@ -67,7 +67,9 @@
   NEXT(int, int, shared_inter) \
   NEXT(int, int, cols) \
   NEXT(int, int, max_slots) \
-  NEXT(int, int, shared)
+  NEXT(int, int, shared) \
+  NEXT(float*, float*, partials) \
+  NEXT(unsigned int*, unsigned int* __restrict__, counters)
 
 namespace tileplan {
 

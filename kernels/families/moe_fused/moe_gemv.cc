@@ -1,8 +1,10 @@
 // moe_gemv: the fused MoE block (moe) of a decode step, B·T <= 16 tokens, in three launches
-// (moe_gemv.cuh): the router GEMV whose last CTA runs the top-k and builds the routing table,
-// the gate/up GEMV with SiLU·mul over the distinct selected experts and the shared MLP, and
-// the down GEMV that weights, sums and adds the shared MLP and the residual. The routing
-// stays in device memory, so a decode CUDA Graph replays with new routing.
+// (moe_gemv.cuh): the router GEMV (its warps splitting H) whose last CTA runs the top-k and
+// builds the routing table, the gate/up GEMV with SiLU·mul over the distinct selected experts
+// and the shared MLP, and the down GEMV, split over the slots, that weights, sums and adds the
+// shared MLP and the residual. The routing stays in device memory, so a decode CUDA Graph
+// replays with new routing. Version 2 (version 1's router warps each took their own experts
+// and its down projection ran unsplit: slower than the unfused steps on the H200).
 #include <algorithm>
 #include <string>
 
@@ -19,8 +21,8 @@ const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTempla
 namespace tileplan::kernels::internal {
 namespace {
 
-// The operands of a moe region: x, router, gate, up, down [, shared_gate, shared_up,
-// shared_down] [, residual] (docs/ir.md).
+// The operands of a moe region: x, router, gate, up, down [, shared_gate_up, shared_down]
+// [, residual] (docs/ir.md).
 struct MoeShape {
   int64_t tokens = 0;        // B * T
   int64_t hidden = 0;        // H
@@ -52,11 +54,11 @@ MoeShape ShapeOf(const BoundRegion& r) {
   s.experts = r.operand(1).shape[0];
   s.inter = r.operand(2).shape[1];
   s.cols = r.operand(4).shape[1];
-  if (s.shared) s.shared_inter = r.operand(5).shape[0];
+  if (s.shared) s.shared_inter = r.operand(5).shape[0] / 2;  // gate rows, then up rows
   return s;
 }
 
-int ResidualOperand(const MoeShape& s) { return s.shared ? 8 : 5; }
+int ResidualOperand(const MoeShape& s) { return s.shared ? 7 : 5; }
 
 // Bounds of the kernels: the tokens held in registers, and moe_topk's warp selection.
 constexpr int64_t kMaxTokens = kMoeMaxTokens;
@@ -64,6 +66,9 @@ constexpr int64_t kMaxExperts = 32 * 32;
 constexpr int64_t kMaxTopK = 32;
 constexpr int64_t kMaxGroups = 32;
 constexpr int64_t kMaxRowsPerWarp = 8;
+// The router's experts per CTA (its warps share them) and the down projection's splits.
+constexpr int64_t kMaxRouterRows = 16;
+constexpr int64_t kMaxDownSplits = 16;
 
 // The widest access of at most 16 bytes of the weights that divides every weight row (H, I,
 // Is) and x's offset and row strides.
@@ -75,12 +80,13 @@ int64_t MoeVec(const BoundRegion& r) {
 }
 
 // The step workspace, 16-byte aligned sections in bytes: logits [tokens, E], weights [tokens,
-// K], the routing table, act [tokens * K, I], shared_act [tokens, Is].
+// K], the routing table, act [tokens * K, I], shared_act [tokens, Is], and with down_splits S
+// > 1 the down projection's partial sums [S, tokens, N].
 struct WorkspaceLayout {
-  int64_t logits = 0, weights = 0, table = 0, act = 0, shared_act = 0, total = 0;
+  int64_t logits = 0, weights = 0, table = 0, act = 0, shared_act = 0, partials = 0, total = 0;
 };
 
-WorkspaceLayout LayoutOf(const MoeShape& s) {
+WorkspaceLayout LayoutOf(const MoeShape& s, int64_t down_splits) {
   WorkspaceLayout l;
   auto section = [&l](int64_t bytes) {
     const int64_t at = l.total;
@@ -92,6 +98,7 @@ WorkspaceLayout LayoutOf(const MoeShape& s) {
   l.table = section(MoeTableInts(s.max_slots(), s.tokens) * 4);
   l.act = section(s.tokens * s.top_k * s.inter * 4);
   l.shared_act = section(s.tokens * s.shared_inter * 4);
+  l.partials = section(down_splits > 1 ? down_splits * s.tokens * s.cols * 4 : 0);
   return l;
 }
 
@@ -108,8 +115,15 @@ int64_t SharedTiles(const MoeShape& s, const Tactic& t) {
 int64_t GateUpCtas(const MoeShape& s, const Tactic& t) {
   return SharedTiles(s, t) + s.max_slots() * RoutedTiles(s, t);
 }
-int64_t DownCtas(const MoeShape& s, const Tactic& t) {
+int64_t DownTiles(const MoeShape& s, const Tactic& t) {
   return CeilDiv(s.cols, t.params.at("down_rows"));
+}
+// Completion counters, 4 bytes each: the router's CTAs' arrivals (counter 0), then with
+// down_splits > 1 one per down feature tile; none when neither kernel splits its work.
+int64_t Counters(const MoeShape& s, const Tactic& t) {
+  const int64_t splits = t.params.at("down_splits");
+  if (RouteCtas(s, t) == 1 && splits == 1) return 0;
+  return 1 + (splits > 1 ? DownTiles(s, t) : 0);
 }
 
 // Weight bytes the step streams: the router, the experts a routing can select (min(E, B·T·K)
@@ -138,6 +152,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   TP_ASSIGN_OR_RETURN(const int64_t router_rows, b.Param("router_rows"));
   TP_ASSIGN_OR_RETURN(const int64_t gate_rows, b.Param("gate_rows"));
   TP_ASSIGN_OR_RETURN(const int64_t down_rows, b.Param("down_rows"));
+  TP_ASSIGN_OR_RETURN(const int64_t down_splits, b.Param("down_splits"));
   TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
   const MoeShape s = ShapeOf(r);
   const ir::DType x_dtype = r.operand_dtype(0);
@@ -180,14 +195,16 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   const int64_t w_align = vec * ir::DTypeSize(w_dtype);
   TP_RETURN_IF_ERROR(b.CheckOperands(x_align, {0}));
   TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {1, 2, 3, 4}));
-  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6, 7}));
+  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6}));
   if (s.residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(x_dtype), {ResidualOperand(s)}));
   TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(x_dtype), {0}));
   TP_ASSIGN_OR_RETURN(void* workspace, b.Workspace("routing"));
   const int64_t route_ctas = RouteCtas(s, t);
-  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers route,
-                      b.SplitBuffers(route_ctas, "router"));
-  const WorkspaceLayout layout = LayoutOf(s);
+  // Counters exist when the router's CTAs or the down projection's splits share a reduction.
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
+                      b.SplitBuffers(route_ctas * down_splits, "router and down projection"));
+  unsigned int* counters = static_cast<unsigned int*>(split.counters);
+  const WorkspaceLayout layout = LayoutOf(s, down_splits);
   auto at = [workspace](int64_t offset) -> void* {
     return workspace == nullptr ? nullptr : static_cast<char*>(workspace) + offset;
   };
@@ -196,6 +213,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   int* table = static_cast<int*>(at(layout.table));
   float* act = static_cast<float*>(at(layout.act));
   float* shared_act = s.shared ? static_cast<float*>(at(layout.shared_act)) : nullptr;
+  float* partials = down_splits > 1 ? static_cast<float*>(at(layout.partials)) : nullptr;
   const int64_t max_tokens = NextPowerOfTwo(s.tokens);
 
   MoeRouteParams rp{};
@@ -205,7 +223,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   rp.logits = logits;
   rp.weights = weights;
   rp.table = table;
-  rp.counter = static_cast<unsigned int*>(route.counters);
+  rp.counter = route_ctas > 1 ? counters : nullptr;
   rp.tokens = static_cast<int>(s.tokens);
   rp.hidden = static_cast<int>(s.hidden);
   rp.experts = static_cast<int>(s.experts);
@@ -226,8 +244,12 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   gp.x_stride = x.stride;
   gp.gate = b.Operand(2);
   gp.up = b.Operand(3);
+  // The shared MLP's packed weight: Is gate rows, then Is up rows.
   gp.shared_gate = s.shared ? b.Operand(5) : nullptr;
-  gp.shared_up = s.shared ? b.Operand(6) : nullptr;
+  gp.shared_up = s.shared && b.Operand(5) != nullptr
+                     ? static_cast<const char*>(b.Operand(5)) +
+                           s.shared_inter * s.hidden * ir::DTypeSize(w_dtype)
+                     : nullptr;
   gp.table = table;
   gp.act = act;
   gp.shared_act = shared_act;
@@ -246,7 +268,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
 
   MoeDownParams dp{};
   dp.down = b.Operand(4);
-  dp.shared_down = s.shared ? b.Operand(7) : nullptr;
+  dp.shared_down = s.shared ? b.Operand(6) : nullptr;
   dp.table = table;
   dp.weights = weights;
   dp.act = act;
@@ -260,11 +282,13 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   dp.cols = static_cast<int>(s.cols);
   dp.max_slots = static_cast<int>(s.max_slots());
   dp.shared = s.shared ? 1 : 0;
+  dp.partials = partials;
+  dp.counters = down_splits > 1 && counters != nullptr ? counters + 1 : nullptr;
   b.Launch("moe_gemv.cuh",
            absl::StrCat("tileplan::moe_down<", x_type, ", ", w_type, ", ", threads, ", ", down_rows,
                         ", ", vec, ", ", max_tokens, ">"),
-           {DownCtas(s, t), 1, 1}, {threads, 1, 1}, MoeDownSharedBytes(s.max_slots(), max_tokens),
-           dp);
+           {DownTiles(s, t), down_splits, 1}, {threads, 1, 1},
+           MoeDownSharedBytes(s.max_slots(), max_tokens), dp);
   return std::move(b).Finish();
 }
 
@@ -283,8 +307,9 @@ constexpr Row kRows[] = {{"sm_80", 128, 8, 8},
 class MoeGemvFamily final : public TemplateFamilyBase {
  public:
   MoeGemvFamily()
-      : TemplateFamilyBase("moe_gemv", 1, {"moe"},
-                           {"down_rows", "gate_rows", "router_rows", "threads", "vec"}) {}
+      : TemplateFamilyBase(
+            "moe_gemv", 2, {"moe"},
+            {"down_rows", "down_splits", "gate_rows", "router_rows", "threads", "vec"}) {}
 
   // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -307,11 +332,11 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     return w;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 3; }
-  int64_t WorkspaceBytes(const Tactic&, const BoundRegion& r) const override {
-    return LayoutOf(ShapeOf(r)).total;
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    return LayoutOf(ShapeOf(r), t.params.at("down_splits")).total;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
-    return RouteCtas(ShapeOf(r), t) > 1 ? 4 : 0;  // the router CTAs' arrivals
+    return 4 * Counters(ShapeOf(r), t);
   }
   bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
     // The down GEMV reads each residual element and then writes the output element at its
@@ -373,27 +398,36 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     }
     const MoeShape s = ShapeOf(r);
     const int64_t warps = row.threads / 32;
-    Tactic t = MakeTactic({{"down_rows", row.down_rows},
-                           {"gate_rows", row.gate_rows},
-                           {"router_rows", warps},
-                           {"threads", row.threads},
-                           {"vec", MoeVec(r)}});
+    // The router: one expert per CTA (its warps split H) while the grid stays within two
+    // CTAs per SM; the down projection: one split per slot a step fills (the shared MLP's
+    // too), up to kMaxDownSplits.
+    int64_t router_rows = 1;
+    while (router_rows < kMaxRouterRows &&
+           CeilDiv(s.experts, router_rows) > 2 * target.sm_count()) {
+      router_rows *= 2;
+    }
+    Tactic t =
+        MakeTactic({{"down_rows", row.down_rows},
+                    {"down_splits", std::min(s.max_slots() + (s.shared ? 1 : 0), kMaxDownSplits)},
+                    {"gate_rows", row.gate_rows},
+                    {"router_rows", router_rows},
+                    {"threads", row.threads},
+                    {"vec", MoeVec(r)}});
     // Fewer rows per CTA, down to one per warp, while a grid leaves SMs idle.
     while (t.params["gate_rows"] > warps && GateUpCtas(s, t) < target.sm_count()) {
       t.params["gate_rows"] /= 2;
     }
-    while (t.params["down_rows"] > warps && DownCtas(s, t) < target.sm_count()) {
+    while (t.params["down_rows"] > warps &&
+           DownTiles(s, t) * t.params["down_splits"] < target.sm_count()) {
       t.params["down_rows"] /= 2;
     }
     return t;
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
                                      const TargetDescription&) const override {
-    return {{"down_rows", {4, 8, 16, 32}},
-            {"gate_rows", {4, 8, 16, 32}},
-            {"router_rows", {4, 8, 16}},
-            {"threads", {128, 256}},
-            {"vec", {MoeVec(r)}}};
+    return {{"down_rows", {4, 8, 16, 32}}, {"down_splits", {1, 2, 4, 8, 16}},
+            {"gate_rows", {4, 8, 16, 32}}, {"router_rows", {1, 4, 16}},
+            {"threads", {128, 256}},       {"vec", {MoeVec(r)}}};
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription&) const override {
@@ -402,7 +436,16 @@ class MoeGemvFamily final : public TemplateFamilyBase {
       return BadParam("threads", threads, "a multiple of 32 in [32, 512]");
     }
     const int64_t warps = threads / 32;
-    for (const char* name : {"router_rows", "gate_rows", "down_rows"}) {
+    const int64_t router_rows = t.params.at("router_rows");
+    if (!IsPowerOfTwo(router_rows) || router_rows > kMaxRouterRows) {
+      return BadParam("router_rows", router_rows,
+                      absl::StrCat("a power of two <= ", kMaxRouterRows));
+    }
+    const int64_t splits = t.params.at("down_splits");
+    if (splits < 1 || splits > kMaxDownSplits) {
+      return BadParam("down_splits", splits, absl::StrCat("1 to ", kMaxDownSplits));
+    }
+    for (const char* name : {"gate_rows", "down_rows"}) {
       const int64_t rows = t.params.at(name);
       if (!IsPowerOfTwo(rows) || rows % warps != 0 || rows / warps > kMaxRowsPerWarp) {
         return BadParam(name, rows,

@@ -10,9 +10,10 @@
 //                (up_e · x_t) for every token t that chose the expert, each weight row read
 //                once for all of them; and per row tile of the shared MLP the same for every
 //                token; float32 activations into the workspace
-//   moe_down     per tile of output features, for every token: Σ_k weight_k · (down_e_k ·
-//                act_k) over its selections, plus shared_down · shared_act, plus the residual;
-//                one rounding to T per output element
+//   moe_down     per tile of output features and split of the slots, for every token:
+//                Σ_k weight_k · (down_e_k · act_k) over its selections in the split, plus
+//                shared_down · shared_act in the last split; the last CTA of a tile sums the
+//                splits and the residual; one rounding to T per output element
 //
 // The expert ids never leave the device: a captured CUDA Graph replays with whatever experts
 // each step selects, and no kernel waits on the host. The intermediates (the activations,
@@ -24,8 +25,10 @@
 //
 // Workspace (host layout, 16-byte aligned sections): logits [tokens, experts] floats, weights
 // [tokens, top_k] floats, the routing table, act [tokens * top_k, inter] floats (by
-// selection), shared_act [tokens, shared_inter] floats. Counter: moe_route's arrivals (one
-// unsigned, zero between launches; absent with a single router CTA).
+// selection), shared_act [tokens, shared_inter] floats, and the down splits' partial sums
+// [splits, tokens, cols] floats. Counters (unsigned, zero between launches): moe_route's
+// arrivals (absent with a single router CTA), then moe_down's per feature tile (absent
+// unsplit).
 #pragma once
 
 #include "moe_fused_params.h"
@@ -91,17 +94,19 @@ __device__ __forceinline__ void moe_zero(float (&acc)[kA][kM]) {
 }
 
 // The calling lane's part of a warp's dot products: acc[a][t] += Σ_k w[a][k] · in_t[k] over the
-// lane's kVec-element vectors of `depth` (vectors lane, lane + 32, ...), for kAcc weight rows
-// (w[a] null: a row past the end, its accumulators left alone) and the kMaxTokens input rows
-// in_t = in + index[t] * stride (index[t] < 0: no row). Each weight vector is loaded once for
-// every input row. REQUIRES: depth % kVec == 0; w[a], in and stride aligned to kVec elements.
+// lane's kVec-element vectors of `depth` (vectors first + lane, first + lane + step, ...), for
+// kAcc weight rows (w[a] null: a row past the end, its accumulators left alone) and the
+// kMaxTokens input rows in_t = in + index[t] * stride (index[t] < 0: no row). Each weight
+// vector is loaded once for every input row. REQUIRES: depth % kVec == 0; w[a], in and stride
+// aligned to kVec elements.
 template <typename W, typename In, int kAcc, int kMaxTokens, int kVec>
 __device__ __forceinline__ void moe_warp_dots(const W* const (&w)[kAcc], const In* in,
                                               long long stride, const int (&index)[kMaxTokens],
-                                              int depth, float (&acc)[kAcc][kMaxTokens]) {
+                                              int depth, int first, int step,
+                                              float (&acc)[kAcc][kMaxTokens]) {
   const int vecs = depth / kVec;
 #pragma unroll 2
-  for (int v = threadIdx.x % 32; v < vecs; v += 32) {
+  for (int v = first + threadIdx.x % 32; v < vecs; v += step) {
     const long long k = static_cast<long long>(v) * kVec;
     float wv[kAcc][kVec];
 #pragma unroll
@@ -218,44 +223,52 @@ __device__ __forceinline__ void moe_build_table(const int* ids_s, int* first_s, 
 }
 
 // x: `tokens` rows of `hidden` at x + t * x_stride; router: [experts, hidden]. CTA c computes
-// the logits of experts [c * kRows, (c + 1) * kRows) for every token, warp i of them kRows /
-// (kThreads / 32) consecutive experts. Writes logits [tokens, experts], then (the last CTA)
-// weights [tokens, top_k] and the routing table, and re-arms `counter` (null with one CTA).
+// the logits of experts [c * kRows, (c + 1) * kRows) for every token, its warps splitting
+// hidden (warp i takes vectors i * 32 + lane, then every kThreads-th) and summing through
+// shared memory, so that a router of few experts per CTA still has every warp streaming.
+// Writes logits [tokens, experts], then (the last CTA) weights [tokens, top_k] and the routing
+// table, and re-arms `counter` (null with one CTA).
 // Launch: grid ceil(experts / kRows), block kThreads, dynamic shared memory 12 * tokens *
 // top_k bytes.
-// REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; experts <= 32 * kPerLane and
-// the rest of moe_topk's requirements; hidden % kVec == 0; x, x_stride and router aligned to
-// kVec elements.
+// REQUIRES: tokens <= kMaxTokens; experts <= 32 * kPerLane and the rest of moe_topk's
+// requirements; hidden % kVec == 0; x, x_stride and router aligned to kVec elements.
 template <typename T, typename W, typename LogitT, typename WeightT, int kThreads, int kRows,
           int kVec, int kPerLane, int kMaxTokens>
 __global__ void __launch_bounds__(kThreads)
     moe_route(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_ROUTE_PARAMS)) {
-  using Shape = MoeBlockShape<kThreads, kRows, 1, kMaxTokens, kVec>;
-  constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kPass = moe_rows_per_pass(kThreads, kRows, 1, kMaxTokens, kVec);
+  static_assert(kThreads % 32 == 0 && kRows % kPass == 0, "block shape");
+  __shared__ float route_sums[kWarps][kPass * kMaxTokens];
   moe_prefetch_rows<W, kRows, kThreads>(router, blockIdx.x * kRows, experts, hidden);
   grid_dependency_sync();
   const int warp = threadIdx.x / 32;
-  const int e0 = blockIdx.x * kRows + warp * kRowsPerWarp;
+  const int e0 = blockIdx.x * kRows;
   int index[kMaxTokens];
 #pragma unroll
   for (int t = 0; t < kMaxTokens; ++t) index[t] = t < tokens ? t : -1;
-  for (int p0 = 0; p0 < kRowsPerWarp; p0 += kPass) {
+  for (int p0 = 0; p0 < kRows; p0 += kPass) {
     const W* w[kPass];
     float acc[kPass][kMaxTokens];
     moe_row_pointers<W, kPass>(router, e0 + p0, experts, hidden, w);
     moe_zero(acc);
-    moe_warp_dots<W, T, kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, acc);
-    moe_each_sum(acc, [&](int a, int t, float sum, int) {
-      const int e = e0 + p0 + a;
-      if (e < experts && t < tokens) {
-        logits[static_cast<long long>(t) * experts + e] = to_float(from_float<LogitT>(sum));
-      }
-    });
+    moe_warp_dots<W, T, kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, warp * 32, kThreads,
+                                                 acc);
+    moe_each_sum(acc,
+                 [&](int a, int t, float sum, int) { route_sums[warp][a * kMaxTokens + t] = sum; });
+    __syncthreads();
+    for (int i = threadIdx.x; i < kPass * kMaxTokens; i += kThreads) {
+      const int e = e0 + p0 + i / kMaxTokens, t = i % kMaxTokens;
+      if (e >= experts || t >= tokens) continue;
+      float sum = 0.f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) sum += route_sums[wi][i];
+      logits[static_cast<long long>(t) * experts + e] = to_float(from_float<LogitT>(sum));
+    }
+    __syncthreads();  // route_sums is reused by the next pass
   }
   if (gridDim.x > 1) {
     if (!last_to_arrive(counter, gridDim.x)) return;
-  } else {
-    __syncthreads();  // the other warps' logits
   }
 
   extern __shared__ int route_smem[];
@@ -263,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
   int* first_s = ids_s + tokens * top_k;
   int* slot_s = first_s + tokens * top_k;
   const int lane = threadIdx.x % 32;
-  for (int t = warp; t < tokens; t += Shape::kWarps) {
+  for (int t = warp; t < tokens; t += kWarps) {
     float l[kPerLane];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
@@ -333,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_row_pointers<W, kPass>(w_gate, r0 + p0, rows, hidden, w);
     moe_row_pointers<W, kPass>(w_up, r0 + p0, rows, hidden, w + kPass);
     moe_zero(acc);
-    moe_warp_dots<W, T, 2 * kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, acc);
+    moe_warp_dots<W, T, 2 * kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, 0, 32, acc);
     float g_acc[kPass][kMaxTokens], u_acc[kPass][kMaxTokens];
 #pragma unroll
     for (int a = 0; a < kPass; ++a) {
@@ -360,14 +373,17 @@ __global__ void __launch_bounds__(kThreads)
 
 // down: [experts, cols, inter]; shared_down: [cols, shared_inter] (null when `shared` is 0);
 // weights, act, shared_act: moe_route's and moe_gate_up's; residual: null, or `tokens` rows of
-// `cols` at residual + t * residual_stride (may alias out); out: [tokens, cols]. CTA c computes
-// features [c * kRows, ...) of every token, warp i kRows / (kThreads / 32) consecutive ones,
-// over every routed slot and then the shared MLP: each down row is read once for all the
+// `cols` at residual + t * residual_stride (may alias out); out: [tokens, cols]. CTA (c, y)
+// computes features [c * kRows, ...) of every token, warp i kRows / (kThreads / 32)
+// consecutive ones, over its share of the slots: the routed slots j with j % splits == y and,
+// in the last split (y = splits - 1), the shared MLP. Each down row is read once for all the
 // tokens that chose its expert, and each token's product is weighted by its selection's weight
-// before it is summed. The lanes walk the vectors of all slots' rows as one sequence (vector i
-// of slot j after every vector of slots j' < j), so a warp keeps loads in flight across its
-// short per-slot rows instead of waiting at each slot's end.
-// Launch: grid ceil(cols / kRows), block kThreads, dynamic shared memory
+// before it is summed. The lanes walk the vectors of all the CTA's slots' rows as one sequence,
+// so a warp keeps loads in flight across the short per-slot rows. With splits = gridDim.y > 1
+// each CTA stores its float sums to `partials` [splits, tokens, cols] and the last CTA of
+// feature tile c to arrive (counters[c], re-armed by it) adds them in split order and the
+// residual; with one split the CTA writes the output itself.
+// Launch: grid (ceil(cols / kRows), splits), block kThreads, dynamic shared memory
 // MoeDownSharedBytes(max_slots, kMaxTokens).
 // REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; inter and shared_inter
 // multiples of kVec; the weights aligned to kVec elements.
@@ -376,7 +392,9 @@ __global__ void __launch_bounds__(kThreads)
     moe_down(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_DOWN_PARAMS)) {
   using Shape = MoeBlockShape<kThreads, kRows, 1, kMaxTokens, kVec>;
   constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
-  if (shared) {
+  const int splits = gridDim.y, split = blockIdx.y;
+  const bool has_shared = shared != 0 && split == splits - 1;
+  if (has_shared) {
     moe_prefetch_rows<W, kRows, kThreads>(shared_down, blockIdx.x * kRows, cols, shared_inter);
   }
   grid_dependency_sync();
@@ -398,16 +416,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int routed_vecs = inter / kVec;
-  const int total = slots * routed_vecs + shared * (shared_inter / kVec);
+  const int own = split < slots ? (slots - 1 - split) / splits + 1 : 0;  // routed slots
+  const int total = own * routed_vecs + (has_shared ? shared_inter / kVec : 0);
   const int r0 = blockIdx.x * kRows + (threadIdx.x / 32) * kRowsPerWarp;
   for (int p0 = 0; p0 < kRowsPerWarp; p0 += kPass) {
     float acc[kPass][kMaxTokens];
     moe_zero(acc);
 #pragma unroll 2
     for (int i = threadIdx.x % 32; i < total; i += 32) {
-      const bool routed = i < slots * routed_vecs;
-      const int j = routed ? i / routed_vecs : slots;
-      const long long k = static_cast<long long>(i - j * routed_vecs) * kVec;
+      const bool routed = i < own * routed_vecs;
+      const int n = routed ? i / routed_vecs : own;  // the CTA's n-th slot
+      const int j = routed ? split + n * splits : slots;
+      const long long k = static_cast<long long>(i - n * routed_vecs) * kVec;
       const int depth = routed ? inter : shared_inter;
       const W* base =
           routed ? down + static_cast<long long>(s_expert[j]) * cols * inter : shared_down;
@@ -442,10 +462,26 @@ __global__ void __launch_bounds__(kThreads)
     moe_each_sum(acc, [&](int a, int t, float sum, int) {
       const int r = r0 + p0 + a;
       if (r >= cols || t >= tokens) return;
+      if (splits > 1) {
+        partials[(static_cast<long long>(split) * tokens + t) * cols + r] = sum;
+        return;
+      }
       if (residual != nullptr) sum += to_float(residual[t * residual_stride + r]);
       out[static_cast<long long>(t) * cols + r] = from_float<T>(sum);
     });
   }
+  if (splits == 1 || !last_to_arrive(&counters[blockIdx.x], splits)) return;
+  for (int i = threadIdx.x; i < kRows * tokens; i += kThreads) {
+    const int r = blockIdx.x * kRows + i / tokens, t = i % tokens;
+    if (r >= cols) continue;
+    float sum = 0.f;
+    for (int y = 0; y < splits; ++y) {
+      sum += load_cg(partials + (static_cast<long long>(y) * tokens + t) * cols + r);
+    }
+    if (residual != nullptr) sum += to_float(residual[t * residual_stride + r]);
+    out[static_cast<long long>(t) * cols + r] = from_float<T>(sum);
+  }
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
 
 }  // namespace tileplan

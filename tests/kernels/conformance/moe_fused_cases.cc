@@ -5,7 +5,8 @@
 // split only into narrower vectors, f32 activations and weights, x a view of wider rows, the
 // result written over the residual, router logits and top-k weights held in bf16, and tactics
 // from one-warp CTAs (a router CTA per expert, so the last-CTA top-k runs) to one router CTA
-// for every expert.
+// for every expert, with the down projection unsplit or split over the slots (the last CTA of
+// a feature tile summing the splits).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -90,9 +91,9 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
                   m.hidden, "] = \"up\"\n", "  weight %down: ", d, "[", m.experts, ",", m.hidden,
                   ",", m.inter, "] = \"down\"\n");
   if (shared) {
-    absl::StrAppend(&g, "  weight %sg: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"sg\"\n",
-                    "  weight %su: ", d, "[", m.shared_inter, ",", m.hidden, "] = \"su\"\n",
-                    "  weight %sd: ", d, "[", m.hidden, ",", m.shared_inter, "] = \"sd\"\n");
+    absl::StrAppend(&g, "  weight %sgu: ", d, "[", 2 * m.shared_inter, ",", m.hidden,
+                    "] = concat(\"sg\", \"su\")\n", "  weight %sd: ", d, "[", m.hidden, ",",
+                    m.shared_inter, "] = \"sd\"\n");
   }
   if (m.x_pad > 0) {
     absl::StrAppend(&g, "  %x: ", d, rows, m.hidden, "] view(%xx), %pad: ", d, rows, m.x_pad,
@@ -100,7 +101,7 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   }
   const std::string routing = m.narrow_routing ? d : "f32";
   absl::StrAppend(&g, "  %out: ", d, rows, m.hidden, "] = moe(%x, %router, %gate, %up, %down",
-                  shared ? ", %sg, %su, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
+                  shared ? ", %sgu, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
                   routing, "\", norm_topk_prob = ", m.norm ? "true" : "false",
                   ", num_groups = ", m.groups, ", residual = ", m.residual ? "true" : "false",
                   ", scaling = ", m.scaling, ", shared_experts = ", shared ? "true" : "false",
@@ -114,18 +115,17 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   return c;
 }
 
-// Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert; two warps; four
-// warps of one row each; eight warps with up to four rows each and one router CTA for 16
-// experts.
+// Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert and the down
+// projection unsplit; two warps, three down splits (not a power of two); four warps of one row
+// each and 16 down splits (more than most cases have slots: some CTAs own none); eight warps
+// with up to four rows each, one router CTA for 16 experts and two splits.
 std::vector<Params> MoeTactics(int vec) {
-  auto tactic = [vec](int threads, int router, int gate, int down) {
-    return Params{{"down_rows", down},
-                  {"gate_rows", gate},
-                  {"router_rows", router},
-                  {"threads", threads},
-                  {"vec", vec}};
+  auto tactic = [vec](int threads, int router, int gate, int down, int splits) {
+    return Params{{"down_rows", down},     {"down_splits", splits}, {"gate_rows", gate},
+                  {"router_rows", router}, {"threads", threads},    {"vec", vec}};
   };
-  return {tactic(32, 1, 1, 2), tactic(64, 2, 8, 4), tactic(128, 4, 4, 4), tactic(256, 16, 32, 16)};
+  return {tactic(32, 1, 1, 2, 1), tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
+          tactic(256, 16, 32, 16, 2)};
 }
 
 std::vector<Case> DeepSeekCases() {
@@ -209,7 +209,7 @@ std::vector<Case> OddShapeCases() {
 
 std::vector<Case> ViewAndOverwriteCases() {
   // x a view of rows 24 elements wider (its token stride is not H), and the result written
-  // over the residual's storage (operand 8), as the memory planner places it.
+  // over the residual's storage (operand 7), as the memory planner places it.
   MoeBlock view{.tokens = 4,
                 .experts = 16,
                 .top_k = 4,
@@ -218,7 +218,7 @@ std::vector<Case> ViewAndOverwriteCases() {
                 .shared_inter = 64,
                 .x_pad = 24};
   Case over = MoeCase(view, MoeTactics(8));
-  over.result_over_operand = 8;
+  over.result_over_operand = 7;
   MoeBlock narrow_view = view;
   narrow_view.shared_inter = 0;
   narrow_view.narrow_routing = true;
