@@ -150,6 +150,7 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   context.cache = cache;
   context.environment =
       spec.environment.empty() ? EnvironmentFingerprint(target) : spec.environment;
+  context.excluded_families = spec.excluded_families;
 
   const int n = static_cast<int>(graph.regions().size());
   std::vector<TacticChoice> choices;
@@ -280,6 +281,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     }
     spec.pipeline = pipeline->PassNames();
     spec.environment = options.environment;
+    if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);
     if (!phase.ok()) {

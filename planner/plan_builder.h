@@ -34,6 +34,9 @@ struct PlanOptions {
   bool prefill_last_token_logits = false;
   // Decode phases run fuse_moe (PipelineOptions::fuse_moe).
   bool decode_fuse_moe = false;
+  // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
+  // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
+  bool prefill_mla_expanded = false;
   PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement
@@ -55,8 +58,9 @@ struct PhaseSpec {
   std::string name;
   kernels::ShapeBindings bindings;
   int64_t context = 0;
-  std::vector<std::string> pipeline;  // recorded in the plan
-  std::string environment;            // as PlanOptions::environment
+  std::vector<std::string> pipeline;           // recorded in the plan
+  std::string environment;                     // as PlanOptions::environment
+  std::vector<std::string> excluded_families;  // SelectionContext::excluded_families
 };
 
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked

@@ -1,5 +1,6 @@
 #include "planner/tactic_selection.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,12 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
   std::vector<std::string> considered, refusals;
   for (const kernels::KernelFamily* family : families) {
     const std::string name(family->name());
+    if (std::find(context.excluded_families.begin(), context.excluded_families.end(), name) !=
+        context.excluded_families.end()) {
+      considered.push_back(absl::StrCat(name, ": left off by the plan options"));
+      refusals.push_back(absl::StrCat(name, ": left off by the plan options"));
+      continue;
+    }
     if (absl::Status s = family->CanImplement(region, target); !s.ok()) {
       considered.push_back(absl::StrCat(name, ": cannot implement: ", s.message()));
       refusals.push_back(absl::StrCat(name, ": ", s.message()));

@@ -49,6 +49,8 @@ struct SelectionContext {
   LaunchMode mode = LaunchMode::kGraph;
   const TacticCache* cache = nullptr;  // may be null: every lookup misses
   std::string environment;             // EnvironmentFingerprint(*target)
+  // Families never chosen here (opt-in ones the plan options leave off), by name.
+  std::vector<std::string> excluded_families;
 };
 
 // FailedPrecondition naming the region and every family's reason when no family can

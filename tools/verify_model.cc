@@ -66,6 +66,10 @@ ABSL_FLAG(bool, fuse_moe, false,
           "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
           "backend the moe_gemv family), on either backend");
 
+ABSL_FLAG(bool, mla_prefill, false,
+          "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
+          "backend)");
+
 namespace tileplan {
 namespace {
 
@@ -411,6 +415,7 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
   plan_options.decode_batches = {1};
   plan_options.max_context = prompt_len + num_greedy;
   plan_options.decode_fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+  plan_options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   plan_options.print = tools::PrintOptionsFromFlags();
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));

@@ -98,7 +98,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
       FamilyNames(registry.families()),
       ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm", "elementwise",
                   "embedding_gather", "expert_gemm", "expert_gemv", "gemv", "mla_attention",
-                  "moe_gemv", "moe_routing", "rms_norm", "rope_kv_write", "view"));
+                  "mla_prefill", "moe_gemv", "moe_routing", "rms_norm", "rope_kv_write", "view"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();
@@ -115,6 +115,8 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")), ElementsAre("cublaslt_gemm", "gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
               ElementsAre("attention_decode", "attention_prefill"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("mla_attention")),
+              ElementsAre("mla_attention", "mla_prefill"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rope_kv_write")), ElementsAre("rope_kv_write"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("qk_norm_rope_kv_write_attention")),
               ElementsAre("attention_decode"));

@@ -330,6 +330,78 @@ TEST(KernelsGpuDeviceTest, MlaAttentionReportsPositionsOutsideTheCache) {
   }
 }
 
+// mla_prefill keeps the same contract over a prompt: token 1 of 16 lies past the cache, so
+// its row is zero and the error word reads 2, while the other tokens are served. The
+// workspace starts as NaNs: cache rows past the largest valid position are never expanded,
+// and no query may read them.
+TEST(KernelsGpuDeviceTest, MlaPrefillReportsPositionsOutsideTheCache) {
+  TP_REQUIRE_GPU();
+  constexpr int kCapacity = 64, kTokens = 16, kHeads = 3, kNope = 32, kRope = 16, kLatent = 64,
+                kV = 32;
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(absl::StrCat(
+      "graph @g {\n  input %q_nope: bf16[1,", kTokens, ",", kHeads, ",", kNope,
+      "]\n  input %q_rope: bf16[1,", kTokens, ",", kHeads, ",", kRope,
+      "]\n  input %latent: bf16[1,1,", kCapacity, ",", kLatent, "]\n  input %rope: bf16[1,1,",
+      kCapacity, ",", kRope, "]\n  weight %w: bf16[", kHeads * (kNope + kV), ",", kLatent,
+      "] = \"w\"\n  input %positions: i32[1,", kTokens, "]\n  %o: bf16[1,", kTokens, ",", kHeads,
+      ",", kV,
+      "] = mla_attention(%q_nope, %q_rope, %latent, %rope, %w, %positions) {scale = 0.2}\n"
+      "  output %o\n}\n"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<BoundGraph> bound = BoundGraph::Create(*graph, {}, kCapacity);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  const BoundRegion region(*bound, 0);
+  const KernelFamily* family = GlobalKernelRegistry().Find("mla_prefill");
+  ASSERT_NE(family, nullptr);
+  const Tactic tactic{
+      "mla_prefill",
+      family->version(),
+      {{"expand_tile_m", 64}, {"stages", 2}, {"tile_kv", 32}, {"tile_q", 16}, {"warps", 1}}};
+  ASSERT_TRUE(family->ValidateTactic(tactic, region, GpuEnvironment::Target()).ok());
+  const Device& device = GpuEnvironment::device();
+  std::vector<DeviceBuffer> operands;
+  for (int i = 0; i < region.num_operands(); ++i) {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(device, region.operand_bytes(i));
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(b->Fill(0x3f).ok());  // bf16 0.746
+    operands.push_back(*std::move(b));
+  }
+  int32_t host_positions[kTokens];
+  for (int t = 0; t < kTokens; ++t) host_positions[t] = t;
+  host_positions[1] = kCapacity;
+  ASSERT_TRUE(operands[5].CopyFromHost(host_positions, sizeof(host_positions)).ok());
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, region.result_bytes(0));
+  absl::StatusOr<DeviceBuffer> workspace =
+      DeviceBuffer::Allocate(device, family->WorkspaceBytes(tactic, region));
+  absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
+  ASSERT_TRUE(out.ok() && workspace.ok() && error.ok());
+  ASSERT_TRUE(out->Fill(0xff).ok());
+  ASSERT_TRUE(workspace->Fill(0xff).ok());
+  ASSERT_TRUE(error->Fill(0).ok());
+  RegionBuffers buffers;
+  for (DeviceBuffer& b : operands) buffers.operands.push_back(b.data());
+  buffers.results = {out->data()};
+  buffers.workspace = workspace->data();
+  buffers.error = error->as<int>();
+  ASSERT_NO_FATAL_FAILURE(RunOnce(*family, region, tactic, buffers));
+  int error_word = 0;
+  ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
+  EXPECT_EQ(error_word, 2);
+  std::vector<uint16_t> o(kTokens * kHeads * kV);
+  ASSERT_TRUE(out->CopyToHost(o.data(), static_cast<int64_t>(o.size()) * 2).ok());
+  for (int t = 0; t < kTokens; ++t) {
+    for (int e = 0; e < kHeads * kV; ++e) {
+      const uint16_t v = o[static_cast<size_t>(t * kHeads * kV + e)];
+      if (t == 1) {
+        EXPECT_EQ(v, 0) << "token 1, element " << e;
+      } else {
+        EXPECT_NE(v & 0x7f80, 0x7f80) << "token " << t << ", element " << e << " is not finite";
+        EXPECT_NE(v, 0) << "token " << t << ", element " << e;
+      }
+    }
+  }
+}
+
 TEST(KernelsGpuDeviceTest, DeviceIsDescribed) {
   TP_REQUIRE_GPU();
   const device::DeviceProperties& p = GpuEnvironment::device().properties();

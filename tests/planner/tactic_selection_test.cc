@@ -211,6 +211,28 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
 // selections stream their experts' weights on expert_gemv in one launch; a 2048-token prefill
 // (16384 selections, every expert used) is a grouped GEMM on tensor cores. Either way the
 // bytes are the weights of the experts the step can select, min(E, tokens·K) of them.
+// A prompt's latent attention takes the un-absorbed family by the cost model, unless the
+// plan options leave it off; then the absorbed kernels serve it, and the reason is listed.
+TEST_F(TacticSelectionTest, ExcludedFamiliesAreNeverChosen) {
+  const BoundGraph prefill = MustBind(graph_, {{"B", 1}, {"Smax", 4096}, {"T", 512}}, 512);
+  const BoundRegion mla(prefill, RegionNamed(graph_, "mla"));
+  context_.phase = ir::Phase::kPrefill;
+  absl::StatusOr<TacticChoice> open = SelectTactic(mla, context_);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(open->family->name(), "mla_prefill");
+  context_.excluded_families = {"mla_prefill"};
+  absl::StatusOr<TacticChoice> excluded = SelectTactic(mla, context_);
+  ASSERT_TRUE(excluded.ok()) << excluded.status();
+  EXPECT_EQ(excluded->family->name(), "mla_attention");
+  EXPECT_THAT(excluded->considered,
+              ::testing::Contains("mla_prefill: left off by the plan options"));
+  // Excluding every family of the kind is the no-family error, naming the reason.
+  context_.excluded_families = {"mla_attention", "mla_prefill"};
+  absl::StatusOr<TacticChoice> none = SelectTactic(mla, context_);
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(), HasSubstr("left off by the plan options"));
+}
+
 TEST_F(TacticSelectionTest, ExpertLinearsAreGemvForDecodeAndGroupedGemmForPrefill) {
   const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
   input %x: bf16[B,T,2048]

@@ -611,10 +611,292 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
   }
 };
 
+// mla_prefill: the same kind over a prompt in the un-absorbed form (mla_attention_prefill.cuh):
+// mla_expand_kv up-projects every cache row a sequence's new tokens see into keys and values
+// (one GEMM into the workspace), then mla_prefill_flash runs flash attention with QK dim
+// Dn + Dr and V dim Dv. Decode steps keep the absorbed family: expanding the whole context
+// for a token's queries costs more than it saves.
+constexpr absl::string_view kPrefillSource = "mla_attention_prefill.cuh";
+constexpr int64_t kMinPrefillTokens = 16;
+
+struct PrefillRow {
+  absl::string_view arch;
+  int64_t tile_q, tile_kv, stages, warps, expand_tile_m;
+};
+constexpr PrefillRow kPrefillRows[] = {{"sm_80", 64, 64, 2, 4, 128},
+                                       {"sm_90", 64, 64, 2, 4, 128},
+                                       {"sm_100", 64, 64, 2, 4, 128},
+                                       {"sm_120", 64, 32, 2, 4, 64},
+                                       {"default", 64, 32, 1, 4, 64}};
+// mla_expand_kv's fixed shape: 128 features per CTA, three stages, 2 × 4 warps.
+constexpr int64_t kExpandTileN = 128;
+constexpr int64_t kExpandStages = 3;
+constexpr int64_t kExpandWarpsM = 2;
+constexpr int64_t kExpandWarpsN = 4;
+
+struct PrefillParams {
+  int64_t expand_tile_m = 0, stages = 0, tile_kv = 0, tile_q = 0, warps = 0;
+};
+
+PrefillParams PrefillParamsOf(const Tactic& t) {
+  PrefillParams p;
+  p.expand_tile_m = t.params.at("expand_tile_m");
+  p.stages = t.params.at("stages");
+  p.tile_kv = t.params.at("tile_kv");
+  p.tile_q = t.params.at("tile_q");
+  p.warps = t.params.at("warps");
+  return p;
+}
+
+int64_t PrefillFlashBytes(const MlaShape& s, const PrefillParams& p) {
+  return MlaPrefillSharedBytes(static_cast<int>(s.nope + s.rope), static_cast<int>(s.v_dim),
+                               static_cast<int>(p.tile_q), static_cast<int>(p.tile_kv),
+                               static_cast<int>(p.stages), static_cast<int>(s.es));
+}
+
+int64_t ExpandBytes(const MlaShape& s, int64_t tile_m) {
+  return MlaExpandSharedBytes(static_cast<int>(tile_m), static_cast<int>(kExpandTileN),
+                              static_cast<int>(kExpandStages), static_cast<int>(s.es));
+}
+
+// The expanded keys and values: [B, capacity, Hq·(Dn+Dv)] in the activation dtype.
+int64_t ExpandedFeatures(const MlaShape& s) { return s.heads * (s.nope + s.v_dim); }
+
+absl::StatusOr<TemplateLaunch> LaunchMlaPrefill(const BoundRegion& r, const Tactic& t,
+                                                const RegionBuffers* buffers) {
+  LaunchBuilder b(r, t, buffers);
+  TP_ASSIGN_OR_RETURN(const int64_t expand_tile_m, b.Param("expand_tile_m"));
+  TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_kv, b.Param("tile_kv"));
+  TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
+  TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
+  const MlaShape s = ShapeOf(r);
+  TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(r.operand_dtype(0), "q_nope"));
+  TP_ASSIGN_OR_RETURN(const int64_t nope_stride, b.TokenStride(0, 3));
+  TP_ASSIGN_OR_RETURN(const int64_t rope_stride, b.TokenStride(1, 3));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "latent_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "rope_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(4), "w_kv_b"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(5), "positions"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  const int64_t head_strides[] = {r.operand(0).strides[2], r.operand(1).strides[2]};
+  for (int64_t stride : {nope_stride, rope_stride, head_strides[0], head_strides[1]}) {
+    if (stride % 8 != 0) {
+      return b.Error("query strides must be multiples of 8 elements (16-byte chunks), got ",
+                     stride);
+    }
+  }
+  TP_RETURN_IF_ERROR(b.CheckOperands(16, {0, 1, 2, 3, 4}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {5}));
+  TP_RETURN_IF_ERROR(b.CheckResults(16, {0}));
+  TP_ASSIGN_OR_RETURN(void* const kv, b.Workspace("the expanded keys and values"));
+  TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
+  const int64_t n = ExpandedFeatures(s);
+
+  MlaExpandKvParams expand{};
+  expand.latent_cache = b.Operand(2);
+  expand.w_kv_b = b.Operand(4);
+  expand.positions = static_cast<const int*>(b.Operand(5));
+  expand.kv = kv;
+  expand.tokens = static_cast<int>(s.tokens);
+  expand.capacity = static_cast<int>(s.capacity);
+  expand.n = static_cast<int>(n);
+  b.Launch(kPrefillSource,
+           absl::StrCat("tileplan::mla_expand_kv<", type, ", ", s.latent, ", ", expand_tile_m, ", ",
+                        kExpandTileN, ", ", kExpandStages, ", ", kExpandWarpsM, ", ", kExpandWarpsN,
+                        ">"),
+           {CeilDiv(n, kExpandTileN), CeilDiv(s.capacity, expand_tile_m), s.batch},
+           {32 * kExpandWarpsM * kExpandWarpsN, 1, 1}, ExpandBytes(s, expand_tile_m), expand);
+
+  MlaPrefillParams flash{};
+  flash.q_nope = b.Operand(0);
+  flash.q_nope_token_stride = nope_stride;
+  flash.q_nope_head_stride = head_strides[0];
+  flash.q_rope = b.Operand(1);
+  flash.q_rope_token_stride = rope_stride;
+  flash.q_rope_head_stride = head_strides[1];
+  flash.kv = kv;
+  flash.rope_cache = b.Operand(3);
+  flash.positions = static_cast<const int*>(b.Operand(5));
+  flash.out = b.Result(0);
+  flash.tokens = static_cast<int>(s.tokens);
+  flash.heads = static_cast<int>(s.heads);
+  flash.capacity = static_cast<int>(s.capacity);
+  flash.log2e_scale = static_cast<float>(scale * std::numbers::log2e);
+  flash.error = b.error();
+  const PrefillParams p{expand_tile_m, stages, tile_kv, tile_q, warps};
+  b.Launch(kPrefillSource,
+           absl::StrCat("tileplan::mla_prefill_flash<", type, ", ", s.nope + s.rope, ", ", s.nope,
+                        ", ", s.v_dim, ", ", tile_q, ", ", tile_kv, ", ", stages, ", ", warps, ">"),
+           {CeilDiv(s.tokens, tile_q), s.heads, s.batch}, {32 * warps, 1, 1},
+           PrefillFlashBytes(s, p), flash);
+  b.MarkMainLaunch();
+  return std::move(b).Finish();
+}
+
+class MlaPrefillFamily final : public TemplateFamilyBase {
+ public:
+  MlaPrefillFamily()
+      : TemplateFamilyBase("mla_prefill", 1, {"mla_attention"},
+                           {"expand_tile_m", "stages", "tile_kv", "tile_q", "warps"}) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const MlaShape s = ShapeOf(r);
+    const PrefillParams p = PrefillParamsOf(t);
+    LaunchGeometry g;
+    g.grid = {CeilDiv(s.tokens, p.tile_q), s.heads, s.batch};
+    g.block = {32 * p.warps, 1, 1};
+    g.dynamic_shared_memory_bytes = PrefillFlashBytes(s, p);
+    return g;
+  }
+  // DRAM: the queries, positions and output, w_kv_b once, every sequence's latent and rope
+  // cache rows up to the last position once, and the expanded keys and values written once
+  // and read once (their re-reads by the other query tiles of a head stay in L2). Flops as
+  // executed: the expansion over whole row tiles, and per (sequence, head, query tile) Q·Kᵀ
+  // over Dn + Dr and P·V over Dv for every key tile of its causal walk.
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    const MlaShape s = ShapeOf(r);
+    const PrefillParams p = PrefillParamsOf(t);
+    const int64_t n = ExpandedFeatures(s);
+    WorkEstimate w;
+    w.bytes = r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4) + r.operand_bytes(5) +
+              r.result_bytes(0) + s.batch * s.context * (s.latent + s.rope) * s.es +
+              2 * s.batch * s.context * n * s.es;
+    const int64_t rows = CeilDiv(s.context, p.expand_tile_m) * p.expand_tile_m;
+    w.flops = 2 * s.batch * rows * s.latent * CeilDiv(n, kExpandTileN) * kExpandTileN;
+    int64_t keys = 0;  // keys walked, summed over query tiles
+    for (int64_t tile = 0; tile < CeilDiv(s.tokens, p.tile_q); ++tile) {
+      const int64_t last = std::min(s.tokens, (tile + 1) * p.tile_q) - 1;
+      const int64_t end = std::min(s.capacity, s.first_position() + last + 1);
+      keys += CeilDiv(end, p.tile_kv) * p.tile_kv;
+    }
+    w.flops += 2 * s.batch * s.heads * p.tile_q * keys *
+               (CeilDiv(s.nope + s.rope, 16) + CeilDiv(s.v_dim, 16)) * 16;
+    w.tensor_core = true;
+    return w;
+  }
+  int Launches(const Tactic&, const BoundRegion&) const override { return 2; }
+  int64_t WorkspaceBytes(const Tactic&, const BoundRegion& r) const override {
+    const MlaShape s = ShapeOf(r);
+    return CeilDiv(s.batch * s.capacity * ExpandedFeatures(s) * s.es, 16) * 16;
+  }
+
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(mla_attention::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    return LaunchMlaPrefill(r, t, buffers);
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription& target) const override {
+    const MlaShape s = ShapeOf(r);
+    if (s.tokens < kMinPrefillTokens) {
+      return Refuse(absl::StrCat("T = ", s.tokens, " new tokens: fewer than ", kMinPrefillTokens,
+                                 " take the absorbed form (expanding the context for so few "
+                                 "queries costs more than it saves)"));
+    }
+    if (!s.tensor_dtype) return Refuse("the activations are not bf16 or f16 (mma.sync inputs)");
+    if (r.operand_dtype(4) != r.operand_dtype(0)) {
+      return Refuse(absl::StrCat("w_kv_b is ", ir::DTypeName(r.operand_dtype(4)),
+                                 ", not the activations' ", ir::DTypeName(r.operand_dtype(0)),
+                                 " (both are mma.sync inputs of the expansion)"));
+    }
+    if (s.nope % 8 != 0 || s.rope % 8 != 0 || s.v_dim % 8 != 0 || s.latent % 8 != 0) {
+      return Refuse(absl::StrCat("dims Dn = ", s.nope, ", Dr = ", s.rope, ", Dv = ", s.v_dim,
+                                 ", C = ", s.latent, " must be multiples of 8 (16-byte chunks)"));
+    }
+    for (int i : {2, 3, 4, 5}) {
+      if (!r.operand(i).IsContiguous()) {
+        return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
+      }
+    }
+    const PrefillParams smallest{64, 1, 32, 16, 1};
+    const int64_t need = std::max(PrefillFlashBytes(s, smallest), ExpandBytes(s, 64));
+    if (need > target.shared_memory_per_block_bytes()) {
+      return Refuse(absl::StrCat("dims Dn + Dr = ", s.nope + s.rope, " and Dv = ", s.v_dim,
+                                 " need ", need, " bytes of shared memory per block, more than ",
+                                 target.shared_memory_per_block_bytes()));
+    }
+    return RequireInnerContiguous(r, {0, 1});
+  }
+  Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription&,
+                   int64_t shared_memory) const override {
+    PrefillRow row = kPrefillRows[4];
+    for (const PrefillRow& candidate : kPrefillRows) {
+      if (candidate.arch == arch) row = candidate;
+    }
+    const MlaShape s = ShapeOf(r);
+    PrefillParams p{row.expand_tile_m, row.stages, row.tile_kv, row.tile_q, row.warps};
+    // Shrink to the row's shared memory: the pipeline, then the key tile, then the queries.
+    while (PrefillFlashBytes(s, p) > shared_memory) {
+      if (p.stages > 1) {
+        --p.stages;
+      } else if (p.tile_kv > 32) {
+        p.tile_kv /= 2;
+      } else if (p.tile_q > 16) {
+        p.tile_q /= 2;
+        p.warps = std::min(p.warps, p.tile_q / 16);
+      } else {
+        break;  // ValidateTactic reports the overflow
+      }
+    }
+    if (ExpandBytes(s, p.expand_tile_m) > shared_memory) p.expand_tile_m = 64;
+    return MakeTactic({{"expand_tile_m", p.expand_tile_m},
+                       {"stages", p.stages},
+                       {"tile_kv", p.tile_kv},
+                       {"tile_q", p.tile_q},
+                       {"warps", p.warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
+    return {{"expand_tile_m", {64, 128}},
+            {"stages", {1, 2, 3}},
+            {"tile_kv", {32, 64}},
+            {"tile_q", {16, 32, 64, 128}},
+            {"warps", {1, 2, 4, 8}}};
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const MlaShape s = ShapeOf(r);
+    const PrefillParams p = PrefillParamsOf(t);
+    if (p.expand_tile_m != 64 && p.expand_tile_m != 128) {
+      return BadParam("expand_tile_m", p.expand_tile_m, "64 or 128");
+    }
+    if (p.stages < 1 || p.stages > 3) return BadParam("stages", p.stages, "in [1, 3]");
+    if (p.tile_kv != 32 && p.tile_kv != 64) return BadParam("tile_kv", p.tile_kv, "32 or 64");
+    if (!IsPowerOfTwo(p.tile_q) || p.tile_q < 16 || p.tile_q > 128) {
+      return BadParam("tile_q", p.tile_q, "a power of two in [16, 128]");
+    }
+    if (!IsPowerOfTwo(p.warps) || p.warps > 8 || p.tile_q % (16 * p.warps) != 0 ||
+        p.tile_q > 32 * p.warps) {
+      return BadParam("warps", p.warps,
+                      "a power of two <= 8 with 16 * warps dividing tile_q and at most two "
+                      "16-row tiles per warp (each holds its S and O tiles in registers)");
+    }
+    const int64_t limit = target.shared_memory_per_block_bytes();
+    if (const int64_t smem = PrefillFlashBytes(s, p); smem > limit) {
+      return BadParam(
+          "stages", p.stages,
+          absl::StrCat("tiles whose shared memory (", smem, " bytes) fits ", limit, " bytes"));
+    }
+    if (const int64_t smem = ExpandBytes(s, p.expand_tile_m); smem > limit) {
+      return BadParam("expand_tile_m", p.expand_tile_m,
+                      absl::StrCat("an expansion tile whose shared memory (", smem, " bytes) fits ",
+                                   limit, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<KernelFamily> MakeMlaAttentionFamily() {
   return std::make_unique<MlaAttentionFamily>();
+}
+
+std::unique_ptr<KernelFamily> MakeMlaPrefillFamily() {
+  return std::make_unique<MlaPrefillFamily>();
 }
 
 }  // namespace tileplan::kernels::internal

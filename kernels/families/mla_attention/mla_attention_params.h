@@ -83,12 +83,62 @@
   NEXT(int, int, splits) \
   NEXT(int, int, rows_per_cta)
 
+// mla_expand_kv (mla_attention_prefill.cuh): kv[b, j, f] = Σ_c latent_cache[b, 0, j, c] ·
+// w_kv_b[f, c] for f < n = heads · (Dn + Dv), every row j up to sequence b's largest valid
+// position
+#define TILEPLAN_MLA_EXPAND_KV_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, latent_cache) \
+  NEXT(const void*, const T* __restrict__, w_kv_b) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(void*, T* __restrict__, kv) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, capacity) \
+  NEXT(int, int, n)
+
+// mla_prefill_flash (mla_attention_prefill.cuh): attention of [q_nope | q_rope] over the
+// expanded keys [kv nope part | rope_cache] and values (kv's value part)
+#define TILEPLAN_MLA_PREFILL_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, q_nope) \
+  NEXT(long long, long long, q_nope_token_stride) \
+  NEXT(long long, long long, q_nope_head_stride) \
+  NEXT(const void*, const T* __restrict__, q_rope) \
+  NEXT(long long, long long, q_rope_token_stride) \
+  NEXT(long long, long long, q_rope_head_stride) \
+  NEXT(const void*, const T* __restrict__, kv) \
+  NEXT(const void*, const T* __restrict__, rope_cache) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(void*, T* __restrict__, out) \
+  NEXT(int, int, tokens) \
+  NEXT(int, int, heads) \
+  NEXT(int, int, capacity) \
+  NEXT(float, float, log2e_scale) \
+  NEXT(int*, int*, error)
+
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(MlaAbsorbQParams, TILEPLAN_MLA_ABSORB_Q_PARAMS)
 TILEPLAN_PARAMS_STRUCT(MlaAttendParams, TILEPLAN_MLA_ATTEND_PARAMS)
 TILEPLAN_PARAMS_STRUCT(MlaAttendMmaParams, TILEPLAN_MLA_ATTEND_MMA_PARAMS)
 TILEPLAN_PARAMS_STRUCT(MlaCombineParams, TILEPLAN_MLA_COMBINE_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaExpandKvParams, TILEPLAN_MLA_EXPAND_KV_PARAMS)
+TILEPLAN_PARAMS_STRUCT(MlaPrefillParams, TILEPLAN_MLA_PREFILL_PARAMS)
+
+// mla_expand_kv stages the latent and weight rows kMlaExpandSlice elements (128 bytes in
+// bf16) of C at a time; its dynamic shared memory is `stages` slices of tile_m latent rows and
+// tile_n weight rows.
+constexpr int kMlaExpandSlice = 64;
+TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaExpandSharedBytes(int tile_m, int tile_n,
+                                                                  int stages, int element_bytes) {
+  return static_cast<long long>(stages) * (tile_m + tile_n) * kMlaExpandSlice * element_bytes;
+}
+// mla_prefill_flash's dynamic shared memory: the query tile [tile_q][Dn + Dr] and `stages`
+// key tiles [tile_kv][Dn + Dr] and value tiles [tile_kv][Dv], each dim padded to 16.
+TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaPrefillSharedBytes(int qk_dim, int v_dim,
+                                                                   int tile_q, int tile_kv,
+                                                                   int stages, int element_bytes) {
+  const long long qk = (qk_dim + 15) / 16 * 16, v = (v_dim + 15) / 16 * 16;
+  return (tile_q * qk + static_cast<long long>(stages) * tile_kv * (qk + v)) * element_bytes;
+}
 
 // mla_absorb_q: a CTA of kMlaAbsorbThreads computes kMlaAbsorbCols latent columns of one head
 // for kMlaAbsorbTokens tokens, kMlaAbsorbPass tokens at a time; each thread holds its first

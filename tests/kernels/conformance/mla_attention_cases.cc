@@ -1,5 +1,6 @@
 // Conformance cases of mla_attention (tests/kernels/gpu_harness.h): the absorbed kernels
-// against the CPU reference's un-absorbed definition (docs/ir.md `mla_attention`).
+// (family mla_attention) and the prompt's expanded form (family mla_prefill) against the CPU
+// reference's un-absorbed definition (docs/ir.md `mla_attention`).
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -216,6 +217,62 @@ std::vector<Case> MlaMmaOddHeadsCases() {
   return cases;
 }
 
+// mla_prefill (the un-absorbed prompt form): the expansion tile's rows and the flash tiles.
+Params PrefillTactic(int expand_tile_m, int stages, int tile_kv, int tile_q, int warps) {
+  return {{"expand_tile_m", expand_tile_m},
+          {"stages", stages},
+          {"tile_kv", tile_kv},
+          {"tile_q", tile_q},
+          {"warps", warps}};
+}
+
+// DeepSeek-V2-Lite dims over prompts of 16, 33 and 130 tokens for two sequences, one from
+// row 0 and one after 20 rows of earlier context (their rows expanded too), in a 200-row
+// cache: partial query tiles, key tiles cut by the causal edge, the longest walks first;
+// one to three stages, 16 to 128 query rows per CTA (two 16-row tiles per warp at 128 and
+// 4 warps), both expansion tiles.
+std::vector<Case> MlaPrefillExpandedCases() {
+  std::vector<Case> cases;
+  for (int tokens : {16, 33, 130}) {
+    Case c;
+    c.graph = MlaGraph(2, tokens, kV2Lite, 200, "bf16");
+    c.family = "mla_prefill";
+    const std::vector<int32_t> positions = Runs(tokens, {0, 20});
+    c.context = MaxOf(positions) + 1;
+    c.ints["positions"] = positions;
+    c.tactics = {PrefillTactic(128, 2, 64, 64, 4), PrefillTactic(64, 1, 32, 16, 1),
+                 PrefillTactic(64, 3, 32, 128, 4), PrefillTactic(128, 2, 64, 32, 2)};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Odd dims for the expanded form: 3 heads, Dn 32 + Dr 16 (three QK k-steps), Dv 48 (six
+// d-tiles), C = 72 (the second 64-wide expansion slice mostly zero-filled, 240 features: the
+// second 128-feature tile partial); and the small dims, Dn 16 + Dr 8 and Dv 24 (both padded to
+// 32 in shared memory) with C = 32; in bf16 and f16, three sequences at rows 0, 9 and 30 of an
+// 80-row cache, 17 and 40 tokens.
+std::vector<Case> MlaPrefillExpandedOddDimsCases() {
+  constexpr MlaDims kOdd = {3, 32, 16, 72, 48};
+  std::vector<Case> cases;
+  for (const MlaDims& d : {kOdd, kSmall}) {
+    for (const char* dtype : {"bf16", "f16"}) {
+      for (int tokens : {17, 40}) {
+        Case c;
+        c.graph = MlaGraph(3, tokens, d, 80, dtype);
+        c.family = "mla_prefill";
+        const std::vector<int32_t> positions = Runs(tokens, {0, 9, 30});
+        c.context = MaxOf(positions) + 1;
+        c.ints["positions"] = positions;
+        c.tactics = {PrefillTactic(128, 2, 64, 64, 4), PrefillTactic(64, 1, 32, 32, 1),
+                     PrefillTactic(64, 3, 64, 16, 1)};
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
 }  // namespace
 
 std::vector<CaseGroup> MlaAttentionCaseGroups() {
@@ -226,6 +283,8 @@ std::vector<CaseGroup> MlaAttentionCaseGroups() {
       {"MlaPrefill", MlaPrefillCases()},
       {"MlaSmallOddDims", MlaSmallOddDimsCases()},
       {"MlaMmaOddHeads", MlaMmaOddHeadsCases()},
+      {"MlaPrefillExpanded", MlaPrefillExpandedCases()},
+      {"MlaPrefillExpandedOddDims", MlaPrefillExpandedOddDimsCases()},
   };
 }
 
