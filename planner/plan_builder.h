@@ -36,7 +36,7 @@ struct PlanOptions {
   bool decode_fuse_moe = false;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
   // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
-  bool prefill_mla_expanded = false;
+  bool prefill_mla_expanded = true;
   PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement

@@ -16,10 +16,10 @@ ABSL_FLAG(bool, fuse_moe, false,
           "decode phases fuse each MoE block into one moe step (fuse_moe, the moe_gemv family); "
           "off by default: on the H200 its first kernels were slower than the unfused steps "
           "(docs/PERF.md)");
-ABSL_FLAG(bool, mla_prefill, false,
+ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
-          "up-projection GEMM, then flash attention); off by default: it fails one committed "
-          "fixture's parity rule on the H200 (docs/PERF.md)");
+          "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "
+          "kernels for prompts too");
 ABSL_FLAG(std::string, target, "",
           "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
           "file; empty: this GPU's own, or h200 without a GPU");

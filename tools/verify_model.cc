@@ -66,9 +66,9 @@ ABSL_FLAG(bool, fuse_moe, false,
           "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
           "backend the moe_gemv family), on either backend");
 
-ABSL_FLAG(bool, mla_prefill, false,
+ABSL_FLAG(bool, mla_prefill, true,
           "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
-          "backend)");
+          "backend); --nomla_prefill keeps the absorbed kernels for prompts too");
 
 namespace tileplan {
 namespace {

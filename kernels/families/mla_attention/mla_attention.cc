@@ -649,7 +649,7 @@ PrefillParams PrefillParamsOf(const Tactic& t) {
 }
 
 int64_t PrefillFlashBytes(const MlaShape& s, const PrefillParams& p) {
-  return MlaPrefillSharedBytes(static_cast<int>(s.nope + s.rope), static_cast<int>(s.v_dim),
+  return MlaPrefillSharedBytes(static_cast<int>(2 * s.nope + s.rope), static_cast<int>(s.v_dim),
                                static_cast<int>(p.tile_q), static_cast<int>(p.tile_kv),
                                static_cast<int>(p.stages), static_cast<int>(s.es));
 }
@@ -692,12 +692,17 @@ absl::StatusOr<TemplateLaunch> LaunchMlaPrefill(const BoundRegion& r, const Tact
   TP_ASSIGN_OR_RETURN(void* const kv, b.Workspace("the expanded keys and values"));
   TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
   const int64_t n = ExpandedFeatures(s);
+  // The rounded part, then the residual part, each [B, Smax, n] (n · element size is a
+  // multiple of 16 bytes).
+  void* const kv_lo =
+      kv == nullptr ? nullptr : static_cast<unsigned char*>(kv) + s.batch * s.capacity * n * s.es;
 
   MlaExpandKvParams expand{};
   expand.latent_cache = b.Operand(2);
   expand.w_kv_b = b.Operand(4);
   expand.positions = static_cast<const int*>(b.Operand(5));
   expand.kv = kv;
+  expand.kv_lo = kv_lo;
   expand.tokens = static_cast<int>(s.tokens);
   expand.capacity = static_cast<int>(s.capacity);
   expand.n = static_cast<int>(n);
@@ -716,6 +721,7 @@ absl::StatusOr<TemplateLaunch> LaunchMlaPrefill(const BoundRegion& r, const Tact
   flash.q_rope_token_stride = rope_stride;
   flash.q_rope_head_stride = head_strides[1];
   flash.kv = kv;
+  flash.kv_lo = kv_lo;
   flash.rope_cache = b.Operand(3);
   flash.positions = static_cast<const int*>(b.Operand(5));
   flash.out = b.Result(0);
@@ -750,10 +756,11 @@ class MlaPrefillFamily final : public TemplateFamilyBase {
     return g;
   }
   // DRAM: the queries, positions and output, w_kv_b once, every sequence's latent and rope
-  // cache rows up to the last position once, and the expanded keys and values written once
-  // and read once (their re-reads by the other query tiles of a head stay in L2). Flops as
-  // executed: the expansion over whole row tiles, and per (sequence, head, query tile) Q·Kᵀ
-  // over Dn + Dr and P·V over Dv for every key tile of its causal walk.
+  // cache rows up to the last position once, and both parts of the expanded keys and values
+  // written once and read once (their re-reads by the other query tiles of a head stay in
+  // L2). Flops as executed: the expansion over whole row and feature tiles, and per
+  // (sequence, head, query tile) Q·Kᵀ over 2 · Dn + Dr and P·V over Dv, padded to 16, for
+  // every key tile of its causal walk.
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
     const PrefillParams p = PrefillParamsOf(t);
@@ -761,7 +768,7 @@ class MlaPrefillFamily final : public TemplateFamilyBase {
     WorkEstimate w;
     w.bytes = r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4) + r.operand_bytes(5) +
               r.result_bytes(0) + s.batch * s.context * (s.latent + s.rope) * s.es +
-              2 * s.batch * s.context * n * s.es;
+              4 * s.batch * s.context * n * s.es;
     const int64_t rows = CeilDiv(s.context, p.expand_tile_m) * p.expand_tile_m;
     w.flops = 2 * s.batch * rows * s.latent * CeilDiv(n, kExpandTileN) * kExpandTileN;
     int64_t keys = 0;  // keys walked, summed over query tiles
@@ -771,14 +778,14 @@ class MlaPrefillFamily final : public TemplateFamilyBase {
       keys += CeilDiv(end, p.tile_kv) * p.tile_kv;
     }
     w.flops += 2 * s.batch * s.heads * p.tile_q * keys *
-               (CeilDiv(s.nope + s.rope, 16) + CeilDiv(s.v_dim, 16)) * 16;
+               (CeilDiv(2 * s.nope + s.rope, 16) + CeilDiv(s.v_dim, 16)) * 16;
     w.tensor_core = true;
     return w;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 2; }
   int64_t WorkspaceBytes(const Tactic&, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
-    return CeilDiv(s.batch * s.capacity * ExpandedFeatures(s) * s.es, 16) * 16;
+    return 2 * s.batch * s.capacity * ExpandedFeatures(s) * s.es;
   }
 
   std::vector<SourceFile> Sources() const override {

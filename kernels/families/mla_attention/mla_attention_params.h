@@ -83,14 +83,15 @@
   NEXT(int, int, splits) \
   NEXT(int, int, rows_per_cta)
 
-// mla_expand_kv (mla_attention_prefill.cuh): kv[b, j, f] = Σ_c latent_cache[b, 0, j, c] ·
+// mla_expand_kv (mla_attention_prefill.cuh): x[b, j, f] = Σ_c latent_cache[b, 0, j, c] ·
 // w_kv_b[f, c] for f < n = heads · (Dn + Dv), every row j up to sequence b's largest valid
-// position
+// position, stored as kv = round(x) and kv_lo = round(x - kv)
 #define TILEPLAN_MLA_EXPAND_KV_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, latent_cache) \
   NEXT(const void*, const T* __restrict__, w_kv_b) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(void*, T* __restrict__, kv) \
+  NEXT(void*, T* __restrict__, kv_lo) \
   NEXT(int, int, tokens) \
   NEXT(int, int, capacity) \
   NEXT(int, int, n)
@@ -105,6 +106,7 @@
   NEXT(long long, long long, q_rope_token_stride) \
   NEXT(long long, long long, q_rope_head_stride) \
   NEXT(const void*, const T* __restrict__, kv) \
+  NEXT(const void*, const T* __restrict__, kv_lo) \
   NEXT(const void*, const T* __restrict__, rope_cache) \
   NEXT(const int*, const int* __restrict__, positions) \
   NEXT(void*, T* __restrict__, out) \
@@ -131,8 +133,9 @@ TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaExpandSharedBytes(int tile_m, in
                                                                   int stages, int element_bytes) {
   return static_cast<long long>(stages) * (tile_m + tile_n) * kMlaExpandSlice * element_bytes;
 }
-// mla_prefill_flash's dynamic shared memory: the query tile [tile_q][Dn + Dr] and `stages`
-// key tiles [tile_kv][Dn + Dr] and value tiles [tile_kv][Dv], each dim padded to 16.
+// mla_prefill_flash's dynamic shared memory: the query tile [tile_q][QK] and `stages` key
+// tiles [tile_kv][QK] and value tiles [tile_kv][Dv], each dim padded to 16 (QK = 2 · Dn + Dr:
+// the nope part twice, for the keys' two parts).
 TILEPLAN_MLA_HOST_DEVICE constexpr long long MlaPrefillSharedBytes(int qk_dim, int v_dim,
                                                                    int tile_q, int tile_kv,
                                                                    int stages, int element_bytes) {

@@ -1,7 +1,8 @@
 // Multi-head latent attention over a prompt in the un-absorbed form (family mla_prefill),
 // two launches on tensor cores (mma.sync.m16n8k16, bf16 or f16, sm_80+):
 //
-//   mla_expand_kv      kv[b, j, :] = w_kv_b · latent_cache[b, 0, j, :]   (rounded to T)
+//   mla_expand_kv      kv[b, j, :] = w_kv_b · latent_cache[b, 0, j, :]   as two T parts,
+//                      kv = round(x) and kv_lo = round(x - kv) (x the float32 product),
 //                      for every cache row j up to the largest valid position of sequence b:
 //                      each head's key part k_nope (its first Dn) and value (the next Dv),
 //                      in w_kv_b's row order, a GEMM of [rows, C] by [C, H·(Dn+Dv)].
@@ -10,9 +11,9 @@
 //                      is the one rotated key shared by every head: flash attention with a
 //                      QK dim of Dn + Dr and a V dim of Dv.
 //
-// This is transformers' own order of operations (kv_b_proj, then attention in the activation
-// dtype), which is why the prompt runs here rather than through the absorbed kernels: those
-// contract 576-wide latent queries that bf16 would round away from the reference.
+// The keys carry both parts: Q · K is contracted over [q_nope | q_rope | q_nope] against
+// [k_nope | k_rope | k_nope_lo], so the scores see the expanded keys to about float32
+// accuracy (the rope key is stored in T and exact). The values are the rounded part alone.
 //
 // Both kernels stage 16-byte chunks with cp.async into shared-memory rows whose chunks are
 // XOR-swizzled by the row index (conflict-free ldmatrix), as attention_prefill_flash.cuh.
@@ -41,7 +42,7 @@ __device__ __forceinline__ int mla_sequence_rows(const int* positions, int b, in
   return *s_rows;
 }
 
-// latent_cache: [batch, 1, capacity, kC]; w_kv_b: [n, kC] in T; kv: [batch, capacity, n];
+// latent_cache: [batch, 1, capacity, kC]; w_kv_b: [n, kC] in T; kv, kv_lo: [batch, capacity, n];
 // positions: [batch, tokens]. CTA (x, y, b) computes rows [y · kTileM, ...) by features
 // [x · kTileN, ...) of sequence b, and exits when its rows all lie past the sequence's rows.
 // Rows past them are not written. kC need not divide into slices: the last slice's missing
@@ -156,6 +157,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
   cp_async_wait<0>();
 
   T* dst = kv + static_cast<long long>(b) * capacity * n;
+  T* dst_lo = kv_lo + static_cast<long long>(b) * capacity * n;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -166,18 +168,21 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
       for (int nt = 0; nt < kNTiles; ++nt) {
         const int f = n0 + wn * kWarpN + nt * 8 + 2 * qd;
         if (f >= n) continue;
-        *reinterpret_cast<unsigned int*>(dst + static_cast<long long>(j) * n + f) =
-            pack2<T>(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+        const float x0 = acc[mt][nt][2 * half], x1 = acc[mt][nt][2 * half + 1];
+        const unsigned int hi = pack2<T>(x0, x1);
+        *reinterpret_cast<unsigned int*>(dst + static_cast<long long>(j) * n + f) = hi;
+        *reinterpret_cast<unsigned int*>(dst_lo + static_cast<long long>(j) * n + f) =
+            pack2<T>(x0 - word_element<T>(&hi, 0), x1 - word_element<T>(&hi, 1));
       }
     }
   }
 }
 
-// q_nope, q_rope: token bt's head h at bt · *_token_stride + h · *_head_stride; kv: [batch,
-// capacity, heads · (kDn + kDv)] from mla_expand_kv; rope_cache: [batch, 1, capacity, kDqk -
-// kDn]; out: contiguous [batch · tokens, heads, kDv]. A token whose position lies outside
-// [0, capacity) gets a zero row: with `error` non-null the CTAs of head 0 raise *error to at
-// least its flat index + 1; with `error` null the kernel traps.
+// q_nope, q_rope: token bt's head h at bt · *_token_stride + h · *_head_stride; kv, kv_lo:
+// [batch, capacity, heads · (kDn + kDv)] from mla_expand_kv; rope_cache: [batch, 1, capacity, kDqk
+// - kDn]; out: contiguous [batch · tokens, heads, kDv]. A token whose position lies outside [0,
+// capacity) gets a zero row: with `error` non-null the CTAs of head 0 raise *error to at least its
+// flat index + 1; with `error` null the kernel traps.
 //
 // CTA (x, h, b) owns query rows [m · kTileQ, (m + 1) · kTileQ) of head h, m = gridDim.x - 1 -
 // x (the longest causal walks start first); its kWarps warps take kTileQ / (16 · kWarps) row
@@ -187,7 +192,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32)
 // log2 domain and P is rounded to T for P · V.
 //
 // Launch: grid (ceil(tokens / kTileQ), heads, batch), block 32 · kWarps, dynamic shared
-// memory MlaPrefillSharedBytes(kDqk, kDv, kTileQ, kTileKv, kStages, sizeof(T)).
+// memory MlaPrefillSharedBytes(kDqk + kDn, kDv, kTileQ, kTileKv, kStages, sizeof(T)).
 // Dims that are no multiple of 16 are zero-padded to one in shared memory (QK k-steps, pairs of
 // 8-wide V tiles); the padding never reaches the output.
 // REQUIRES: T bf16 or f16; kDn, kDqk - kDn and kDv multiples of 8; q strides multiples
@@ -199,13 +204,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kDr = kDqk - kDn;
   constexpr int kThreads = kWarps * 32;
   constexpr int kMTiles = kTileQ / (16 * kWarps);
-  constexpr int kQkPad = (kDqk + 15) / 16 * 16;  // the QK dim in shared memory
-  constexpr int kVPad = (kDv + 15) / 16 * 16;    // the V dim in shared memory
+  constexpr int kQkExt = kDqk + kDn;               // [nope | rope | nope] against [hi | rope | lo]
+  constexpr int kQkPad = (kQkExt + 15) / 16 * 16;  // the QK dim in shared memory
+  constexpr int kVPad = (kDv + 15) / 16 * 16;      // the V dim in shared memory
   constexpr int kKSteps = kQkPad / 16;
   constexpr int kNTiles = kTileKv / 8;
   constexpr int kDTiles = kVPad / 8;
   constexpr int kPSteps = kTileKv / 16;
-  constexpr int kQkChunks = kDqk / 8;  // chunks loaded; kQkPad / 8 stored
+  constexpr int kQkChunks = kDqk / 8;     // nope and rope
+  constexpr int kExtChunks = kQkExt / 8;  // and the second nope part; kQkPad / 8 stored
   constexpr int kQkPadChunks = kQkPad / 8;
   constexpr int kNopeChunks = kDn / 8;
   constexpr int kVChunks = kDv / 8;
@@ -259,19 +266,23 @@ __global__ void __launch_bounds__(kWarps * 32)
     p_row[mt][1] = row_position(warp_row0 + mt * 16 + g + 8, false);
   }
 
-  // Q: the nope chunks, then the rope chunks, of each row (rows past the tokens zero-filled).
+  // Q: the nope chunks, the rope chunks, the nope chunks again (rows past the tokens and the
+  // padding zero-filled).
   for (int c = threadIdx.x; c < kTileQ * kQkPadChunks; c += kThreads) {
     const int r = c / kQkPadChunks, chunk = c % kQkPadChunks;
     const int t = row0 + r;
-    const bool ok = t < tokens && chunk < kQkChunks;
+    const bool ok = t < tokens && chunk < kExtChunks;
     const long long bt = static_cast<long long>(b) * tokens + (ok ? t : 0);
-    const T* src = chunk < kNopeChunks
-                       ? q_nope + bt * q_nope_token_stride + h * q_nope_head_stride + chunk * 8
-                       : q_rope + bt * q_rope_token_stride + h * q_rope_head_stride +
-                             (ok ? chunk - kNopeChunks : 0) * 8;
+    const T* nope = q_nope + bt * q_nope_token_stride + h * q_nope_head_stride;
+    const T* src = chunk < kNopeChunks ? nope + chunk * 8
+                   : chunk < kQkChunks ? q_rope + bt * q_rope_token_stride +
+                                             h * q_rope_head_stride + (chunk - kNopeChunks) * 8
+                                       : nope + (ok ? chunk - kQkChunks : 0) * 8;
     cp_async_16(at_qk(q_s, r, chunk * 8), src, ok);
   }
   const T* kv_b = kv + static_cast<long long>(b) * capacity * n + static_cast<long long>(h) * kRow;
+  const T* kv_lo_b =
+      kv_lo + static_cast<long long>(b) * capacity * n + static_cast<long long>(h) * kRow;
   const T* rope_b = rope_cache + static_cast<long long>(b) * capacity * kDr;
   auto load_tile = [&](int stage, int tile) {
     T* kt = kv_s + stage * kTileKv * (kQkPad + kVPad);
@@ -284,10 +295,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       const long long row = ok ? j : 0;
       if (chunk < kNopeChunks) {
         cp_async_16(at_qk(kt, r, chunk * 8), kv_b + row * n + chunk * 8, ok);
+      } else if (chunk < kQkChunks) {
+        cp_async_16(at_qk(kt, r, chunk * 8), rope_b + row * kDr + (chunk - kNopeChunks) * 8, ok);
       } else if (chunk < kQkPadChunks) {
-        const bool rope_ok = ok && chunk < kQkChunks;
+        const bool lo_ok = ok && chunk < kExtChunks;
         cp_async_16(at_qk(kt, r, chunk * 8),
-                    rope_b + row * kDr + (rope_ok ? chunk - kNopeChunks : 0) * 8, rope_ok);
+                    kv_lo_b + row * n + (lo_ok ? chunk - kQkChunks : 0) * 8, lo_ok);
       } else {
         const int vc = chunk - kQkPadChunks;
         const bool v_ok = ok && vc < kVChunks;
