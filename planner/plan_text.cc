@@ -7,9 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -51,8 +54,19 @@ absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name) {
   if (name == "table") return PlanFormat::kTable;
   if (name == "textproto") return PlanFormat::kTextProto;
   if (name == "json") return PlanFormat::kJson;
+  if (name == "binary") return PlanFormat::kBinary;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown plan format '", name, "' (table, textproto or json)"));
+      absl::StrCat("unknown plan format '", name, "' (table, textproto, json or binary)"));
+}
+
+PlanFormat PlanFormatForPath(absl::string_view path) {
+  if (absl::EndsWith(path, ".json")) return PlanFormat::kJson;
+  if (absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".txtpb") ||
+      absl::EndsWith(path, ".pbtxt")) {
+    return PlanFormat::kTextProto;
+  }
+  if (absl::EndsWith(path, ".binpb") || absl::EndsWith(path, ".pb")) return PlanFormat::kBinary;
+  return PlanFormat::kTable;
 }
 
 std::string HumanBytes(int64_t bytes) {
@@ -180,6 +194,17 @@ absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFor
       if (!google::protobuf::util::MessageToJsonString(plan, &out, options).ok()) {
         return absl::InternalError("the plan could not be printed as JSON");
       }
+      return out;
+    }
+    case PlanFormat::kBinary: {
+      std::string out;
+      google::protobuf::io::StringOutputStream stream(&out);
+      google::protobuf::io::CodedOutputStream coded(&stream);
+      coded.SetSerializationDeterministic(true);
+      if (!plan.SerializeToCodedStream(&coded)) {
+        return absl::InternalError("the plan could not be serialized");
+      }
+      coded.Trim();
       return out;
     }
   }

@@ -12,10 +12,15 @@
 
 namespace tileplan::planner {
 
-enum class PlanFormat { kTable, kTextProto, kJson };
+enum class PlanFormat { kTable, kTextProto, kJson, kBinary };
 
-// "table", "textproto" or "json"; InvalidArgument naming the accepted forms otherwise.
+// "table", "textproto", "json" or "binary"; InvalidArgument naming the accepted forms
+// otherwise.
 absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
+
+// The format a plan file's name asks for: ".json" json, ".textproto", ".txtpb" or ".pbtxt"
+// textproto, ".binpb" or ".pb" binary (the protobuf wire format), anything else the table.
+PlanFormat PlanFormatForPath(absl::string_view path);
 
 // Per phase: a header line, one row per step (step, region (its first result), kind, fused
 // from, family, tactic, source, estimated us, bytes), then "launches per <prefill|decode> step: N",
@@ -23,7 +28,8 @@ absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
 // cache, weights).
 std::string PlanTable(const proto::ExecutionPlan& plan);
 
-// The plan in `format`; Internal if protobuf cannot print it.
+// The plan in `format` (binary: deterministic wire bytes); Internal if protobuf cannot print
+// it.
 absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format);
 
 // "512 B", "1.50 KiB", "2.00 MiB", "1.40 GiB" (binary units, two decimals).

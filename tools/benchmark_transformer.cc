@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "device/device.h"
 #include "kernels/launch/nvrtc_compiler.h"
@@ -51,6 +52,11 @@ ABSL_FLAG(bool, profile, false,
 ABSL_FLAG(std::string, show_plan, "",
           "print the plan (docs/plan.md) as a table, textproto or json; a bare --show-plan is "
           "--show-plan=table");
+ABSL_FLAG(std::string, output, "",
+          "write the plan to this file and stop (never benchmarks): in --show-plan's format "
+          "when given, else by the name (.json json; .textproto, .txtpb, .pbtxt textproto; "
+          ".binpb, .pb the binary wire format; anything else the table); written whole or not "
+          "at all; -o is short for it");
 ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, time_planning, std::nullopt,
           "plan this many times and print the median and fastest wall time and the median CPU "
           "time per plan; a bare --time-planning plans 20 times");
@@ -64,17 +70,18 @@ constexpr int kExitBad = 2;
 constexpr char kUsage[] =
     "plans a decoder model for a GPU and prints the plan; on a GPU runs it\n"
     "and reports prefill and decode latencies (medians of replayed CUDA Graphs) beside the\n"
-    "physical floors. Without --show-plan, --time-planning or --print-keys the benchmark runs,\n"
-    "and needs a GPU; with one of them it also runs when a GPU is present (not after\n"
-    "--print-keys), and is skipped with a note without one. With --tactic-cache the steps whose\n"
-    "key the store holds for this GPU take the measured tactic (source 'tuned'), and a line on\n"
-    "stderr says how many lookups hit and, when none did, why.\n"
+    "physical floors. Without --show-plan, --output, --time-planning or --print-keys the\n"
+    "benchmark runs, and needs a GPU; with one of them the tool only plans (GPU or not), so\n"
+    "the plan on stdout or in the file is never mixed with benchmark output. With\n"
+    "--tactic-cache the steps whose key the store holds for this GPU take the measured tactic\n"
+    "(source 'tuned'), and a line on stderr says how many lookups hit and, when none did, why.\n"
     "\n"
     "usage: benchmark_transformer --model DIR|FILE|NAME [--target NAME|FILE] [--batch B]\n"
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--prefill-logits all|last]\n"
     "           [--random-weights] [--iters N] [--warmup N] [--no-cuda-graphs]\n"
     "           [--pdl never|decode|always] [--json FILE] [--profile]\n"
-    "           [--show-plan[=table|textproto|json]] [--time-planning[=RUNS]] [--print-keys]\n"
+    "           [--show-plan[=table|textproto|json|binary]] [-o|--output FILE]\n"
+    "           [--time-planning[=RUNS]] [--print-keys]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all] [--print-after PASS,...]\n"
     "\n"
     "Exit status: 0 done; 2 bad arguments, an unplannable model, no GPU for a benchmark-only\n"
@@ -83,6 +90,7 @@ constexpr char kUsage[] =
     "Examples:\n"
     "  benchmark_transformer --model qwen3-0.6b --target sm_90 --show-plan\n"
     "  benchmark_transformer --model qwen2-7b --time-planning=30\n"
+    "  benchmark_transformer --model deepseek-v2-lite --prefill 512 --decode 512 -o plan.json\n"
     "  benchmark_transformer --model qwen3-0.6b --prefill 128,512 --decode 512 --json b.json\n"
     "  benchmark_transformer --model qwen3-0.6b --tactic-cache tactics.db --freeze --show-plan\n";
 
@@ -333,8 +341,10 @@ absl::StatusOr<int> Run() {
   const std::string show_plan = absl::GetFlag(FLAGS_show_plan);
   const std::optional<tools::PositiveInt> time_planning = absl::GetFlag(FLAGS_time_planning);
   const bool print_keys = absl::GetFlag(FLAGS_print_keys);
+  const std::string output = absl::GetFlag(FLAGS_output);
   const std::string tactic_cache = absl::GetFlag(FLAGS_tactic_cache);
-  const bool plan_only = !show_plan.empty() || time_planning.has_value() || print_keys;
+  const bool plan_only =
+      !show_plan.empty() || !output.empty() || time_planning.has_value() || print_keys;
   absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
   if (!device.ok() && !plan_only) {
     return absl::FailedPreconditionError(
@@ -387,7 +397,14 @@ absl::StatusOr<int> Run() {
           tactic_cache, ", e.g. ", store->misses().front().ToString()));
     }
   }
-  if (!show_plan.empty()) {
+  if (!output.empty()) {
+    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format,
+                        show_plan.empty() ? planner::PlanFormatForPath(output)
+                                          : planner::ParsePlanFormat(show_plan));
+    TP_ASSIGN_OR_RETURN(std::string bytes, planner::FormatPlan(plan, format));
+    TP_RETURN_IF_ERROR(WriteFileAtomically(output, bytes));
+    std::cerr << "wrote the plan to " << output << " (" << bytes.size() << " bytes)\n";
+  } else if (!show_plan.empty()) {
     TP_ASSIGN_OR_RETURN(const planner::PlanFormat format, planner::ParsePlanFormat(show_plan));
     TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, format));
     std::cout << text;
@@ -398,10 +415,7 @@ absl::StatusOr<int> Run() {
         TimePlanning(model.config, model.name, target, options, store.get(), plan.phases_size(),
                      static_cast<int>(std::min<int64_t>(time_planning->value, 10000))));
   }
-  if (!device.ok()) {
-    std::cerr << "benchmark skipped: " << device.status().message() << "\n";
-    return kExitOk;
-  }
+  if (plan_only) return kExitOk;
   return Benchmark(model, target, plan, **device);
 }
 
@@ -411,7 +425,8 @@ absl::StatusOr<int> Run() {
 int main(int argc, char** argv) {
   namespace tools = tileplan::tools;
   const std::vector<std::string> positional = tools::ParseFlags(
-      argc, argv, {tileplan::kUsage, {{"show_plan", "table"}, {"time_planning", "20"}}});
+      argc, argv,
+      {tileplan::kUsage, {{"show_plan", "table"}, {"time_planning", "20"}}, {{"o", "output"}}});
   if (!positional.empty()) {
     return tools::UsageFailure(absl::StrCat("unexpected argument '", positional.front(), "'"));
   }

@@ -137,6 +137,7 @@ std::vector<std::string> ParseFlags(int argc, char** argv, const ToolInfo& tool)
     const std::string written = absl::StrCat("--", body.substr(0, eq));
     std::string value = has_value ? std::string(body.substr(eq + 1)) : std::string();
     std::string name = absl::StrReplaceAll(body.substr(0, eq), {{"-", "_"}});
+    if (auto it = tool.short_names.find(name); it != tool.short_names.end()) name = it->second;
     if (IsUsageFlag(name)) {
       canonical.push_back(absl::StrCat("--", body));
       continue;

@@ -26,6 +26,9 @@ struct ToolInfo {
   // Their value is taken only after '=': "--show-plan" is "--show-plan=table", and in
   // "--show-plan FILE" FILE is an argument of its own.
   std::map<std::string, std::string> implicit_values = {};
+  // One-letter names standing for flags (Abseil names): {"o", "output"} makes "-o FILE"
+  // "--output FILE".
+  std::map<std::string, std::string> short_names = {};
 };
 
 // Parses the command line into the binary's flags and returns the positional arguments

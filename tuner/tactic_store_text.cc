@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -187,24 +188,6 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return contents.str();
 }
 
-absl::Status WriteWholeFile(const std::string& path, absl::string_view contents) {
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) return absl::DataLossError(absl::StrCat("error writing ", temporary));
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::string_view CandidateStatusName(CandidateStatus status) {
@@ -291,10 +274,10 @@ absl::Status WriteTacticStoreText(const proto::TacticStoreFile& file, const std:
   if (!TextFormat::PrintToString(file, &text)) {
     return absl::InternalError("cannot print the tactic store as text");
   }
-  return WriteWholeFile(path,
-                        absl::StrCat("# proto-file: tuner/tactic_store.proto\n"
-                                     "# proto-message: tileplan.tuner.proto.TacticStoreFile\n",
-                                     text));
+  return WriteFileAtomically(path,
+                             absl::StrCat("# proto-file: tuner/tactic_store.proto\n"
+                                          "# proto-message: tileplan.tuner.proto.TacticStoreFile\n",
+                                          text));
 }
 
 absl::StatusOr<proto::TacticStoreFile> ReadTacticStoreText(const std::string& path) {

@@ -285,7 +285,8 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
   absl::StatusOr<proto::ExecutionPlan> b =
       BuildExecutionPlan(TwoLayers("qwen3-0.6b"), MustTarget("h200"), SmallOptions(), nullptr);
   ASSERT_TRUE(a.ok() && b.ok());
-  for (PlanFormat format : {PlanFormat::kTable, PlanFormat::kTextProto, PlanFormat::kJson}) {
+  for (PlanFormat format :
+       {PlanFormat::kTable, PlanFormat::kTextProto, PlanFormat::kJson, PlanFormat::kBinary}) {
     absl::StatusOr<std::string> x = FormatPlan(*a, format);
     absl::StatusOr<std::string> y = FormatPlan(*b, format);
     ASSERT_TRUE(x.ok() && y.ok());
@@ -301,6 +302,23 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
       google::protobuf::util::JsonStringToMessage(*FormatPlan(*a, PlanFormat::kJson), &from_json)
           .ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_json));
+  proto::ExecutionPlan from_binary;
+  ASSERT_TRUE(from_binary.ParseFromString(*FormatPlan(*a, PlanFormat::kBinary)));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_binary));
+}
+
+TEST(PlanBuilderTest, FormatsAreNamedAndFileNamesChooseThem) {
+  EXPECT_EQ(*ParsePlanFormat("binary"), PlanFormat::kBinary);
+  EXPECT_THAT(ParsePlanFormat("xml").status().message(),
+              ::testing::HasSubstr("unknown plan format 'xml' (table, textproto, json or binary)"));
+  EXPECT_EQ(PlanFormatForPath("out/plan.json"), PlanFormat::kJson);
+  EXPECT_EQ(PlanFormatForPath("plan.textproto"), PlanFormat::kTextProto);
+  EXPECT_EQ(PlanFormatForPath("plan.txtpb"), PlanFormat::kTextProto);
+  EXPECT_EQ(PlanFormatForPath("plan.pbtxt"), PlanFormat::kTextProto);
+  EXPECT_EQ(PlanFormatForPath("plan.binpb"), PlanFormat::kBinary);
+  EXPECT_EQ(PlanFormatForPath("plan.pb"), PlanFormat::kBinary);
+  EXPECT_EQ(PlanFormatForPath("plan.txt"), PlanFormat::kTable);
+  EXPECT_EQ(PlanFormatForPath("plan"), PlanFormat::kTable);
 }
 
 TEST(PlanBuilderTest, TableShowsStepsLaunchesAndMemory) {
