@@ -213,6 +213,12 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     s->set_bytes(c.estimate.bytes);
     s->set_flops(c.estimate.flops);
     s->set_launches(c.estimate.launches);
+    if (c.estimate.launches > 0) {
+      const CostEstimate& e = c.estimate;
+      s->set_bound(e.launch_us > std::max(e.memory_us, e.compute_us) ? proto::Step::BOUND_LAUNCH
+                   : e.compute_us > e.memory_us                      ? proto::Step::BOUND_MATH
+                                                                     : proto::Step::BOUND_MEMORY);
+    }
     const kernels::LaunchGeometry geometry = c.family->Geometry(c.tactic, region);
     proto::Launch* launch = s->mutable_launch();
     for (int64_t x : geometry.grid) launch->add_grid(x);

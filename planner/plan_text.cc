@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
@@ -52,11 +54,13 @@ std::string Columns(const std::vector<std::vector<std::string>>& rows,
 
 absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name) {
   if (name == "table") return PlanFormat::kTable;
+  if (name == "table-all") return PlanFormat::kTableAll;
+  if (name == "memory") return PlanFormat::kMemory;
   if (name == "textproto") return PlanFormat::kTextProto;
   if (name == "json") return PlanFormat::kJson;
   if (name == "binary") return PlanFormat::kBinary;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown plan format '", name, "' (table, textproto, json or binary)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown plan format '", name, "' (table, table-all, memory, textproto, json or binary)"));
 }
 
 PlanFormat PlanFormatForPath(absl::string_view path) {
@@ -131,34 +135,208 @@ std::string CachePerToken(const proto::Phase& phase) {
                       ") x ", count, count == 1 ? " layer\n" : " layers\n");
 }
 
-std::string PlanTable(const proto::ExecutionPlan& plan) {
+namespace {
+
+// "4.29 G", "512.00 M", "12.00 K", "7"; "-" for none.
+std::string HumanCount(int64_t n) {
+  if (n <= 0) return "-";
+  if (n < 1000) return absl::StrCat(n);
+  const char* units[] = {"K", "M", "G", "T", "P"};
+  double v = static_cast<double>(n) / 1000;
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
+  return absl::StrFormat("%.2f %s", v, units[u]);
+}
+
+std::string Dims(const google::protobuf::RepeatedField<int64_t>& dims) {
+  if (dims.empty()) return "scalar";
+  return absl::StrJoin(dims, "x");
+}
+
+// The first operand's shape and the first result's: "1x512x2048>1x512x4096".
+std::string StepShape(const proto::Step& s) {
+  if (s.operands().empty() || s.results().empty()) return "-";
+  return absl::StrCat(Dims(s.operands(0).shape()), ">", Dims(s.results(0).shape()));
+}
+
+std::string GridText(const proto::Launch& l) {
+  bool any = false;
+  for (int64_t x : l.grid()) any = any || x != 0;
+  if (!any) return "-";
+  return absl::StrCat(absl::StrJoin(l.grid(), "x"), l.library_managed() ? " (lib)" : "");
+}
+
+absl::string_view BoundText(proto::Step::Bound b) {
+  switch (b) {
+    case proto::Step::BOUND_MEMORY:
+      return "memory";
+    case proto::Step::BOUND_MATH:
+      return "math";
+    case proto::Step::BOUND_LAUNCH:
+      return "launch";
+    default:
+      return "-";
+  }
+}
+
+// The layer of a step named "l<digits>.<rest>" and <rest>; layer -1 for any other name.
+std::pair<int, std::string> LayerOf(const std::string& name) {
+  size_t i = 1;
+  while (i < name.size() && absl::ascii_isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  if (name.size() < 3 || name[0] != 'l' || i == 1 || i >= name.size() || name[i] != '.' || i > 7) {
+    return {-1, name};
+  }
+  return {std::stoi(name.substr(1, i - 1)), name.substr(i + 1)};
+}
+
+// Every column of step `i` but the step number, with `name` for its region.
+std::vector<std::string> StepCells(const proto::Step& s, const std::string& name) {
+  const bool tuned = s.source() == proto::Step::SOURCE_TUNED;
+  return {name,
+          s.kind(),
+          CompactFusedFrom(s.fused_from()),
+          s.tactic().family(),
+          TacticText(s.tactic()),
+          tuned ? "tuned" : "cost model",
+          absl::StrFormat("%.2f", s.estimated_us()),
+          tuned ? absl::StrFormat("%.2f", s.measured_us()) : "-",
+          HumanBytes(s.bytes()),
+          HumanCount(s.flops()),
+          GridText(s.launch()),
+          std::string(BoundText(s.bound())),
+          StepShape(s)};
+}
+
+// The phase's step rows, runs of identical consecutive layers folded when asked; `notes` gets,
+// per row index, the line to print above that row (the layers a folded run stands for).
+std::vector<std::vector<std::string>> StepRows(const proto::Phase& phase, bool fold_layers,
+                                               std::map<size_t, std::string>* notes) {
+  std::vector<std::vector<std::string>> rows = {{"step", "region", "kind", "fused from", "family",
+                                                 "tactic", "source", "est us", "measured us",
+                                                 "bytes", "flops", "grid", "bound", "shape"}};
+  auto add = [&rows](int step, std::vector<std::string> cells) {
+    cells.insert(cells.begin(), absl::StrCat(step));
+    rows.push_back(std::move(cells));
+  };
+  // Blocks: maximal runs of steps of one layer, or single steps outside any layer.
+  struct Block {
+    int layer, begin, end;
+  };
+  std::vector<Block> blocks;
+  for (int i = 0; i < phase.steps_size(); ++i) {
+    const int layer = LayerOf(phase.steps(i).name()).first;
+    if (layer >= 0 && !blocks.empty() && blocks.back().layer == layer && blocks.back().end == i) {
+      ++blocks.back().end;
+    } else {
+      blocks.push_back({layer, i, i + 1});
+    }
+  }
+  // A layer block's cells with its layer number replaced: equal signatures, identical layers.
+  auto signature = [&phase](const Block& b) {
+    std::vector<std::string> cells;
+    for (int i = b.begin; i < b.end; ++i) {
+      const proto::Step& s = phase.steps(i);
+      absl::StrAppend(&cells.emplace_back(),
+                      absl::StrJoin(StepCells(s, LayerOf(s.name()).second), "|"));
+    }
+    return absl::StrJoin(cells, "\n");
+  };
+  for (size_t k = 0; k < blocks.size();) {
+    const Block& b = blocks[k];
+    size_t run = 1;
+    if (fold_layers && b.layer >= 0) {
+      const std::string first = signature(b);
+      while (k + run < blocks.size() && blocks[k + run].layer == b.layer + static_cast<int>(run) &&
+             signature(blocks[k + run]) == first) {
+        ++run;
+      }
+    }
+    if (run == 1) {
+      for (int i = b.begin; i < b.end; ++i)
+        add(i, StepCells(phase.steps(i), phase.steps(i).name()));
+    } else {
+      const int last = b.layer + static_cast<int>(run) - 1;
+      (*notes)[rows.size()] =
+          absl::StrCat("      layers ", b.layer, "-", last, ": ", run,
+                       " identical layers, each as below (--show-plan=table-all lists them)");
+      for (int i = b.begin; i < b.end; ++i) {
+        const proto::Step& s = phase.steps(i);
+        add(i, StepCells(s, absl::StrCat("l", b.layer, "-", last, ".", LayerOf(s.name()).second)));
+      }
+    }
+    k += run;
+  }
+  return rows;
+}
+
+// Steps, launches, estimated time (with its share of the phase's) and bytes per region kind,
+// the costliest first.
+std::string KindSummary(const proto::Phase& phase) {
+  struct Sums {
+    int steps = 0;
+    int64_t launches = 0, bytes = 0;
+    double us = 0;
+  };
+  std::map<std::string, Sums> by_kind;
+  double total = 0;
+  for (const proto::Step& s : phase.steps()) {
+    Sums& k = by_kind[s.kind()];
+    ++k.steps;
+    k.launches += s.launches();
+    k.bytes += s.bytes();
+    k.us += s.estimated_us();
+    total += s.estimated_us();
+  }
+  std::vector<std::pair<std::string, Sums>> order(by_kind.begin(), by_kind.end());
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::vector<std::vector<std::string>> rows = {
+      {"by kind", "steps", "launches", "est us", "share", "bytes"}};
+  for (const auto& [kind, k] : order) {
+    rows.push_back(
+        {kind, absl::StrCat(k.steps), absl::StrCat(k.launches), absl::StrFormat("%.2f", k.us),
+         absl::StrFormat("%.1f%%", total > 0 ? 100 * k.us / total : 0.0), HumanBytes(k.bytes)});
+  }
+  return Columns(rows, {false, true, true, true, true, true});
+}
+
+std::string PhaseHeader(const proto::Phase& phase) {
+  std::vector<std::string> bindings;
+  for (const proto::SymbolBinding& b : phase.bindings()) {
+    bindings.push_back(absl::StrCat(b.symbol(), "=", b.extent()));
+  }
+  return absl::StrCat("\n", phase.name(), " (", absl::StrJoin(bindings, ", "), "; context ",
+                      phase.context(), phase.cuda_graph() ? "; CUDA graph" : "", "; pipeline: ",
+                      phase.pipeline().empty() ? "none" : absl::StrJoin(phase.pipeline(), ", "),
+                      ")\n");
+}
+
+std::string PlanHeader(const proto::ExecutionPlan& plan) {
   const targets::TargetDescription& t = plan.target();
-  std::string out = absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases\n", plan.model(),
-                                    t.name(), t.gpu(), t.sm(), t.sm_count(), plan.phases_size());
+  return absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases\n", plan.model(), t.name(),
+                         t.gpu(), t.sm(), t.sm_count(), plan.phases_size());
+}
+
+}  // namespace
+
+std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers) {
+  std::string out = PlanHeader(plan);
   absl::StrAppend(&out, "packed weights: ", plan.weight_packing_size(), "\n");
   for (const proto::Phase& phase : plan.phases()) {
-    std::vector<std::string> bindings;
-    for (const proto::SymbolBinding& b : phase.bindings()) {
-      bindings.push_back(absl::StrCat(b.symbol(), "=", b.extent()));
+    absl::StrAppend(&out, PhaseHeader(phase));
+    std::map<size_t, std::string> notes;
+    const std::string table = Columns(StepRows(phase, fold_layers, &notes),
+                                      {true, false, false, false, false, false, false, true, true,
+                                       true, true, false, false, false});
+    size_t row = 0;
+    for (absl::string_view line : absl::StrSplit(table, '\n', absl::SkipEmpty())) {
+      if (auto it = notes.find(row); it != notes.end()) absl::StrAppend(&out, it->second, "\n");
+      absl::StrAppend(&out, line, "\n");
+      ++row;
     }
-    absl::StrAppend(&out, "\n", phase.name(), " (", absl::StrJoin(bindings, ", "), "; context ",
-                    phase.context(), phase.cuda_graph() ? "; CUDA graph" : "", "; pipeline: ",
-                    phase.pipeline().empty() ? "none" : absl::StrJoin(phase.pipeline(), ", "),
-                    ")\n");
-    std::vector<std::vector<std::string>> rows = {{"step", "region", "kind", "fused from", "family",
-                                                   "tactic", "source", "est us", "measured us",
-                                                   "bytes"}};
-    for (int i = 0; i < phase.steps_size(); ++i) {
-      const proto::Step& s = phase.steps(i);
-      rows.push_back(
-          {absl::StrCat(i), s.name(), s.kind(), CompactFusedFrom(s.fused_from()),
-           s.tactic().family(), TacticText(s.tactic()),
-           s.source() == proto::Step::SOURCE_TUNED ? "tuned" : "cost model",
-           absl::StrFormat("%.2f", s.estimated_us()),
-           s.source() == proto::Step::SOURCE_TUNED ? absl::StrFormat("%.2f", s.measured_us()) : "-",
-           HumanBytes(s.bytes())});
-    }
-    out += Columns(rows, {true, false, false, false, false, false, false, true, true, true});
     const bool decode = phase.kind() == proto::Phase::KIND_DECODE;
     absl::StrAppend(&out, "launches per ", decode ? "decode" : "prefill",
                     " step: ", phase.launches(), "\n");
@@ -170,6 +348,41 @@ std::string PlanTable(const proto::ExecutionPlan& plan) {
                     HumanBytes(a.intermediate_bytes()), ", KV cache ", HumanBytes(a.state_bytes()),
                     ", weights ", HumanBytes(a.weight_bytes()), "\n");
     absl::StrAppend(&out, CachePerToken(phase));
+    absl::StrAppend(&out, KindSummary(phase));
+  }
+  return out;
+}
+
+std::string PlanMemory(const proto::ExecutionPlan& plan) {
+  std::string out = PlanHeader(plan);
+  for (const proto::Phase& phase : plan.phases()) {
+    absl::StrAppend(&out, PhaseHeader(phase));
+    const proto::Arena& a = phase.arena();
+    absl::StrAppend(&out, "arena ", HumanBytes(a.arena_bytes()), " (", a.arena_bytes(),
+                    " bytes, alignment ", a.alignment(), "), peak live ",
+                    HumanBytes(a.peak_live_bytes()), "\n");
+    std::vector<std::vector<std::string>> rows = {{"offset", "bytes", "steps", "holds"}};
+    for (const proto::ArenaBuffer& b : a.buffers()) {
+      std::string holds;
+      if (b.workspace_of() >= 0) {
+        holds = absl::StrCat("workspace of step ", b.workspace_of());
+      } else if (b.counters_of() >= 0) {
+        holds = absl::StrCat("counters of step ", b.counters_of());
+      } else {
+        holds = absl::StrJoin(b.values(), ", ");
+        if (b.input()) holds = absl::StrCat("input ", holds);
+      }
+      rows.push_back({absl::StrCat(b.offset()), HumanBytes(b.bytes()),
+                      absl::StrCat(b.first_step(), "-", b.last_step()), holds});
+    }
+    out += Columns(rows, {true, true, true, false});
+    if (!a.states().empty()) {
+      std::vector<std::vector<std::string>> states = {{"state offset", "bytes", "state"}};
+      for (const proto::StateSlot& s : a.states()) {
+        states.push_back({absl::StrCat(s.offset()), HumanBytes(s.bytes()), s.state()});
+      }
+      out += Columns(states, {true, true, false});
+    }
   }
   return out;
 }
@@ -177,7 +390,11 @@ std::string PlanTable(const proto::ExecutionPlan& plan) {
 absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format) {
   switch (format) {
     case PlanFormat::kTable:
-      return PlanTable(plan);
+      return PlanTable(plan, /*fold_layers=*/true);
+    case PlanFormat::kTableAll:
+      return PlanTable(plan, /*fold_layers=*/false);
+    case PlanFormat::kMemory:
+      return PlanMemory(plan);
     case PlanFormat::kTextProto: {
       std::string out;
       if (!google::protobuf::TextFormat::PrintToString(plan, &out)) {

@@ -1,6 +1,6 @@
-// Renderings of an ExecutionPlan (docs/plan.md, "--show-plan"): a table for people, and the
-// protobuf text and JSON forms for machines. All three are deterministic: the same plan gives
-// the same bytes.
+// Renderings of an ExecutionPlan (docs/plan.md, "--show-plan"): tables for people (the steps,
+// identical layers folded or not, and the arena's buffers), and the protobuf text, JSON and
+// binary forms for machines. All are deterministic: the same plan gives the same bytes.
 #ifndef TILEPLAN_PLANNER_PLAN_TEXT_H_
 #define TILEPLAN_PLANNER_PLAN_TEXT_H_
 
@@ -12,10 +12,10 @@
 
 namespace tileplan::planner {
 
-enum class PlanFormat { kTable, kTextProto, kJson, kBinary };
+enum class PlanFormat { kTable, kTableAll, kMemory, kTextProto, kJson, kBinary };
 
-// "table", "textproto", "json" or "binary"; InvalidArgument naming the accepted forms
-// otherwise.
+// "table", "table-all", "memory", "textproto", "json" or "binary"; InvalidArgument naming the
+// accepted forms otherwise.
 absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
 
 // The format a plan file's name asks for: ".json" json, ".textproto", ".txtpb" or ".pbtxt"
@@ -23,10 +23,18 @@ absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
 PlanFormat PlanFormatForPath(absl::string_view path);
 
 // Per phase: a header line, one row per step (step, region (its first result), kind, fused
-// from, family, tactic, source, estimated us, bytes), then "launches per <prefill|decode> step: N",
-// the phase's estimate and bytes, and a memory line (arena, peak live, sum of intermediates, KV
-// cache, weights).
-std::string PlanTable(const proto::ExecutionPlan& plan);
+// from, family, tactic, source, estimated us, measured us, bytes, flops, grid, what bounds the
+// estimate, and the first operand's and result's shapes), then "launches per <prefill|decode>
+// step: N", the phase's estimate and bytes, a memory line (arena, peak live, sum of
+// intermediates, KV cache, weights) and a summary per region kind (steps, launches, estimated
+// time and its share, bytes). With `fold_layers`, a run of consecutive layers whose steps are
+// identical but for the layer number ("l3.qkv", "l4.qkv", ...) is shown once, as "l3-27.qkv",
+// under a line naming the layers and their count.
+std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers = true);
+
+// Per phase: the arena's buffers by offset (offset, bytes, live steps, what they hold: values,
+// a step's workspace or counters, a graph input) and the KV-cache state slots.
+std::string PlanMemory(const proto::ExecutionPlan& plan);
 
 // The plan in `format` (binary: deterministic wire bytes); Internal if protobuf cannot print
 // it.

@@ -50,7 +50,8 @@ ABSL_FLAG(bool, profile, false,
           "after each measurement, time every step on its own (host launches between CUDA "
           "events) and print where the time goes, by kind and family");
 ABSL_FLAG(std::string, show_plan, "",
-          "print the plan (docs/plan.md) as a table, textproto or json; a bare --show-plan is "
+          "print the plan (docs/plan.md) and stop: table (identical layers folded), table-all, "
+          "memory (the arena's buffers), textproto, json or binary; a bare --show-plan is "
           "--show-plan=table");
 ABSL_FLAG(std::string, output, "",
           "write the plan to this file and stop (never benchmarks): in --show-plan's format "
@@ -80,7 +81,7 @@ constexpr char kUsage[] =
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--prefill-logits all|last]\n"
     "           [--random-weights] [--iters N] [--warmup N] [--no-cuda-graphs]\n"
     "           [--pdl never|decode|always] [--json FILE] [--profile]\n"
-    "           [--show-plan[=table|textproto|json|binary]] [-o|--output FILE]\n"
+    "           [--show-plan[=table|table-all|memory|textproto|json|binary]] [-o FILE]\n"
     "           [--time-planning[=RUNS]] [--print-keys]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all] [--print-after PASS,...]\n"
     "\n"

@@ -1,5 +1,6 @@
 #include "planner/plan_builder.h"
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -24,6 +25,7 @@ namespace {
 
 using kernels::testing::MustTarget;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 models::ModelConfig MustConfig(const std::string& name) {
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(name);
@@ -309,8 +311,12 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
 
 TEST(PlanBuilderTest, FormatsAreNamedAndFileNamesChooseThem) {
   EXPECT_EQ(*ParsePlanFormat("binary"), PlanFormat::kBinary);
-  EXPECT_THAT(ParsePlanFormat("xml").status().message(),
-              ::testing::HasSubstr("unknown plan format 'xml' (table, textproto, json or binary)"));
+  EXPECT_THAT(
+      ParsePlanFormat("xml").status().message(),
+      ::testing::HasSubstr("unknown plan format 'xml' (table, table-all, memory, textproto, "
+                           "json or binary)"));
+  EXPECT_EQ(*ParsePlanFormat("table-all"), PlanFormat::kTableAll);
+  EXPECT_EQ(*ParsePlanFormat("memory"), PlanFormat::kMemory);
   EXPECT_EQ(PlanFormatForPath("out/plan.json"), PlanFormat::kJson);
   EXPECT_EQ(PlanFormatForPath("plan.textproto"), PlanFormat::kTextProto);
   EXPECT_EQ(PlanFormatForPath("plan.txtpb"), PlanFormat::kTextProto);
@@ -337,6 +343,63 @@ TEST(PlanBuilderTest, TableShowsStepsLaunchesAndMemory) {
   EXPECT_THAT(table, HasSubstr("memory: arena "));
   EXPECT_THAT(table, HasSubstr(", KV cache 56.00 MiB, weights "));
   EXPECT_THAT(table, HasSubstr("cost model"));
+  EXPECT_THAT(table, HasSubstr("flops  grid"));
+  EXPECT_THAT(table, HasSubstr("bound   shape"));
+}
+
+// Qwen3-0.6B's 28 layers are identical in every phase: the table shows one block of them,
+// under a line naming the layers, with the first layer's step numbers; table-all keeps every
+// row. Either way each phase ends with its per-kind summary, whose shares sum to the phase.
+TEST(PlanBuilderTest, TableFoldsIdenticalLayersAndSummarizesKinds) {
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions());
+  const std::string folded = PlanTable(plan);
+  const std::string all = PlanTable(plan, /*fold_layers=*/false);
+  EXPECT_THAT(folded, HasSubstr("layers 0-27: 28 identical layers, each as below"));
+  EXPECT_THAT(folded, HasSubstr("l0-27.qkv"));
+  EXPECT_THAT(folded, Not(HasSubstr(" l5.qkv ")));
+  EXPECT_THAT(all, HasSubstr(" l5.qkv "));
+  EXPECT_THAT(all, Not(HasSubstr("identical layers")));
+  EXPECT_LT(folded.size() * 5, all.size());
+  const proto::Phase& decode = *FindPhase(plan, "decode B=1");
+  // Every step of the phase is one of the all-table's rows.
+  for (const proto::Step& s : decode.steps()) {
+    EXPECT_THAT(all, HasSubstr(absl::StrCat(" ", s.name(), " "))) << s.name();
+  }
+  // The summary: one row per kind with its step count, the costliest first.
+  std::map<std::string, int> steps;
+  for (const proto::Step& s : decode.steps()) ++steps[s.kind()];
+  const size_t at = folded.find("by kind", folded.find("\ndecode B=1 "));
+  ASSERT_NE(at, std::string::npos);
+  const std::string summary = folded.substr(at, folded.find("\n\n", at) - at);
+  for (const auto& [kind, n] : steps) {
+    EXPECT_THAT(summary, ::testing::ContainsRegex(absl::StrCat("\n", kind, " +", n, " "))) << kind;
+  }
+  // Bound: a decode GEMV is bound by its bytes, a prefill GEMM by its flops.
+  for (const proto::Step& s : decode.steps()) {
+    if (s.kind() == "linear_residual") EXPECT_EQ(s.bound(), proto::Step::BOUND_MEMORY);
+    if (s.kind() == "reshape") EXPECT_EQ(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+  }
+  for (const proto::Step& s : FindPhase(plan, "prefill T=64")->steps()) {
+    if (s.kind() == "lm_head") EXPECT_NE(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+  }
+}
+
+// The memory view lists every arena buffer of every phase by offset, with its live steps and
+// what it holds, and the KV-cache slots.
+TEST(PlanBuilderTest, MemoryViewListsTheArenaBuffers) {
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions());
+  const std::string memory = PlanMemory(plan);
+  EXPECT_THAT(memory, HasSubstr("offset       bytes"));
+  EXPECT_THAT(memory, HasSubstr("state offset"));
+  EXPECT_THAT(memory, HasSubstr("k_cache.0"));
+  for (const proto::Phase& phase : plan.phases()) {
+    EXPECT_THAT(memory, HasSubstr(absl::StrCat("\n", phase.name(), " (")));
+    for (const proto::ArenaBuffer& b : phase.arena().buffers()) {
+      EXPECT_THAT(memory, ::testing::ContainsRegex(
+                              absl::StrCat("\n *", b.offset(), "  +", HumanBytes(b.bytes()), "  +",
+                                           b.first_step(), "-", b.last_step(), "  ")));
+    }
+  }
 }
 
 // Answers a hit for every decode rms_norm_linear_swiglu on gemv.

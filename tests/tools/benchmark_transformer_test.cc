@@ -332,7 +332,7 @@ TEST(BenchmarkTransformerTest, TacticCacheSaysHowManyLookupsHitAndWhyNone) {
   m.winner_us = 1.25;
   m.default_us = 1.5;
   ASSERT_TRUE(store->Record(m).ok());
-  r = RunTool(args + " --show-plan");
+  r = RunTool(args + " --show-plan=table-all");  // every step's row, no layer folded
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, ::testing::ContainsRegex(" [1-9][0-9]* of [0-9]+ lookups hit \\(1 of "));
   // The step's row: source tuned, the stored median as its measured time.
