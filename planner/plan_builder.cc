@@ -19,8 +19,6 @@ namespace {
 using kernels::BoundGraph;
 using kernels::BoundRegion;
 
-constexpr int32_t kFormatVersion = 1;
-
 ir::proto::DType DTypeToProto(ir::DType dtype) {
   switch (dtype) {
     case ir::DType::kF32:
@@ -259,7 +257,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
 
   proto::ExecutionPlan plan;
-  plan.set_format_version(kFormatVersion);
+  plan.set_format_version(kPlanFormatVersion);
   plan.set_model(options.model_name.empty() ? std::string(models::ArchitectureName(config.arch))
                                             : options.model_name);
   *plan.mutable_target() = target;

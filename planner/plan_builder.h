@@ -44,6 +44,10 @@ struct PlanOptions {
   std::string environment;
 };
 
+// The ExecutionPlan.format_version this planner writes and this repository's runtime reads
+// (docs/plan.md, "Versioning").
+inline constexpr int32_t kPlanFormatVersion = 1;
+
 // InvalidArgument naming the option when a bucket is not positive, a prefill bucket or the
 // decode context exceeds max_context, or there is no phase at all; lowering, pipeline and
 // selection errors otherwise (they name the region).

@@ -9,6 +9,7 @@
 #include "kernels/core/kernel_family.h"
 #include "kernels/families/registry.h"
 #include "kernels/launch/kernel_loader.h"
+#include "planner/plan_builder.h"
 #include "regions/parser.h"
 #include "regions/rope.h"
 #include "regions/serialization.h"
@@ -43,6 +44,11 @@ int64_t SpanBytes(const pp::Binding& b) {
 }  // namespace
 
 absl::StatusOr<PlanLayout> LayOutPlan(const pp::ExecutionPlan& plan) {
+  if (plan.format_version() != planner::kPlanFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan has format_version ", plan.format_version(), "; this runtime reads version ",
+        planner::kPlanFormatVersion, " (docs/plan.md, \"Versioning\")"));
+  }
   if (plan.phases().empty()) return absl::InvalidArgumentError("the plan has no phases");
   PlanLayout out;
   std::vector<const ir::Graph*> graph_ptrs;

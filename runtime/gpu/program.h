@@ -40,6 +40,7 @@ struct PlanLayout {
   int64_t max_decode_batch = 1;
 };
 
+// FailedPrecondition for a plan of another format_version than planner::kPlanFormatVersion;
 // InvalidArgument for a plan without phases, a phase graph that does not parse, or a phase
 // that lays the KV cache out differently from the first; the weight layout's errors.
 absl::StatusOr<PlanLayout> LayOutPlan(const planner::proto::ExecutionPlan& plan);

@@ -6,9 +6,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/config.h"
 #include "models/safetensors.h"
+#include "planner/plan_builder.h"
 #include "regions/parser.h"
 #include "runtime/gpu/device_weights.h"
+#include "runtime/gpu/program.h"
+#include "targets/target.h"
 #include "tests/models/safetensors_builder.h"
 #include "tests/testing/random_weights.h"
 
@@ -55,6 +59,31 @@ TEST(WeightLayoutTest, EveryWeightOnceAlignedAndSortedByName) {
   EXPECT_EQ(layout->Find("nope"), nullptr);
 }
 
+// A plan of a format version this runtime does not read is refused before anything is laid
+// out, naming both versions.
+TEST(PlanLayoutTest, UnknownFormatVersionIsRefused) {
+  planner::PlanOptions options;
+  options.prefill_tokens = {8};
+  options.max_context = 16;
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig("qwen3-0.6b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->num_layers = 1;
+  config->sliding_window.resize(1);
+  if (!config->moe.sparse_layers.empty()) config->moe.sparse_layers.resize(1);
+  absl::StatusOr<targets::TargetDescription> target = targets::FindTarget("h200");
+  ASSERT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<planner::proto::ExecutionPlan> plan =
+      planner::BuildExecutionPlan(*config, *target, options, nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->format_version(), planner::kPlanFormatVersion);
+  EXPECT_TRUE(LayOutPlan(*plan).ok());
+  plan->set_format_version(planner::kPlanFormatVersion + 1);
+  absl::StatusOr<PlanLayout> layout = LayOutPlan(*plan);
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(layout.status().message(), HasSubstr("the plan has format_version 2; this runtime "
+                                                   "reads version 1"));
+}
+
 TEST(WeightLayoutTest, GraphsThatDisagreeOnAWeightAreRefused) {
   const ir::Graph a = Parse(kGraph);
   std::string other(kGraph);
@@ -70,8 +99,7 @@ class DeviceWeightsLoadTest : public ::testing::Test {
   // Writes `weights` as a checkpoint and tries to load it for kGraph's layout.
   absl::Status Load(const testing::WeightMap& weights) {
     testing::WriteWeights(dir_ / "model.safetensors", weights);
-    absl::StatusOr<std::unique_ptr<models::Checkpoint>> checkpoint =
-        models::Checkpoint::Open(dir_);
+    absl::StatusOr<std::unique_ptr<models::Checkpoint>> checkpoint = models::Checkpoint::Open(dir_);
     if (!checkpoint.ok()) return checkpoint.status();
     const ir::Graph g = Parse(kGraph);
     absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&g});
@@ -107,7 +135,8 @@ TEST_F(DeviceWeightsLoadTest, ACheckpointThatDoesNotFitIsRefusedByName) {
   w = Good();
   w["extra.weight"] = Tensor({2});
   s = Load(w);
-  EXPECT_THAT(s.message(), HasSubstr("checkpoint tensor 'extra.weight' is not a weight of the plan"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("checkpoint tensor 'extra.weight' is not a weight of the plan"));
 
   w = Good();
   w["v.weight"] = Tensor({8, 4});
