@@ -17,6 +17,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "planner/plan_svg.h"
 
 namespace tileplan::planner {
 namespace {
@@ -56,11 +57,13 @@ absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name) {
   if (name == "table") return PlanFormat::kTable;
   if (name == "table-all") return PlanFormat::kTableAll;
   if (name == "memory") return PlanFormat::kMemory;
+  if (name == "svg") return PlanFormat::kSvg;
   if (name == "textproto") return PlanFormat::kTextProto;
   if (name == "json") return PlanFormat::kJson;
   if (name == "binary") return PlanFormat::kBinary;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown plan format '", name, "' (table, table-all, memory, textproto, json or binary)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown plan format '", name,
+                   "' (table, table-all, memory, svg, textproto, json or binary)"));
 }
 
 PlanFormat PlanFormatForPath(absl::string_view path) {
@@ -70,6 +73,7 @@ PlanFormat PlanFormatForPath(absl::string_view path) {
     return PlanFormat::kTextProto;
   }
   if (absl::EndsWith(path, ".binpb") || absl::EndsWith(path, ".pb")) return PlanFormat::kBinary;
+  if (absl::EndsWith(path, ".svg")) return PlanFormat::kSvg;
   return PlanFormat::kTable;
 }
 
@@ -387,7 +391,8 @@ std::string PlanMemory(const proto::ExecutionPlan& plan) {
   return out;
 }
 
-absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format) {
+absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format,
+                                       int svg_phase) {
   switch (format) {
     case PlanFormat::kTable:
       return PlanTable(plan, /*fold_layers=*/true);
@@ -395,6 +400,8 @@ absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFor
       return PlanTable(plan, /*fold_layers=*/false);
     case PlanFormat::kMemory:
       return PlanMemory(plan);
+    case PlanFormat::kSvg:
+      return PlanSvg(plan, svg_phase >= 0 ? svg_phase : DefaultSvgPhase(plan));
     case PlanFormat::kTextProto: {
       std::string out;
       if (!google::protobuf::TextFormat::PrintToString(plan, &out)) {

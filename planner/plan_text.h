@@ -12,14 +12,15 @@
 
 namespace tileplan::planner {
 
-enum class PlanFormat { kTable, kTableAll, kMemory, kTextProto, kJson, kBinary };
+enum class PlanFormat { kTable, kTableAll, kMemory, kSvg, kTextProto, kJson, kBinary };
 
-// "table", "table-all", "memory", "textproto", "json" or "binary"; InvalidArgument naming the
-// accepted forms otherwise.
+// "table", "table-all", "memory", "svg", "textproto", "json" or "binary"; InvalidArgument
+// naming the accepted forms otherwise.
 absl::StatusOr<PlanFormat> ParsePlanFormat(absl::string_view name);
 
 // The format a plan file's name asks for: ".json" json, ".textproto", ".txtpb" or ".pbtxt"
-// textproto, ".binpb" or ".pb" binary (the protobuf wire format), anything else the table.
+// textproto, ".binpb" or ".pb" binary (the protobuf wire format), ".svg" the picture, anything
+// else the table.
 PlanFormat PlanFormatForPath(absl::string_view path);
 
 // Per phase: a header line, one row per step (step, region (its first result), kind, fused
@@ -36,9 +37,11 @@ std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers = true)
 // a step's workspace or counters, a graph input) and the KV-cache state slots.
 std::string PlanMemory(const proto::ExecutionPlan& plan);
 
-// The plan in `format` (binary: deterministic wire bytes); Internal if protobuf cannot print
-// it.
-absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format);
+// The plan in `format` (binary: deterministic wire bytes; svg: PlanSvg of DefaultSvgPhase, or
+// of `svg_phase` when it is not negative); Internal if protobuf cannot print it,
+// InvalidArgument for an svg_phase the plan does not have.
+absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format,
+                                       int svg_phase = -1);
 
 // "512 B", "1.50 KiB", "2.00 MiB", "1.40 GiB" (binary units, two decimals).
 std::string HumanBytes(int64_t bytes);

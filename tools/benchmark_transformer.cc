@@ -51,13 +51,16 @@ ABSL_FLAG(bool, profile, false,
           "events) and print where the time goes, by kind and family");
 ABSL_FLAG(std::string, show_plan, "",
           "print the plan (docs/plan.md) and stop: table (identical layers folded), table-all, "
-          "memory (the arena's buffers), textproto, json or binary; a bare --show-plan is "
-          "--show-plan=table");
+          "memory (the arena's buffers), svg (one phase's steps on the roofline and its arena; "
+          "--svg-phase), textproto, json or binary; a bare --show-plan is --show-plan=table");
+ABSL_FLAG(int, svg_phase, -1,
+          "the phase --show-plan=svg draws, by its index in the plan (prefill phases in bucket "
+          "order, then decode phases); -1: the first decode phase");
 ABSL_FLAG(std::string, output, "",
           "write the plan to this file and stop (never benchmarks): in --show-plan's format "
           "when given, else by the name (.json json; .textproto, .txtpb, .pbtxt textproto; "
-          ".binpb, .pb the binary wire format; anything else the table); written whole or not "
-          "at all; -o is short for it");
+          ".binpb, .pb the binary wire format; .svg the picture; anything else the table); "
+          "written whole or not at all; -o is short for it");
 ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, time_planning, std::nullopt,
           "plan this many times and print the median and fastest wall time and the median CPU "
           "time per plan; a bare --time-planning plans 20 times");
@@ -81,7 +84,8 @@ constexpr char kUsage[] =
     "           [--prefill T,...] [--decode C,...] [--max-context N] [--prefill-logits all|last]\n"
     "           [--random-weights] [--iters N] [--warmup N] [--no-cuda-graphs]\n"
     "           [--pdl never|decode|always] [--json FILE] [--profile]\n"
-    "           [--show-plan[=table|table-all|memory|textproto|json|binary]] [-o FILE]\n"
+    "           [--show-plan[=table|table-all|memory|svg|textproto|json|binary]]\n"
+    "           [--svg-phase N] [-o FILE]\n"
     "           [--time-planning[=RUNS]] [--print-keys]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all] [--print-after PASS,...]\n"
     "\n"
@@ -402,12 +406,14 @@ absl::StatusOr<int> Run() {
     TP_ASSIGN_OR_RETURN(const planner::PlanFormat format,
                         show_plan.empty() ? planner::PlanFormatForPath(output)
                                           : planner::ParsePlanFormat(show_plan));
-    TP_ASSIGN_OR_RETURN(std::string bytes, planner::FormatPlan(plan, format));
+    TP_ASSIGN_OR_RETURN(std::string bytes,
+                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
     TP_RETURN_IF_ERROR(WriteFileAtomically(output, bytes));
     std::cerr << "wrote the plan to " << output << " (" << bytes.size() << " bytes)\n";
   } else if (!show_plan.empty()) {
     TP_ASSIGN_OR_RETURN(const planner::PlanFormat format, planner::ParsePlanFormat(show_plan));
-    TP_ASSIGN_OR_RETURN(std::string text, planner::FormatPlan(plan, format));
+    TP_ASSIGN_OR_RETURN(std::string text,
+                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
     std::cout << text;
   }
   if (time_planning.has_value()) {

@@ -15,6 +15,7 @@
 #include "models/config.h"
 #include "models/lowering.h"
 #include "planner/pipelines.h"
+#include "planner/plan_svg.h"
 #include "planner/plan_text.h"
 #include "targets/target.h"
 #include "tests/kernels/kernels_testing.h"
@@ -311,10 +312,9 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
 
 TEST(PlanBuilderTest, FormatsAreNamedAndFileNamesChooseThem) {
   EXPECT_EQ(*ParsePlanFormat("binary"), PlanFormat::kBinary);
-  EXPECT_THAT(
-      ParsePlanFormat("xml").status().message(),
-      ::testing::HasSubstr("unknown plan format 'xml' (table, table-all, memory, textproto, "
-                           "json or binary)"));
+  EXPECT_THAT(ParsePlanFormat("xml").status().message(),
+              ::testing::HasSubstr("unknown plan format 'xml' (table, table-all, memory, svg, "
+                                   "textproto, json or binary)"));
   EXPECT_EQ(*ParsePlanFormat("table-all"), PlanFormat::kTableAll);
   EXPECT_EQ(*ParsePlanFormat("memory"), PlanFormat::kMemory);
   EXPECT_EQ(PlanFormatForPath("out/plan.json"), PlanFormat::kJson);
@@ -382,6 +382,42 @@ TEST(PlanBuilderTest, TableFoldsIdenticalLayersAndSummarizesKinds) {
   for (const proto::Step& s : FindPhase(plan, "prefill T=64")->steps()) {
     if (s.kind() == "lm_head") EXPECT_NE(s.bound(), proto::Step::BOUND_UNSPECIFIED);
   }
+}
+
+// The picture: a standalone SVG with one point per step that executes flops and one
+// rectangle per arena buffer, each titled; the same plan draws the same bytes, and a phase the
+// plan does not have is refused.
+TEST(PlanBuilderTest, SvgDrawsTheStepsOnTheRooflineAndTheArena) {
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions());
+  EXPECT_EQ(DefaultSvgPhase(plan), 1);  // prefill T=64, then decode B=1
+  for (int phase = 0; phase < plan.phases_size(); ++phase) {
+    absl::StatusOr<std::string> svg = PlanSvg(plan, phase);
+    ASSERT_TRUE(svg.ok()) << svg.status();
+    EXPECT_TRUE(absl::StartsWith(*svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    EXPECT_TRUE(absl::EndsWith(*svg, "</svg>\n"));
+    EXPECT_EQ(*svg, *PlanSvg(plan, phase));
+    const proto::Phase& p = plan.phases(phase);
+    EXPECT_THAT(*svg, HasSubstr(absl::StrCat(": ", p.name(), "</text>")));
+    int computing = 0;
+    for (const proto::Step& s : p.steps()) {
+      if (s.launches() > 0 && s.flops() > 0 && s.bytes() > 0) ++computing;
+    }
+    auto count = [&](const std::string& what) {
+      int n = 0;
+      for (size_t at = svg->find(what); at != std::string::npos; at = svg->find(what, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count("</title></circle>"), computing);
+    EXPECT_EQ(count("</title></rect>"), p.arena().buffers_size());
+    EXPECT_THAT(*svg, HasSubstr(absl::StrCat(computing, " steps: filled measured")));
+  }
+  absl::StatusOr<std::string> none = PlanSvg(plan, plan.phases_size());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("does not exist"));
+  EXPECT_EQ(*ParsePlanFormat("svg"), PlanFormat::kSvg);
+  EXPECT_EQ(PlanFormatForPath("plan.svg"), PlanFormat::kSvg);
+  EXPECT_EQ(*FormatPlan(plan, PlanFormat::kSvg), *PlanSvg(plan, 1));
+  EXPECT_EQ(*FormatPlan(plan, PlanFormat::kSvg, 0), *PlanSvg(plan, 0));
 }
 
 // The memory view lists every arena buffer of every phase by offset, with its live steps and
