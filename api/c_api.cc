@@ -1,0 +1,265 @@
+// The C API (include/tileplan/tileplan.h) over the planner: C++ stays behind the header, and
+// every exception a library call could throw (allocation) is turned into a status.
+#include "tileplan/tileplan.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "device/device.h"
+#include "kernels/launch/nvrtc_compiler.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_text.h"
+#include "planner/tactic_cache.h"
+#include "runtime/gpu/device_target.h"
+#include "tools/tool_support.h"
+#include "tuner/environment.h"
+#include "tuner/tactic_store.h"
+
+struct tileplan_status {
+  tileplan_code code;
+  std::string message;
+};
+
+struct tileplan_plan {
+  tileplan::planner::proto::ExecutionPlan plan;
+};
+
+namespace tileplan {
+namespace {
+
+constexpr char kVersion[] = TILEPLAN_VERSION_STRING;
+
+tileplan_status* ToC(const absl::Status& s) {
+  if (s.ok()) return nullptr;
+  return new (std::nothrow)
+      tileplan_status{static_cast<tileplan_code>(s.code()), std::string(s.message())};
+}
+
+// Runs `body` (returning absl::Status) with every exception turned into INTERNAL or
+// RESOURCE_EXHAUSTED, so none crosses the C boundary.
+template <typename Body>
+tileplan_status* Guarded(Body body) {
+  try {
+    return ToC(body());
+  } catch (const std::bad_alloc&) {
+    return ToC(absl::ResourceExhaustedError("out of host memory"));
+  } catch (const std::exception& e) {
+    return ToC(absl::InternalError(absl::StrCat("unexpected exception: ", e.what())));
+  } catch (...) {
+    return ToC(absl::InternalError("unexpected exception"));
+  }
+}
+
+// The tools' default buckets (--prefill, --decode), so that default plans match.
+std::vector<int64_t> List(const int64_t* values, size_t n) {
+  if (values == nullptr || n == 0) return {128, 512, 2048};
+  return std::vector<int64_t>(values, values + n);
+}
+
+absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
+  if (o.struct_size < offsetof(tileplan_plan_options, model) + sizeof(o.model)) {
+    return absl::InvalidArgumentError(absl::StrCat("options.struct_size ", o.struct_size,
+                                                   " does not cover the model field "
+                                                   "(call tileplan_plan_options_init)"));
+  }
+  if (o.model == nullptr || o.model[0] == '\0') {
+    return absl::InvalidArgumentError("options.model is required");
+  }
+  tileplan_plan_options v;  // the caller's fields, defaults for the ones it predates
+  tileplan_plan_options_init(&v);
+  std::memcpy(&v, &o, std::min(o.struct_size, sizeof(v)));
+  v.struct_size = sizeof(v);
+  if (v.batch < 0 || v.max_context < 0) {
+    return absl::InvalidArgumentError("options.batch and options.max_context must not be negative");
+  }
+  if (v.freeze && (v.tactic_cache == nullptr || v.tactic_cache[0] == '\0')) {
+    return absl::InvalidArgumentError("options.freeze needs options.tactic_cache");
+  }
+  const std::vector<int64_t> prefill = List(v.prefill_tokens, v.num_prefill_tokens);
+  const std::vector<int64_t> decode = List(v.decode_contexts, v.num_decode_contexts);
+  for (int64_t x : prefill) {
+    if (x <= 0) return absl::InvalidArgumentError(absl::StrCat("prefill_tokens has ", x));
+  }
+  for (int64_t x : decode) {
+    if (x <= 0) return absl::InvalidArgumentError(absl::StrCat("decode_contexts has ", x));
+  }
+  absl::StatusOr<tools::ModelArgument> model = tools::LoadModelArgument(v.model);
+  if (!model.ok()) return model.status();
+
+  const std::string requested = v.target == nullptr ? "" : v.target;
+  absl::StatusOr<std::unique_ptr<device::Device>> device =
+      requested.empty() ? device::Device::Open(0) : absl::NotFoundError("not asked");
+  absl::StatusOr<targets::TargetDescription> target =
+      runtime::gpu::ChooseTarget(requested, device.ok() ? device->get() : nullptr);
+  if (!target.ok()) return target.status();
+
+  planner::PlanOptions options = tools::BenchmarkPlanOptions(
+      prefill, decode, v.batch > 0 ? v.batch : 1, v.prefill_last_token_logits != 0, v.max_context);
+  options.model_name = model->name;
+  std::unique_ptr<tuner::TacticStore> store;
+  if (v.tactic_cache != nullptr && v.tactic_cache[0] != '\0') {
+    tuner::TacticStore::Options store_options;
+    store_options.read_only = true;
+    store_options.freeze = v.freeze != 0;
+    absl::StatusOr<std::unique_ptr<tuner::TacticStore>> opened =
+        tuner::TacticStore::Open(v.tactic_cache, store_options);
+    if (!opened.ok()) return opened.status();
+    store = *std::move(opened);
+    tuner::Environment environment = tuner::FromTarget(*target);
+    if (device.ok()) {
+      absl::StatusOr<std::unique_ptr<kernels::NvrtcCompiler>> compiler =
+          kernels::NvrtcCompiler::Create({});
+      if (!compiler.ok()) return compiler.status();
+      absl::StatusOr<tuner::Environment> detected =
+          tuner::DetectEnvironment(**device, **compiler, *target);
+      if (!detected.ok()) return detected.status();
+      environment = *detected;
+    }
+    options.environment = environment.Fingerprint();
+  }
+  absl::StatusOr<planner::proto::ExecutionPlan> plan =
+      planner::BuildExecutionPlan(model->config, *target, options, store.get());
+  if (!plan.ok()) return plan.status();
+  if (store != nullptr && v.freeze && !store->misses().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("freeze: ", store->misses().size(), " lookups found no measured tactic in ",
+                     v.tactic_cache, ", e.g. ", store->misses().front().ToString()));
+  }
+  *out = new tileplan_plan{*std::move(plan)};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Serialized(const tileplan_plan* plan, tileplan_plan_format format) {
+  if (plan == nullptr) return absl::InvalidArgumentError("plan is NULL");
+  planner::PlanFormat f;
+  switch (format) {
+    case TILEPLAN_PLAN_TABLE:
+      f = planner::PlanFormat::kTable;
+      break;
+    case TILEPLAN_PLAN_TEXTPROTO:
+      f = planner::PlanFormat::kTextProto;
+      break;
+    case TILEPLAN_PLAN_JSON:
+      f = planner::PlanFormat::kJson;
+      break;
+    case TILEPLAN_PLAN_BINARY:
+      f = planner::PlanFormat::kBinary;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown plan format ", static_cast<int>(format)));
+  }
+  return planner::FormatPlan(plan->plan, f);
+}
+
+const planner::proto::Phase* PhaseOf(const tileplan_plan* plan, int phase) {
+  if (plan == nullptr || phase < 0 || phase >= plan->plan.phases_size()) return nullptr;
+  return &plan->plan.phases(phase);
+}
+
+}  // namespace
+}  // namespace tileplan
+
+extern "C" {
+
+tileplan_code tileplan_status_code(const tileplan_status* status) {
+  return status == nullptr ? TILEPLAN_OK : status->code;
+}
+
+const char* tileplan_status_message(const tileplan_status* status) {
+  return status == nullptr ? "" : status->message.c_str();
+}
+
+void tileplan_status_free(tileplan_status* status) { delete status; }
+
+const char* tileplan_version(void) { return tileplan::kVersion; }
+
+int tileplan_api_version(void) { return TILEPLAN_API_VERSION; }
+
+void tileplan_free(void* memory) { std::free(memory); }
+
+void tileplan_plan_options_init(tileplan_plan_options* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+}
+
+tileplan_status* tileplan_plan_create(const tileplan_plan_options* options, tileplan_plan** plan) {
+  return tileplan::Guarded([&] {
+    if (options == nullptr || plan == nullptr) {
+      return absl::InvalidArgumentError("tileplan_plan_create: options and plan must not be NULL");
+    }
+    return tileplan::CreatePlan(*options, plan);
+  });
+}
+
+void tileplan_plan_free(tileplan_plan* plan) { delete plan; }
+
+tileplan_status* tileplan_plan_serialize(const tileplan_plan* plan, tileplan_plan_format format,
+                                         char** data, size_t* size) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    if (data == nullptr || size == nullptr) {
+      return absl::InvalidArgumentError("tileplan_plan_serialize: data and size must not be NULL");
+    }
+    absl::StatusOr<std::string> bytes = tileplan::Serialized(plan, format);
+    if (!bytes.ok()) return bytes.status();
+    char* out = static_cast<char*>(std::malloc(bytes->size() + 1));
+    if (out == nullptr) return absl::ResourceExhaustedError("out of host memory");
+    std::memcpy(out, bytes->data(), bytes->size());
+    out[bytes->size()] = '\0';
+    *data = out;
+    *size = bytes->size();
+    return absl::OkStatus();
+  });
+}
+
+tileplan_status* tileplan_plan_serialize_into(const tileplan_plan* plan,
+                                              tileplan_plan_format format, void* buffer,
+                                              size_t capacity, size_t* size) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    if (size == nullptr || (buffer == nullptr && capacity > 0)) {
+      return absl::InvalidArgumentError(
+          "tileplan_plan_serialize_into: size must not be NULL, nor buffer with a capacity");
+    }
+    absl::StatusOr<std::string> bytes = tileplan::Serialized(plan, format);
+    if (!bytes.ok()) return bytes.status();
+    *size = bytes->size();
+    if (bytes->size() > capacity) {
+      return absl::OutOfRangeError(
+          absl::StrCat("the plan needs ", bytes->size(), " bytes; the buffer holds ", capacity));
+    }
+    std::memcpy(buffer, bytes->data(), bytes->size());
+    return absl::OkStatus();
+  });
+}
+
+int tileplan_plan_num_phases(const tileplan_plan* plan) {
+  return plan == nullptr ? 0 : plan->plan.phases_size();
+}
+
+const char* tileplan_plan_phase_name(const tileplan_plan* plan, int phase) {
+  const tileplan::planner::proto::Phase* p = tileplan::PhaseOf(plan, phase);
+  return p == nullptr ? "" : p->name().c_str();
+}
+
+int64_t tileplan_plan_phase_launches(const tileplan_plan* plan, int phase) {
+  const tileplan::planner::proto::Phase* p = tileplan::PhaseOf(plan, phase);
+  return p == nullptr ? 0 : p->launches();
+}
+
+double tileplan_plan_phase_estimated_us(const tileplan_plan* plan, int phase) {
+  const tileplan::planner::proto::Phase* p = tileplan::PhaseOf(plan, phase);
+  return p == nullptr ? 0 : p->estimated_us();
+}
+
+}  // extern "C"

@@ -1,0 +1,158 @@
+/* The C API from C: planning a bundled config for a described target, the plan's phases,
+ * every serialized form (owned and into a caller's buffer), and the errors a caller meets
+ * (codes and messages), with everything freed (the sanitizer build checks for leaks). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tileplan/tileplan.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+/* Expects `s` to carry `code` and a message containing `text`; frees it. */
+static void expect_error(tileplan_status* s, tileplan_code code, const char* text) {
+  CHECK(s != NULL);
+  if (s == NULL) return;
+  if (tileplan_status_code(s) != code || strstr(tileplan_status_message(s), text) == NULL) {
+    fprintf(stderr, "expected code %d with \"%s\", got %d: %s\n", (int)code, text,
+            (int)tileplan_status_code(s), tileplan_status_message(s));
+    ++failures;
+  }
+  tileplan_status_free(s);
+}
+
+static tileplan_plan* plan_of(const char* model, const char* target) {
+  const int64_t prefill[] = {16};
+  const int64_t decode[] = {32};
+  tileplan_plan_options o;
+  tileplan_plan_options_init(&o);
+  o.model = model;
+  o.target = target;
+  o.prefill_tokens = prefill;
+  o.num_prefill_tokens = 1;
+  o.decode_contexts = decode;
+  o.num_decode_contexts = 1;
+  tileplan_plan* plan = NULL;
+  tileplan_status* s = tileplan_plan_create(&o, &plan);
+  if (s != NULL) {
+    fprintf(stderr, "tileplan_plan_create(%s): %s\n", model, tileplan_status_message(s));
+    tileplan_status_free(s);
+    ++failures;
+  }
+  return plan;
+}
+
+int main(void) {
+  CHECK(tileplan_api_version() == TILEPLAN_API_VERSION);
+  CHECK(strcmp(tileplan_version(), "0.1.0") == 0);
+  CHECK(tileplan_status_code(NULL) == TILEPLAN_OK);
+  CHECK(strcmp(tileplan_status_message(NULL), "") == 0);
+
+  tileplan_plan* plan = plan_of("qwen3-0.6b", "h200");
+  CHECK(plan != NULL);
+  if (plan == NULL) return 1;
+  CHECK(tileplan_plan_num_phases(plan) == 2);
+  CHECK(strcmp(tileplan_plan_phase_name(plan, 0), "prefill T=16") == 0);
+  CHECK(strcmp(tileplan_plan_phase_name(plan, 1), "decode B=1") == 0);
+  CHECK(strcmp(tileplan_plan_phase_name(plan, 2), "") == 0);
+  CHECK(tileplan_plan_phase_launches(plan, 1) == 143); /* docs/plan.md: 5 per layer + 3 */
+  CHECK(tileplan_plan_phase_estimated_us(plan, 1) > 0);
+  CHECK(tileplan_plan_phase_launches(plan, -1) == 0);
+
+  /* Every form, owned; the binary form again into buffers that do and do not fit. */
+  const tileplan_plan_format formats[] = {TILEPLAN_PLAN_TABLE, TILEPLAN_PLAN_TEXTPROTO,
+                                          TILEPLAN_PLAN_JSON, TILEPLAN_PLAN_BINARY};
+  const char* starts[] = {"plan qwen3-0.6b on h200", "format_version: 1", "{", NULL};
+  for (int i = 0; i < 4; ++i) {
+    char* data = NULL;
+    size_t size = 0;
+    tileplan_status* s = tileplan_plan_serialize(plan, formats[i], &data, &size);
+    CHECK(s == NULL);
+    tileplan_status_free(s);
+    CHECK(data != NULL && size > 0);
+    if (data == NULL) continue;
+    CHECK(data[size] == '\0');
+    if (starts[i] != NULL) CHECK(strncmp(data, starts[i], strlen(starts[i])) == 0);
+    if (formats[i] == TILEPLAN_PLAN_BINARY) {
+      size_t needed = 0;
+      char small[16];
+      expect_error(
+          tileplan_plan_serialize_into(plan, TILEPLAN_PLAN_BINARY, small, sizeof(small), &needed),
+          TILEPLAN_OUT_OF_RANGE, "bytes; the buffer holds 16");
+      CHECK(needed == size);
+      char* buffer = malloc(size);
+      size_t written = 0;
+      tileplan_status* into =
+          tileplan_plan_serialize_into(plan, TILEPLAN_PLAN_BINARY, buffer, size, &written);
+      CHECK(into == NULL);
+      tileplan_status_free(into);
+      CHECK(written == size && memcmp(buffer, data, size) == 0);
+      free(buffer);
+    }
+    tileplan_free(data);
+  }
+  char* unused = NULL;
+  size_t unused_size = 0;
+  expect_error(tileplan_plan_serialize(plan, (tileplan_plan_format)42, &unused, &unused_size),
+               TILEPLAN_INVALID_ARGUMENT, "unknown plan format 42");
+  CHECK(unused == NULL);
+  tileplan_plan_free(plan);
+
+  /* No target and no GPU (the test hides it): the bundled h200. */
+  tileplan_plan* described = plan_of("qwen3-0.6b", NULL);
+  if (described != NULL) {
+    char* table = NULL;
+    size_t table_size = 0;
+    tileplan_status* s =
+        tileplan_plan_serialize(described, TILEPLAN_PLAN_TABLE, &table, &table_size);
+    CHECK(s == NULL && strstr(table, "plan qwen3-0.6b on h200 (NVIDIA H200") != NULL);
+    tileplan_status_free(s);
+    tileplan_free(table);
+    tileplan_plan_free(described);
+  }
+
+  /* Errors: each names what is wrong, and writes no plan. */
+  tileplan_plan_options o;
+  tileplan_plan_options_init(&o);
+  tileplan_plan* none = NULL;
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT,
+               "options.model is required");
+  o.model = "no-such-model";
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_NOT_FOUND,
+               "--model no-such-model is neither an existing path nor a bundled config");
+  o.model = "qwen3-0.6b";
+  o.target = "sm_7";
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_NOT_FOUND, "sm_7");
+  o.target = "h200";
+  o.freeze = 1;
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT,
+               "options.freeze needs options.tactic_cache");
+  o.freeze = 0;
+  o.tactic_cache = "/nonexistent/tactics.db";
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_NOT_FOUND, "/nonexistent/tactics.db");
+  o.tactic_cache = NULL;
+  const int64_t too_long[] = {8192};
+  o.prefill_tokens = too_long;
+  o.num_prefill_tokens = 1;
+  o.max_context = 4096;
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT, "8192");
+  o.struct_size = 4;
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT,
+               "does not cover the model field");
+  expect_error(tileplan_plan_create(NULL, &none), TILEPLAN_INVALID_ARGUMENT, "must not be NULL");
+  CHECK(none == NULL);
+  tileplan_plan_free(NULL);
+  tileplan_status_free(NULL);
+  tileplan_free(NULL);
+
+  if (failures == 0) printf("c_api_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
