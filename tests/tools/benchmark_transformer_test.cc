@@ -173,6 +173,18 @@ TEST(BenchmarkTransformerTest, OutputWritesThePlanInTheFormatItsNameAsks) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read(named), text.output);
 
+  // A picture of the phase --svg-phase names; a phase the plan lacks is an error, no file.
+  const fs::path svg = Scratch() / "plan.svg";
+  r = RunTool(absl::StrCat(model, " --svg-phase 0 -o '", svg.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(read(svg), ::testing::StartsWith("<svg xmlns="));
+  EXPECT_THAT(read(svg), HasSubstr(": prefill T=16</text>"));
+  const fs::path no_phase = Scratch() / "none.svg";
+  r = RunTool(absl::StrCat(model, " --svg-phase 7 -o '", no_phase.string(), "'"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("phase 7 does not exist (the plan has 2 phases)"));
+  EXPECT_FALSE(fs::exists(no_phase));
+
   const fs::path missing = Scratch() / "no-such-dir" / "plan.json";
   r = RunTool(absl::StrCat(model, " -o '", missing.string(), "'"));
   EXPECT_EQ(r.exit_code, 2);
