@@ -50,7 +50,10 @@ typedef enum tileplan_code {
   TILEPLAN_INTERNAL = 13,
   TILEPLAN_UNAVAILABLE = 14,
   TILEPLAN_DATA_LOSS = 15,
-  TILEPLAN_UNAUTHENTICATED = 16
+  TILEPLAN_UNAUTHENTICATED = 16,
+  /* Not a code: makes the enum int-sized in C and C++ alike, so any int a caller passes is a
+   * valid value of the type. */
+  TILEPLAN_CODE_MAX_ENUM = 0x7fffffff
 } tileplan_code;
 
 typedef struct tileplan_status tileplan_status;
@@ -118,7 +121,10 @@ typedef enum tileplan_plan_format {
   TILEPLAN_PLAN_TABLE = 0,     /* --show-plan's table, identical layers folded */
   TILEPLAN_PLAN_TEXTPROTO = 1, /* protobuf text */
   TILEPLAN_PLAN_JSON = 2,      /* protobuf JSON, field names as in the .proto */
-  TILEPLAN_PLAN_BINARY = 3     /* protobuf wire bytes, deterministic */
+  TILEPLAN_PLAN_BINARY = 3,    /* protobuf wire bytes, deterministic */
+  /* Not a format: makes the enum int-sized, so an unknown value a caller passes is refused
+   * (INVALID_ARGUMENT) rather than undefined. */
+  TILEPLAN_PLAN_FORMAT_MAX_ENUM = 0x7fffffff
 } tileplan_plan_format;
 
 /* The plan in `format` (docs/plan.md: the format and its versioning), in memory the library
