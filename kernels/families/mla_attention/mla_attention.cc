@@ -68,6 +68,26 @@ MlaShape ShapeOf(const BoundRegion& r) {
   return s;
 }
 
+// Both families read the caches, w_kv_b and the positions as whole rows and write the result
+// densely: a region whose layout is otherwise is refused (CheckRegion) ...
+absl::Status RefuseStridedCaches(const BoundRegion& r) {
+  for (int i : {2, 3, 4, 5}) {
+    if (!r.operand(i).IsContiguous()) {
+      return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ... and checked again when a launch is prepared.
+absl::Status RequireContiguousCaches(const LaunchBuilder& b, const BoundRegion& r) {
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "latent_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "rope_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(4), "w_kv_b"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(5), "positions"));
+  return b.RequireContiguous(r.result(0), "the result");
+}
+
 // The tactic's parameters.
 struct MlaParams {
   int64_t combine_rows = 0, heads = 0, chunk = 0, mma = 0, splits = 0, threads = 0;
@@ -204,11 +224,7 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(4), "w_kv_b"));
   TP_ASSIGN_OR_RETURN(const int64_t nope_stride, b.TokenStride(0, 3));
   TP_ASSIGN_OR_RETURN(const int64_t rope_stride, b.TokenStride(1, 3));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "latent_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "rope_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(4), "w_kv_b"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(5), "positions"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  TP_RETURN_IF_ERROR(RequireContiguousCaches(b, r));
   if (s.latent % 8 != 0 || s.rope % 8 != 0) {
     return b.Error("latent dim ", s.latent, " and rope dim ", s.rope, " must be multiples of 8");
   }
@@ -429,11 +445,7 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
       return Refuse(absl::StrCat("nope dim Dn = ", s.nope, " exceeds ", kMaxNopeDim,
                                  " (the absorb kernel stages 16 tokens' q_nope in 48 KiB)"));
     }
-    for (int i : {2, 3, 4, 5}) {
-      if (!r.operand(i).IsContiguous()) {
-        return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
-      }
-    }
+    TP_RETURN_IF_ERROR(RefuseStridedCaches(r));
     const int64_t limit = target.shared_memory_per_block_bytes();
     // The smallest split-KV tactic of the target's row: one head per CTA, the smallest chunks.
     const int64_t threads = RowThreads(RowOf(ArchRowFor(target.sm())), s);
@@ -674,11 +686,7 @@ absl::StatusOr<TemplateLaunch> LaunchMlaPrefill(const BoundRegion& r, const Tact
   TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(r.operand_dtype(0), "q_nope"));
   TP_ASSIGN_OR_RETURN(const int64_t nope_stride, b.TokenStride(0, 3));
   TP_ASSIGN_OR_RETURN(const int64_t rope_stride, b.TokenStride(1, 3));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "latent_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "rope_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(4), "w_kv_b"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(5), "positions"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  TP_RETURN_IF_ERROR(RequireContiguousCaches(b, r));
   const int64_t head_strides[] = {r.operand(0).strides[2], r.operand(1).strides[2]};
   for (int64_t stride : {nope_stride, rope_stride, head_strides[0], head_strides[1]}) {
     if (stride % 8 != 0) {
@@ -814,11 +822,7 @@ class MlaPrefillFamily final : public TemplateFamilyBase {
       return Refuse(absl::StrCat("dims Dn = ", s.nope, ", Dr = ", s.rope, ", Dv = ", s.v_dim,
                                  ", C = ", s.latent, " must be multiples of 8 (16-byte chunks)"));
     }
-    for (int i : {2, 3, 4, 5}) {
-      if (!r.operand(i).IsContiguous()) {
-        return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
-      }
-    }
+    TP_RETURN_IF_ERROR(RefuseStridedCaches(r));
     const PrefillParams smallest{64, 1, 32, 16, 1};
     const int64_t need = std::max(PrefillFlashBytes(s, smallest), ExpandBytes(s, 64));
     if (need > target.shared_memory_per_block_bytes()) {
