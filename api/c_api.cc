@@ -16,7 +16,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "device/device.h"
-#include "kernels/launch/nvrtc_compiler.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
 #include "planner/tactic_cache.h"
@@ -115,17 +114,10 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
         tuner::TacticStore::Open(v.tactic_cache, store_options);
     if (!opened.ok()) return opened.status();
     store = *std::move(opened);
-    tuner::Environment environment = tuner::FromTarget(*target);
-    if (device.ok()) {
-      absl::StatusOr<std::unique_ptr<kernels::NvrtcCompiler>> compiler =
-          kernels::NvrtcCompiler::Create({});
-      if (!compiler.ok()) return compiler.status();
-      absl::StatusOr<tuner::Environment> detected =
-          tuner::DetectEnvironment(**device, **compiler, *target);
-      if (!detected.ok()) return detected.status();
-      environment = *detected;
-    }
-    options.environment = environment.Fingerprint();
+    absl::StatusOr<tuner::Environment> environment =
+        tuner::PlanningEnvironment(*target, device.ok() ? device->get() : nullptr);
+    if (!environment.ok()) return environment.status();
+    options.environment = environment->Fingerprint();
   }
   absl::StatusOr<planner::proto::ExecutionPlan> plan =
       planner::BuildExecutionPlan(model->config, *target, options, store.get());

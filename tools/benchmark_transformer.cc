@@ -24,7 +24,6 @@
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "device/device.h"
-#include "kernels/launch/nvrtc_compiler.h"
 #include "models/config.h"
 #include "models/safetensors.h"
 #include "planner/plan_builder.h"
@@ -375,12 +374,8 @@ absl::StatusOr<int> Run() {
     for (const std::string& w : store->warnings()) std::cerr << "warning: " << w << "\n";
   }
   if (store != nullptr || print_keys) {
-    tuner::Environment environment = tuner::FromTarget(target);
-    if (device.ok()) {
-      TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::NvrtcCompiler> compiler,
-                          kernels::NvrtcCompiler::Create({}));
-      TP_ASSIGN_OR_RETURN(environment, tuner::DetectEnvironment(**device, *compiler, target));
-    }
+    TP_ASSIGN_OR_RETURN(const tuner::Environment environment,
+                        tuner::PlanningEnvironment(target, device.ok() ? device->get() : nullptr));
     options.environment = environment.Fingerprint();
   }
 

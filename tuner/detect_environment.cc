@@ -1,6 +1,9 @@
-// DetectEnvironment (tuner/environment.h): the half of the environment that needs the CUDA
-// runtime and cuBLASLt, in its own library (tileplan_tuner_environment).
+// DetectEnvironment and PlanningEnvironment (tuner/environment.h): the half of the
+// environment that needs the CUDA runtime and cuBLASLt, in its own library
+// (tileplan_tuner_environment).
 #include <cublasLt.h>
+
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +33,15 @@ absl::StatusOr<Environment> DetectEnvironment(const device::Device& device,
   env.nvrtc_version = compiler.nvrtc_version();
   env.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
   return env;
+}
+
+absl::StatusOr<Environment> PlanningEnvironment(const targets::TargetDescription& target,
+                                                const device::Device* device) {
+  if (device == nullptr) return FromTarget(target);
+  absl::StatusOr<std::unique_ptr<kernels::NvrtcCompiler>> compiler =
+      kernels::NvrtcCompiler::Create({});
+  if (!compiler.ok()) return compiler.status();
+  return DetectEnvironment(*device, **compiler, target);
 }
 
 }  // namespace tileplan::tuner

@@ -64,6 +64,12 @@ absl::StatusOr<Environment> DetectEnvironment(const device::Device& device,
                                               const kernels::NvrtcCompiler& compiler,
                                               const targets::TargetDescription& target);
 
+// The environment a plan's tactic-cache lookups are for (PlanOptions::environment): the
+// device's (DetectEnvironment, with a default NVRTC compiler) when there is one, else
+// FromTarget's, which no measurement matches. In tileplan_tuner_environment too.
+absl::StatusOr<Environment> PlanningEnvironment(const targets::TargetDescription& target,
+                                                const device::Device* device);
+
 }  // namespace tileplan::tuner
 
 #endif  // TILEPLAN_TUNER_ENVIRONMENT_H_
