@@ -1,12 +1,16 @@
-// The C API (include/tileplan/tileplan.h) over the planner: C++ stays behind the header, and
-// every exception a library call could throw (allocation) is turned into a status.
+// The C API (include/tileplan/tileplan.h) over the planner and the GPU runtime: C++ stays
+// behind the header, and every exception a library call could throw (allocation) is turned
+// into a status.
 #include "tileplan/tileplan.h"
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <string>
@@ -15,11 +19,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "device/device.h"
+#include "models/safetensors.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
 #include "planner/tactic_cache.h"
 #include "runtime/gpu/device_target.h"
+#include "runtime/gpu/gpu_runtime.h"
 #include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
@@ -31,6 +38,11 @@ struct tileplan_status {
 
 struct tileplan_plan {
   tileplan::planner::proto::ExecutionPlan plan;
+};
+
+struct tileplan_runtime {
+  std::unique_ptr<tileplan::device::Device> device;  // outlives the runtime
+  std::unique_ptr<tileplan::runtime::gpu::GpuRuntime> runtime;
 };
 
 namespace tileplan {
@@ -159,6 +171,41 @@ const planner::proto::Phase* PhaseOf(const tileplan_plan* plan, int phase) {
   return &plan->plan.phases(phase);
 }
 
+absl::Status CreateRuntime(const tileplan_plan& plan, const tileplan_runtime_options& o,
+                           tileplan_runtime** out) {
+  if (o.struct_size < sizeof(o.struct_size)) {
+    return absl::InvalidArgumentError(
+        "options.struct_size is 0 (call tileplan_runtime_options_init)");
+  }
+  tileplan_runtime_options v;  // the caller's fields, defaults for the ones it predates
+  tileplan_runtime_options_init(&v);
+  std::memcpy(&v, &o, std::min(o.struct_size, sizeof(v)));
+  v.struct_size = sizeof(v);
+  std::unique_ptr<models::Checkpoint> checkpoint;
+  if (v.checkpoint != nullptr && v.checkpoint[0] != '\0') {
+    std::filesystem::path dir = v.checkpoint;
+    if (dir.filename() == "config.json") dir = dir.parent_path();
+    absl::StatusOr<std::unique_ptr<models::Checkpoint>> opened = models::Checkpoint::Open(dir);
+    if (!opened.ok()) return opened.status();
+    checkpoint = *std::move(opened);
+  }
+  absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(v.device);
+  if (!device.ok()) return device.status();
+  runtime::gpu::GpuOptions options;
+  options.cuda_graphs = v.host_launches == 0;
+  if (v.seed != 0) options.seed = v.seed;
+  absl::StatusOr<std::unique_ptr<runtime::gpu::GpuRuntime>> rt =
+      runtime::gpu::GpuRuntime::Create(**device, plan.plan, checkpoint.get(), options);
+  if (!rt.ok()) return rt.status();
+  *out = new tileplan_runtime{*std::move(device), *std::move(rt)};
+  return absl::OkStatus();
+}
+
+absl::Status NeedRuntime(const tileplan_runtime* runtime, const char* call) {
+  if (runtime == nullptr) return absl::InvalidArgumentError(absl::StrCat(call, ": runtime is NULL"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace tileplan
 
@@ -252,6 +299,84 @@ int64_t tileplan_plan_phase_launches(const tileplan_plan* plan, int phase) {
 double tileplan_plan_phase_estimated_us(const tileplan_plan* plan, int phase) {
   const tileplan::planner::proto::Phase* p = tileplan::PhaseOf(plan, phase);
   return p == nullptr ? 0 : p->estimated_us();
+}
+
+int tileplan_device_count(void) {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+void tileplan_runtime_options_init(tileplan_runtime_options* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->seed = 1;
+}
+
+tileplan_status* tileplan_runtime_create(const tileplan_plan* plan,
+                                         const tileplan_runtime_options* options,
+                                         tileplan_runtime** runtime) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    if (plan == nullptr || options == nullptr || runtime == nullptr) {
+      return absl::InvalidArgumentError(
+          "tileplan_runtime_create: plan, options and runtime must not be NULL");
+    }
+    return tileplan::CreateRuntime(*plan, *options, runtime);
+  });
+}
+
+void tileplan_runtime_free(tileplan_runtime* runtime) { delete runtime; }
+
+int64_t tileplan_runtime_vocab_size(const tileplan_runtime* runtime) {
+  return runtime == nullptr ? 0 : runtime->runtime->vocab_size();
+}
+
+int64_t tileplan_runtime_max_context(const tileplan_runtime* runtime) {
+  return runtime == nullptr ? 0 : runtime->runtime->max_context();
+}
+
+int64_t tileplan_runtime_prefill_batch(const tileplan_runtime* runtime) {
+  return runtime == nullptr ? 0 : runtime->runtime->prefill_batch();
+}
+
+tileplan_status* tileplan_runtime_prefill(tileplan_runtime* runtime, tileplan_stream stream,
+                                          const int32_t* tokens, int64_t batch,
+                                          int64_t num_tokens, float* logits) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(tileplan::NeedRuntime(runtime, "tileplan_runtime_prefill"));
+    return runtime->runtime->EnqueuePrefill(stream, tokens, batch, num_tokens, logits);
+  });
+}
+
+tileplan_status* tileplan_runtime_decode(tileplan_runtime* runtime, tileplan_stream stream,
+                                         const int32_t* tokens, const int32_t* positions,
+                                         int64_t batch, float* logits) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(tileplan::NeedRuntime(runtime, "tileplan_runtime_decode"));
+    return runtime->runtime->EnqueueDecode(stream, tokens, positions, batch, logits);
+  });
+}
+
+tileplan_status* tileplan_runtime_generate(tileplan_runtime* runtime, tileplan_stream stream,
+                                           const int32_t* prompts, int64_t batch,
+                                           int64_t num_tokens, int64_t new_tokens,
+                                           int32_t* tokens_out) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(tileplan::NeedRuntime(runtime, "tileplan_runtime_generate"));
+    if (new_tokens < 1 || new_tokens > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tileplan_runtime_generate: new_tokens is ", new_tokens));
+    }
+    return runtime->runtime->EnqueueGenerate(stream, prompts, batch, num_tokens,
+                                             static_cast<int>(new_tokens), tokens_out);
+  });
+}
+
+tileplan_status* tileplan_runtime_synchronize(tileplan_runtime* runtime, tileplan_stream stream) {
+  return tileplan::Guarded([&]() -> absl::Status {
+    TP_RETURN_IF_ERROR(tileplan::NeedRuntime(runtime, "tileplan_runtime_synchronize"));
+    return runtime->runtime->Synchronize(stream);
+  });
 }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
-# `cmake --install` (docs/embedding.md, "Installing"): the C API header, every library of the
-# source tree as a static archive (tileplan_c and all it links), the plan's .proto files, and
-# a CMake package (find_package(tileplan CONFIG)) whose tileplan::tileplan_c target brings
-# the rest, the dependencies found through find_dependency.
+# `cmake --install` (docs/embedding.md, "Installing"): the C API header; the shared library
+# libtileplan.so (tileplan::tileplan); every library of the source tree as a static archive
+# (tileplan::tileplan_static and all it links); the plan's .proto files; a CMake package
+# (find_package(tileplan CONFIG)) whose static target brings its dependencies through
+# find_dependency; and tileplan.pc for pkg-config (the shared library).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -27,14 +28,23 @@ function(tileplan_collect_libraries dir out)
 endfunction()
 
 tileplan_collect_libraries(${PROJECT_SOURCE_DIR} tileplan_libraries)
-install(TARGETS ${tileplan_libraries} EXPORT tileplanTargets
+install(TARGETS ${tileplan_libraries} EXPORT tileplanStaticTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}/tileplan)
+install(TARGETS tileplan_shared EXPORT tileplanTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# Relocatable: the prefix is found from the .pc file's own place (whatever --prefix says).
+file(RELATIVE_PATH tileplan_pc_up /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+configure_file(cmake/tileplan.pc.in ${PROJECT_BINARY_DIR}/tileplan.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/tileplan.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(FILES include/tileplan/tileplan.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tileplan)
 foreach(proto planner/plan.proto regions/ir.proto kernels/core/tactic.proto targets/target.proto)
   get_filename_component(proto_dir ${proto} DIRECTORY)
   install(FILES ${proto} DESTINATION ${CMAKE_INSTALL_DATADIR}/tileplan/proto/${proto_dir})
 endforeach()
+# Two export sets: the shared library alone (needs nothing else), and the static archives
+# with their dependencies (loaded for COMPONENTS static).
 install(EXPORT tileplanTargets NAMESPACE tileplan::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tileplan)
+install(EXPORT tileplanStaticTargets NAMESPACE tileplan::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tileplan)
 configure_package_config_file(cmake/tileplanConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/tileplanConfig.cmake

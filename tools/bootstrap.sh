@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
-          libsqlite3-dev libgtest-dev libgmock-dev nlohmann-json3-dev python3-protobuf)
+          libsqlite3-dev libgtest-dev libgmock-dev nlohmann-json3-dev python3-protobuf
+          python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

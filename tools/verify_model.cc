@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "device/device.h"
 #include "models/config.h"
@@ -70,8 +71,28 @@ ABSL_FLAG(bool, mla_prefill, true,
           "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
           "backend); --nomla_prefill keeps the absorbed kernels for prompts too");
 
+ABSL_FLAG(std::string, logits_out, "",
+          "also write the prompt's logits, float32 [T, V], to this .npy file (numpy's format), "
+          "for comparisons with other runs of the same plan");
+
 namespace tileplan {
 namespace {
+
+// `values` [rows, cols] as a version-1.0 .npy file (little-endian float32, C order).
+std::string Npy(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::string header = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", rows,
+                                    ", ", cols, "), }");
+  // Magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
+  const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
+  header.append(total - 10 - header.size() - 1, ' ');
+  header.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  out += header;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return out;
+}
 
 constexpr int kExitPass = 0;
 constexpr int kExitMismatch = 1;
@@ -496,6 +517,11 @@ absl::StatusOr<int> Verify() {
     TP_ASSIGN_OR_RETURN(outputs, RunCpu(graph, *checkpoint, ref, vocab));
   }
   const std::vector<float>& logits = outputs.logits;
+  if (const std::string path = absl::GetFlag(FLAGS_logits_out); !path.empty()) {
+    TP_RETURN_IF_ERROR(
+        WriteFileAtomically(path, Npy(logits, static_cast<int64_t>(logits.size()) / vocab,
+                                            vocab)));
+  }
 
   if (gpu && !ref.bf16_relative.empty()) {
     std::cout << absl::StrFormat(

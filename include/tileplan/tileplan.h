@@ -1,4 +1,5 @@
-/* tileplan's C API: plan a decoder model for a GPU and read the plan (docs/embedding.md).
+/* tileplan's C API: plan a decoder model for a GPU, read the plan, and run it on the caller's
+ * CUDA stream with the caller's buffers (docs/embedding.md).
  *
  * A plain C header; the C++ library stays behind it and no C++ exception crosses it.
  *
@@ -149,6 +150,102 @@ TILEPLAN_EXPORT int tileplan_plan_num_phases(const tileplan_plan* plan);
 TILEPLAN_EXPORT const char* tileplan_plan_phase_name(const tileplan_plan* plan, int phase);
 TILEPLAN_EXPORT int64_t tileplan_plan_phase_launches(const tileplan_plan* plan, int phase);
 TILEPLAN_EXPORT double tileplan_plan_phase_estimated_us(const tileplan_plan* plan, int phase);
+
+/* ------------------------------------------------------------------------------------------
+ * Running a plan (needs a GPU and its driver).
+ *
+ * A runtime does every expensive thing once, in tileplan_runtime_create: it uploads the
+ * weights, allocates the KV cache and the plan's arena, compiles the plan's kernels with NVRTC
+ * (or takes them from the disk cache) and captures each phase as a CUDA Graph. Its calls then
+ * enqueue work on a stream the caller owns and read and write buffers the caller owns, each
+ * device memory of the runtime's device or host memory (told apart by unified addressing):
+ *  - with device memory only, a call returns once the work is enqueued, without waiting;
+ *  - given any host pointer, a call returns when the stream has run the work, and reports
+ *    the kernels' errors as tileplan_runtime_synchronize does.
+ * Arguments are checked before anything is enqueued (INVALID_ARGUMENT, nothing run). Errors
+ * the kernels find in device-resident inputs (a token id outside the vocabulary, a position
+ * outside the KV cache: the row is skipped) are reported by the next
+ * tileplan_runtime_synchronize.
+ * The runtime's KV cache and arena are shared by all its calls: use one stream per runtime,
+ * or order its work on several streams yourself (events). */
+
+/* A CUDA stream: cudaStream_t and CUstream are `struct CUstream_st*`, so either may be passed;
+ * NULL is the legacy default stream. */
+typedef struct CUstream_st* tileplan_stream;
+
+/* The CUDA devices this process can use; 0 without a GPU or driver (never fails). Any
+ * thread. */
+TILEPLAN_EXPORT int tileplan_device_count(void);
+
+typedef struct tileplan_runtime_options {
+  size_t struct_size; /* sizeof(tileplan_runtime_options), set by tileplan_runtime_options_init */
+  /* A checkpoint directory (config.json + safetensors) whose weights the runtime loads; it
+   * must hold the model the plan was made for. NULL or "": random weights of the plan's
+   * shapes (seed). */
+  const char* checkpoint;
+  uint64_t seed; /* the random weights' seed; 0: 1 */
+  int device;    /* the CUDA device's ordinal */
+  /* Nonzero: launch every kernel from the host on every call instead of replaying the
+   * phases' CUDA Graphs (for comparison and debugging). */
+  int host_launches;
+} tileplan_runtime_options;
+
+/* Sets struct_size and the defaults above (everything else zero or NULL). Any thread. */
+TILEPLAN_EXPORT void tileplan_runtime_options_init(tileplan_runtime_options* options);
+
+typedef struct tileplan_runtime tileplan_runtime;
+
+/* Creates a runtime for `plan` (which it copies; the plan may be freed) on options->device.
+ * Errors: FAILED_PRECONDITION without a usable GPU ("no CUDA device: ...") or for a plan made
+ * for another architecture; RESOURCE_EXHAUSTED naming the bytes asked and free; the
+ * checkpoint's errors naming the tensor; the NVRTC log of a kernel that does not compile.
+ * Any thread. */
+TILEPLAN_EXPORT tileplan_status* tileplan_runtime_create(const tileplan_plan* plan,
+                                                         const tileplan_runtime_options* options,
+                                                         tileplan_runtime** runtime);
+/* Waits for nothing: the caller finishes the runtime's work on its streams first. One
+ * thread, not concurrently with other calls on the runtime. */
+TILEPLAN_EXPORT void tileplan_runtime_free(tileplan_runtime* runtime);
+
+/* The logits' width, the KV-cache rows per sequence and the prefill phases' batch (the plan's
+ * options); 0 for NULL. Any thread. */
+TILEPLAN_EXPORT int64_t tileplan_runtime_vocab_size(const tileplan_runtime* runtime);
+TILEPLAN_EXPORT int64_t tileplan_runtime_max_context(const tileplan_runtime* runtime);
+TILEPLAN_EXPORT int64_t tileplan_runtime_prefill_batch(const tileplan_runtime* runtime);
+
+/* The calls below: one thread at a time per runtime. */
+
+/* Runs prompts `tokens` [batch, num_tokens] (int32, row-major; batch the plan's prefill
+ * batch) from an empty KV cache at positions 0..num_tokens-1, in the smallest prefill phase
+ * holding num_tokens. `logits` (NULL: not copied out) receives float32 [batch, num_tokens, V],
+ * or [batch, 1, V] (each prompt's last token) for a plan made with prefill_last_token_logits.
+ * INVALID_ARGUMENT when no prefill phase holds num_tokens for this batch. */
+TILEPLAN_EXPORT tileplan_status* tileplan_runtime_prefill(tileplan_runtime* runtime,
+                                                          tileplan_stream stream,
+                                                          const int32_t* tokens, int64_t batch,
+                                                          int64_t num_tokens, float* logits);
+/* One decode step for a decode phase of exactly `batch` sequences: token b at position
+ * positions[b], attending to cache rows 0..positions[b] of sequence b. `logits` receives
+ * float32 [batch, V]. */
+TILEPLAN_EXPORT tileplan_status* tileplan_runtime_decode(tileplan_runtime* runtime,
+                                                         tileplan_stream stream,
+                                                         const int32_t* tokens,
+                                                         const int32_t* positions, int64_t batch,
+                                                         float* logits);
+/* Greedy generation on the device: the prefill of `prompts` [batch, num_tokens], the argmax
+ * of each prompt's last logits, then new_tokens - 1 replays of the decode phase's
+ * decode-and-argmax graph with no host work between tokens. `tokens_out` receives int32
+ * [batch, new_tokens]. Needs a decode phase of `batch` sequences; INVALID_ARGUMENT when
+ * num_tokens + new_tokens - 1 exceeds the KV cache. */
+TILEPLAN_EXPORT tileplan_status* tileplan_runtime_generate(tileplan_runtime* runtime,
+                                                           tileplan_stream stream,
+                                                           const int32_t* prompts, int64_t batch,
+                                                           int64_t num_tokens, int64_t new_tokens,
+                                                           int32_t* tokens_out);
+/* Waits for `stream`, then reports (and clears) an error the kernels raised since the last
+ * report: INVALID_ARGUMENT naming the flat token index. */
+TILEPLAN_EXPORT tileplan_status* tileplan_runtime_synchronize(tileplan_runtime* runtime,
+                                                              tileplan_stream stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

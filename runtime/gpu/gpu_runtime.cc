@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -26,15 +27,6 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Index of the largest element (the first of equal ones).
-int32_t ArgMax(const float* v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (v[i] > v[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
-
 }  // namespace
 
 struct GpuRuntime::Impl {
@@ -51,11 +43,24 @@ struct GpuRuntime::Impl {
   cudaStream_t stream = nullptr;
   std::vector<std::unique_ptr<Program>> programs;
   const Program* active = nullptr;  // the program whose counters hold in the arena
+  // Each prompt's last logits between a prefill and the decode program's argmax in
+  // EnqueueGenerate ([max decode batch, V]; the two programs' arena buffers may overlap).
+  device::DeviceBuffer first_logits;
+  // Pinned host memory through which host inputs reach the device: an asynchronous copy
+  // from pageable memory may return before it has read its source, so host inputs are
+  // packed here first. `ready` is recorded after the copies out of it; the next upload
+  // waits for it before writing.
+  std::byte* staging = nullptr;
+  size_t staging_bytes = 0;
+  cudaEvent_t staging_ready = nullptr;
 
   ~Impl() {
     programs.clear();  // graphs and steps before the launcher they refer to
     builder.reset();
     launcher.reset();
+    if (staging_ready != nullptr) cudaEventSynchronize(staging_ready);
+    if (staging != nullptr) cudaFreeHost(staging);
+    if (staging_ready != nullptr) cudaEventDestroy(staging_ready);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -67,42 +72,106 @@ struct GpuRuntime::Impl {
   // limits, which must not happen inside a capture), then captures the graphs.
   absl::Status WarmUpAndCapture();
 
-  absl::Status EnqueueProgram(Program& p, bool greedy) {
-    for (auto& s : p.steps) TP_RETURN_IF_ERROR(s->Enqueue(0, stream));
+  absl::Status EnqueueProgram(Program& p, bool greedy, cudaStream_t s) {
+    for (auto& step : p.steps) TP_RETURN_IF_ERROR(step->Enqueue(0, s));
     if (greedy) {
-      TP_RETURN_IF_ERROR(p.argmax->Enqueue(0, stream));
-      TP_RETURN_IF_ERROR(p.advance->Enqueue(0, stream));
+      TP_RETURN_IF_ERROR(p.argmax->Enqueue(0, s));
+      TP_RETURN_IF_ERROR(p.advance->Enqueue(0, s));
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<kernels::GraphExec> Capture(Program& p, bool greedy) {
-    return kernels::CaptureGraph(stream, [&] { return EnqueueProgram(p, greedy); });
+    return kernels::CaptureGraph(stream, [&] { return EnqueueProgram(p, greedy, stream); });
   }
 
   // Makes `p` the program the arena serves: its counters are zeroed when another program
   // used the arena last.
-  absl::Status Activate(const Program& p) {
+  absl::Status Activate(const Program& p, cudaStream_t s) {
     if (active == &p) return absl::OkStatus();
     std::byte* base = static_cast<std::byte*>(arena.data());
     for (const auto& [offset, bytes] : p.counters) {
-      TP_CUDA_RETURN_IF_ERROR(
-          cudaMemsetAsync(base + offset, 0, static_cast<size_t>(bytes), stream));
+      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(base + offset, 0, static_cast<size_t>(bytes), s));
     }
     active = &p;
     return absl::OkStatus();
   }
 
-  absl::Status Run(Program& p, bool greedy = false) {
-    TP_RETURN_IF_ERROR(Activate(p));
+  absl::Status Run(Program& p, cudaStream_t s, bool greedy = false) {
+    TP_RETURN_IF_ERROR(Activate(p, s));
     const kernels::GraphExec& exec = greedy ? p.loop_exec : p.exec;
-    if (!exec.empty()) return exec.Launch(stream);
-    return EnqueueProgram(p, greedy);
+    if (!exec.empty()) return exec.Launch(s);
+    return EnqueueProgram(p, greedy, s);
   }
 
-  // Synchronizes and turns a raised error word into an error.
-  absl::Status Finish() {
-    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  // One copy of int32 inputs (cudaMemcpy2DAsync's terms, in bytes) and whether its source is
+  // host memory.
+  struct Copy {
+    void* dst;
+    size_t dpitch;
+    const void* src;
+    size_t spitch;
+    size_t width;
+    size_t height;
+    bool host;
+  };
+  // Enqueues `copies` on `s`, host sources packed into the staging buffer first.
+  absl::Status Upload(cudaStream_t s, std::initializer_list<Copy> copies) {
+    size_t host_bytes = 0;
+    for (const Copy& c : copies) {
+      if (c.host) host_bytes += c.width * c.height;
+    }
+    if (host_bytes > 0) {
+      if (staging_ready == nullptr) {
+        TP_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_ready, cudaEventDisableTiming));
+      } else {
+        TP_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_ready));
+      }
+      if (host_bytes > staging_bytes) {
+        if (staging != nullptr) TP_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging));
+        staging = nullptr;
+        staging_bytes = 0;
+        const size_t bytes = std::max<size_t>(host_bytes, 64 << 10);
+        TP_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&staging), bytes));
+        staging_bytes = bytes;
+      }
+    }
+    std::byte* at = staging;
+    for (const Copy& c : copies) {
+      const void* src = c.src;
+      size_t spitch = c.spitch;
+      if (c.host) {
+        for (size_t row = 0; row < c.height; ++row) {
+          std::memcpy(at + row * c.width, static_cast<const std::byte*>(c.src) + row * c.spitch,
+                      c.width);
+        }
+        src = at;
+        spitch = c.width;
+        at += c.width * c.height;
+      }
+      TP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dpitch, src, spitch, c.width, c.height,
+                                                cudaMemcpyDefault, s));
+    }
+    if (host_bytes > 0) TP_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_ready, s));
+    return absl::OkStatus();
+  }
+
+  // Whether `p` is device memory (of this device: InvalidArgument naming `what` for
+  // another's) rather than host memory.
+  absl::StatusOr<bool> OnDevice(const void* p, absl::string_view what) const {
+    cudaPointerAttributes a{};
+    TP_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&a, p));
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return false;
+    if (a.device != device->ordinal()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " is memory of device ", a.device,
+                                                     "; the runtime is on ", device->Label()));
+    }
+    return true;
+  }
+
+  // Synchronizes `s` and turns a raised error word into an error.
+  absl::Status Finish(cudaStream_t s) {
+    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     int word = 0;
     TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(&word, memory.error, sizeof(int), cudaMemcpyDeviceToHost));
     if (word != 0) {
@@ -114,6 +183,8 @@ struct GpuRuntime::Impl {
     }
     return absl::OkStatus();
   }
+
+  absl::Status Finish() { return Finish(stream); }
 
   absl::Status CompileAll(GpuRuntimeInfo& info) {
     std::vector<kernels::PreparedStep*> steps;
@@ -137,7 +208,7 @@ struct GpuRuntime::Impl {
   }
 
   absl::StatusOr<std::vector<GpuRuntime::StepTime>> Profile(Program& p, int iterations) {
-    TP_RETURN_IF_ERROR(Activate(p));
+    TP_RETURN_IF_ERROR(Activate(p, stream));
     const size_t n = p.steps.size();
     std::vector<std::vector<double>> ms(n);
     for (int it = 0; it < iterations; ++it) {
@@ -191,51 +262,84 @@ struct GpuRuntime::Impl {
                      " (the plan has B = ", absl::StrJoin(buckets, ", "), ")"));
   }
 
-  // Resets the cache and writes the prompts, padded to the program's T, as its inputs.
-  // A prompt of t < T tokens fills a bucket of T with padding at positions t..T-1, whose
-  // cache rows later steps overwrite before anything reads them. The padding follows the
-  // prompt, or, when the plan keeps only the last token's logits, precedes it so the last
-  // token is the bucket's last (attention is causal by position, not by order in the bucket).
-  absl::Status WritePrefillInputs(Program& p, const std::vector<int32_t>& tokens, int64_t batch) {
-    const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
+  // Resets the cache and enqueues the prompts [batch, t] (`host`: in host memory), padded to
+  // the program's T, as its inputs. A prompt of t < T tokens fills a bucket of T with padding
+  // (token 0) at positions t..T-1, whose cache rows later steps overwrite before anything
+  // reads them. The padding follows the prompt, or, when the plan keeps only the last token's
+  // logits, precedes it so the last token is the bucket's last (attention is causal by
+  // position, not by order in the bucket).
+  absl::Status WritePrefillInputs(cudaStream_t s, Program& p, const int32_t* tokens, bool host,
+                                  int64_t batch, int64_t t) {
     const int64_t pad = p.tokens - t;
-    std::vector<int32_t> ids(static_cast<size_t>(p.batch * p.tokens), 0);
-    std::vector<int32_t> pos(ids.size());
+    std::vector<int32_t> pos(static_cast<size_t>(p.batch * p.tokens));
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t i = 0; i < p.tokens; ++i) {
-        const size_t k = static_cast<size_t>(b * p.tokens + i);
         // j: the prompt token at bucket slot i, or -1 for padding.
         const int64_t j = p.last_token_logits ? i - pad : (i < t ? i : -1);
-        ids[k] = j >= 0 ? tokens[static_cast<size_t>(b * t + j)] : 0;
-        pos[k] = static_cast<int32_t>(j >= 0 ? j : (p.last_token_logits ? t + i : i));
+        pos[static_cast<size_t>(b * p.tokens + i)] =
+            static_cast<int32_t>(j >= 0 ? j : (p.last_token_logits ? t + i : i));
       }
     }
-    TP_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), stream));
-    TP_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(p.tokens_in, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, stream));
-    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.positions_in, pos.data(), pos.size() * 4,
-                                            cudaMemcpyHostToDevice, stream));
-    // Pageable copies return once the data is staged; synchronize so `ids` may go.
-    TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    return absl::OkStatus();
+    TP_RETURN_IF_ERROR(Activate(p, s));
+    TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state.data(), 0, static_cast<size_t>(state.size()), s));
+    if (pad > 0) {
+      TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.tokens_in, 0, pos.size() * 4, s));
+    }
+    const size_t row = static_cast<size_t>(t) * 4;
+    return Upload(s, {{p.tokens_in + (p.last_token_logits ? pad : 0),
+                       static_cast<size_t>(p.tokens) * 4, tokens, row, row,
+                       static_cast<size_t>(batch), host},
+                      {p.positions_in, pos.size() * 4, pos.data(), pos.size() * 4, pos.size() * 4,
+                       1, true}});
   }
 
-  absl::Status CheckPrompts(const std::vector<int32_t>& tokens, int64_t batch) {
-    if (batch <= 0 || tokens.empty() || tokens.size() % static_cast<size_t>(batch) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(tokens.size(), " prompt tokens are not ",
+  absl::Status CheckPrompts(int64_t tokens, int64_t batch) {
+    if (batch <= 0 || tokens <= 0 || tokens % batch != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(tokens, " prompt tokens are not ",
                                                      "a non-zero multiple of batch ", batch));
     }
     return absl::OkStatus();
   }
 
+  // The argument checks every prefill entry shares: `t` tokens per sequence of `batch`, the
+  // program that runs them.
+  absl::StatusOr<Program*> CheckedPrefill(const int32_t* tokens, int64_t batch, int64_t t) {
+    if (tokens == nullptr) return absl::InvalidArgumentError("the prompt tokens are NULL");
+    if (batch <= 0 || t <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a prefill of batch ", batch, " and ", t, " tokens per sequence"));
+    }
+    return PrefillProgram(batch, t);
+  }
+
+  // Enqueues the prefill of the checked prompts and, with `logits`, the copy of its logits.
+  absl::Status EnqueuePrefill(cudaStream_t s, Program& p, const int32_t* tokens, bool host_tokens,
+                              int64_t batch, int64_t t, float* logits) {
+    TP_RETURN_IF_ERROR(WritePrefillInputs(s, p, tokens, host_tokens, batch, t));
+    TP_RETURN_IF_ERROR(Run(p, s));
+    if (logits == nullptr) return absl::OkStatus();
+    const size_t vocab = static_cast<size_t>(Vocab());
+    // Rows kept per sequence: t, or 1 when the plan keeps only the last token's logits.
+    const size_t kept = p.last_token_logits ? 1 : static_cast<size_t>(t);
+    const size_t rows = p.last_token_logits ? 1 : static_cast<size_t>(p.tokens);
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(logits, kept * vocab * 4, p.logits, rows * vocab * 4,
+                                              kept * vocab * 4, static_cast<size_t>(batch),
+                                              cudaMemcpyDefault, s));
+    return absl::OkStatus();
+  }
+
+  int64_t Vocab() const {
+    const Program& p = *programs.front();
+    return p.bound->shape(p.graph->outputs()[0]).back();
+  }
+
   absl::Status TimedRuns(Program& p, bool greedy, int warmup, int iterations,
                          std::vector<double>& out) {
-    for (int i = 0; i < warmup; ++i) TP_RETURN_IF_ERROR(Run(p, greedy));
-    TP_ASSIGN_OR_RETURN(
-        const std::vector<double> ms,
-        device::TimeEach(
-            stream, iterations, [&](int) { return Run(p, greedy); }, [&] { return Finish(); }));
+    for (int i = 0; i < warmup; ++i) TP_RETURN_IF_ERROR(Run(p, stream, greedy));
+    TP_ASSIGN_OR_RETURN(const std::vector<double> ms,
+                        device::TimeEach(
+                            stream, iterations, [&](int) { return Run(p, stream, greedy); },
+                            [&] { return Finish(); }));
     out.insert(out.end(), ms.begin(), ms.end());
     return absl::OkStatus();
   }
@@ -310,13 +414,13 @@ absl::Status GpuRuntime::Impl::Allocate(PlanLayout& layout, const models::Checkp
 
 absl::Status GpuRuntime::Impl::WarmUpAndCapture() {
   for (auto& p : programs) {
-    TP_RETURN_IF_ERROR(Activate(*p));
+    TP_RETURN_IF_ERROR(Activate(*p, stream));
     // Token 0 at position 0: valid inputs whatever another phase left in the arena.
     const size_t inputs = static_cast<size_t>(p->batch * p->tokens) * sizeof(int32_t);
     TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->tokens_in, 0, inputs, stream));
     TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p->positions_in, 0, inputs, stream));
-    TP_RETURN_IF_ERROR(EnqueueProgram(*p, false));
-    if (p->decode) TP_RETURN_IF_ERROR(EnqueueProgram(*p, true));
+    TP_RETURN_IF_ERROR(EnqueueProgram(*p, false, stream));
+    if (p->decode) TP_RETURN_IF_ERROR(EnqueueProgram(*p, true, stream));
     TP_RETURN_IF_ERROR(Finish());
   }
   if (options.cuda_graphs) {
@@ -360,6 +464,15 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
     impl->programs.push_back(std::move(program));
   }
   TP_RETURN_IF_ERROR(impl->CompileAll(info));
+  for (const auto& p : impl->programs) {
+    if (p->decode) {
+      TP_ASSIGN_OR_RETURN(impl->first_logits,
+                          device::DeviceBuffer::Allocate(
+                              device, layout.max_decode_batch * impl->Vocab() *
+                                          static_cast<int64_t>(sizeof(float))));
+      break;
+    }
+  }
   std::set<std::string> algos;
   for (auto& p : impl->programs) {
     for (int i = 0; i < p->phase->steps_size(); ++i) {
@@ -379,10 +492,7 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   return runtime;
 }
 
-int64_t GpuRuntime::vocab_size() const {
-  const Program& p = *impl_->programs.front();
-  return p.bound->shape(p.graph->outputs()[0]).back();
-}
+int64_t GpuRuntime::vocab_size() const { return impl_->Vocab(); }
 int64_t GpuRuntime::max_context() const { return impl_->plan.options().max_context(); }
 int64_t GpuRuntime::prefill_batch() const { return impl_->plan.options().prefill_batch(); }
 
@@ -394,21 +504,13 @@ absl::Status GpuRuntime::Reset() {
 
 absl::StatusOr<std::vector<float>> GpuRuntime::Prefill(const std::vector<int32_t>& tokens,
                                                        int64_t batch) {
-  TP_RETURN_IF_ERROR(impl_->CheckPrompts(tokens, batch));
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(static_cast<int64_t>(tokens.size()), batch));
   const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
-  TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, t));
-  TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(*p, tokens, batch));
-  TP_RETURN_IF_ERROR(impl_->Run(*p));
-  const int64_t vocab = vocab_size();
-  // Rows kept per sequence: t, or 1 when the plan keeps only the last token's logits.
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->CheckedPrefill(tokens.data(), batch, t));
   const int64_t kept = p->last_token_logits ? 1 : t;
-  const int64_t rows = p->last_token_logits ? 1 : p->tokens;
-  std::vector<float> logits(static_cast<size_t>(batch * kept * vocab));
-  for (int64_t b = 0; b < batch; ++b) {
-    TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        logits.data() + b * kept * vocab, p->logits + b * rows * vocab,
-        static_cast<size_t>(kept * vocab) * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
-  }
+  std::vector<float> logits(static_cast<size_t>(batch * kept * vocab_size()));
+  TP_RETURN_IF_ERROR(
+      impl_->EnqueuePrefill(impl_->stream, *p, tokens.data(), true, batch, t, logits.data()));
   TP_RETURN_IF_ERROR(impl_->Finish());
   return logits;
 }
@@ -420,31 +522,77 @@ absl::StatusOr<std::vector<float>> GpuRuntime::Decode(const std::vector<int32_t>
                                                    tokens.size(), " tokens and ", positions.size(),
                                                    " positions"));
   }
-  for (int32_t pos : positions) {
-    if (pos < 0 || pos >= max_context()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "position ", pos, " is outside the KV cache of ", max_context(), " rows per sequence"));
-    }
-  }
-  const int64_t batch = static_cast<int64_t>(tokens.size());
-  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->tokens_in, tokens.data(), tokens.size() * 4,
-                                          cudaMemcpyHostToDevice, impl_->stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(), positions.size() * 4,
-                                          cudaMemcpyHostToDevice, impl_->stream));
-  TP_RETURN_IF_ERROR(impl_->Run(*p));
-  const int64_t vocab = vocab_size();
-  std::vector<float> logits(static_cast<size_t>(batch * vocab));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), p->logits, logits.size() * sizeof(float),
-                                          cudaMemcpyDeviceToHost, impl_->stream));
-  TP_RETURN_IF_ERROR(impl_->Finish());
+  std::vector<float> logits(tokens.size() * static_cast<size_t>(vocab_size()));
+  TP_RETURN_IF_ERROR(EnqueueDecode(impl_->stream, tokens.data(), positions.data(),
+                                   static_cast<int64_t>(tokens.size()), logits.data()));
   return logits;
 }
 
 absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int32_t>& prompts,
                                                           int64_t batch, int new_tokens) {
-  TP_RETURN_IF_ERROR(impl_->CheckPrompts(prompts, batch));
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(static_cast<int64_t>(prompts.size()), batch));
   const int64_t t = static_cast<int64_t>(prompts.size()) / batch;
+  std::vector<int32_t> out(static_cast<size_t>(batch * std::max(new_tokens, 0)));
+  TP_RETURN_IF_ERROR(
+      EnqueueGenerate(impl_->stream, prompts.data(), batch, t, new_tokens, out.data()));
+  return out;
+}
+
+absl::Status GpuRuntime::EnqueuePrefill(cudaStream_t stream, const int32_t* tokens, int64_t batch,
+                                        int64_t tokens_per_sequence, float* logits) {
+  TP_RETURN_IF_ERROR(impl_->device->MakeCurrent());
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->CheckedPrefill(tokens, batch, tokens_per_sequence));
+  TP_ASSIGN_OR_RETURN(const bool device_tokens, impl_->OnDevice(tokens, "the prompt tokens"));
+  bool device_logits = true;
+  if (logits != nullptr) {
+    TP_ASSIGN_OR_RETURN(device_logits, impl_->OnDevice(logits, "the logits"));
+  }
+  TP_RETURN_IF_ERROR(impl_->EnqueuePrefill(stream, *p, tokens, !device_tokens, batch,
+                                           tokens_per_sequence, logits));
+  if (!device_tokens || !device_logits) return impl_->Finish(stream);
+  return absl::OkStatus();
+}
+
+absl::Status GpuRuntime::EnqueueDecode(cudaStream_t stream, const int32_t* tokens,
+                                       const int32_t* positions, int64_t batch, float* logits) {
+  TP_RETURN_IF_ERROR(impl_->device->MakeCurrent());
+  if (tokens == nullptr || positions == nullptr || logits == nullptr) {
+    return absl::InvalidArgumentError("decode: tokens, positions and logits must not be NULL");
+  }
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
+  TP_ASSIGN_OR_RETURN(const bool device_tokens, impl_->OnDevice(tokens, "the tokens"));
+  TP_ASSIGN_OR_RETURN(const bool device_positions, impl_->OnDevice(positions, "the positions"));
+  TP_ASSIGN_OR_RETURN(const bool device_logits, impl_->OnDevice(logits, "the logits"));
+  if (!device_positions) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (positions[b] < 0 || positions[b] >= max_context()) {
+        return absl::InvalidArgumentError(absl::StrCat("position ", positions[b],
+                                                       " is outside the KV cache of ",
+                                                       max_context(), " rows per sequence"));
+      }
+    }
+  }
+  TP_RETURN_IF_ERROR(impl_->Activate(*p, stream));
+  const size_t bytes = static_cast<size_t>(batch) * 4;
+  TP_RETURN_IF_ERROR(
+      impl_->Upload(stream, {{p->tokens_in, bytes, tokens, bytes, bytes, 1, !device_tokens},
+                             {p->positions_in, bytes, positions, bytes, bytes, 1,
+                              !device_positions}}));
+  TP_RETURN_IF_ERROR(impl_->Run(*p, stream));
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, p->logits,
+                                          static_cast<size_t>(batch * vocab_size()) * sizeof(float),
+                                          cudaMemcpyDefault, stream));
+  if (!device_tokens || !device_positions || !device_logits) return impl_->Finish(stream);
+  return absl::OkStatus();
+}
+
+absl::Status GpuRuntime::EnqueueGenerate(cudaStream_t stream, const int32_t* prompts,
+                                         int64_t batch, int64_t prompt_tokens, int new_tokens,
+                                         int32_t* out) {
+  TP_RETURN_IF_ERROR(impl_->device->MakeCurrent());
+  const int64_t t = prompt_tokens;
+  TP_ASSIGN_OR_RETURN(Program * prefill, impl_->CheckedPrefill(prompts, batch, t));
+  if (out == nullptr) return absl::InvalidArgumentError("generate: out must not be NULL");
   if (new_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("new_tokens is ", new_tokens, "; at least 1"));
   }
@@ -454,50 +602,59 @@ absl::StatusOr<std::vector<int32_t>> GpuRuntime::Generate(const std::vector<int3
                      t + new_tokens - 1, " KV-cache rows per sequence; the cache has ",
                      max_context(), " (plan with a larger --max-context)"));
   }
-  Program* decode = nullptr;
-  if (new_tokens > 1) {
-    TP_ASSIGN_OR_RETURN(decode, impl_->DecodeProgram(batch));
-  }
-  TP_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(prompts, batch));
-  const int64_t vocab = vocab_size();
-  // Logit rows per prompt: t, or 1 when the plan keeps only the last token's.
-  const int64_t kept = static_cast<int64_t>(logits.size()) / (batch * vocab);
-  std::vector<int32_t> first(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    first[static_cast<size_t>(b)] = ArgMax(logits.data() + ((b + 1) * kept - 1) * vocab, vocab);
-  }
-  std::vector<int32_t> out(static_cast<size_t>(batch * new_tokens));
-  for (int64_t b = 0; b < batch; ++b) out[static_cast<size_t>(b * new_tokens)] = first[b];
-  if (decode == nullptr) return out;
+  absl::StatusOr<Program*> decode = impl_->DecodeProgram(batch);
+  if (!decode.ok()) return decode.status();
+  TP_ASSIGN_OR_RETURN(const bool device_prompts, impl_->OnDevice(prompts, "the prompt tokens"));
+  TP_ASSIGN_OR_RETURN(const bool device_out, impl_->OnDevice(out, "the output tokens"));
+  Program& d = **decode;
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  const size_t b = static_cast<size_t>(batch);
 
-  const std::vector<int32_t> positions(static_cast<size_t>(batch), static_cast<int32_t>(t));
-  cudaStream_t stream = impl_->stream;
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode->tokens_in, first.data(), first.size() * 4,
-                                          cudaMemcpyHostToDevice, stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode->positions_in, positions.data(),
-                                          positions.size() * 4, cudaMemcpyHostToDevice, stream));
+  TP_RETURN_IF_ERROR(
+      impl_->EnqueuePrefill(stream, *prefill, prompts, !device_prompts, batch, t, nullptr));
+  // Each prompt's last logits, through a buffer of their own (the two programs' arena
+  // buffers may overlap), into the decode program's logits; its argmax is the first token.
+  const size_t last_row = prefill->last_token_logits ? 0 : static_cast<size_t>(t - 1);
+  const size_t rows = prefill->last_token_logits ? 1 : static_cast<size_t>(prefill->tokens);
+  float* first = impl_->first_logits.as<float>();
+  TP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(first, vocab * 4, prefill->logits + last_row * vocab,
+                                            rows * vocab * 4, vocab * 4, b,
+                                            cudaMemcpyDeviceToDevice, stream));
+  TP_RETURN_IF_ERROR(impl_->Activate(d, stream));
+  TP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d.logits, first, b * vocab * 4, cudaMemcpyDeviceToDevice, stream));
+  // decode_advance records the first token as step 0 and moves the positions to t.
+  const std::vector<int32_t> positions(b, static_cast<int32_t>(t - 1));
+  TP_RETURN_IF_ERROR(
+      impl_->Upload(stream, {{d.positions_in, b * 4, positions.data(), b * 4, b * 4, 1, true}}));
   TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl_->memory.step_counter, 0, sizeof(int), stream));
-  for (int i = 1; i < new_tokens; ++i) TP_RETURN_IF_ERROR(impl_->Run(*decode, /*greedy=*/true));
-  std::vector<int32_t> history(static_cast<size_t>((new_tokens - 1) * batch));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(history.data(), impl_->memory.history, history.size() * 4,
-                                          cudaMemcpyDeviceToHost, stream));
-  TP_RETURN_IF_ERROR(impl_->Finish());
-  for (int i = 1; i < new_tokens; ++i) {
-    for (int64_t b = 0; b < batch; ++b) {
-      out[static_cast<size_t>(b * new_tokens + i)] =
-          history[static_cast<size_t>((i - 1) * batch + b)];
-    }
+  TP_RETURN_IF_ERROR(d.argmax->Enqueue(0, stream));
+  TP_RETURN_IF_ERROR(d.advance->Enqueue(0, stream));
+  for (int i = 1; i < new_tokens; ++i) TP_RETURN_IF_ERROR(impl_->Run(d, stream, /*greedy=*/true));
+  // history is [step, batch]; out is [batch, new_tokens].
+  const size_t n = static_cast<size_t>(new_tokens);
+  for (size_t s = 0; s < b; ++s) {
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out + s * n, 4, impl_->memory.history + s, b * 4, 4,
+                                              n, cudaMemcpyDefault, stream));
   }
-  return out;
+  if (!device_prompts || !device_out) return impl_->Finish(stream);
+  return absl::OkStatus();
+}
+
+absl::Status GpuRuntime::Synchronize(cudaStream_t stream) {
+  TP_RETURN_IF_ERROR(impl_->device->MakeCurrent());
+  return impl_->Finish(stream);
 }
 
 absl::StatusOr<std::vector<double>> GpuRuntime::TimePrefill(const std::vector<int32_t>& tokens,
                                                             int64_t batch, int warmup,
                                                             int iterations) {
-  TP_RETURN_IF_ERROR(impl_->CheckPrompts(tokens, batch));
+  TP_RETURN_IF_ERROR(impl_->CheckPrompts(static_cast<int64_t>(tokens.size()), batch));
   const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
-  TP_ASSIGN_OR_RETURN(Program * p, impl_->PrefillProgram(batch, t));
-  TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(*p, tokens, batch));
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->CheckedPrefill(tokens.data(), batch, t));
+  TP_RETURN_IF_ERROR(
+      impl_->WritePrefillInputs(impl_->stream, *p, tokens.data(), true, batch, t));
+  TP_RETURN_IF_ERROR(impl_->Finish());
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
   return ms;
@@ -513,11 +670,12 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_
   const std::vector<int32_t> tokens(static_cast<size_t>(batch), 1);
   const std::vector<int32_t> positions(static_cast<size_t>(batch),
                                        static_cast<int32_t>(context - 1));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->tokens_in, tokens.data(), tokens.size() * 4,
-                                          cudaMemcpyHostToDevice, impl_->stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->positions_in, positions.data(), positions.size() * 4,
-                                          cudaMemcpyHostToDevice, impl_->stream));
-  TP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
+  const size_t bytes = tokens.size() * 4;
+  TP_RETURN_IF_ERROR(impl_->Activate(*p, impl_->stream));
+  TP_RETURN_IF_ERROR(impl_->Upload(
+      impl_->stream, {{p->tokens_in, bytes, tokens.data(), bytes, bytes, 1, true},
+                      {p->positions_in, bytes, positions.data(), bytes, bytes, 1, true}}));
+  TP_RETURN_IF_ERROR(impl_->Finish());
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
   return ms;

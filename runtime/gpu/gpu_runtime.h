@@ -12,7 +12,15 @@
 // that graph replayed with no host work between tokens. Positions live in device memory and
 // attention reads each sequence's context from them, so one graph serves every context.
 //
-// Not thread-safe: one call at a time.
+// Two ways in. The vector forms (Prefill, Decode, Generate) take and return host vectors and
+// run on the runtime's own stream, waiting for the result. The Enqueue forms, for runtimes
+// that embed tileplan (the C API, docs/embedding.md), enqueue the same work on a stream the
+// caller owns, reading and writing the caller's buffers: device memory of the runtime's
+// device (then the call returns without waiting) or host memory (then the call returns when
+// the stream has finished with it).
+//
+// Not thread-safe: one call at a time, and work of one runtime enqueued on several streams
+// must be ordered by the caller (the runtime's buffers are shared by all its calls).
 #ifndef TILEPLAN_RUNTIME_GPU_GPU_RUNTIME_H_
 #define TILEPLAN_RUNTIME_GPU_GPU_RUNTIME_H_
 
@@ -26,6 +34,8 @@
 #include "device/device.h"
 #include "models/safetensors.h"
 #include "planner/plan.pb.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
 
 namespace tileplan::runtime::gpu {
 
@@ -105,6 +115,30 @@ class GpuRuntime {
   // InvalidArgument when T + new_tokens - 1 exceeds the KV cache (nothing run).
   absl::StatusOr<std::vector<int32_t>> Generate(const std::vector<int32_t>& prompts, int64_t batch,
                                                 int new_tokens);
+
+  // The caller-stream forms. `stream`: a stream of the runtime's device, or nullptr for the
+  // legacy default stream. Pointers are device memory of the runtime's device or host memory
+  // (unified addressing tells which); a call given any host pointer returns only when the
+  // stream has run its work, and reports the kernels' errors as Synchronize does. Arguments
+  // are checked before anything is enqueued (InvalidArgument, nothing run); errors the kernels
+  // detect in device-resident inputs (a token id outside the vocabulary, a position outside
+  // the KV cache) are reported by Synchronize, and the affected rows are skipped.
+  //
+  // Prefill of prompts [batch, tokens] as Prefill runs it: logits [batch, tokens, V], or
+  // [batch, 1, V] with prefill_last_token_logits; logits nullptr keeps them on the device.
+  absl::Status EnqueuePrefill(CUstream_st* stream, const int32_t* tokens, int64_t batch,
+                              int64_t tokens_per_sequence, float* logits);
+  // One decode step as Decode runs it: tokens and positions [batch], logits [batch, V].
+  absl::Status EnqueueDecode(CUstream_st* stream, const int32_t* tokens, const int32_t* positions,
+                             int64_t batch, float* logits);
+  // Greedy generation as Generate runs it, entirely on the device: the prefill, the argmax of
+  // each prompt's last logits, then new_tokens - 1 replays of the decode-and-argmax graph.
+  // `out` receives the tokens [batch, new_tokens].
+  absl::Status EnqueueGenerate(CUstream_st* stream, const int32_t* prompts, int64_t batch,
+                               int64_t prompt_tokens, int new_tokens, int32_t* out);
+  // Waits for `stream`, then reports (and clears) an error the kernels raised since the last
+  // report: InvalidArgument naming the flat token index.
+  absl::Status Synchronize(CUstream_st* stream);
 
   // Benchmarks (CUDA events on the runtime's stream; each element one replay, in ms).
   // Prefill of `tokens` [B, T] as Prefill runs it, `iterations` times after `warmup`.

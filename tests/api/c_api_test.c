@@ -104,6 +104,38 @@ int main(void) {
   expect_error(tileplan_plan_serialize(plan, (tileplan_plan_format)42, &unused, &unused_size),
                TILEPLAN_INVALID_ARGUMENT, "unknown plan format 42");
   CHECK(unused == NULL);
+
+  /* Running needs a GPU (the test hides it): creating a runtime says so and writes none;
+   * the checkpoint is opened first, so a bad one is named even here. */
+  CHECK(tileplan_device_count() == 0);
+  tileplan_runtime_options ro;
+  tileplan_runtime_options_init(&ro);
+  CHECK(ro.struct_size == sizeof(ro) && ro.seed == 1 && ro.checkpoint == NULL && ro.device == 0);
+  tileplan_runtime* rt = NULL;
+  expect_error(tileplan_runtime_create(plan, &ro, &rt), TILEPLAN_FAILED_PRECONDITION,
+               "no CUDA device");
+  ro.checkpoint = "/nonexistent/checkpoint";
+  expect_error(tileplan_runtime_create(plan, &ro, &rt), TILEPLAN_NOT_FOUND,
+               "/nonexistent/checkpoint");
+  ro.struct_size = 0;
+  expect_error(tileplan_runtime_create(plan, &ro, &rt), TILEPLAN_INVALID_ARGUMENT,
+               "call tileplan_runtime_options_init");
+  expect_error(tileplan_runtime_create(NULL, &ro, &rt), TILEPLAN_INVALID_ARGUMENT,
+               "must not be NULL");
+  CHECK(rt == NULL);
+  int32_t token = 1, position = 0;
+  float logit = 0;
+  expect_error(tileplan_runtime_prefill(NULL, NULL, &token, 1, 1, &logit),
+               TILEPLAN_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(tileplan_runtime_decode(NULL, NULL, &token, &position, 1, &logit),
+               TILEPLAN_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(tileplan_runtime_generate(NULL, NULL, &token, 1, 1, 4, &token),
+               TILEPLAN_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(tileplan_runtime_synchronize(NULL, NULL), TILEPLAN_INVALID_ARGUMENT,
+               "runtime is NULL");
+  CHECK(tileplan_runtime_vocab_size(NULL) == 0 && tileplan_runtime_max_context(NULL) == 0 &&
+        tileplan_runtime_prefill_batch(NULL) == 0);
+  tileplan_runtime_free(NULL);
   tileplan_plan_free(plan);
 
   /* No target and no GPU (the test hides it): the bundled h200. */

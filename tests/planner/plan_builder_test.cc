@@ -376,11 +376,17 @@ TEST(PlanBuilderTest, TableFoldsIdenticalLayersAndSummarizesKinds) {
   }
   // Bound: a decode GEMV is bound by its bytes, a prefill GEMM by its flops.
   for (const proto::Step& s : decode.steps()) {
-    if (s.kind() == "linear_residual") EXPECT_EQ(s.bound(), proto::Step::BOUND_MEMORY);
-    if (s.kind() == "reshape") EXPECT_EQ(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+    if (s.kind() == "linear_residual") {
+      EXPECT_EQ(s.bound(), proto::Step::BOUND_MEMORY);
+    }
+    if (s.kind() == "reshape") {
+      EXPECT_EQ(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+    }
   }
   for (const proto::Step& s : FindPhase(plan, "prefill T=64")->steps()) {
-    if (s.kind() == "lm_head") EXPECT_NE(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+    if (s.kind() == "lm_head") {
+      EXPECT_NE(s.bound(), proto::Step::BOUND_UNSPECIFIED);
+    }
   }
 }
 

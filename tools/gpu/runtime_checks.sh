@@ -7,7 +7,13 @@
 #
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
 #       [--random NAME ARGS] [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
-#       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES]
+#       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES] [--embedding]
+#
+# --embedding (docs/embedding.md) needs STAGED_DIR/prefix (an installed package: header,
+# libtileplan.so, its CMake files) and STAGED_DIR/generate (examples/c_generate built against
+# it): the C example on every fixture against the fixture's greedy tokens; the Python module
+# built here against the prefix and its GPU tests (forward equal to verify_model's logits);
+# Model.generate's throughput beside benchmark_transformer's for Qwen3-0.6B, in one run.
 set -uo pipefail
 staged=$(cd "$1" && pwd) out=$2
 shift 2
@@ -89,6 +95,63 @@ while (($#)); do
       fi
       ((rc == 0)) || status=1
       shift 2 ;;
+    --embedding)
+      prefix="$staged/prefix"
+      export LD_LIBRARY_PATH="$prefix/lib:$LD_LIBRARY_PATH"
+      for dir in tests/data/*/; do
+        name=$(basename "$dir")
+        read -r -a prompt <<< "$(python3 -c "from safetensors.numpy import load_file
+r = load_file('$dir/reference.safetensors'); print(' '.join(map(str, r['input_ids'])))")"
+        greedy=$(python3 -c "from safetensors.numpy import load_file
+r = load_file('$dir/reference.safetensors'); print(' '.join(map(str, r['greedy_tokens'])))")
+        count=$(wc -w <<< "$greedy")
+        # The tools' tokens: verify_model's device loop prints them when they leave the
+        # reference's (after a near-tie), else they are the reference's.
+        "$staged/verify_model" --model "$dir" --reference "$dir/reference.safetensors" \
+          --backend gpu > "$work/verify.embedding.$name.log" 2>&1
+        tools=$(grep -A1 '^greedy (device loop): first mismatch' "$work/verify.embedding.$name.log" |
+                sed -n 's/^  ours: *//p')
+        [[ -n $tools ]] || tools=$greedy
+        "$staged/generate" "$dir" "$count" "${prompt[@]}" > "$work/generate.$name.log" 2>&1
+        rc=$?
+        ours=$(sed -n 's/^device loop: //p' "$work/generate.$name.log")
+        verdict="equal to verify_model's"
+        [[ $ours == "$tools" ]] || verdict="DIFFER from verify_model's: ours '$ours', verify_model '$tools'"
+        [[ $tools == "$greedy" ]] && verdict+=" and the fixture's" ||
+          verdict+=" (which leave the fixture's after a near-tie)"
+        ((rc == 0)) && [[ $ours == "$tools" ]] || status=1
+        note "c_generate $name: rc=$rc, $count tokens, device loop and host steps agree: $( ((rc == 0)) && echo yes || echo no); tokens $verdict"
+        ((rc == 0)) || tail -5 "$work/generate.$name.log" >> "$summary"
+      done
+      start=$SECONDS
+      cmake -S python -B "$work/python-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+        -DPython_EXECUTABLE="$(command -v python3)" > "$work/python-build.log" 2>&1 &&
+        cmake --build "$work/python-build" >> "$work/python-build.log" 2>&1
+      rc=$?
+      note "python module built against the installed package: rc=$rc ($((SECONDS - start)) s)"
+      if ((rc != 0)); then
+        status=1
+        tail -30 "$work/python-build.log" >> "$summary"
+      else
+        fixture=tests/data/qwen3-tiny
+        "$staged/verify_model" --model "$fixture" --reference "$fixture/reference.safetensors" \
+          --backend gpu --logits_out "$work/qwen3-tiny.logits.npy" > "$work/verify.logits.log" 2>&1
+        note "verify_model gpu qwen3-tiny --logits_out: rc=$?"
+        PYTHONPATH="$work/python-build" TILEPLAN_FIXTURE="$fixture" \
+          TILEPLAN_VERIFY_LOGITS="$work/qwen3-tiny.logits.npy" \
+          python3 -m pytest -q -rs -s python/tests > "$work/pytest.log" 2>&1
+        rc=$?
+        ((rc == 0)) || status=1
+        note "pytest python/tests: rc=$rc"
+        grep -E 'passed|failed|skipped|SKIPPED|forward|Error|assert' "$work/pytest.log" | tail -25 |
+          sed 's/^/    /' >> "$summary"
+        "$staged/benchmark_transformer" --model qwen3-0.6b --prefill 448 --decode 512 \
+          --max_context 640 --json "$out/bench_generate.json" > "$work/bench_generate.log" 2>&1
+        note "benchmark_transformer qwen3-0.6b --prefill 448 --decode 512 --max_context 640: rc=$?"
+        grep -E '^(prefill|decode) ' "$work/bench_generate.log" | sed 's/^/    /' >> "$summary"
+        PYTHONPATH="$work/python-build" python3 tools/gpu/generate_throughput.py \
+          --bench-json "$out/bench_generate.json" 2>&1 | tee -a "$summary"
+      fi ;;
     --spread)
       extra=()
       [[ -d $work/qwen3-0.6b-random ]] && extra=("$work/qwen3-0.6b-random/")
