@@ -37,6 +37,10 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   for (const PipelinePass& pass : kPipelinePasses) {
     if (pass.decode_only && phase != ir::Phase::kDecode) continue;
     if (absl::string_view(pass.name) == "fuse_moe" && !options.fuse_moe) continue;
+    if (absl::string_view(pass.name) == "fuse_rope_kv_write_attention" &&
+        !options.fuse_rope_attention) {
+      continue;
+    }
     TP_RETURN_IF_ERROR(pipeline.Add(pass.name, pass_options));
   }
   if (phase == ir::Phase::kPrefill && options.last_token_logits) {

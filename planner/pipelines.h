@@ -34,6 +34,9 @@ struct PipelineOptions {
   // Decode only: run fuse_moe first. Off by default: measured on the H200 (docs/PERF.md),
   // the fused moe step's kernels are slower than the unfused expert steps.
   bool fuse_moe = false;
+  // Decode only: run fuse_rope_kv_write_attention (the pass's own limits still apply); false
+  // leaves every attention free to take any of its families.
+  bool fuse_rope_attention = true;
 };
 
 // InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.

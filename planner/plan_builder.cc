@@ -315,6 +315,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.context = decode_context;
     PipelineOptions pipeline;
     pipeline.fuse_moe = options.decode_fuse_moe;
+    pipeline.fuse_rope_attention = options.decode_fuse_rope_attention;
     pipeline.batch = batch;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
   }

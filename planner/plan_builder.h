@@ -34,6 +34,8 @@ struct PlanOptions {
   bool prefill_last_token_logits = false;
   // Decode phases run fuse_moe (PipelineOptions::fuse_moe).
   bool decode_fuse_moe = false;
+  // Decode phases run fuse_rope_kv_write_attention (PipelineOptions::fuse_rope_attention).
+  bool decode_fuse_rope_attention = true;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
   // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
   bool prefill_mla_expanded = true;

@@ -16,6 +16,10 @@ ABSL_FLAG(bool, fuse_moe, false,
           "decode phases fuse each MoE block into one moe step (fuse_moe, the moe_gemv family); "
           "off by default: on the H200 its first kernels were slower than the unfused steps "
           "(docs/PERF.md)");
+ABSL_FLAG(bool, fuse_rope_attention, true,
+          "decode phases fuse the RoPE + KV-cache write into the attention that reads it "
+          "(fuse_rope_kv_write_attention, the attention_decode_rope kernel); "
+          "--nofuse_rope_attention leaves the attention free to take any of its families");
 ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
           "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "
@@ -37,6 +41,7 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
       absl::GetFlag(FLAGS_prefill).values, absl::GetFlag(FLAGS_decode).values,
       absl::GetFlag(FLAGS_batch).value, logits == "last", max_context ? max_context->value : 0);
   options.decode_fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+  options.decode_fuse_rope_attention = absl::GetFlag(FLAGS_fuse_rope_attention);
   options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   return options;
 }

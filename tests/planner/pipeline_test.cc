@@ -258,6 +258,25 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
   }
 }
 
+// PipelineOptions::fuse_rope_attention off leaves every decode attention its own region
+// (free to take any attention family), with the RoPE + KV write before it.
+TEST(DecodePipelineTest, FuseRopeAttentionOffKeepsTheAttention) {
+  absl::StatusOr<ir::Graph> g = Lower("qwen3-30b-a3b");
+  ASSERT_TRUE(g.ok()) << g.status();
+  PipelineOptions options;
+  options.batch = 1;
+  options.fuse_rope_attention = false;
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE(pipeline->Run(*g).ok());
+  ASSERT_TRUE(ir::Verify(*g).ok());
+  std::map<std::string, int> kinds;
+  for (const ir::Region& r : g->regions()) ++kinds[r.kind];
+  EXPECT_EQ(kinds["qk_norm_rope_kv_write_attention"], 0);
+  EXPECT_EQ(kinds["qk_norm_rope_kv_write"], 48);
+  EXPECT_EQ(kinds["attention"], 48);
+}
+
 // The prefill pipeline keeps the MoE blocks' primitive regions (a grouped-GEMM form of the
 // fused kind is still to come).
 TEST(MoePipelineTest, PrefillKeepsThePrimitiveExperts) {
