@@ -134,11 +134,7 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   absl::StatusOr<planner::proto::ExecutionPlan> plan =
       planner::BuildExecutionPlan(model->config, *target, options, store.get());
   if (!plan.ok()) return plan.status();
-  if (store != nullptr && v.freeze && !store->misses().empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("freeze: ", store->misses().size(), " lookups found no measured tactic in ",
-                     v.tactic_cache, ", e.g. ", store->misses().front().ToString()));
-  }
+  if (store != nullptr) TP_RETURN_IF_ERROR(store->CheckFrozen());
   *out = new tileplan_plan{*std::move(plan)};
   return absl::OkStatus();
 }

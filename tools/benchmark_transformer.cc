@@ -391,11 +391,7 @@ absl::StatusOr<int> Run() {
   if (store != nullptr) {
     std::cerr << "tactic cache " << tactic_cache << ": "
               << tuner::DescribeLookups(lookups.records(), *store, device.ok()) << "\n";
-    if (absl::GetFlag(FLAGS_freeze) && !store->misses().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--freeze: ", store->misses().size(), " lookups found no measured tactic in ",
-          tactic_cache, ", e.g. ", store->misses().front().ToString()));
-    }
+    TP_RETURN_IF_ERROR(store->CheckFrozen());
   }
   if (!output.empty()) {
     TP_ASSIGN_OR_RETURN(const planner::PlanFormat format,

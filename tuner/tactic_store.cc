@@ -537,4 +537,12 @@ std::vector<TacticKey> TacticStore::misses() const {
   return std::vector<TacticKey>(misses_.begin(), misses_.end());
 }
 
+absl::Status TacticStore::CheckFrozen() const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.freeze || misses_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("frozen tactic store ", path_, ": ", misses_.size(),
+                   " lookups found no measured tactic, e.g. ", misses_.begin()->ToString()));
+}
+
 }  // namespace tileplan::tuner

@@ -124,6 +124,10 @@ class TacticStore final : public planner::TacticCache {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // With Options::freeze: every key Lookup has missed, sorted, each once. Thread-safe.
   std::vector<planner::TacticKey> misses() const;
+  // With Options::freeze and a miss: FailedPrecondition "frozen tactic store PATH: N lookups
+  // found no measured tactic, e.g. KEY" (what every caller that plans with --freeze reports);
+  // else OK. Thread-safe.
+  absl::Status CheckFrozen() const;
   const std::string& path() const { return path_; }
 
  private:

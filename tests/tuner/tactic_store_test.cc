@@ -305,10 +305,16 @@ TEST_F(TacticStoreTest, FreezeRecordsEveryMiss) {
   EXPECT_EQ(frozen->Lookup(b), std::nullopt);
   EXPECT_EQ(frozen->Lookup(b), std::nullopt);
   EXPECT_THAT(frozen->misses(), ElementsAre(c, b));  // sorted: 12080 before 13000
+  const absl::Status check = frozen->CheckFrozen();
+  EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(check.message(), HasSubstr(absl::StrCat("frozen tactic store ", path,
+                                                      ": 2 lookups found no measured tactic, "
+                                                      "e.g. ", c.ToString())));
 
   std::unique_ptr<TacticStore> unfrozen = MustOpen(path);
   EXPECT_EQ(unfrozen->Lookup(b), std::nullopt);
   EXPECT_THAT(unfrozen->misses(), IsEmpty());
+  EXPECT_TRUE(unfrozen->CheckFrozen().ok());
 }
 
 TEST_F(TacticStoreTest, ConcurrentWriterProcessesKeepEveryRecord) {
