@@ -3,13 +3,15 @@
 //   q, k, v = the heads of the packed qkv row of each new token
 //   cache rows positions[b, t] of kv head h receive rope(norm(k)) and v
 //   out = attention(rope(norm(q)), caches, positions)     (norm only with kNorm)
-// in one launch with the grid of attention_decode_split_kv.cuh: CTA (s, kvh, b) already
-// serves every query head of kv head kvh of sequence b, so it builds those queries itself
-// (normalized and rotated in float32, never rounded to T), and the CTA whose cache chunks
-// contain a new token's row writes that token's k and v rows of kv head kvh before it reads
-// its chunks. No other CTA reads those rows (each row belongs to one chunk and each chunk to
-// one split), and a __syncthreads makes the block's global writes visible to the block, so
-// the attention that follows is exactly the split-KV body, reading the caches as updated.
+// in one launch with the grid of attention_decode_split_kv.cuh: CTA (s, y, b) already
+// serves its part of the query heads of kv head kvh of sequence b, so it builds those queries
+// itself (normalized and rotated in float32, never rounded to T), and every CTA whose cache
+// chunks contain a new token's row writes that token's k and v rows of kv head kvh before it
+// reads its chunks. Only the CTAs of that split read those rows (each row belongs to one
+// chunk and each chunk to one split): with head_split > 1 they are the parts of one kv head,
+// each writing the same bytes (the same computation on the same inputs), so whichever write a
+// read meets it sees the updated row; a __syncthreads makes the block's own writes visible to
+// the block, so the attention that follows is exactly the split-KV body.
 //
 // The prologue is warp work items: the Q = tokens * group queries of the CTA, then one item
 // per token (its k and v rows, written only by the owning CTA). Positions and qkv heads are
@@ -38,8 +40,9 @@ namespace tileplan {
 // and sin; caches: [batch, kv_heads, capacity, kHeadDim], updated in place; out, workspace,
 // counters as attention_decode_split_kv.
 //
-// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
-// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
+// Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
+// memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
+// kv_heads / head_split (head_split a divisor of the group).
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim a multiple of 16 / sizeof(T)
 // and <= 256; kRopeVec divides kHeadDim / 2, and kRopeVec (2 * kRopeVec with kInterleaved)
 // divides qkv_stride and qkv's offset (rope_kv_write's vector); caches and out aligned to 16
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const long long bt = static_cast<long long>(b) * tokens + t;
       float* dst = q_s + item * kHeadDim;
       rope_head_apply<T, W, kHeadDim, kRopeVec, kNorm, kInterleaved>(
-          qkv + bt * qkv_stride + (kvh * group + g) * kHeadDim, inv_freq, positions[bt],
+          qkv + bt * qkv_stride + (cta.head0 + g) * kHeadDim, inv_freq, positions[bt],
           attention_factor, q_norm, eps, lane,
           [dst, log2e_scale](int i, const float(&lo)[kRopeVec], const float(&hi)[kRopeVec]) {
 #pragma unroll
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int t = item - num_q;
     const int bt = b * tokens + t;
     const int p = checked_cache_position(positions[bt], bt, capacity, error,
-                                         lane == 0 && split == 0 && kvh == 0);
+                                         lane == 0 && split == 0 && kvh == 0 && cta.part == 0);
     if (p < 0 || (p / kKvChunk) % kSplits != split) continue;
     bool overwritten = false;
     for (int later = t + 1; later < tokens; ++later) {

@@ -5,9 +5,12 @@
 // (window 0 = unlimited). Positions are read from device memory, so one launch shape (and
 // one CUDA Graph) serves every context length.
 //
-// CTA (s, kvh, b) owns the Q = tokens * group queries that read kv head kvh of sequence b
-// (group = q_heads / kv_heads) and the cache chunks c = s, s + kSplits, ... of kKvChunk rows
-// each, skipping rows no query can see; chunks past the longest context cost nothing. K and
+// CTA (s, y, b) owns the Q = tokens * group / head_split queries that read kv head kvh =
+// y / head_split of sequence b (group = q_heads / kv_heads; part y % head_split of the group,
+// head_split = gridDim.y / kv_heads, a divisor of the group: more CTAs per kv head when the
+// group is large and the kv heads few) and the cache chunks c = s, s + kSplits, ... of
+// kKvChunk rows each, skipping rows no query can see; chunks past the longest context cost
+// nothing. The parts of a kv head read its rows independently (the second from L2). K and
 // V rows are read once per pass over up to kQueries queries (more queries take more passes,
 // re-reading from L2). Inside a warp, aligned groups of kLanes = ceil_pow2(kHeadDim / kVec)
 // lanes each own one key at a time (a lane holds kVec = 16 / sizeof(T) dims), so a warp scores
@@ -17,9 +20,9 @@
 // (q . k * scale * log2(e)) so exp2f is the only exponential.
 //
 // With kSplits > 1 each CTA writes (o, m, l) per query to the workspace, and the last CTA of
-// (b, kvh) to finish (an atomic counter, re-armed to zero) merges the splits with
+// (b, kvh, part) to finish (an atomic counter, re-armed to zero) merges the splits with
 // log-sum-exp weights in one pass over them (a running max, rescaling the sums as it rises)
-// and writes the output: one launch per step.
+// and writes the output: one launch per step. Workspace and counters are per (b, kvh, part).
 //
 // The body after the queries are staged (split_kv_attend) is shared with
 // attention_decode_rope.cuh, whose CTAs stage RoPE-rotated queries and write the new cache
@@ -74,8 +77,9 @@ __device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* 
   const int p = load_cg(positions + blockIdx.z * tokens + tokens - 1);
   const int rows = min(kKvChunk, min(capacity - 1, p) - first + 1);
   if (rows <= 0) return;
+  const int kvh = blockIdx.y / (gridDim.y / kv_heads);
   const long long base =
-      ((static_cast<long long>(blockIdx.z) * kv_heads + blockIdx.y) * capacity + first) * kHeadDim;
+      ((static_cast<long long>(blockIdx.z) * kv_heads + kvh) * capacity + first) * kHeadDim;
   for (int i = threadIdx.x; i < 2 * rows * kRowLines; i += blockDim.x) {
     const int line = i % (rows * kRowLines);
     const T* cache = i < rows * kRowLines ? k_cache : v_cache;
@@ -83,26 +87,33 @@ __device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* 
   }
 }
 
-// CTA (split, kvh, b) of the split-KV grid and the queries it serves: the group of q heads
-// that read kv head kvh, for every new token of sequence b.
+// CTA (split, y, b) of the split-KV grid and the queries it serves: part y % head_split of
+// the group of q heads that read kv head kvh = y / head_split, for every new token of
+// sequence b (head_split = gridDim.y / kv_heads).
 struct SplitKvCta {
   int split, kvh, b;
-  int group;  // q heads per kv head
+  int part;   // which head_split-th of the group
+  int group;  // q heads per CTA: q_heads / kv_heads / head_split
+  int head0;  // the first of them
   int num_q;  // tokens * group
+  int pair;   // this CTA's (b, kvh, part): its workspace slice and counter
   __device__ SplitKvCta(int tokens, int q_heads, int kv_heads)
       : split(blockIdx.x),
-        kvh(blockIdx.y),
+        kvh(blockIdx.y / (gridDim.y / kv_heads)),
         b(blockIdx.z),
-        group(q_heads / kv_heads),
-        num_q(tokens * (q_heads / kv_heads)) {}
+        part(blockIdx.y % (gridDim.y / kv_heads)),
+        group(q_heads / static_cast<int>(gridDim.y)),
+        head0(kvh * (q_heads / kv_heads) + part * (q_heads / static_cast<int>(gridDim.y))),
+        num_q(tokens * (q_heads / static_cast<int>(gridDim.y))),
+        pair(blockIdx.z * gridDim.y + blockIdx.y) {}
 };
 
-// The split-KV attention of CTA (split, kvh, b) once its queries are staged: q_s holds the
-// num_q = tokens * group queries of kv head kvh (query qi = t * group + g is q head
-// kvh * group + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
+// The split-KV attention of CTA (split, y, b) once its queries are staged: q_s holds the
+// num_q = tokens * group queries of its part of kv head kvh (query qi = t * group + g is q
+// head head0 + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
 // s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
 // q_s. With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and
-// the last CTA of (b, kvh) merges them into out. The caches are plain pointers: a kernel may
+// the last CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
 // __syncthreads), so their loads must not take the read-only data path.
 // REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
@@ -123,6 +134,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
   const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  const int head0 = cta.head0;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int slot = lane / kLanes;
@@ -241,7 +253,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   __syncthreads();
 
   // Merge the warps: this CTA's (o, m, l) per query and dim.
-  const int pair = b * kv_heads + kvh;
+  const int pair = cta.pair;
   float* ws =
       kSplits > 1 ? workspace + static_cast<long long>(pair) * kSplits * num_q * kPart : nullptr;
   for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
@@ -254,7 +266,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
     }
     if constexpr (kSplits == 1) {
       const int t = qi / group, g = qi % group;
-      out[((static_cast<long long>(b) * tokens + t) * q_heads + kvh * group + g) * kHeadDim + d] =
+      out[((static_cast<long long>(b) * tokens + t) * q_heads + head0 + g) * kHeadDim + d] =
           from_float<T>(sum > 0.f ? acc / sum : 0.f);
     } else {
       float* slot_out = ws + (static_cast<long long>(split) * num_q + qi) * kPart;
@@ -279,7 +291,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
                             load_cg(part + d));
       }
       const int t = qi / group, g = qi % group;
-      out[((static_cast<long long>(b) * tokens + t) * q_heads + kvh * group + g) * kHeadDim + d] =
+      out[((static_cast<long long>(b) * tokens + t) * q_heads + head0 + g) * kHeadDim + d] =
           from_float<T>(sum > 0.f ? acc / sum : 0.f);
     }
     if (threadIdx.x == 0) counters[pair] = 0u;
@@ -289,13 +301,14 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
 // out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
 // kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
-// batch * kv_heads * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1, else null):
-// batch * kv_heads unsigned completion counters, zero before the first launch and left zero
+// batch * kv_heads * head_split * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1,
+// else null): batch * kv_heads * head_split unsigned completion counters, zero before the first launch and left zero
 // by every launch. A position outside [0, capacity) gives a zero output row.
 //
-// Launch: grid (kSplits, kv_heads, batch), block 32 * kWarps, dynamic shared memory
-// (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes.
-// REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim % kVec == 0; q_stride % kVec
+// Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
+// memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
+// kv_heads / head_split. REQUIRES: tokens <= 16; head_split divides q_heads / kv_heads;
+// kHeadDim % kVec == 0; q_stride % kVec
 // == 0; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -309,7 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
 
   const SplitKvCta cta(tokens, q_heads, kv_heads);
-  const int kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
+  const int b = cta.b, group = cta.group, num_q = cta.num_q;
   float* q_s = smem;  // [num_q][kHeadDim], scaled
 
   // The position loads go out first and the q loads right after, before anything waits.
@@ -321,7 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int t = qi / group, g = qi % group;
     float v[kVec];
     load_floats<T, kVec>(
-        q + (static_cast<long long>(b) * tokens + t) * q_stride + (kvh * group + g) * kHeadDim + d,
+        q + (static_cast<long long>(b) * tokens + t) * q_stride + (cta.head0 + g) * kHeadDim + d,
         v);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) q_s[qi * kHeadDim + d + e] = v[e] * log2e_scale;

@@ -73,9 +73,11 @@ std::vector<Case> AttentionDecodeSplitKvCases() {
     c.family = "attention_decode";
     c.context = 300;
     c.ints["positions"] = {250, 37};
-    c.tactics = {{{"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
-                 {{"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
-                 {{"kv_chunk", 128}, {"splits", 2}, {"warps", 8}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 2}, {"warps", 8}},
+                 {{"head_split", 2}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"head_split", 4}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -94,7 +96,7 @@ std::vector<Case> AttentionDecodeSeveralTokensAndHeadDimsCases() {
     c.family = "attention_decode";
     c.context = 180;
     c.ints["positions"] = Iota(s.tokens, 180 - s.tokens);
-    c.tactics = {{{"kv_chunk", 64}, {"splits", 3}, {"warps", 4}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 3}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -260,10 +262,11 @@ std::vector<Case> RopeKvWriteAttentionQwen3ContextsCases() {
     c.family = "attention_decode";
     c.context = context;
     c.ints["positions"] = {context - 1};
-    c.tactics = {{{"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
-                 {{"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
-                 {{"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
-                 {{"kv_chunk", 256}, {"splits", 3}, {"warps", 4}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                 {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
+                 {{"head_split", 1}, {"kv_chunk", 256}, {"splits", 3}, {"warps", 4}},
+                 {{"head_split", 2}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -286,10 +289,10 @@ std::vector<Case> RopeKvWriteAttentionTwoTokensAcrossChunksCases() {
     c.family = "attention_decode";
     c.context = 600;
     c.ints["positions"] = {63, 64, 598, 599};
-    c.tactics = {{{"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
-                 {{"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
-                 {{"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
-                 {{"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
+                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -316,8 +319,8 @@ std::vector<Case> RopeKvWriteAttentionDtypesAndViewsCases() {
     c.family = "attention_decode";
     c.context = 37;
     c.ints["positions"] = {0, 36};
-    c.tactics = {{{"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
-                 {{"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
     cases.push_back(std::move(c));
   }
   return cases;
@@ -335,10 +338,47 @@ std::vector<Case> RopeKvWriteAttentionYarnInterleavedCases() {
     c.family = "attention_decode";
     c.context = 130;
     c.ints["positions"] = {63, 64, 128, 129};
-    c.tactics = {{{"kv_chunk", 32}, {"splits", 3}, {"warps", 4}},
-                 {{"kv_chunk", 64}, {"splits", 1}, {"warps", 2}}};
+    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 4}},
+                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 2}}};
     cases.push_back(std::move(c));
   }
+  return cases;
+}
+
+// A GQA group of 8 over 4 kv heads (Qwen3-30B-A3B's attention: 32 q heads, head_dim 128,
+// QK-norm) split among 1, 2, 4 and 8 CTAs per kv head, the plain kind and the fused one; for
+// the fused kind also two tokens per sequence across chunks, so the parts of a kv head that
+// share a split each write the same new rows before they read them.
+std::vector<Case> AttentionDecodeHeadSplitCases() {
+  std::vector<Case> cases;
+  std::vector<Params> tactics;
+  for (int head_split : {1, 2, 4, 8}) {
+    tactics.push_back({{"head_split", head_split}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 8}});
+    tactics.push_back({{"head_split", head_split}, {"kv_chunk", 64}, {"splits", 3}, {"warps", 2}});
+  }
+  for (int context : {37, 600}) {
+    Case plain;
+    plain.graph = AttentionGraph(2, 1, 32, 4, 640, 128, "bf16", 0);
+    plain.family = "attention_decode";
+    plain.context = context;
+    plain.ints["positions"] = {context - 1, context / 2};
+    plain.tactics = tactics;
+    cases.push_back(std::move(plain));
+    Case fused;
+    fused.graph = RopeAttentionGraph(true, 1, 1, 32, 4, 640, 128, "bf16", 0, kQwenRope);
+    fused.family = "attention_decode";
+    fused.context = context;
+    fused.ints["positions"] = {context - 1};
+    fused.tactics = tactics;
+    cases.push_back(std::move(fused));
+  }
+  Case across;
+  across.graph = RopeAttentionGraph(true, 2, 2, 16, 2, 640, 128, "bf16", 0, kQwenRope);
+  across.family = "attention_decode";
+  across.context = 600;
+  across.ints["positions"] = {63, 64, 598, 599};
+  across.tactics = tactics;
+  cases.push_back(std::move(across));
   return cases;
 }
 
@@ -355,6 +395,7 @@ std::vector<CaseGroup> AttentionCaseGroups() {
        RopeKvWriteAttentionTwoTokensAcrossChunksCases()},
       {"RopeKvWriteAttentionDtypesAndViews", RopeKvWriteAttentionDtypesAndViewsCases()},
       {"RopeKvWriteAttentionYarnInterleaved", RopeKvWriteAttentionYarnInterleavedCases()},
+      {"AttentionDecodeHeadSplit", AttentionDecodeHeadSplitCases()},
   };
 }
 
