@@ -194,8 +194,8 @@ class Model:
 
     forward and generate take token ids as a torch tensor (on this GPU or the host) or a numpy
     array, [T] or [B, T], and return the same kind: a torch tensor on the GPU when given one
-    (the work enqueued on torch's current stream, results written in place through DLPack),
-    numpy arrays otherwise. Both wait for their work and raise tileplan.Error for what the
+    (the work enqueued on torch's current stream, results written in place through DLPack), a
+    torch tensor on the host for one on the host, a numpy array for a numpy array. Both wait for their work and raise tileplan.Error for what the
     kernels reject (a token id outside the vocabulary) unless `sync=False`; then call
     synchronize() to see such errors."""
 
