@@ -77,6 +77,17 @@ std::vector<int64_t> List(const int64_t* values, size_t n) {
   return std::vector<int64_t>(values, values + n);
 }
 
+// A size-versioned parameter struct as this library reads it: the fields the caller's
+// struct_size covers, `init`'s defaults for the ones it predates.
+template <typename Options>
+Options WithDefaults(const Options& given, void (*init)(Options*)) {
+  Options v;
+  init(&v);
+  std::memcpy(&v, &given, std::min(given.struct_size, sizeof(v)));
+  v.struct_size = sizeof(v);
+  return v;
+}
+
 absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   if (o.struct_size < offsetof(tileplan_plan_options, model) + sizeof(o.model)) {
     return absl::InvalidArgumentError(absl::StrCat("options.struct_size ", o.struct_size,
@@ -86,10 +97,7 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   if (o.model == nullptr || o.model[0] == '\0') {
     return absl::InvalidArgumentError("options.model is required");
   }
-  tileplan_plan_options v;  // the caller's fields, defaults for the ones it predates
-  tileplan_plan_options_init(&v);
-  std::memcpy(&v, &o, std::min(o.struct_size, sizeof(v)));
-  v.struct_size = sizeof(v);
+  const tileplan_plan_options v = WithDefaults(o, tileplan_plan_options_init);
   if (v.batch < 0 || v.max_context < 0) {
     return absl::InvalidArgumentError("options.batch and options.max_context must not be negative");
   }
@@ -173,10 +181,7 @@ absl::Status CreateRuntime(const tileplan_plan& plan, const tileplan_runtime_opt
     return absl::InvalidArgumentError(
         "options.struct_size is 0 (call tileplan_runtime_options_init)");
   }
-  tileplan_runtime_options v;  // the caller's fields, defaults for the ones it predates
-  tileplan_runtime_options_init(&v);
-  std::memcpy(&v, &o, std::min(o.struct_size, sizeof(v)));
-  v.struct_size = sizeof(v);
+  const tileplan_runtime_options v = WithDefaults(o, tileplan_runtime_options_init);
   std::unique_ptr<models::Checkpoint> checkpoint;
   if (v.checkpoint != nullptr && v.checkpoint[0] != '\0') {
     std::filesystem::path dir = v.checkpoint;

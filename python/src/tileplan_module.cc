@@ -32,6 +32,17 @@ void Check(tileplan_status* s) {
   throw nb::python_error();
 }
 
+// Runs `call` (a C API call returning a status) without the GIL, then raises its error.
+template <typename Call>
+void CheckWithoutGil(Call call) {
+  tileplan_status* s;
+  {
+    nb::gil_scoped_release release;
+    s = call();
+  }
+  Check(s);
+}
+
 class Plan {
  public:
   explicit Plan(tileplan_plan* plan) : plan_(plan) {}
@@ -75,12 +86,7 @@ Plan* CreatePlan(const std::string& model, const std::optional<std::string>& tar
   o.tactic_cache = tactic_cache ? tactic_cache->c_str() : nullptr;
   o.freeze = freeze ? 1 : 0;
   tileplan_plan* plan = nullptr;
-  tileplan_status* s;
-  {
-    nb::gil_scoped_release release;
-    s = tileplan_plan_create(&o, &plan);
-  }
-  Check(s);
+  CheckWithoutGil([&] { return tileplan_plan_create(&o, &plan); });
   return new Plan(plan);
 }
 
@@ -104,20 +110,15 @@ tileplan_stream Stream(uintptr_t s) { return reinterpret_cast<tileplan_stream>(s
 
 class Runtime {
  public:
-  Runtime(const Plan& plan, const std::optional<std::string>& checkpoint, uint64_t seed,
-          int device, bool host_launches) {
+  Runtime(const Plan& plan, const std::optional<std::string>& checkpoint, uint64_t seed, int device,
+          bool host_launches) {
     tileplan_runtime_options o;
     tileplan_runtime_options_init(&o);
     o.checkpoint = checkpoint ? checkpoint->c_str() : nullptr;
     o.seed = seed;
     o.device = device;
     o.host_launches = host_launches ? 1 : 0;
-    tileplan_status* s;
-    {
-      nb::gil_scoped_release release;
-      s = tileplan_runtime_create(plan.get(), &o, &rt_);
-    }
-    Check(s);
+    CheckWithoutGil([&] { return tileplan_runtime_create(plan.get(), &o, &rt_); });
   }
   ~Runtime() { tileplan_runtime_free(rt_); }
   Runtime(const Runtime&) = delete;
@@ -133,12 +134,8 @@ class Runtime {
     float* l = logits ? Data<float>(*logits, "logits") : nullptr;
     Need(tokens, batch * num_tokens, "tokens");
     if (logits) Need(*logits, batch * vocab_size(), "logits", /*at_least=*/true);
-    tileplan_status* s;
-    {
-      nb::gil_scoped_release release;
-      s = tileplan_runtime_prefill(rt_, Stream(stream), t, batch, num_tokens, l);
-    }
-    Check(s);
+    CheckWithoutGil(
+        [&] { return tileplan_runtime_prefill(rt_, Stream(stream), t, batch, num_tokens, l); });
   }
   void Decode(uintptr_t stream, const Array& tokens, const Array& positions, int64_t batch,
               const Array& logits) {
@@ -148,12 +145,7 @@ class Runtime {
     Need(tokens, batch, "tokens");
     Need(positions, batch, "positions");
     Need(logits, batch * vocab_size(), "logits");
-    tileplan_status* s;
-    {
-      nb::gil_scoped_release release;
-      s = tileplan_runtime_decode(rt_, Stream(stream), t, p, batch, l);
-    }
-    Check(s);
+    CheckWithoutGil([&] { return tileplan_runtime_decode(rt_, Stream(stream), t, p, batch, l); });
   }
   void Generate(uintptr_t stream, const Array& prompts, int64_t batch, int64_t num_tokens,
                 int64_t new_tokens, const Array& out) {
@@ -161,20 +153,12 @@ class Runtime {
     int32_t* o = Data<int32_t>(out, "out");
     Need(prompts, batch * num_tokens, "prompts");
     Need(out, batch * new_tokens, "out");
-    tileplan_status* s;
-    {
-      nb::gil_scoped_release release;
-      s = tileplan_runtime_generate(rt_, Stream(stream), p, batch, num_tokens, new_tokens, o);
-    }
-    Check(s);
+    CheckWithoutGil([&] {
+      return tileplan_runtime_generate(rt_, Stream(stream), p, batch, num_tokens, new_tokens, o);
+    });
   }
   void Synchronize(uintptr_t stream) {
-    tileplan_status* s;
-    {
-      nb::gil_scoped_release release;
-      s = tileplan_runtime_synchronize(rt_, Stream(stream));
-    }
-    Check(s);
+    CheckWithoutGil([&] { return tileplan_runtime_synchronize(rt_, Stream(stream)); });
   }
 
  private:
@@ -212,10 +196,9 @@ NB_MODULE(_tileplan, m) {
       .def("phase_name", &Plan::phase_name)
       .def("phase_launches", &Plan::phase_launches)
       .def("phase_estimated_us", &Plan::phase_estimated_us);
-  m.def("plan_create", &CreatePlan, nb::arg("model"), nb::arg("target").none(),
-        nb::arg("prefill"), nb::arg("decode"), nb::arg("batch"), nb::arg("max_context"),
-        nb::arg("last_token_logits"), nb::arg("tactic_cache").none(), nb::arg("freeze"),
-        nb::rv_policy::take_ownership);
+  m.def("plan_create", &CreatePlan, nb::arg("model"), nb::arg("target").none(), nb::arg("prefill"),
+        nb::arg("decode"), nb::arg("batch"), nb::arg("max_context"), nb::arg("last_token_logits"),
+        nb::arg("tactic_cache").none(), nb::arg("freeze"), nb::rv_policy::take_ownership);
 
   nb::class_<Runtime>(m, "Runtime")
       .def(nb::init<const Plan&, const std::optional<std::string>&, uint64_t, int, bool>(),

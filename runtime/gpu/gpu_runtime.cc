@@ -149,8 +149,8 @@ struct GpuRuntime::Impl {
         spitch = c.width;
         at += c.width * c.height;
       }
-      TP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dpitch, src, spitch, c.width, c.height,
-                                                cudaMemcpyDefault, s));
+      TP_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy2DAsync(c.dst, c.dpitch, src, spitch, c.width, c.height, cudaMemcpyDefault, s));
     }
     if (host_bytes > 0) TP_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_ready, s));
     return absl::OkStatus();
@@ -286,17 +286,26 @@ struct GpuRuntime::Impl {
       TP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.tokens_in, 0, pos.size() * 4, s));
     }
     const size_t row = static_cast<size_t>(t) * 4;
-    return Upload(s, {{p.tokens_in + (p.last_token_logits ? pad : 0),
-                       static_cast<size_t>(p.tokens) * 4, tokens, row, row,
-                       static_cast<size_t>(batch), host},
-                      {p.positions_in, pos.size() * 4, pos.data(), pos.size() * 4, pos.size() * 4,
-                       1, true}});
+    return Upload(
+        s, {{p.tokens_in + (p.last_token_logits ? pad : 0), static_cast<size_t>(p.tokens) * 4,
+             tokens, row, row, static_cast<size_t>(batch), host},
+            {p.positions_in, pos.size() * 4, pos.data(), pos.size() * 4, pos.size() * 4, 1, true}});
+  }
+
+  // Enqueues a decode step's inputs: tokens and positions [batch] (`host_*`: in host memory).
+  absl::Status WriteDecodeInputs(cudaStream_t s, Program& p, const int32_t* tokens,
+                                 bool host_tokens, const int32_t* positions, bool host_positions,
+                                 int64_t batch) {
+    TP_RETURN_IF_ERROR(Activate(p, s));
+    const size_t bytes = static_cast<size_t>(batch) * 4;
+    return Upload(s, {{p.tokens_in, bytes, tokens, bytes, bytes, 1, host_tokens},
+                      {p.positions_in, bytes, positions, bytes, bytes, 1, host_positions}});
   }
 
   absl::Status CheckPrompts(int64_t tokens, int64_t batch) {
     if (batch <= 0 || tokens <= 0 || tokens % batch != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(tokens, " prompt tokens are not ",
-                                                     "a non-zero multiple of batch ", batch));
+      return absl::InvalidArgumentError(
+          absl::StrCat(tokens, " prompt tokens are not ", "a non-zero multiple of batch ", batch));
     }
     return absl::OkStatus();
   }
@@ -466,10 +475,9 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
   TP_RETURN_IF_ERROR(impl->CompileAll(info));
   for (const auto& p : impl->programs) {
     if (p->decode) {
-      TP_ASSIGN_OR_RETURN(impl->first_logits,
-                          device::DeviceBuffer::Allocate(
-                              device, layout.max_decode_batch * impl->Vocab() *
-                                          static_cast<int64_t>(sizeof(float))));
+      TP_ASSIGN_OR_RETURN(impl->first_logits, device::DeviceBuffer::Allocate(
+                                                  device, layout.max_decode_batch * impl->Vocab() *
+                                                              static_cast<int64_t>(sizeof(float))));
       break;
     }
   }
@@ -572,12 +580,8 @@ absl::Status GpuRuntime::EnqueueDecode(cudaStream_t stream, const int32_t* token
       }
     }
   }
-  TP_RETURN_IF_ERROR(impl_->Activate(*p, stream));
-  const size_t bytes = static_cast<size_t>(batch) * 4;
-  TP_RETURN_IF_ERROR(
-      impl_->Upload(stream, {{p->tokens_in, bytes, tokens, bytes, bytes, 1, !device_tokens},
-                             {p->positions_in, bytes, positions, bytes, bytes, 1,
-                              !device_positions}}));
+  TP_RETURN_IF_ERROR(impl_->WriteDecodeInputs(stream, *p, tokens, !device_tokens, positions,
+                                              !device_positions, batch));
   TP_RETURN_IF_ERROR(impl_->Run(*p, stream));
   TP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, p->logits,
                                           static_cast<size_t>(batch * vocab_size()) * sizeof(float),
@@ -586,9 +590,8 @@ absl::Status GpuRuntime::EnqueueDecode(cudaStream_t stream, const int32_t* token
   return absl::OkStatus();
 }
 
-absl::Status GpuRuntime::EnqueueGenerate(cudaStream_t stream, const int32_t* prompts,
-                                         int64_t batch, int64_t prompt_tokens, int new_tokens,
-                                         int32_t* out) {
+absl::Status GpuRuntime::EnqueueGenerate(cudaStream_t stream, const int32_t* prompts, int64_t batch,
+                                         int64_t prompt_tokens, int new_tokens, int32_t* out) {
   TP_RETURN_IF_ERROR(impl_->device->MakeCurrent());
   const int64_t t = prompt_tokens;
   TP_ASSIGN_OR_RETURN(Program * prefill, impl_->CheckedPrefill(prompts, batch, t));
@@ -602,11 +605,10 @@ absl::Status GpuRuntime::EnqueueGenerate(cudaStream_t stream, const int32_t* pro
                      t + new_tokens - 1, " KV-cache rows per sequence; the cache has ",
                      max_context(), " (plan with a larger --max-context)"));
   }
-  absl::StatusOr<Program*> decode = impl_->DecodeProgram(batch);
-  if (!decode.ok()) return decode.status();
+  TP_ASSIGN_OR_RETURN(Program * decode, impl_->DecodeProgram(batch));
   TP_ASSIGN_OR_RETURN(const bool device_prompts, impl_->OnDevice(prompts, "the prompt tokens"));
   TP_ASSIGN_OR_RETURN(const bool device_out, impl_->OnDevice(out, "the output tokens"));
-  Program& d = **decode;
+  Program& d = *decode;
   const size_t vocab = static_cast<size_t>(vocab_size());
   const size_t b = static_cast<size_t>(batch);
 
@@ -652,8 +654,7 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimePrefill(const std::vector<in
   TP_RETURN_IF_ERROR(impl_->CheckPrompts(static_cast<int64_t>(tokens.size()), batch));
   const int64_t t = static_cast<int64_t>(tokens.size()) / batch;
   TP_ASSIGN_OR_RETURN(Program * p, impl_->CheckedPrefill(tokens.data(), batch, t));
-  TP_RETURN_IF_ERROR(
-      impl_->WritePrefillInputs(impl_->stream, *p, tokens.data(), true, batch, t));
+  TP_RETURN_IF_ERROR(impl_->WritePrefillInputs(impl_->stream, *p, tokens.data(), true, batch, t));
   TP_RETURN_IF_ERROR(impl_->Finish());
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));
@@ -670,11 +671,8 @@ absl::StatusOr<std::vector<double>> GpuRuntime::TimeDecode(int64_t batch, int64_
   const std::vector<int32_t> tokens(static_cast<size_t>(batch), 1);
   const std::vector<int32_t> positions(static_cast<size_t>(batch),
                                        static_cast<int32_t>(context - 1));
-  const size_t bytes = tokens.size() * 4;
-  TP_RETURN_IF_ERROR(impl_->Activate(*p, impl_->stream));
-  TP_RETURN_IF_ERROR(impl_->Upload(
-      impl_->stream, {{p->tokens_in, bytes, tokens.data(), bytes, bytes, 1, true},
-                      {p->positions_in, bytes, positions.data(), bytes, bytes, 1, true}}));
+  TP_RETURN_IF_ERROR(impl_->WriteDecodeInputs(impl_->stream, *p, tokens.data(), true,
+                                              positions.data(), true, batch));
   TP_RETURN_IF_ERROR(impl_->Finish());
   std::vector<double> ms;
   TP_RETURN_IF_ERROR(impl_->TimedRuns(*p, false, warmup, iterations, ms));

@@ -125,6 +125,27 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
                                        {"sm_120", 64, 64, 2, 4},
                                        {"default", 64, 64, 1, 4}};
 
+// The split-KV decode grid's dynamic shared memory: a CTA's `queries` in float, plus each
+// warp's (max, sum, accumulator) per query.
+int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps) {
+  return queries * head_dim * 4 + warps * queries * (head_dim + 2) * 4;
+}
+
+// The tactic's head_split and the queries of one split-KV CTA (T · Hq/Hkv / head_split); an
+// error when head_split does not divide the group.
+struct SplitKvGroup {
+  int64_t head_split = 1;
+  int64_t queries = 0;
+};
+absl::StatusOr<SplitKvGroup> SplitKvGroupOf(LaunchBuilder& b, int64_t tokens, int64_t q_heads,
+                                            int64_t kv_heads) {
+  TP_ASSIGN_OR_RETURN(const int64_t head_split, b.Param("head_split"));
+  if (head_split < 1 || (q_heads / kv_heads) % head_split != 0) {
+    return b.Error("head_split ", head_split, " does not divide the group of ", q_heads / kv_heads);
+  }
+  return SplitKvGroup{head_split, tokens * (q_heads / kv_heads / head_split)};
+}
+
 // attention on the split-KV decode grid (`decode`) or the flash prefill grid.
 absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tactic& t,
                                                const RegionBuffers* buffers, bool decode) {
@@ -170,23 +191,18 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
     TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
     TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
     TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
-    TP_ASSIGN_OR_RETURN(const int64_t head_split, b.Param("head_split"));
     if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
-    if (head_split < 1 || (q_heads / kv_heads) % head_split != 0) {
-      return b.Error("head_split ", head_split, " does not divide the group of ",
-                     q_heads / kv_heads);
-    }
-    const int64_t queries = tokens * (q_heads / kv_heads / head_split);
+    TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
     TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
                         b.SplitBuffers(splits, "split-KV"));
     p.workspace = static_cast<float*>(split.workspace);
     p.counters = static_cast<unsigned int*>(split.counters);
-    b.Launch(
-        "attention_decode_split_kv.cuh",
-        absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk, ", ",
-                     splits, ", ", warps, ", ", std::min<int64_t>(8, NextPowerOfTwo(queries)), ">"),
-        {splits, kv_heads * head_split, batch}, {32 * warps, 1, 1},
-        (queries * dim + warps * queries * (dim + 2)) * 4, p);
+    b.Launch("attention_decode_split_kv.cuh",
+             absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk,
+                          ", ", splits, ", ", warps, ", ",
+                          std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ">"),
+             {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
+             SplitKvSharedMemory(group.queries, dim, warps), p);
     return std::move(b).Finish();
   }
   TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
@@ -220,7 +236,6 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
   TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
   TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
-  TP_ASSIGN_OR_RETURN(const int64_t head_split, b.Param("head_split"));
   const bool norm = r.kind() == "qk_norm_rope_kv_write_attention";
   const int k_index = norm ? 3 : 1;
   const int positions = k_index + 2;
@@ -241,9 +256,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
     return b.Error("query heads ", q_heads, " are not a multiple of kv heads ", kv_heads);
   }
   if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
-  if (head_split < 1 || (q_heads / kv_heads) % head_split != 0) {
-    return b.Error("head_split ", head_split, " does not divide the group of ", q_heads / kv_heads);
-  }
+  TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
   const int64_t es = ir::DTypeSize(dtype);
   if ((dim * es) % 16 != 0 || dim > 256) {
     return b.Error("head dim ", dim, " must be whole 16-byte vectors, at most 256");
@@ -294,14 +307,13 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   p.scale = static_cast<float>(scale);
   p.window = static_cast<int>(window);
   p.error = b.error();
-  const int64_t queries = tokens * (q_heads / kv_heads / head_split);
   b.Launch("attention_decode_rope.cuh",
            absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
                         kv_chunk, ", ", splits, ", ", warps, ", ",
-                        std::min<int64_t>(8, NextPowerOfTwo(queries)), ", ", rope_vec, ", ",
+                        std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", rope_vec, ", ",
                         norm ? "true" : "false", ", ", rope->interleaved ? "true" : "false", ">"),
-           {splits, kv_heads * head_split, batch}, {32 * warps, 1, 1},
-           (queries * dim + warps * queries * (dim + 2)) * 4, p);
+           {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
+           SplitKvSharedMemory(group.queries, dim, warps), p);
   return std::move(b).Finish();
 }
 
@@ -516,8 +528,8 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     // Per (b, kv head, part) and split, the part's queries' partials.
     const int64_t head_split = t.params.at("head_split");
     const int64_t pairs = s.batch * s.kv_heads * head_split;
-    return pairs * t.params.at("splits") * s.tokens * (s.group() / head_split) *
-           (s.head_dim + 2) * 4;
+    const int64_t queries = s.tokens * (s.group() / head_split);
+    return pairs * t.params.at("splits") * queries * (s.head_dim + 2) * 4;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
@@ -616,10 +628,8 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   }
 
  private:
-  // The CTA's queries in float, plus each warp's (max, sum, accumulator) per query.
   static int64_t SharedMemory(int64_t warps, int64_t head_split, const AttentionShape& s) {
-    const int64_t queries = s.tokens * (s.group() / head_split);
-    return queries * s.head_dim * 4 + warps * queries * (s.head_dim + 2) * 4;
+    return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps);
   }
 };
 
