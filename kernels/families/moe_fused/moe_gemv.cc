@@ -1,10 +1,11 @@
 // moe_gemv: the fused MoE block (moe) of a decode step, B·T <= 16 tokens, in three launches
 // (moe_gemv.cuh): the router GEMV (its warps splitting H) whose last CTA runs the top-k and
 // builds the routing table, the gate/up GEMV with SiLU·mul over the distinct selected experts
-// and the shared MLP, and the down GEMV, split over the slots, that weights, sums and adds the
-// shared MLP and the residual. The routing stays in device memory, so a decode CUDA Graph
-// replays with new routing. Version 2 (version 1's router warps each took their own experts
-// and its down projection ran unsplit: slower than the unfused steps on the H200).
+// and the shared MLP, and the down GEMV whose CTA's threads share the slots' rows and that
+// weights, sums and adds the shared MLP and the residual. The routing stays in device memory,
+// so a decode CUDA Graph replays with new routing. Version 3 (version 2's down GEMV gave each
+// warp its own rows and split the slots over CTAs, summing the splits through the workspace:
+// half the memory's rate on the H200; version 1's router warps each took their own experts).
 #include <algorithm>
 #include <string>
 
@@ -66,6 +67,7 @@ constexpr int64_t kMaxExperts = 32 * 32;
 constexpr int64_t kMaxTopK = 32;
 constexpr int64_t kMaxGroups = 32;
 constexpr int64_t kMaxRowsPerWarp = 8;
+constexpr int64_t kMaxDownRows = 32;
 // The router's experts per CTA (its warps share them) and the down projection's splits.
 constexpr int64_t kMaxRouterRows = 16;
 constexpr int64_t kMaxDownSplits = 16;
@@ -308,7 +310,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
  public:
   MoeGemvFamily()
       : TemplateFamilyBase(
-            "moe_gemv", 2, {"moe"},
+            "moe_gemv", 3, {"moe"},
             {"down_rows", "down_splits", "gate_rows", "router_rows", "threads", "vec"}) {}
 
   // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).
@@ -399,33 +401,31 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     const MoeShape s = ShapeOf(r);
     const int64_t warps = row.threads / 32;
     // The router: one expert per CTA (its warps split H) while the grid stays within two
-    // CTAs per SM; the down projection: one split per slot a step fills (the shared MLP's
-    // too), up to kMaxDownSplits.
+    // CTAs per SM; the down projection unsplit (its CTA's warps already share the slots).
     int64_t router_rows = 1;
     while (router_rows < kMaxRouterRows &&
            CeilDiv(s.experts, router_rows) > 2 * target.sm_count()) {
       router_rows *= 2;
     }
-    Tactic t =
-        MakeTactic({{"down_rows", row.down_rows},
-                    {"down_splits", std::min(s.max_slots() + (s.shared ? 1 : 0), kMaxDownSplits)},
-                    {"gate_rows", row.gate_rows},
-                    {"router_rows", router_rows},
-                    {"threads", row.threads},
-                    {"vec", MoeVec(r)}});
-    // Fewer rows per CTA, down to one per warp, while a grid leaves SMs idle.
+    Tactic t = MakeTactic({{"down_rows", row.down_rows},
+                           {"down_splits", 1},
+                           {"gate_rows", row.gate_rows},
+                           {"router_rows", router_rows},
+                           {"threads", row.threads},
+                           {"vec", MoeVec(r)}});
+    // Fewer rows per CTA, down to one per warp, while the gate/up grid leaves SMs idle, and
+    // down to one while the down grid has fewer than two CTAs per SM.
     while (t.params["gate_rows"] > warps && GateUpCtas(s, t) < target.sm_count()) {
       t.params["gate_rows"] /= 2;
     }
-    while (t.params["down_rows"] > warps &&
-           DownTiles(s, t) * t.params["down_splits"] < target.sm_count()) {
+    while (t.params["down_rows"] > 1 && DownTiles(s, t) < 2 * target.sm_count()) {
       t.params["down_rows"] /= 2;
     }
     return t;
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
                                      const TargetDescription&) const override {
-    return {{"down_rows", {4, 8, 16, 32}}, {"down_splits", {1, 2, 4, 8, 16}},
+    return {{"down_rows", {2, 4, 8, 16}},  {"down_splits", {1, 2, 4, 8, 16}},
             {"gate_rows", {4, 8, 16, 32}}, {"router_rows", {1, 4, 16}},
             {"threads", {128, 256}},       {"vec", {MoeVec(r)}}};
   }
@@ -445,13 +445,17 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     if (splits < 1 || splits > kMaxDownSplits) {
       return BadParam("down_splits", splits, absl::StrCat("1 to ", kMaxDownSplits));
     }
-    for (const char* name : {"gate_rows", "down_rows"}) {
-      const int64_t rows = t.params.at(name);
-      if (!IsPowerOfTwo(rows) || rows % warps != 0 || rows / warps > kMaxRowsPerWarp) {
-        return BadParam(name, rows,
-                        absl::StrCat("a power of two holding 1 to ", kMaxRowsPerWarp,
-                                     " rows for each of the ", warps, " warps"));
-      }
+    const int64_t gate_rows = t.params.at("gate_rows");
+    if (!IsPowerOfTwo(gate_rows) || gate_rows % warps != 0 ||
+        gate_rows / warps > kMaxRowsPerWarp) {
+      return BadParam("gate_rows", gate_rows,
+                      absl::StrCat("a power of two holding 1 to ", kMaxRowsPerWarp,
+                                   " rows for each of the ", warps, " warps"));
+    }
+    // Every thread of the down GEMV holds all its CTA's rows (kPass at a time).
+    const int64_t down_rows = t.params.at("down_rows");
+    if (!IsPowerOfTwo(down_rows) || down_rows > kMaxDownRows) {
+      return BadParam("down_rows", down_rows, absl::StrCat("a power of two <= ", kMaxDownRows));
     }
     const int64_t vec = t.params.at("vec");
     if (!IsPowerOfTwo(vec) || vec > MoeVec(r)) {

@@ -374,24 +374,31 @@ __global__ void __launch_bounds__(kThreads)
 // down: [experts, cols, inter]; shared_down: [cols, shared_inter] (null when `shared` is 0);
 // weights, act, shared_act: moe_route's and moe_gate_up's; residual: null, or `tokens` rows of
 // `cols` at residual + t * residual_stride (may alias out); out: [tokens, cols]. CTA (c, y)
-// computes features [c * kRows, ...) of every token, warp i kRows / (kThreads / 32)
-// consecutive ones, over its share of the slots: the routed slots j with j % splits == y and,
-// in the last split (y = splits - 1), the shared MLP. Each down row is read once for all the
-// tokens that chose its expert, and each token's product is weighted by its selection's weight
-// before it is summed. The lanes walk the vectors of all the CTA's slots' rows as one sequence,
-// so a warp keeps loads in flight across the short per-slot rows. With splits = gridDim.y > 1
-// each CTA stores its float sums to `partials` [splits, tokens, cols] and the last CTA of
-// feature tile c to arrive (counters[c], re-armed by it) adds them in split order and the
-// residual; with one split the CTA writes the output itself.
+// computes features [c * kRows, ...) of every token over its share of the slots: the routed
+// slots j with j % splits == y and, in the last split (y = splits - 1), the shared MLP. Each
+// down row is read once for all the tokens that chose its expert, and each token's product is
+// weighted by its selection's weight before it is summed. The slots' rows are short (I = 768 is
+// 96 vectors), so the CTA's threads walk the vectors of all its slots' rows as one sequence,
+// every thread holding every one of the CTA's features (kPass of them at a time): a thread
+// keeps kPass loads in flight per step of the walk across the slots, and the warps' sums meet
+// in shared memory, in warp order. With splits = gridDim.y > 1 each CTA stores its float sums
+// to `partials` [splits, tokens, cols] and the last CTA of feature tile c to arrive
+// (counters[c], re-armed by it) adds them in split order and the residual; with one split the
+// CTA writes the output itself.
 // Launch: grid (ceil(cols / kRows), splits), block kThreads, dynamic shared memory
 // MoeDownSharedBytes(max_slots, kMaxTokens).
-// REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; inter and shared_inter
-// multiples of kVec; the weights aligned to kVec elements.
+// REQUIRES: tokens <= kMaxTokens; inter and shared_inter multiples of kVec; the weights aligned
+// to kVec elements.
 template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens>
 __global__ void __launch_bounds__(kThreads)
     moe_down(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_DOWN_PARAMS)) {
-  using Shape = MoeBlockShape<kThreads, kRows, 1, kMaxTokens, kVec>;
-  constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kPass = moe_rows_per_pass(kThreads, kRows, 1, kMaxTokens, kVec);
+  // Steps of the walk whose loads are issued together: more for few tokens, whose activation
+  // vectors leave the registers for it.
+  constexpr int kUnroll = kMaxTokens <= 2 ? 4 : 2;
+  static_assert(kThreads % 32 == 0 && kRows % kPass == 0, "block shape");
+  __shared__ float down_sums[kWarps][kPass * kMaxTokens];
   const int splits = gridDim.y, split = blockIdx.y;
   const bool has_shared = shared != 0 && split == splits - 1;
   if (has_shared) {
@@ -415,15 +422,16 @@ __global__ void __launch_bounds__(kThreads)
     if (t == 0) s_expert[j] = routed ? table[kMoeTableHeader + j] : 0;
   }
   __syncthreads();
+  const int warp = threadIdx.x / 32;
   const int routed_vecs = inter / kVec;
   const int own = split < slots ? (slots - 1 - split) / splits + 1 : 0;  // routed slots
   const int total = own * routed_vecs + (has_shared ? shared_inter / kVec : 0);
-  const int r0 = blockIdx.x * kRows + (threadIdx.x / 32) * kRowsPerWarp;
-  for (int p0 = 0; p0 < kRowsPerWarp; p0 += kPass) {
+  const int r_base = blockIdx.x * kRows;
+  for (int p0 = 0; p0 < kRows; p0 += kPass) {
     float acc[kPass][kMaxTokens];
     moe_zero(acc);
-#pragma unroll 2
-    for (int i = threadIdx.x % 32; i < total; i += 32) {
+#pragma unroll kUnroll
+    for (int i = threadIdx.x; i < total; i += kThreads) {
       const bool routed = i < own * routed_vecs;
       const int n = routed ? i / routed_vecs : own;  // the CTA's n-th slot
       const int j = routed ? split + n * splits : slots;
@@ -435,7 +443,7 @@ __global__ void __launch_bounds__(kThreads)
       float wv[kPass][kVec];
 #pragma unroll
       for (int a = 0; a < kPass; ++a) {
-        const int r = r0 + p0 + a;
+        const int r = r_base + p0 + a;
         if (r < cols) {
           load_floats<W, kVec>(base + static_cast<long long>(r) * depth + k, wv[a]);
         } else {
@@ -459,16 +467,23 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    moe_each_sum(acc, [&](int a, int t, float sum, int) {
-      const int r = r0 + p0 + a;
-      if (r >= cols || t >= tokens) return;
+    moe_each_sum(acc, [&](int a, int t, float sum, int) { down_sums[warp][a * kMaxTokens + t] = sum; });
+    __syncthreads();
+    for (int i = threadIdx.x; i < kPass * kMaxTokens; i += kThreads) {
+      const int a = i / kMaxTokens, t = i % kMaxTokens;
+      const int r = r_base + p0 + a;
+      if (r >= cols || t >= tokens) continue;
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += down_sums[w][i];
       if (splits > 1) {
         partials[(static_cast<long long>(split) * tokens + t) * cols + r] = sum;
-        return;
+        continue;
       }
       if (residual != nullptr) sum += to_float(residual[t * residual_stride + r]);
       out[static_cast<long long>(t) * cols + r] = from_float<T>(sum);
-    });
+    }
+    __syncthreads();  // down_sums is reused by the next pass
   }
   if (splits == 1 || !last_to_arrive(&counters[blockIdx.x], splits)) return;
   for (int i = threadIdx.x; i < kRows * tokens; i += kThreads) {

@@ -116,16 +116,17 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
 }
 
 // Tactics at vector width `vec`: one-warp CTAs with a router CTA per expert and the down
-// projection unsplit; two warps, three down splits (not a power of two); four warps of one row
-// each and 16 down splits (more than most cases have slots: some CTAs own none); eight warps
-// with up to four rows each, one router CTA for 16 experts and two splits.
+// projection unsplit; two warps, three down splits (not a power of two); four warps, four
+// down rows and 16 down splits (more than most cases have slots: some CTAs own none); four
+// warps on one down row, unsplit (the default's shape); eight warps, 16 down rows (passes of
+// fewer where 16 tokens fill the registers), one router CTA for 16 experts and two splits.
 std::vector<Params> MoeTactics(int vec) {
   auto tactic = [vec](int threads, int router, int gate, int down, int splits) {
     return Params{{"down_rows", down},     {"down_splits", splits}, {"gate_rows", gate},
                   {"router_rows", router}, {"threads", threads},    {"vec", vec}};
   };
-  return {tactic(32, 1, 1, 2, 1), tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
-          tactic(256, 16, 32, 16, 2)};
+  return {tactic(32, 1, 1, 2, 1),    tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
+          tactic(128, 1, 4, 1, 1),    tactic(256, 16, 32, 16, 2)};
 }
 
 std::vector<Case> DeepSeekCases() {
