@@ -61,9 +61,10 @@ struct PassOptions {
   // batch fuses. Must be >= 0.
   int64_t rope_attention_max_batch = 4;
   // fuse_moe leaves a decode graph whose bound batch exceeds this alone: the fused kind's
-  // kernels (moe_gemv) serve up to 16 tokens, and at larger batches the experts' grouped GEMM
-  // is the better form. An unbound batch fuses. Must be >= 0.
-  int64_t moe_max_batch = 16;
+  // kernels (moe_gemv) hold every token's accumulators for every slot, so past a few tokens
+  // the unfused expert steps win (on the H200 at batch 1 and 2 the fused step is faster, at
+  // 4, 8 and 16 slower: docs/PERF.md). An unbound batch fuses. Must be >= 0.
+  int64_t moe_max_batch = 2;
 };
 
 // Creates a pass; fails with InvalidArgument when the options do not suit it.

@@ -31,9 +31,9 @@ struct PipelineOptions {
   // Prefill only: append last_token_logits, so the prefill's logits are [B, 1, V] (each
   // sequence's last token) instead of [B, T, V].
   bool last_token_logits = false;
-  // Decode only: run fuse_moe first. Off by default: measured on the H200 (docs/PERF.md),
-  // the fused moe step's kernels are slower than the unfused expert steps.
-  bool fuse_moe = false;
+  // Decode only: run fuse_moe first (the pass's own batch limit still applies); false leaves
+  // every MoE block as its primitive steps.
+  bool fuse_moe = true;
   // Decode only: run fuse_rope_kv_write_attention (the pass's own limits still apply); false
   // leaves every attention free to take any of its families.
   bool fuse_rope_attention = true;

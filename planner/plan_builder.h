@@ -33,7 +33,7 @@ struct PlanOptions {
   // generating runtime needs; false keeps every token's ([B, T, V]), as parity checks do.
   bool prefill_last_token_logits = false;
   // Decode phases run fuse_moe (PipelineOptions::fuse_moe).
-  bool decode_fuse_moe = false;
+  bool decode_fuse_moe = true;
   // Decode phases run fuse_rope_kv_write_attention (PipelineOptions::fuse_rope_attention).
   bool decode_fuse_rope_attention = true;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V

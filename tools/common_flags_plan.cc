@@ -12,10 +12,9 @@ ABSL_FLAG(std::string, prefill_logits, "all",
           "all: the prefill phases compute every token's logits, as the PyTorch references' "
           "forward does; last: each sequence's last token's only, as generation needs (the "
           "planner's last_token_logits pass)");
-ABSL_FLAG(bool, fuse_moe, false,
-          "decode phases fuse each MoE block into one moe step (fuse_moe, the moe_gemv family); "
-          "off by default: on the H200 its first kernels were slower than the unfused steps "
-          "(docs/PERF.md)");
+ABSL_FLAG(bool, fuse_moe, true,
+          "decode phases of at most 2 sequences fuse each MoE block into one moe step (fuse_moe, "
+          "the moe_gemv family); --nofuse_moe keeps the primitive expert steps");
 ABSL_FLAG(bool, fuse_rope_attention, true,
           "decode phases fuse the RoPE + KV-cache write into the attention that reads it "
           "(fuse_rope_kv_write_attention, the attention_decode_rope kernel); "

@@ -37,8 +37,9 @@ ABSL_FLAG(std::string, phase, "",
 ABSL_FLAG(std::string, emit, "text",
           "the output form: text (the canonical IR) or proto (a textproto of regions/ir.proto)");
 ABSL_FLAG(bool, list_passes, false, "list the registered passes with their summaries and stop");
-ABSL_FLAG(bool, fuse_moe, false,
-          "--pipeline=decode also runs fuse_moe (PipelineOptions::fuse_moe; off by default)");
+ABSL_FLAG(bool, fuse_moe, true,
+          "--pipeline=decode also runs fuse_moe (PipelineOptions::fuse_moe; --nofuse_moe leaves "
+          "it out)");
 
 namespace {
 

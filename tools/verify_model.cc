@@ -63,9 +63,10 @@ ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, threads, std::nullopt,
           "threads of the cpu backend; unset: the backend's default");
 ABSL_FLAG(bool, plan, true,
           "run the planned graphs; --no-plan runs the primitive graph (cpu backend only)");
-ABSL_FLAG(bool, fuse_moe, false,
+ABSL_FLAG(bool, fuse_moe, true,
           "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
-          "backend the moe_gemv family), on either backend");
+          "backend the moe_gemv family), on either backend; --nofuse_moe keeps the primitive "
+          "expert steps");
 
 ABSL_FLAG(bool, mla_prefill, true,
           "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
@@ -147,7 +148,7 @@ absl::Status CheckFlags() {
   if (backend == "cpu" && (tools::Given("cuda_graphs") || tools::Given("pdl"))) {
     return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
   }
-  if (!plan && absl::GetFlag(FLAGS_fuse_moe)) {
+  if (!plan && tools::Given("fuse_moe") && absl::GetFlag(FLAGS_fuse_moe)) {
     return absl::InvalidArgumentError("--fuse-moe is a planner pass; --no-plan runs none");
   }
   if (!plan &&

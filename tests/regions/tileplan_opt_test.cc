@@ -188,7 +188,7 @@ TEST(TileplanOptTest, PrintsAfterPassesOnStderr) {
   const RunResult one =
       RunOpt(absl::StrCat("--pipeline=decode --print-after=specialize_phase '", path, "'"));
   EXPECT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 9 of 10)\n", one.out));
+  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 10 of 11)\n", one.out));
 }
 
 TEST(TileplanOptTest, PlansABundledModel) {
@@ -206,13 +206,24 @@ TEST(TileplanOptTest, PlansABundledModel) {
   EXPECT_THAT(primitive.out, HasSubstr("%l0.q: bf16[B,T,2048] = linear(%l0.attn_norm, "));
 }
 
-// The fuse_moe pass (opt-in for the pipelines) fuses each MoE block (router to residual add)
-// into one moe region; the prefill pipeline keeps the primitive regions.
+// The fuse_moe pass (on by default in the decode pipeline) fuses each MoE block (router to
+// residual add) into one moe region for batches of at most 2; a larger batch, --nofuse_moe and
+// the prefill pipeline keep the primitive regions.
 TEST(TileplanOptTest, FusesTheMoeBlocksForDecodeOnly) {
-  const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode --fuse-moe");
+  const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode");
   EXPECT_EQ(decode.exit_code, 0) << decode.err;
   EXPECT_THAT(decode.out, HasSubstr("%l0.out: bf16[1,1,2048] = moe(%l0.mlp_norm, "));
   EXPECT_THAT(decode.out, Not(HasSubstr("= moe_router(")));
+  const RunResult two = RunOpt("--model qwen3-30b-a3b --pipeline=decode --batch=2");
+  EXPECT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_THAT(two.out, HasSubstr("%l0.out: bf16[2,1,2048] = moe(%l0.mlp_norm, "));
+  for (const char* flags : {"--batch=4", "--nofuse_moe"}) {
+    const RunResult unfused =
+        RunOpt(absl::StrCat("--model qwen3-30b-a3b --pipeline=decode ", flags));
+    EXPECT_EQ(unfused.exit_code, 0) << unfused.err;
+    EXPECT_THAT(unfused.out, HasSubstr("= moe_router(%l0.mlp_norm, ")) << flags;
+    EXPECT_THAT(unfused.out, Not(HasSubstr("= moe("))) << flags;
+  }
   const RunResult prefill = RunOpt("--model qwen3-30b-a3b --pipeline=prefill --prefill=16");
   EXPECT_EQ(prefill.exit_code, 0) << prefill.err;
   EXPECT_THAT(prefill.out, HasSubstr("= moe_router(%l0.mlp_norm, "));

@@ -58,8 +58,9 @@ TEST(TacticKeysTest, TheSameFlagsGiveTheSameKeys) {
 
 // --only keeps the keys whose region label or key holds the text: Qwen3-30B-A3B's expert
 // linears (gate and up share a key, the down projection has its own, for each family that can
-// run them), a subset of every key. With --fuse-moe the decode phase has none: each MoE block
-// is one moe region there, whose key names moe_gemv.
+// run them), a subset of every key. The batch-1 decode phase has none by default: each MoE
+// block is one moe region there, whose key names moe_gemv; --nofuse_moe keeps its expert
+// linears.
 TEST(TacticKeysTest, OnlyListsTheMatchingKeys) {
   const std::string args = "--model qwen3-30b-a3b --target sm_90 --prefill 512 --decode 512";
   const testing::ToolResult all = RunWith(AUTOTUNE_REGIONS_PATH, args + " --print-keys");
@@ -76,14 +77,14 @@ TEST(TacticKeysTest, OnlyListsTheMatchingKeys) {
     EXPECT_THAT(every, ::testing::Contains(key));
   }
   EXPECT_THAT(only.output, HasSubstr("| prefill | expert_gemm v"));
-  EXPECT_THAT(only.output, HasSubstr("| decode | expert_gemv v"));
-  const testing::ToolResult fused_experts =
-      RunWith(AUTOTUNE_REGIONS_PATH, args + " --fuse-moe --print-keys --only expert_linear");
-  ASSERT_EQ(fused_experts.exit_code, 0) << fused_experts.output;
-  EXPECT_THAT(fused_experts.output, HasSubstr("| prefill | expert_gemm v"));
-  EXPECT_THAT(fused_experts.output, ::testing::Not(HasSubstr("| decode |")));
+  EXPECT_THAT(only.output, ::testing::Not(HasSubstr("| decode |")));
+  const testing::ToolResult unfused_experts =
+      RunWith(AUTOTUNE_REGIONS_PATH, args + " --nofuse_moe --print-keys --only expert_linear");
+  ASSERT_EQ(unfused_experts.exit_code, 0) << unfused_experts.output;
+  EXPECT_THAT(unfused_experts.output, HasSubstr("| prefill | expert_gemm v"));
+  EXPECT_THAT(unfused_experts.output, HasSubstr("| decode | expert_gemv v"));
   const testing::ToolResult fused =
-      RunWith(AUTOTUNE_REGIONS_PATH, args + " --fuse-moe --print-keys --only moe_gemv");
+      RunWith(AUTOTUNE_REGIONS_PATH, args + " --print-keys --only moe_gemv");
   ASSERT_EQ(fused.exit_code, 0) << fused.output;
   const std::vector<std::string> moe = absl::StrSplit(fused.output, '\n', absl::SkipEmpty());
   ASSERT_EQ(moe.size(), 1u) << fused.output;  // the 48 layers' moe regions share one key
