@@ -313,13 +313,28 @@ __device__ __forceinline__ unsigned int shared_address(const void* p) {
   return a;
 }
 
-// Asynchronous 16-byte global -> shared copy (sm_80+); `valid == false` fills zeros and
+// The same address by the compiler's own conversion, which it folds into the address
+// arithmetic around it, where shared_address's asm block has it rebuild the generic pointer
+// from the shared window before every conversion. In a loop whose issue rate bounds it
+// (expert_gemm's main loop) that is most of the address work; elsewhere the folding can cost
+// registers (Qwen3-0.6B's prefill on the H200 ran 4.5% slower with every template on it), so
+// each template chooses.
+__device__ __forceinline__ unsigned int shared_address_folded(const void* p) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous 16-byte global -> shared copy (sm_80+) to a shared-state-space address
+// (shared_address; cp_async_16 takes a generic pointer); `valid == false` fills zeros and
 // reads nothing.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+__device__ __forceinline__ void cp_async_16_shared(unsigned int smem, const void* gmem,
+                                                   bool valid) {
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(smem)),
-               "l"(gmem), "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem),
+               "r"(src_bytes)
                : "memory");
+}
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16_shared(shared_address(smem), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -338,10 +353,14 @@ __device__ __forceinline__ void ldmatrix_x2(unsigned int (&r)[2], const void* ro
                : "=r"(r[0]), "=r"(r[1])
                : "r"(shared_address(row)));
 }
-__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* row) {
+// ldmatrix_x4 from a shared-state-space address (shared_address, shared_address_folded).
+__device__ __forceinline__ void ldmatrix_x4_at(unsigned int (&r)[4], unsigned int row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
+               : "r"(row));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* row) {
+  ldmatrix_x4_at(r, shared_address(row));
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(unsigned int (&r)[2], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"

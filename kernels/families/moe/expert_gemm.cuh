@@ -138,29 +138,66 @@ __global__ void __launch_bounds__(kExpertRouteThreads)
   }
 }
 
-// Copies this thread's share of H slice [k0, k0 + kTileK) of rows [0, rows) into a shared
-// [kRows][kTileK] buffer of a kThreads-thread block: row r from src + offset(r), zeros where
-// offset(r) < 0 or the chunk lies past `depth`. Thread t copies chunk t % (kTileK / 8) of rows
-// t / (kTileK / 8) + i * kThreads / (kTileK / 8), so each quarter-warp fills 128 consecutive
-// bytes of one or two rows and reads them from global memory as whole segments.
-template <typename T, int kRows, int kTileK, int kThreads, typename Offset>
-__device__ __forceinline__ void expert_gemm_copy_slice(T* dst, const T* src, int rows, int k0,
-                                                       int depth, Offset offset) {
-  constexpr int kChunks = kTileK / 8;
-  constexpr int kRowStep = kThreads / kChunks;
+// This thread's share of the copies of a [kRows][kTileK] slice buffer of a kThreads-thread
+// block, planned once per tile and issued once per H slice: thread t copies chunk t % (kTileK
+// / 8) of rows t / (kTileK / 8) + i * kThreads / (kTileK / 8), so each quarter-warp fills 128
+// consecutive bytes of one or two rows and reads them from global memory as whole segments.
+// Plan computes the rows' source pointers, their swizzled shared-memory offsets and which rows
+// are copied and which of those hold data, outside the loop over H; a slice's copy then costs
+// an add and a predicate (the main loop issues instructions, not bytes, at its limit).
+template <typename T, int kRows, int kTileK, int kThreads>
+struct ExpertGemmSliceCopies {
+  static constexpr int kChunks = kTileK / 8;
+  static constexpr int kRowStep = kThreads / kChunks;
+  static constexpr int kCopies = (kRows + kRowStep - 1) / kRowStep;
   static_assert(kThreads % kChunks == 0, "every thread copies one chunk column");
-  const int chunk = threadIdx.x % kChunks;
-  const int k = k0 + chunk * 8;
+  static_assert(kCopies <= 32, "a bit per copy");
+
+  const T* src[kCopies];    // row r_i at this thread's chunk of H slice 0 (the base where none)
+  unsigned int dst[kCopies];  // its byte offset in a slice buffer
+  unsigned int issued = 0;  // bit i: row r_i is below `rows`, so it is copied
+  unsigned int filled = 0;  // bit i: row r_i has data (else it is zero-filled)
+  int chunk_k = 0;          // the chunk's first element within a slice
+
+  // Rows [0, rows) of the buffer, row r from base + offset(r) (offset(r) < 0: zeros).
+  template <typename Offset>
+  __device__ __forceinline__ void Plan(const T* base, int rows, Offset offset) {
+    const int chunk = threadIdx.x % kChunks;
+    chunk_k = chunk * 8;
 #pragma unroll
-  for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
-    const int r = threadIdx.x / kChunks + i * kRowStep;
-    if (r >= rows) break;
-    const long long row = offset(r);
-    const bool ok = k < depth && row >= 0;
-    cp_async_16(dst + r * kTileK + ((chunk ^ expert_gemm_swizzle<kChunks>(r)) << 3),
-                src + (ok ? row + k : 0), ok);
+    for (int i = 0; i < kCopies; ++i) {
+      const int r = threadIdx.x / kChunks + i * kRowStep;
+      const long long o = r < rows ? offset(r) : -1ll;
+      src[i] = o >= 0 ? base + o + chunk_k : base;
+      dst[i] = static_cast<unsigned int>(
+          (r * kTileK + ((chunk ^ expert_gemm_swizzle<kChunks>(r)) << 3)) * sizeof(T));
+      if (r < rows) issued |= 1u << i;
+      if (o >= 0) filled |= 1u << i;
+    }
+    // Opaque to the compiler from here on, so that it keeps the plan in registers rather than
+    // recomputing it (offset() and all) for every slice inside the loop.
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      asm volatile("" : "+l"(src[i]));
+      asm volatile("" : "+r"(dst[i]));
+    }
+    asm volatile("" : "+r"(issued), "+r"(filled), "+r"(chunk_k));
   }
-}
+
+  // H slice [k0, k0 + kTileK) into `buffer`; chunks past `depth` are zero-filled (and name
+  // the slice-0 address, which lies inside the row, so that no address leaves the tensor).
+  __device__ __forceinline__ void Issue(T* buffer, int k0, int depth) const {
+    const bool inside = k0 + chunk_k < depth;
+    const int k = inside ? k0 : 0;
+    const unsigned int at = shared_address_folded(buffer);
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if ((issued >> i) & 1u) {
+        cp_async_16_shared(at + dst[i], src[i] + k, inside && ((filled >> i) & 1u));
+      }
+    }
+  }
+};
 
 // x: rows of `depth` at x + r * x_stride, row r = s for an input per selection
 // (x_per_selection) and s / top_k otherwise; route: as written by expert_route<T, kTileM>;
@@ -216,14 +253,15 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
   const int a_rows = min(kTileM, (count + 15) / 16 * 16);
 
   // A buffer's rows: weight rows n0 + r while inside `cols`, the rows' x rows as s_x holds them.
+  ExpertGemmSliceCopies<T, kTileN, kTileK, kThreads> b_copies;
+  ExpertGemmSliceCopies<T, kTileM, kTileK, kThreads> a_copies;
+  b_copies.Plan(w_e, kTileN,
+                [&](int r) { return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll; });
   auto load_b = [&](int stage, int kt) {
-    expert_gemm_copy_slice<T, kTileN, kTileK, kThreads>(
-        b_s + stage * kBStage, w_e, kTileN, kt * kTileK, depth,
-        [&](int r) { return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll; });
+    b_copies.Issue(b_s + stage * kBStage, kt * kTileK, depth);
   };
   auto load_a = [&](int stage, int kt) {
-    expert_gemm_copy_slice<T, kTileM, kTileK, kThreads>(
-        a_s + stage * kAStage, x, a_rows, kt * kTileK, depth, [&](int r) { return s_x[r]; });
+    a_copies.Issue(a_s + stage * kAStage, kt * kTileK, depth);
   };
 
   // The weight slices of the prologue first, then the rows, then their slices: commit group s
@@ -239,6 +277,7 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
     s_x[r] = s < 0 ? -1 : static_cast<long long>(x_per_selection ? s : s / top_k) * x_stride;
   }
   __syncthreads();
+  a_copies.Plan(x, a_rows, [&](int r) { return s_x[r]; });
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) load_a(s, s);
@@ -290,14 +329,15 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         if (mt < live_m) {
-          ldmatrix_x4(af[mt],
-                      a + (a_row + mt * 16) * kTileK + (((2 * ks + a_half) ^ a_swizzle) << 3));
+          ldmatrix_x4_at(af[mt], shared_address_folded(a + (a_row + mt * 16) * kTileK +
+                                                       (((2 * ks + a_half) ^ a_swizzle) << 3)));
         }
       }
 #pragma unroll
       for (int p = 0; p < kNPairs; ++p) {
         unsigned int bf[4];
-        ldmatrix_x4(bf, b + (b_row + p * 16) * kTileK + (((2 * ks + b_half) ^ b_swizzle) << 3));
+        ldmatrix_x4_at(bf, shared_address_folded(b + (b_row + p * 16) * kTileK +
+                                                 (((2 * ks + b_half) ^ b_swizzle) << 3)));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           if (mt < live_m) {
