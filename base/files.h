@@ -1,13 +1,32 @@
-// Whole-file writes that never leave a half-written file behind.
+// Whole-file reads that refuse anything but a regular file of bounded size before reading a
+// byte, and whole-file writes that never leave a half-written file behind.
 #ifndef TILEPLAN_BASE_FILES_H_
 #define TILEPLAN_BASE_FILES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace tileplan {
+
+// The whole regular file at `path` (symbolic links followed), of at most `limit` bytes. Refused
+// before anything is read, with a message that names the file: a path that does not exist
+// (NotFound) or may not be read (PermissionDenied); one that is a directory, a named pipe
+// (FIFO), a device or a socket (InvalidArgument naming the kind); a file of more than `limit`
+// bytes (InvalidArgument with both sizes). A read that fails is DataLoss with the OS error. It
+// never blocks on a FIFO (the type is checked before opening and again on the descriptor, which
+// is opened non-blocking), reads at most `limit` + 1 bytes whatever the file does meanwhile, and
+// never throws.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t limit);
+
+// OK when `path` names a regular file (symbolic links followed) or nothing at all: a file that
+// may be opened or created there. InvalidArgument naming the kind for a directory, FIFO, device
+// or socket; PermissionDenied or another error with the OS's reason when the path cannot be
+// examined.
+absl::Status CheckRegularFileOrAbsent(const std::string& path);
 
 // Writes `contents` to `path` + ".tmp", then renames it to `path`: readers see the old file or
 // the new one whole. On failure the temporary is removed, `path` is left as it was, and the

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <optional>
 #include <set>
@@ -14,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
 #include "base/json.h"
 #include "base/status_macros.h"
 
@@ -1129,17 +1129,7 @@ absl::StatusOr<ModelConfig> ConfigParser::Parse() {
 }
 
 absl::StatusOr<std::string> ReadConfigFile(const std::filesystem::path& path) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (error) return absl::NotFoundError(absl::StrCat(path.string(), ": ", error.message()));
-  if (size > kMaxConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": file is ", size,
-                                                   " bytes, over the limit of ", kMaxConfigBytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": read failed"));
-  return text;
+  return ReadRegularFile(path.string(), kMaxConfigBytes);
 }
 
 absl::Status WithContext(const absl::Status& status, absl::string_view context) {

@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -21,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
 #include "base/json.h"
 #include "base/status_macros.h"
 
@@ -262,22 +261,6 @@ float HalfToFloat(uint16_t h) {
   return out;
 }
 
-absl::StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path, uintmax_t limit) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (error) return absl::NotFoundError(absl::StrCat(path.string(), ": ", error.message()));
-  if (size > limit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path.string(), ": file is ", size, " bytes, over the limit of ", limit));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": read failed"));
-  }
-  return text;
-}
-
 // A shard name from the index must name a file directly inside the checkpoint directory.
 bool IsPlainFileName(absl::string_view name) {
   return !name.empty() && name.find('/') == absl::string_view::npos &&
@@ -369,7 +352,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
         absl::StrCat(dir.string(), ": has neither ", kSingleFileName, " nor ", kIndexFileName));
   }
   const std::string label = index_path.string();
-  TP_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(index_path, kMaxIndexBytes));
+  TP_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(index_path.string(), kMaxIndexBytes));
   absl::StatusOr<Json> index = Json::Parse(text);
   if (!index.ok()) {
     return absl::InvalidArgumentError(

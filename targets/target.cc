@@ -1,13 +1,12 @@
 #include "targets/target.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -18,6 +17,9 @@ namespace tileplan::targets {
 const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedTargets();
 
 namespace {
+
+// A target description file is a few kilobytes of text.
+constexpr uint64_t kMaxTargetFileBytes = uint64_t{1} << 20;
 
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
@@ -104,12 +106,13 @@ absl::StatusOr<TargetDescription> FindTarget(absl::string_view name_alias_or_pat
     known.push_back(t.name());
     for (const std::string& alias : t.aliases()) known.push_back(alias);
   }
-  std::ifstream file{std::string(name_alias_or_path)};
-  if (file) {
-    std::stringstream text;
-    text << file.rdbuf();
-    return ParseTarget(text.str(), name_alias_or_path);
-  }
+  // A path: read only a regular file of a target description's size (a FIFO, a device or a
+  // directory is refused by its kind, before reading); a path that names nothing falls through
+  // to the unknown-name message.
+  const std::string path(name_alias_or_path);
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxTargetFileBytes);
+  if (text.ok()) return ParseTarget(*text, name_alias_or_path);
+  if (text.status().code() != absl::StatusCode::kNotFound) return text.status();
   std::sort(known.begin(), known.end());
   return absl::NotFoundError(absl::StrCat("unknown target '", name_alias_or_path,
                                           "': not a bundled target (", absl::StrJoin(known, ", "),

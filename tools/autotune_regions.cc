@@ -27,6 +27,7 @@
 #include "tuner/autotune.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
+#include "tuner/tactic_store_text.h"
 #include "tuner/worker.h"
 
 ABSL_FLAG(tileplan::tools::PositiveInt, repeats, tileplan::tools::PositiveInt{20},
@@ -122,10 +123,16 @@ absl::Status CheckFlags() {
   return tools::PlanOptionsFromFlags().status();
 }
 
-// --export or --import.
+// --export or --import. An import's file is read and checked before the store is opened, so
+// a bad file leaves no new store behind.
 absl::StatusOr<int> RunStoreCommand() {
   const std::string path = absl::GetFlag(FLAGS_tactic_cache);
   const std::string exported = absl::GetFlag(FLAGS_export);
+  const std::string imported = absl::GetFlag(FLAGS_import);
+  std::optional<tuner::proto::TacticStoreFile> file;
+  if (exported.empty()) {
+    TP_ASSIGN_OR_RETURN(file, tuner::ReadTacticStoreText(imported));
+  }
   tuner::TacticStore::Options options;
   options.read_only = !exported.empty();  // an export never creates the store
   TP_ASSIGN_OR_RETURN(std::unique_ptr<tuner::TacticStore> store,
@@ -135,9 +142,9 @@ absl::StatusOr<int> RunStoreCommand() {
     TP_RETURN_IF_ERROR(store->Export(exported));
     std::cout << "exported " << store->num_winners() << " winners to " << exported << "\n";
   } else {
-    TP_RETURN_IF_ERROR(store->Import(absl::GetFlag(FLAGS_import)));
-    std::cout << "imported " << absl::GetFlag(FLAGS_import) << ": the store holds "
-              << store->num_winners() << " winners\n";
+    TP_RETURN_IF_ERROR(store->Import(*file));
+    std::cout << "imported " << imported << ": the store holds " << store->num_winners()
+              << " winners\n";
   }
   return kExitOk;
 }

@@ -3,18 +3,16 @@
 // in canonical text form or as a textproto of regions/ir.proto. Flags: --help, README.md and
 // docs/planner.md.
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "models/lowering.h"
@@ -145,20 +143,14 @@ absl::StatusOr<Options> OptionsFromFlags(const std::vector<std::string>& positio
   return o;
 }
 
+// IR text of a whole model is a few megabytes; this bounds what a wrong path can make us read.
+constexpr uint64_t kMaxInputBytes = uint64_t{64} << 20;
+
 absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), {});
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  return text.str();
+  return tileplan::ReadRegularFile(path, kMaxInputBytes);
 }
 
 // The pipeline the options ask for; empty when they ask for none.

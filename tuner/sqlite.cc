@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 
 namespace tileplan::tuner::sqlite {
@@ -114,6 +115,9 @@ absl::Status Statement::BindOne(int index, const Blob& value) {
 
 absl::StatusOr<Database> Database::Open(const std::string& path, Mode mode,
                                         absl::Duration busy_timeout) {
+  // A FIFO would block SQLite's open, a device would be read as a database: only a regular
+  // file, or nothing that a writable open may create, is opened.
+  TP_RETURN_IF_ERROR(CheckRegularFileOrAbsent(path));
   const int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
                                             : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   sqlite3* db = nullptr;

@@ -90,8 +90,10 @@ class Database {
  public:
   enum class Mode { kReadOnly, kReadWriteCreate };
 
-  // Opens `path`; kReadWriteCreate creates a missing file. A statement that finds the file
-  // locked by another connection waits up to `busy_timeout` before it fails (Unavailable).
+  // Opens `path`; kReadWriteCreate creates a missing file. A path that names anything but a
+  // regular file (a directory, FIFO, device or socket) is refused before SQLite sees it
+  // (CheckRegularFileOrAbsent). A statement that finds the file locked by another connection
+  // waits up to `busy_timeout` before it fails (Unavailable).
   static absl::StatusOr<Database> Open(const std::string& path, Mode mode,
                                        absl::Duration busy_timeout);
 

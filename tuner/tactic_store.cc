@@ -510,6 +510,11 @@ absl::Status TacticStore::Export(absl::string_view path) const {
 absl::Status TacticStore::Import(absl::string_view path) {
   TP_RETURN_IF_ERROR(CheckWritable());
   TP_ASSIGN_OR_RETURN(proto::TacticStoreFile file, ReadTacticStoreText(std::string(path)));
+  return Import(file);
+}
+
+absl::Status TacticStore::Import(const proto::TacticStoreFile& file) {
+  TP_RETURN_IF_ERROR(CheckWritable());
   absl::MutexLock lock(&write_mu_);
   return WriteFile(file);
 }

@@ -113,6 +113,9 @@ class TacticStore final : public planner::TacticCache {
   // fields, an unknown phase or status, a winner that is not an "ok" candidate, a key
   // twice); nothing is written then.
   absl::Status Import(absl::string_view path);
+  // The same for a file already read (ReadTacticStoreText), so that a caller can refuse a bad
+  // file before it opens, or creates, the store.
+  absl::Status Import(const proto::TacticStoreFile& file);
 
   int64_t num_winners() const;
   // The key of every stored winner, sorted (what a plan's lookups can hit).

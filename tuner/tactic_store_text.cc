@@ -2,12 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
-#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -179,14 +175,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  return contents.str();
-}
+// An export of every measurement of several models is tens of megabytes.
+constexpr uint64_t kMaxImportBytes = uint64_t{256} << 20;
 
 }  // namespace
 
@@ -281,7 +271,7 @@ absl::Status WriteTacticStoreText(const proto::TacticStoreFile& file, const std:
 }
 
 absl::StatusOr<proto::TacticStoreFile> ReadTacticStoreText(const std::string& path) {
-  TP_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  TP_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path, kMaxImportBytes));
   proto::TacticStoreFile file;
   TextFormat::Parser parser;
   FirstErrorCollector errors;

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/files.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -38,24 +40,15 @@ uint64_t Checksum(absl::string_view key, absl::string_view payload) {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-// Reads a whole file; nullopt when it cannot be opened or read.
+// A cached module is one cubin of a few megabytes at most.
+constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
+
+// Reads a whole entry; nullopt when it is not a regular file of a bounded size or cannot be
+// read (the entry is then compiled again).
 std::optional<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string data;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    data.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return data;
+  absl::StatusOr<std::string> data = ReadRegularFile(path, kMaxEntryBytes);
+  if (!data.ok()) return std::nullopt;
+  return *std::move(data);
 }
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {

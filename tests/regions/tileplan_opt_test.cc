@@ -133,11 +133,15 @@ TEST(TileplanOptTest, UsageAndIoErrorsExitTwo) {
   EXPECT_EQ(RunOpt(absl::StrCat("'", GoldenPath(), "' '", GoldenPath(), "'")).exit_code, 2);
   const RunResult missing = RunOpt("/nonexistent/graph.tpir");
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_THAT(missing.err, HasSubstr("cannot open '/nonexistent/graph.tpir'"));
-  const RunResult directory = RunOpt(
-      absl::StrCat("'", tileplan::testing::SourcePath("tests/regions/testdata").string(), "'"));
+  EXPECT_THAT(missing.err, HasSubstr("/nonexistent/graph.tpir: No such file or directory"));
+  const std::string testdata = tileplan::testing::SourcePath("tests/regions/testdata").string();
+  const RunResult directory = RunOpt(absl::StrCat("'", testdata, "'"));
   EXPECT_EQ(directory.exit_code, 2);
-  EXPECT_THAT(directory.err, HasSubstr("is a directory"));
+  EXPECT_THAT(directory.err, HasSubstr(testdata + " is a directory, not a regular file"));
+  // A device is refused by its kind before anything is read (/dev/zero would never end).
+  const RunResult device = RunOpt("/dev/zero");
+  EXPECT_EQ(device.exit_code, 2);
+  EXPECT_THAT(device.err, HasSubstr("/dev/zero is a character device, not a regular file"));
   // A mistyped flag names itself.
   const RunResult unknown = RunOpt(absl::StrCat("--pipline=decode '", GoldenPath(), "'"));
   EXPECT_EQ(unknown.exit_code, 2);
