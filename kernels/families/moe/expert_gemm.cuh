@@ -153,22 +153,25 @@ struct ExpertGemmSliceCopies {
   static_assert(kThreads % kChunks == 0, "every thread copies one chunk column");
   static_assert(kCopies <= 32, "a bit per copy");
 
-  const T* src[kCopies];    // row r_i at this thread's chunk of H slice 0 (the base where none)
+  const T* src[kCopies];    // row r_i at this thread's chunk of H slice 0 (see Plan)
   unsigned int dst[kCopies];  // its byte offset in a slice buffer
   unsigned int issued = 0;  // bit i: row r_i is below `rows`, so it is copied
   unsigned int filled = 0;  // bit i: row r_i has data (else it is zero-filled)
   int chunk_k = 0;          // the chunk's first element within a slice
 
-  // Rows [0, rows) of the buffer, row r from base + offset(r) (offset(r) < 0: zeros).
+  // Rows [0, rows) of the buffer, row r from base + offset(r) (offset(r) < 0: zeros), rows of
+  // `depth` elements. Every address a copy names lies inside a row: a row without data names
+  // the base's first row, and a chunk that starts past `depth` (only rows shorter than a
+  // slice have one) names its row's first element.
   template <typename Offset>
-  __device__ __forceinline__ void Plan(const T* base, int rows, Offset offset) {
+  __device__ __forceinline__ void Plan(const T* base, int rows, int depth, Offset offset) {
     const int chunk = threadIdx.x % kChunks;
     chunk_k = chunk * 8;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int r = threadIdx.x / kChunks + i * kRowStep;
       const long long o = r < rows ? offset(r) : -1ll;
-      src[i] = o >= 0 ? base + o + chunk_k : base;
+      src[i] = o >= 0 ? base + o + (chunk_k < depth ? chunk_k : 0) : base;
       dst[i] = static_cast<unsigned int>(
           (r * kTileK + ((chunk ^ expert_gemm_swizzle<kChunks>(r)) << 3)) * sizeof(T));
       if (r < rows) issued |= 1u << i;
@@ -184,8 +187,8 @@ struct ExpertGemmSliceCopies {
     asm volatile("" : "+r"(issued), "+r"(filled), "+r"(chunk_k));
   }
 
-  // H slice [k0, k0 + kTileK) into `buffer`; chunks past `depth` are zero-filled (and name
-  // the slice-0 address, which lies inside the row, so that no address leaves the tensor).
+  // H slice [k0, k0 + kTileK) into `buffer`; chunks past `depth` are zero-filled, naming the
+  // slice-0 address Plan made (inside the row) so that no address leaves the tensor.
   __device__ __forceinline__ void Issue(T* buffer, int k0, int depth) const {
     const bool inside = k0 + chunk_k < depth;
     const int k = inside ? k0 : 0;
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
   // A buffer's rows: weight rows n0 + r while inside `cols`, the rows' x rows as s_x holds them.
   ExpertGemmSliceCopies<T, kTileN, kTileK, kThreads> b_copies;
   ExpertGemmSliceCopies<T, kTileM, kTileK, kThreads> a_copies;
-  b_copies.Plan(w_e, kTileN,
+  b_copies.Plan(w_e, kTileN, depth,
                 [&](int r) { return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll; });
   auto load_b = [&](int stage, int kt) {
     b_copies.Issue(b_s + stage * kBStage, kt * kTileK, depth);
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
     s_x[r] = s < 0 ? -1 : static_cast<long long>(x_per_selection ? s : s / top_k) * x_stride;
   }
   __syncthreads();
-  a_copies.Plan(x, a_rows, [&](int r) { return s_x[r]; });
+  a_copies.Plan(x, a_rows, depth, [&](int r) { return s_x[r]; });
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) load_a(s, s);
