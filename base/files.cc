@@ -102,6 +102,7 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  if (absl::Status target = CheckRegularFileOrAbsent(path); !target.ok()) return target;
   const std::string temporary = absl::StrCat(path, ".tmp");
   std::error_code ec;
   {

@@ -29,7 +29,9 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t li
 absl::Status CheckRegularFileOrAbsent(const std::string& path);
 
 // Writes `contents` to `path` + ".tmp", then renames it to `path`: readers see the old file or
-// the new one whole. On failure the temporary is removed, `path` is left as it was, and the
+// the new one whole. A `path` that names anything but a regular file or nothing (a device, a
+// FIFO, a directory: the rename would replace it) is refused first (CheckRegularFileOrAbsent),
+// writing nothing. On failure the temporary is removed, `path` is left as it was, and the
 // status (PermissionDenied or DataLoss) names the file and the reason.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 

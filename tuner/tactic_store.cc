@@ -405,6 +405,11 @@ absl::Status TacticStore::WriteFile(const proto::TacticStoreFile& file) {
 }
 
 absl::Status TacticStore::Export(absl::string_view path) const {
+  std::error_code ec;
+  if (std::filesystem::equivalent(std::string(path), path_, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("exporting to ", path, " would replace the ",
+                                                   "tactic store itself; name another file"));
+  }
   if (!unusable_.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("tactic store ", path_, " cannot be exported: it ", unusable_));

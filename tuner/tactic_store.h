@@ -105,7 +105,9 @@ class TacticStore final : public planner::TacticCache {
   absl::Status Record(const RegionMeasurement& measurement);
 
   // Writes the whole store as text (tuner/tactic_store.proto, TacticStoreFile; sorted) to
-  // `path`, replacing it. FailedPrecondition for an unusable store.
+  // `path`, replacing it (WriteFileAtomically). InvalidArgument, writing nothing, when `path`
+  // is the store's own file or names anything but a regular file or nothing; FailedPrecondition
+  // for an unusable store.
   absl::Status Export(absl::string_view path) const;
   // Adds every environment and key of an exported file, in one transaction; a key already
   // stored is replaced as by Record. InvalidArgument naming the file and line for text that

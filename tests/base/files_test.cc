@@ -89,6 +89,25 @@ TEST_F(FilesTest, RefusesFifosDirectoriesAndDevicesByKind) {
   EXPECT_TRUE(CheckRegularFileOrAbsent(Write("plain", "x")).ok());
 }
 
+// An atomic write's rename would replace whatever `path` names: anything but a regular file
+// or nothing is refused first, and neither it nor a temporary is touched.
+TEST_F(FilesTest, AtomicWritesRefuseToReplaceWhatIsNoRegularFile) {
+  const std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a named pipe (FIFO)"},
+                                   {dir_.string(), "a directory"}}) {
+    const absl::Status written = WriteFileAtomically(path, "text");
+    EXPECT_EQ(written.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(written.message(), HasSubstr(path + " is " + kind + ", not a regular file"));
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp")) << path;
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  const std::string plain = (dir_ / "plain").string();
+  ASSERT_TRUE(WriteFileAtomically(plain, "one").ok());
+  ASSERT_TRUE(WriteFileAtomically(plain, "two").ok());
+  EXPECT_EQ(*ReadRegularFile(plain, 3), "two");
+}
+
 // /proc/self/mem is a regular file whose read at offset 0 fails with EIO: the error is a
 // status naming the file and the OS's reason, not an exception.
 TEST_F(FilesTest, AReadErrorIsDataLossWithTheReason) {

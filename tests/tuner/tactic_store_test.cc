@@ -5,6 +5,7 @@
 
 #include <spawn.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -394,6 +395,33 @@ TEST_F(TacticStoreTest, ExportImportExportIsIdentical) {
   copy = MustOpen(Path("copy.db"));
   EXPECT_EQ(copy->Lookup(m.key)->tactic, *m.winner);
   EXPECT_EQ(copy->num_winners(), source->num_winners());
+}
+
+// An export never replaces the store it reads nor anything that is not a regular file (the
+// rename of the atomic write would): both are refused, writing nothing, and the store stays a
+// store that opens with its winners.
+TEST_F(TacticStoreTest, ExportNeverReplacesTheStoreOrANonRegularFile) {
+  const std::string path = Path("kept.db");
+  std::unique_ptr<TacticStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  FillForExport(*store);
+  const int64_t winners = store->num_winners();
+  absl::Status exported = store->Export(path);
+  EXPECT_EQ(exported.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(exported.message(), HasSubstr("would replace the tactic store itself"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const std::string fifo = Path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  exported = store->Export(fifo);
+  EXPECT_EQ(exported.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(exported.message(), HasSubstr(fifo + " is a named pipe (FIFO), not a regular file"));
+  EXPECT_FALSE(std::filesystem::exists(fifo + ".tmp"));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  store.reset();
+  EXPECT_EQ(ReadBytes(path).rfind("SQLite format 3", 0), 0u);
+  store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->num_winners(), winners);
 }
 
 // A measured cuBLASLt tactic is a raw config (the heuristic's answer read back, any tile):
