@@ -63,10 +63,14 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t li
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return OpenError(path, errno);
   // The path may have been replaced between the two looks: the descriptor decides.
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const mode_t mode = st.st_mode;
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
     ::close(fd);
-    return NotRegular(path, mode);
+    return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(error)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotRegular(path, st.st_mode);
   }
   std::string data;
   data.reserve(static_cast<size_t>(st.st_size));

@@ -56,7 +56,8 @@ TEST_F(FilesTest, RefusesAFileOverTheLimitNamingBothSizes) {
   const std::string path = Write("big", std::string(100, 'x'));
   const absl::StatusOr<std::string> read = ReadRegularFile(path, 99);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(read.status().message(), HasSubstr(path + ": file is 100 bytes, over the limit of 99"));
+  EXPECT_THAT(read.status().message(),
+              HasSubstr(path + ": file is 100 bytes, over the limit of 99"));
 }
 
 TEST_F(FilesTest, MissingFilesAndDanglingLinksAreNotFound) {

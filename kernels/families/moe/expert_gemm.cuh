@@ -258,8 +258,9 @@ __global__ void __launch_bounds__(32 * kWarpsM * kWarpsN)
   // A buffer's rows: weight rows n0 + r while inside `cols`, the rows' x rows as s_x holds them.
   ExpertGemmSliceCopies<T, kTileN, kTileK, kThreads> b_copies;
   ExpertGemmSliceCopies<T, kTileM, kTileK, kThreads> a_copies;
-  b_copies.Plan(w_e, kTileN, depth,
-                [&](int r) { return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll; });
+  b_copies.Plan(w_e, kTileN, depth, [&](int r) {
+    return n0 + r < cols ? static_cast<long long>(n0 + r) * depth : -1ll;
+  });
   auto load_b = [&](int stage, int kt) {
     b_copies.Issue(b_s + stage * kBStage, kt * kTileK, depth);
   };

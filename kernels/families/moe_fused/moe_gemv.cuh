@@ -467,7 +467,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    moe_each_sum(acc, [&](int a, int t, float sum, int) { down_sums[warp][a * kMaxTokens + t] = sum; });
+    moe_each_sum(acc,
+                 [&](int a, int t, float sum, int) { down_sums[warp][a * kMaxTokens + t] = sum; });
     __syncthreads();
     for (int i = threadIdx.x; i < kPass * kMaxTokens; i += kThreads) {
       const int a = i / kMaxTokens, t = i % kMaxTokens;
