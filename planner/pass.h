@@ -39,8 +39,9 @@ class Pass {
 };
 
 // Parameters pass factories may read: specialize_phase reads the phase and the extents,
-// fuse_norm_linear its row limit, fuse_rope_kv_write_attention and fuse_moe the phase (they
-// refuse any but decode) and the batch with their batch limits; no other pass reads any.
+// fuse_norm_linear its row limit and norm_moe, fuse_rope_kv_write_attention and fuse_moe the
+// phase (they refuse any but decode) and the batch with their batch limits; no other pass
+// reads any.
 struct PassOptions {
   // The phase specialize_phase specializes for: kPrefill or kDecode.
   ir::Phase phase = ir::Phase::kDecode;
@@ -54,6 +55,10 @@ struct PassOptions {
   // (batch x new tokens); larger decode linears run on cuBLASLt, which has no norm
   // prologue. Must be >= 0 (0 fuses nothing).
   int64_t norm_linear_max_rows = 4;
+  // fuse_norm_linear also folds the norm of a moe region into it (rms_norm_moe). Off by
+  // default: on the H200 it made DeepSeek-V2-Lite's decode 0.5% faster and Qwen3-30B-A3B's 8%
+  // slower (docs/PERF.md).
+  bool norm_moe = false;
   // fuse_rope_kv_write_attention leaves a decode graph whose bound batch exceeds this alone:
   // at large batches the attention's own families (the tensor-core attention_prefill with
   // the GQA group packed into its rows) beat the split-KV kernel that the fused kind is

@@ -33,6 +33,7 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   pass_options.tokens = tokens;
   pass_options.batch = options.batch;
   pass_options.cache_capacity = options.cache_capacity;
+  pass_options.norm_moe = options.fuse_norm_moe;
   PassPipeline pipeline;
   for (const PipelinePass& pass : kPipelinePasses) {
     if (pass.decode_only && phase != ir::Phase::kDecode) continue;

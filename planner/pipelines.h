@@ -37,6 +37,9 @@ struct PipelineOptions {
   // Decode only: run fuse_rope_kv_write_attention (the pass's own limits still apply); false
   // leaves every attention free to take any of its families.
   bool fuse_rope_attention = true;
+  // Decode only: fuse_norm_linear also folds each moe region's norm into it (rms_norm_moe;
+  // PassOptions::norm_moe).
+  bool fuse_norm_moe = false;
 };
 
 // InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.

@@ -316,6 +316,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     PipelineOptions pipeline;
     pipeline.fuse_moe = options.decode_fuse_moe;
     pipeline.fuse_rope_attention = options.decode_fuse_rope_attention;
+    pipeline.fuse_norm_moe = options.decode_fuse_norm_moe;
     pipeline.batch = batch;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
   }

@@ -36,6 +36,8 @@ struct PlanOptions {
   bool decode_fuse_moe = true;
   // Decode phases run fuse_rope_kv_write_attention (PipelineOptions::fuse_rope_attention).
   bool decode_fuse_rope_attention = true;
+  // Decode phases fold each moe region's norm into it (PipelineOptions::fuse_norm_moe).
+  bool decode_fuse_norm_moe = false;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
   // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
   bool prefill_mla_expanded = true;

@@ -282,52 +282,62 @@ absl::Status CheckMoeDTypes(const Attributes& attrs, DType x) {
 // residual]. Operands x: X[B,T,H], router: W[E,H], gate, up: W[E,I,H], down: W[E,N,I], then
 // with shared_experts shared_gate_up: W[2Is,H] (the shared MLP's gate rows, then its up rows:
 // linear_swiglu's packed weight) and shared_down: W[N,Is], then with residual residual:
-// X[B,T,N]; result X[B,T,N].
-Results InferMoe(const KindArgs& a) {
+// X[B,T,N]; result X[B,T,N]. rms_norm_moe (`norm`): rms_norm + moe, the norm's weight
+// norm: W[H] after x, and the norm's eps.
+Results InferMoe(const KindArgs& a, bool norm) {
+  // Operand i of moe is operand at(i) here: rms_norm_moe has the norm weight after x.
+  const int shift = norm ? 1 : 0;
+  auto at = [shift](int i) { return i == 0 ? 0 : i + shift; };
   TP_ASSIGN_OR_RETURN(const bool shared, a.attrs.GetBool("shared_experts"));
   TP_ASSIGN_OR_RETURN(const bool residual, a.attrs.GetBool("residual"));
-  const int expected = 5 + (shared ? 2 : 0) + (residual ? 1 : 0);
+  const int expected = 5 + shift + (shared ? 2 : 0) + (residual ? 1 : 0);
   if (static_cast<int>(a.operands.size()) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expects ", expected, " operands (x, router, gate, up, down",
-                     shared ? ", shared_gate_up, shared_down" : "", residual ? ", residual" : "",
-                     ") with shared_experts = ", shared ? "true" : "false",
-                     " and residual = ", residual ? "true" : "false", ", got ", a.operands.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expects ", expected, " operands (x, ", norm ? "norm, " : "", "router, gate, up, down",
+        shared ? ", shared_gate_up, shared_down" : "", residual ? ", residual" : "",
+        ") with shared_experts = ", shared ? "true" : "false",
+        " and residual = ", residual ? "true" : "false", ", got ", a.operands.size()));
   }
   TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
   const TensorType& x = a.operands[0];
   const Dim& h = x.dims[2];
-  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[E,H]"));
-  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 1, h, "[E,H]", "H"));
-  const Dim& e = a.operands[1].dims[0];
-  if (!e.is_static() || e.extent() == 0) return a.OperandError(1, "[E,H] with E static, > 0");
-  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 3, "[E,I,H]"));
-  const Dim& inter = a.operands[2].dims[1];
+  if (norm) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[H]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, h, "[H]", "H"));
+    TP_RETURN_IF_ERROR(CheckEps(a.attrs));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, at(1), Element::kFloat, 2, "[E,H]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, at(1), 1, h, "[E,H]", "H"));
+  const Dim& e = a.operands[static_cast<size_t>(at(1))].dims[0];
+  if (!e.is_static() || e.extent() == 0) return a.OperandError(at(1), "[E,H] with E static, > 0");
+  TP_RETURN_IF_ERROR(ExpectRank(a, at(2), Element::kFloat, 3, "[E,I,H]"));
+  const Dim& inter = a.operands[static_cast<size_t>(at(2))].dims[1];
   // gate and up: the same [E,I,H] (silu(gate) * up needs one shape).
-  for (int w : {2, 3}) {
+  for (int w : {at(2), at(3)}) {
     TP_RETURN_IF_ERROR(ExpectRank(a, w, Element::kFloat, 3, "[E,I,H]"));
     const std::vector<Dim>& d = a.operands[static_cast<size_t>(w)].dims;
     if (!DimsMatch(d[0], e) || !DimsMatch(d[1], inter) || !DimsMatch(d[2], h)) {
       return a.OperandError(w, shape::Pattern("[E,I,H]", {{"E", e}, {"I", inter}, {"H", h}}));
     }
   }
-  TP_RETURN_IF_ERROR(ExpectRank(a, 4, Element::kFloat, 3, "[E,N,I]"));
-  const std::vector<Dim>& down = a.operands[4].dims;
+  TP_RETURN_IF_ERROR(ExpectRank(a, at(4), Element::kFloat, 3, "[E,N,I]"));
+  const std::vector<Dim>& down = a.operands[static_cast<size_t>(at(4))].dims;
   if (!DimsMatch(down[0], e) || !DimsMatch(down[2], inter)) {
-    return a.OperandError(4, shape::Pattern("[E,N,I]", {{"E", e}, {"I", inter}}));
+    return a.OperandError(at(4), shape::Pattern("[E,N,I]", {{"E", e}, {"I", inter}}));
   }
   const Dim& n = down[1];
   if (shared) {
-    TP_RETURN_IF_ERROR(ExpectRank(a, 5, Element::kFloat, 2, "[2Is,H]"));
-    TP_RETURN_IF_ERROR(ExpectDim(a, 5, 1, h, "[2Is,H]", "H"));
-    const Dim& two_is = a.operands[5].dims[0];
+    TP_RETURN_IF_ERROR(ExpectRank(a, at(5), Element::kFloat, 2, "[2Is,H]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, at(5), 1, h, "[2Is,H]", "H"));
+    const Dim& two_is = a.operands[static_cast<size_t>(at(5))].dims[0];
     if (!IsPositiveEven(two_is)) {
-      return a.OperandError(5, "[2Is,H] with 2Is static, even and > 0");
+      return a.OperandError(at(5), "[2Is,H] with 2Is static, even and > 0");
     }
     const Dim is = Dim::Static(two_is.extent() / 2);
-    TP_RETURN_IF_ERROR(ExpectRank(a, 6, Element::kFloat, 2, "[N,Is]"));
-    if (!DimsMatch(a.operands[6].dims[0], n) || !DimsMatch(a.operands[6].dims[1], is)) {
-      return a.OperandError(6, shape::Pattern("[N,Is]", {{"N", n}, {"Is", is}}));
+    TP_RETURN_IF_ERROR(ExpectRank(a, at(6), Element::kFloat, 2, "[N,Is]"));
+    const std::vector<Dim>& shared_down = a.operands[static_cast<size_t>(at(6))].dims;
+    if (!DimsMatch(shared_down[0], n) || !DimsMatch(shared_down[1], is)) {
+      return a.OperandError(at(6), shape::Pattern("[N,Is]", {{"N", n}, {"Is", is}}));
     }
   }
   TensorType out = MakeType(x.dtype, {x.dims[0], x.dims[1], n});
@@ -341,8 +351,9 @@ Results InferMoe(const KindArgs& a) {
 }
 
 // moe's schema: moe_topk's attributes, the two dtypes of the routing and the operand layout.
-std::vector<AttrSpec> MoeAttrs() {
+std::vector<AttrSpec> MoeAttrs(bool norm) {
   std::vector<AttrSpec> attrs = shape::MoeTopkAttrSpecs();
+  if (norm) attrs.push_back({"eps", AttrType::kFloat});
   attrs.push_back({"logits_dtype", AttrType::kString});
   attrs.push_back({"weights_dtype", AttrType::kString});
   attrs.push_back({"shared_experts", AttrType::kBool});
@@ -401,8 +412,15 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
        .operands = {"x", "router", "gate", "up", "down", "shared_gate_up", "shared_down",
                     "residual"},
        .optional_operands = 3,
-       .attrs = MoeAttrs(),
-       .infer = InferMoe,
+       .attrs = MoeAttrs(false),
+       .infer = [](const KindArgs& a) { return InferMoe(a, false); },
+       .fused = true},
+      {.name = "rms_norm_moe",
+       .operands = {"x", "norm", "router", "gate", "up", "down", "shared_gate_up", "shared_down",
+                    "residual"},
+       .optional_operands = 3,
+       .attrs = MoeAttrs(true),
+       .infer = [](const KindArgs& a) { return InferMoe(a, true); },
        .fused = true},
   };
   for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));

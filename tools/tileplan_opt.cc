@@ -38,6 +38,9 @@ ABSL_FLAG(bool, list_passes, false, "list the registered passes with their summa
 ABSL_FLAG(bool, fuse_moe, true,
           "--pipeline=decode also runs fuse_moe (PipelineOptions::fuse_moe; --nofuse_moe leaves "
           "it out)");
+ABSL_FLAG(bool, fuse_norm_moe, false,
+          "--pipeline=decode also folds each moe region's norm into it (rms_norm_moe; "
+          "PipelineOptions::fuse_norm_moe)");
 
 namespace {
 
@@ -158,6 +161,7 @@ absl::StatusOr<planner::PassPipeline> BuildPipeline(const Options& o) {
   if (!o.pipeline.empty()) {
     planner::PipelineOptions options;
     options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+    options.fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
     options.tokens = o.prefill ? o.tokens : 0;
     options.batch = o.batch;
     return o.prefill ? planner::BuildPrefillPipeline(options)

@@ -67,6 +67,9 @@ ABSL_FLAG(bool, fuse_moe, true,
           "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
           "backend the moe_gemv family), on either backend; --nofuse_moe keeps the primitive "
           "expert steps");
+ABSL_FLAG(bool, fuse_norm_moe, false,
+          "the decode phase also folds each fused MoE block's RMSNorm into it (rms_norm_moe), "
+          "on either backend");
 
 ABSL_FLAG(bool, mla_prefill, true,
           "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
@@ -81,8 +84,8 @@ namespace {
 
 // `values` [rows, cols] as a version-1.0 .npy file (little-endian float32, C order).
 std::string Npy(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  std::string header = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", rows,
-                                    ", ", cols, "), }");
+  std::string header =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", rows, ", ", cols, "), }");
   // Magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');
@@ -150,6 +153,9 @@ absl::Status CheckFlags() {
   }
   if (!plan && tools::Given("fuse_moe") && absl::GetFlag(FLAGS_fuse_moe)) {
     return absl::InvalidArgumentError("--fuse-moe is a planner pass; --no-plan runs none");
+  }
+  if (!plan && absl::GetFlag(FLAGS_fuse_norm_moe)) {
+    return absl::InvalidArgumentError("--fuse-norm-moe is a planner option; --no-plan runs none");
   }
   if (!plan &&
       (absl::GetFlag(FLAGS_print_after_all) || !absl::GetFlag(FLAGS_print_after).empty())) {
@@ -392,6 +398,7 @@ absl::StatusOr<Outputs> RunCpu(const ir::Graph& graph, const models::Checkpoint&
     plan_options.batch = options.batch;
     plan_options.cache_capacity = options.max_seq;
     plan_options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+    plan_options.fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
     TP_ASSIGN_OR_RETURN(planner::PhaseGraphs planned,
                         planner::PlanPhases(graph, plan_options, tools::PrintOptionsFromFlags()));
     TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
@@ -437,6 +444,7 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
   plan_options.decode_batches = {1};
   plan_options.max_context = prompt_len + num_greedy;
   plan_options.decode_fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+  plan_options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   plan_options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   plan_options.print = tools::PrintOptionsFromFlags();
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
@@ -520,8 +528,7 @@ absl::StatusOr<int> Verify() {
   const std::vector<float>& logits = outputs.logits;
   if (const std::string path = absl::GetFlag(FLAGS_logits_out); !path.empty()) {
     TP_RETURN_IF_ERROR(
-        WriteFileAtomically(path, Npy(logits, static_cast<int64_t>(logits.size()) / vocab,
-                                            vocab)));
+        WriteFileAtomically(path, Npy(logits, static_cast<int64_t>(logits.size()) / vocab, vocab)));
   }
 
   if (gpu && !ref.bf16_relative.empty()) {

@@ -3,11 +3,15 @@
 //   rms_norm(x, norm) {eps} -> linear(., w[, b])          => rms_norm_linear(x, norm, w[, b])
 //   rms_norm(x, norm) {eps} -> linear_swiglu(., w[, b])   => rms_norm_linear_swiglu(x, norm, w[,
 //   b])
-// The norm's result must be read only by the linear, as its x. Both regions must be decode
-// regions (the pass runs after specialize_phase) whose rows, the product of x's leading dims,
-// are static and at most PassOptions::norm_linear_max_rows: beyond that the planner sends
-// decode linears to cuBLASLt, which has no norm prologue, so a fused region there would
-// have no kernel. Prefill graphs keep their norms.
+//   rms_norm(x, norm) {eps} -> moe(., router, ...) {a}    => rms_norm_moe(x, norm, router, ...)
+//                                                            {a, eps}
+// The norm's result must be read only by the linear (or moe), as its x. Both regions must be
+// decode regions (the pass runs after specialize_phase). A linear's rows, the product of x's
+// leading dims, must be static and at most PassOptions::norm_linear_max_rows: beyond that the
+// planner sends decode linears to cuBLASLt, which has no norm prologue, so a fused region
+// there would have no kernel. With PassOptions::norm_moe a moe region (fuse_moe made it for a
+// small bound batch, and its kernels serve it at any size they accept) takes its norm whatever
+// its rows. Prefill graphs keep their norms.
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,7 +38,7 @@ std::optional<int64_t> StaticRows(const ir::TensorType& type) {
 
 class FuseNormLinearPass : public Pass {
  public:
-  explicit FuseNormLinearPass(int64_t max_rows) : max_rows_(max_rows) {}
+  FuseNormLinearPass(int64_t max_rows, bool norm_moe) : max_rows_(max_rows), norm_moe_(norm_moe) {}
 
   absl::string_view name() const override { return "fuse_norm_linear"; }
 
@@ -49,12 +53,13 @@ class FuseNormLinearPass : public Pass {
       const int linear_index = uses.SoleUser(normed);
       if (linear_index < 0 || uses.uses(normed).front().operand != 0) continue;
       const ir::Region& linear = graph.regions()[static_cast<size_t>(linear_index)];
-      if ((linear.kind != "linear" && linear.kind != "linear_swiglu") ||
+      const bool moe = linear.kind == "moe" && norm_moe_;
+      if ((linear.kind != "linear" && linear.kind != "linear_swiglu" && !moe) ||
           linear.phase != ir::Phase::kDecode) {
         continue;
       }
       const std::optional<int64_t> rows = StaticRows(graph.value(normed).type);
-      if (!rows.has_value() || *rows > max_rows_) continue;
+      if (!moe && (!rows.has_value() || *rows > max_rows_)) continue;
       TP_RETURN_IF_ERROR(Fuse(graph, uses, norm_index, linear_index, rewriter));
     }
     if (rewriter.empty()) return false;
@@ -67,8 +72,10 @@ class FuseNormLinearPass : public Pass {
                            int linear_index, GraphRewriter& rewriter) {
     const ir::Region& norm = graph.regions()[static_cast<size_t>(norm_index)];
     const ir::Region& linear = graph.regions()[static_cast<size_t>(linear_index)];
-    const std::string kind = linear.kind == "linear" ? "rms_norm_linear" : "rms_norm_linear_swiglu";
-    // x, norm, then the linear's w[, bias].
+    const std::string kind = linear.kind == "linear"          ? "rms_norm_linear"
+                             : linear.kind == "linear_swiglu" ? "rms_norm_linear_swiglu"
+                                                              : "rms_norm_moe";
+    // x, norm, then the linear's w[, bias] (or moe's router, experts, ...).
     std::vector<ir::ValueId> operands = {norm.operands[0], norm.operands[1]};
     operands.insert(operands.end(), linear.operands.begin() + 1, linear.operands.end());
     const ir::ValueId result = linear.results[0];
@@ -90,7 +97,13 @@ class FuseNormLinearPass : public Pass {
     for (int index : match) {
       if (index != anchor) TP_RETURN_IF_ERROR(rewriter.Drop(index));
     }
-    const ir::Attributes attrs = norm.attrs;
+    // The norm's eps, and for moe the routing attributes first.
+    ir::Attributes attrs = norm.attrs;
+    if (kind == "rms_norm_moe") {
+      attrs = linear.attrs;
+      TP_ASSIGN_OR_RETURN(const double eps, norm.attrs.GetFloat("eps"));
+      attrs.Set("eps", eps);
+    }
     return rewriter.Replace(anchor, [=](RegionEmitter& out) -> absl::Status {
       TP_ASSIGN_OR_RETURN(std::vector<ir::ValueId> new_operands, out.MapAll(operands));
       const ir::Value& r = out.source().value(result);
@@ -103,6 +116,7 @@ class FuseNormLinearPass : public Pass {
   }
 
   int64_t max_rows_;
+  bool norm_moe_;
 };
 
 }  // namespace
@@ -112,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Pass>> CreateFuseNormLinearPass(const PassOptions
     return absl::InvalidArgumentError(
         absl::StrCat("norm_linear_max_rows must be >= 0, got ", options.norm_linear_max_rows));
   }
-  return std::make_unique<FuseNormLinearPass>(options.norm_linear_max_rows);
+  return std::make_unique<FuseNormLinearPass>(options.norm_linear_max_rows, options.norm_moe);
 }
 
 }  // namespace tileplan::planner

@@ -40,7 +40,8 @@ std::vector<PassInfo> BuiltinPasses() {
       {"specialize_phase", "binds T (and B, Smax) and sets every region's phase",
        CreateSpecializePhasePass},
       {"fuse_norm_linear",
-       "decode rms_norm -> linear / linear_swiglu of few rows -> rms_norm_linear(_swiglu)",
+       "decode rms_norm -> linear / linear_swiglu of few rows -> rms_norm_linear(_swiglu); "
+       "-> moe -> rms_norm_moe",
        CreateFuseNormLinearPass},
       {"last_token_logits",
        "final norm + LM head for each sequence's last token only (prefill, T static)",

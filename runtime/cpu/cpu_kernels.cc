@@ -1003,6 +1003,19 @@ absl::Status Moe(KernelContext& ctx) {
   return c.Run(&Add, "add", {ctx.operands.back(), routed}, {out});
 }
 
+// rms_norm_moe: the rms_norm of x into a scratch, then moe's steps on it (operands x, norm,
+// then moe's router, gate, up, down[, shared_gate_up, shared_down][, residual]).
+absl::Status RmsNormMoe(KernelContext& ctx) {
+  Composite c(ctx);
+  const TensorArg& x = ctx.operands[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  const TensorArg normed = c.Temp(x.shape);
+  TP_RETURN_IF_ERROR(c.Run(&RmsNorm, "rms_norm", {x, ctx.operands[1]}, {normed}));
+  std::vector<TensorArg> moe_operands = {normed};
+  moe_operands.insert(moe_operands.end(), ctx.operands.begin() + 2, ctx.operands.end());
+  return c.Run(&Moe, "moe", std::move(moe_operands), {ctx.results[0]});
+}
+
 // Sorted by kind.
 constexpr KindInfo kKinds[] = {
     {"add", 2, 2, 1, &Add},
@@ -1029,6 +1042,7 @@ constexpr KindInfo kKinds[] = {
     {"rms_norm", 2, 2, 1, &RmsNorm},
     {"rms_norm_linear", 3, 4, 1, &RmsNormLinear},
     {"rms_norm_linear_swiglu", 3, 4, 1, &RmsNormLinearSwiglu},
+    {"rms_norm_moe", 6, 10, 1, &RmsNormMoe},
     {"rope", 2, 2, 1, &Rope},
     {"rope_kv_write", 4, 4, 3, &RopeKvWrite},
     {"rope_kv_write_attention", 4, 4, 3, &RopeKvWriteAttention},

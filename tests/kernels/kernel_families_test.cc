@@ -44,7 +44,7 @@ std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& fam
 bool IsDecodeOnlyKind(absl::string_view kind) {
   return kind == "rms_norm_linear" || kind == "rms_norm_linear_swiglu" ||
          kind == "rope_kv_write_attention" || kind == "qk_norm_rope_kv_write_attention" ||
-         kind == "moe";
+         kind == "moe" || kind == "rms_norm_moe";
 }
 
 TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
@@ -130,6 +130,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear")), ElementsAre("gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")), ElementsAre("gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("moe")), ElementsAre("moe_gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_moe")), ElementsAre("moe_gemv"));
   EXPECT_TRUE(registry.FamiliesFor("no_such_kind").empty());
 }
 

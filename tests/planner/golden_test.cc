@@ -9,7 +9,7 @@
 //   // UNCHANGED         the passes report no change and print the input back unchanged
 //   // PASSES: a,b       run these passes instead of the file's pass
 //   // OPTIONS: k=v ...  pass options: phase=prefill|decode tokens=N batch=N smax=N
-//                                    norm_linear_max_rows=N
+//                                    norm_linear_max_rows=N norm_moe=0|1
 // Every case states an expectation (CHECK, ERROR or UNCHANGED); ERROR excludes the others.
 // A successful result must also verify and print / parse / print identically. Each case is
 // its own test, named <pass>_<case number>.
@@ -169,6 +169,8 @@ absl::StatusOr<PassOptions> ParseOptions(absl::string_view text) {
       options.cache_capacity = n;
     } else if (kv.first == "norm_linear_max_rows" && number) {
       options.norm_linear_max_rows = n;
+    } else if (kv.first == "norm_moe" && number && (n == 0 || n == 1)) {
+      options.norm_moe = n == 1;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("bad option '", item, "'"));
     }

@@ -213,48 +213,58 @@ TEST(Qwen3DecodeTest, LayerHasTheFiveExpectedKernels) {
 
 // DeepSeek-V2-Lite and Qwen3-30B-A3B decode at batch 1: the dense parts fuse as in the dense
 // models; each MoE block (router, top-k, experts, the shared experts of DeepSeek, and the
-// residual add) becomes one moe region after its own rms_norm, and with the residual inside
-// it the next layer's input norm folds into that layer's first GEMV.
+// residual add) becomes one moe region after its own rms_norm (with fuse_norm_moe, one
+// rms_norm_moe region with it), and with the residual inside it the next layer's input norm
+// folds into that layer's first GEMV.
 TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
-  auto layer = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
-  };
-  // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
-  // stays primitive, the latent norm, the key's RoPE and both cache writes become one
-  // mla_kv_write.
-  const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write", "mla_attention",
-                                        "linear_residual"};
-  using Kinds = std::vector<std::string>;
-  const Kinds qwen3 = {"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual",
-                       "rms_norm", "moe"};
-  const std::vector<std::string> routed = {"moe_router",    "moe_topk",   "expert_linear",
-                                           "expert_linear", "silu",       "mul",
-                                           "expert_linear", "moe_combine"};
-  const std::vector<std::string> shared = {"linear", "linear", "silu", "mul", "linear", "add"};
-  for (const auto& [model, layer0, moe_layer, fused_from] :
-       std::vector<std::tuple<std::string, Kinds, Kinds, Kinds>>{
-           {"deepseek-v2-lite", layer(mla, {"rms_norm_linear_swiglu", "linear_residual"}),
-            layer(mla, {"rms_norm", "moe"}), layer(layer(routed, shared), {"add"})},
-           {"qwen3-30b-a3b", qwen3, qwen3, layer(routed, {"add"})}}) {
-    SCOPED_TRACE(model);
-    absl::StatusOr<ir::Graph> g = Lower(model);
-    ASSERT_TRUE(g.ok()) << g.status();
-    PipelineOptions options;
-    options.batch = 1;
-    options.fuse_moe = true;
-    absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
-    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-    ASSERT_TRUE(pipeline->Run(*g).ok());
-    ASSERT_TRUE(ir::Verify(*g).ok());
-    const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
-    EXPECT_THAT(kinds.at(0), ElementsAreArray(layer0));
-    EXPECT_THAT(kinds.at(1), ElementsAreArray(moe_layer));
-    EXPECT_THAT(kinds.at(2), ElementsAreArray(moe_layer));
-    EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
-    const ir::Region& moe = g->regions()[g->value(g->FindValue("l2.out")).producer];
-    EXPECT_EQ(moe.kind, "moe");
-    EXPECT_THAT(moe.fused_from, ElementsAreArray(fused_from));
+  for (const bool norm_moe : {false, true}) {
+    SCOPED_TRACE(norm_moe ? "fuse_norm_moe" : "default");
+    const std::vector<std::string> block = norm_moe ? std::vector<std::string>{"rms_norm_moe"}
+                                                    : std::vector<std::string>{"rms_norm", "moe"};
+    const std::vector<std::string> norm =
+        norm_moe ? std::vector<std::string>{"rms_norm"} : std::vector<std::string>{};
+    auto layer = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
+    // stays primitive, the latent norm, the key's RoPE and both cache writes become one
+    // mla_kv_write.
+    const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write",
+                                          "mla_attention", "linear_residual"};
+    using Kinds = std::vector<std::string>;
+    const Kinds qwen3 =
+        layer({"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual"}, block);
+    const std::vector<std::string> routed = {"moe_router",    "moe_topk",   "expert_linear",
+                                             "expert_linear", "silu",       "mul",
+                                             "expert_linear", "moe_combine"};
+    const std::vector<std::string> shared = {"linear", "linear", "silu", "mul", "linear", "add"};
+    for (const auto& [model, layer0, moe_layer, fused_from] :
+         std::vector<std::tuple<std::string, Kinds, Kinds, Kinds>>{
+             {"deepseek-v2-lite", layer(mla, {"rms_norm_linear_swiglu", "linear_residual"}),
+              layer(mla, block), layer(norm, layer(layer(routed, shared), {"add"}))},
+             {"qwen3-30b-a3b", qwen3, qwen3, layer(norm, layer(routed, {"add"}))}}) {
+      SCOPED_TRACE(model);
+      absl::StatusOr<ir::Graph> g = Lower(model);
+      ASSERT_TRUE(g.ok()) << g.status();
+      PipelineOptions options;
+      options.batch = 1;
+      options.fuse_moe = true;
+      options.fuse_norm_moe = norm_moe;
+      absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+      ASSERT_TRUE(pipeline->Run(*g).ok());
+      ASSERT_TRUE(ir::Verify(*g).ok());
+      const std::map<int, std::vector<std::string>> kinds = LayerKinds(*g);
+      EXPECT_THAT(kinds.at(0), ElementsAreArray(layer0));
+      EXPECT_THAT(kinds.at(1), ElementsAreArray(moe_layer));
+      EXPECT_THAT(kinds.at(2), ElementsAreArray(moe_layer));
+      EXPECT_THAT(kinds.at(-1), ElementsAre("embedding", "rms_norm", "lm_head"));
+      const ir::Region& moe = g->regions()[g->value(g->FindValue("l2.out")).producer];
+      EXPECT_EQ(moe.kind, norm_moe ? "rms_norm_moe" : "moe");
+      EXPECT_THAT(moe.fused_from, ElementsAreArray(fused_from));
+      EXPECT_EQ(moe.attrs.Has("eps"), norm_moe);
+    }
   }
 }
 

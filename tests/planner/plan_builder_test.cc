@@ -139,7 +139,8 @@ absl::StatusOr<proto::Phase> PlanTinyMoePhase(bool decode, int64_t tokens) {
   PipelineOptions pipeline;
   pipeline.batch = 1;
   pipeline.tokens = tokens;
-  pipeline.fuse_moe = true;  // decode: the moe step (prefill keeps the primitives)
+  pipeline.fuse_moe = true;       // decode: the moe step (prefill keeps the primitives)
+  pipeline.fuse_norm_moe = true;  // with its norm
   TP_ASSIGN_OR_RETURN(PassPipeline passes,
                       decode ? BuildDecodePipeline(pipeline) : BuildPrefillPipeline(pipeline));
   TP_RETURN_IF_ERROR(passes.Run(graph).status());
@@ -155,9 +156,9 @@ absl::StatusOr<proto::Phase> PlanTinyMoePhase(bool decode, int64_t tokens) {
 // Prefill plans the routed experts' primitive regions: the router's logits on cuBLASLt,
 // moe_topk on moe_routing, the expert linears on either expert family, whose bytes count only
 // the weights of the experts the step can select (min(E, tokens·K) of them), and the combine
-// on elementwise. Decode fuses each block into one moe step on moe_gemv (three launches),
-// whose bytes count the router, the selectable experts' gate, up and down, x, the residual and
-// the result.
+// on elementwise. Decode (with fuse_norm_moe) fuses each block with its norm into one
+// rms_norm_moe step on moe_gemv (three launches), whose bytes count the norm weight, the router,
+// the selectable experts' gate, up and down, x, the residual and the result.
 TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
   const models::ModelConfig config =
       tileplan::testing::TinyModelConfig(models::Architecture::kQwen3Moe);
@@ -172,9 +173,10 @@ TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
     for (const proto::Step& s : phase->steps()) {
       families[s.kind()].insert(s.tactic().family());
       const int64_t selectable = std::min(experts, tokens * top_k);
-      if (s.kind() == "moe") {
+      if (s.kind() == "rms_norm_moe") {
+        // x (also the residual), the norm weight, the result, the router, the experts.
         EXPECT_EQ(s.launches(), 3) << s.name();
-        EXPECT_EQ(s.bytes(), 3 * tokens * hidden * 2 + experts * hidden * 2 +
+        EXPECT_EQ(s.bytes(), 3 * tokens * hidden * 2 + hidden * 2 + experts * hidden * 2 +
                                  selectable * inter * 3 * hidden * 2)
             << s.name();
       }
@@ -187,8 +189,8 @@ TEST(PlanBuilderTest, MoeLayersPlanOnTheirFamilies) {
           << s.name();
     }
     if (decode) {
-      EXPECT_THAT(families["moe"], ::testing::ElementsAre("moe_gemv"));
-      for (const char* kind : {"moe_router", "moe_topk", "expert_linear", "moe_combine"}) {
+      EXPECT_THAT(families["rms_norm_moe"], ::testing::ElementsAre("moe_gemv"));
+      for (const char* kind : {"moe", "moe_router", "moe_topk", "expert_linear", "moe_combine"}) {
         EXPECT_EQ(families.count(kind), 0u) << kind;
       }
       continue;

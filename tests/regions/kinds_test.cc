@@ -95,6 +95,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "rms_norm",
                                                    "rms_norm_linear",
                                                    "rms_norm_linear_swiglu",
+                                                   "rms_norm_moe",
                                                    "rope",
                                                    "rope_kv_write",
                                                    "rope_kv_write_attention",
@@ -679,6 +680,39 @@ TEST(KindsTest, Moe) {
   EXPECT_EQ(InferOne("moe", routed, MoeAttrs(false, false, "f32", "bf16")),
             "attribute 'weights_dtype' is \"bf16\", expected \"f32\" (logits_dtype: the top-k "
             "weights take the logits' dtype)");
+}
+
+// rms_norm_moe: moe with the norm's weight [H] after x and the norm's eps; the operands after
+// the norm are moe's, one place later in the messages.
+TEST(KindsTest, RmsNormMoe) {
+  const std::vector<std::string> routed = {"bf16[B,T,32]",  "bf16[32]",      "bf16[8,32]",
+                                           "bf16[8,16,32]", "bf16[8,16,32]", "bf16[8,32,16]"};
+  auto attrs = [](bool shared, bool residual) {
+    Attributes a = MoeAttrs(shared, residual);
+    a.Set("eps", 1e-6);
+    return a;
+  };
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  EXPECT_EQ(InferOne("rms_norm_moe", routed, attrs(false, false)), "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("rms_norm_moe", with(routed, {"bf16[48,32]", "bf16[32,24]", "bf16[B,T,32]"}),
+                     attrs(true, true)),
+            "bf16[B,T,32]");
+  EXPECT_EQ(InferOne("rms_norm_moe", with(routed, {"bf16[B,T,32]"}), attrs(true, false)),
+            "expects 8 operands (x, norm, router, gate, up, down, shared_gate_up, shared_down) "
+            "with shared_experts = true and residual = false, got 7");
+  std::vector<std::string> bad_norm = routed;
+  bad_norm[1] = "bf16[16]";
+  EXPECT_EQ(InferOne("rms_norm_moe", bad_norm, attrs(false, false)),
+            "operand 1 has type bf16[16], expected [H] with H = 32");
+  std::vector<std::string> bad_down = routed;
+  bad_down[5] = "bf16[8,32,12]";
+  EXPECT_EQ(InferOne("rms_norm_moe", bad_down, attrs(false, false)),
+            "operand 5 has type bf16[8,32,12], expected [E,N,I] with E = 8, I = 16");
+  EXPECT_EQ(InferOne("rms_norm_moe", routed, MoeAttrs(false, false)),
+            "missing required attribute 'eps' (float)");
 }
 
 }  // namespace

@@ -211,7 +211,8 @@ TEST(TileplanOptTest, PlansABundledModel) {
 }
 
 // The fuse_moe pass (on by default in the decode pipeline) fuses each MoE block (router to
-// residual add) into one moe region for batches of at most 2; a larger batch, --nofuse_moe and
+// residual add) into one moe region for batches of at most 2, which fuse_norm_linear extends
+// by the block's norm (rms_norm_moe) with --fuse-norm-moe; a larger batch, --nofuse_moe and
 // the prefill pipeline keep the primitive regions.
 TEST(TileplanOptTest, FusesTheMoeBlocksForDecodeOnly) {
   const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode");
@@ -221,6 +222,12 @@ TEST(TileplanOptTest, FusesTheMoeBlocksForDecodeOnly) {
   const RunResult two = RunOpt("--model qwen3-30b-a3b --pipeline=decode --batch=2");
   EXPECT_EQ(two.exit_code, 0) << two.err;
   EXPECT_THAT(two.out, HasSubstr("%l0.out: bf16[2,1,2048] = moe(%l0.mlp_norm, "));
+  // With --fuse-norm-moe the block's norm folds in too, its residual being the norm's input.
+  const RunResult normed = RunOpt("--model qwen3-30b-a3b --pipeline=decode --fuse_norm_moe");
+  EXPECT_EQ(normed.exit_code, 0) << normed.err;
+  EXPECT_THAT(normed.out, HasSubstr("%l0.out: bf16[1,1,2048] = rms_norm_moe(%l0.attn_residual, "
+                                    "%model.layers.0.post_attention_layernorm.weight, "));
+  EXPECT_THAT(normed.out, Not(HasSubstr("= rms_norm(%l0.attn_residual")));
   for (const char* flags : {"--batch=4", "--nofuse_moe"}) {
     const RunResult unfused =
         RunOpt(absl::StrCat("--model qwen3-30b-a3b --pipeline=decode ", flags));

@@ -565,21 +565,52 @@ std::string MoeGraph(bool fused, bool shared, bool residual, bool rounded) {
   return g;
 }
 
-TEST(CpuFused, MoeIsTheRoutedExpertsPlusSharedMlpPlusResidual) {
+// Every MoE variant (bf16 routing or not, shared experts or not, residual or not), the graph
+// `make(fused, shared, residual, rounded)` fused against the primitive one, on random inputs.
+void ExpectEveryMoeVariantAgrees(std::string (*make)(bool, bool, bool, bool), uint32_t seed) {
   for (bool rounded : {false, true}) {
     for (bool shared : {false, true}) {
       for (bool residual : {false, true}) {
         SCOPED_TRACE(absl::StrCat(rounded ? "bf16 routing, " : "", shared ? "shared" : "no shared",
                                   ", ", residual ? "residual" : "no residual"));
-        Random rnd(5);
-        ExpectSameOutputs(MoeGraph(true, shared, residual, rounded),
-                          MoeGraph(false, shared, residual, rounded),
+        Random rnd(seed);
+        ExpectSameOutputs(make(true, shared, residual, rounded),
+                          make(false, shared, residual, rounded),
                           {{{"x", rnd.Float({1, 3, 16})}, {"r", rnd.Float({1, 3, 16}, 2.0)}}}, 1,
                           {{"sgu", {"sg", "su"}}});
       }
     }
   }
 }
+
+TEST(CpuFused, MoeIsTheRoutedExpertsPlusSharedMlpPlusResidual) {
+  ExpectEveryMoeVariantAgrees(&MoeGraph, 5);
+}
+
+// MoeGraph with an RMSNorm of x first: fused, one rms_norm_moe region (the residual %r); else
+// the rms_norm region and the primitive regions on its result.
+std::string NormMoeGraph(bool fused, bool shared, bool residual, bool rounded) {
+  std::string g = MoeGraph(fused, shared, residual, rounded);
+  const std::string d = rounded ? "bf16" : "f32";
+  const std::string weight = absl::StrCat("  weight %nw: ", d, "[16] = \"nw\"\n");
+  const size_t body = g.find("  weight %router");
+  g.insert(body, weight);
+  if (fused) {
+    const size_t at = g.find("= moe(%x, ");
+    g.replace(at, 10, "= rms_norm_moe(%x, %nw, ");
+    const size_t attrs = g.find("{logits_dtype", at);
+    g.insert(attrs + 1, "eps = 1e-05, ");
+    return g;
+  }
+  for (size_t at = g.find("(%x, "); at != std::string::npos; at = g.find("(%x, ", at)) {
+    g.replace(at, 5, "(%xn, ");
+  }
+  const size_t first = g.find("  %l: ");
+  g.insert(first, absl::StrCat("  %xn: ", d, "[1,3,16] = rms_norm(%x, %nw) {eps = 1e-05}\n"));
+  return g;
+}
+
+TEST(CpuFused, RmsNormMoeIsRmsNormThenMoe) { ExpectEveryMoeVariantAgrees(&NormMoeGraph, 7); }
 
 TEST(CpuFused, EveryRegisteredKindIsImplemented) {
   EXPECT_EQ(CpuSupportedKinds(), ir::KindNames());

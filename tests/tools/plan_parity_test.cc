@@ -101,8 +101,10 @@ void ExpectDecodeAgrees(runtime::cpu::CpuBackend& primitive, runtime::cpu::CpuBa
 
 // The planned graphs (with the decode pipeline's opt-in fuse_moe when `fuse_moe`) against the
 // primitive graph: the prompt as one prefill, then every decode step.
-void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe) {
-  SCOPED_TRACE(fuse_moe ? "fuse_moe" : "default pipelines");
+void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe, bool fuse_norm_moe = false) {
+  SCOPED_TRACE(fuse_norm_moe ? "fuse_moe, fuse_norm_moe"
+               : fuse_moe    ? "fuse_moe"
+                             : "default pipelines");
   auto primitive_graph = models::LowerModel(f.config);
   ASSERT_TRUE(primitive_graph.ok()) << primitive_graph.status();
   planner::PipelineOptions plan_options;
@@ -110,6 +112,7 @@ void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe) {
   plan_options.batch = f.options.batch;
   plan_options.cache_capacity = f.options.max_seq;
   plan_options.fuse_moe = fuse_moe;
+  plan_options.fuse_norm_moe = fuse_norm_moe;
   auto planned = planner::PlanPhases(*primitive_graph, plan_options);
   ASSERT_TRUE(planned.ok()) << planned.status();
   // The planner did rewrite both graphs, so the comparison is not of a graph with itself.
@@ -120,7 +123,9 @@ void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe) {
   }
   if (fuse_moe) {
     EXPECT_TRUE(std::any_of(planned->decode.regions().begin(), planned->decode.regions().end(),
-                            [](const ir::Region& r) { return r.kind == "moe"; }));
+                            [fuse_norm_moe](const ir::Region& r) {
+                              return r.kind == (fuse_norm_moe ? "rms_norm_moe" : "moe");
+                            }));
   }
 
   auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, *f.checkpoint, f.options);
@@ -143,7 +148,10 @@ TEST_P(PlanParityTest, PlannedAndPrimitiveLogitsAgree) {
   ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), 0, f));
   ExpectPlannedAgrees(f, false);
   // A MoE model's decode steps with each MoE block fused into one moe region, too.
-  if (f.config.moe.num_experts > 0) ExpectPlannedAgrees(f, true);
+  if (f.config.moe.num_experts > 0) {
+    ExpectPlannedAgrees(f, true);
+    ExpectPlannedAgrees(f, true, true);
+  }
 }
 
 // The prefill planned with last_token_logits, run as the GPU runtime runs a prompt shorter

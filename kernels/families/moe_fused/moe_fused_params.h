@@ -12,10 +12,14 @@
 #define TILEPLAN_MOE_FUSED_HOST_DEVICE
 #endif
 
-// moe_route: the router's logits and the top-k; writes the weights and the routing table.
+// moe_route: the router's logits and the top-k; writes the weights and the routing table (and
+// with norm_w, the RMSNorm of x into xn for moe_gate_up).
 #define TILEPLAN_MOE_ROUTE_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, x) \
   NEXT(long long, long long, x_stride) \
+  NEXT(const void*, const NormW* __restrict__, norm_w) \
+  NEXT(float, float, eps) \
+  NEXT(void*, T* __restrict__, xn) \
   NEXT(const void*, const W* __restrict__, router) \
   NEXT(float*, float*, logits) \
   NEXT(float*, float* __restrict__, weights) \

@@ -1,11 +1,14 @@
-// moe_gemv: the fused MoE block (moe) of a decode step, B·T <= 16 tokens, in three launches
-// (moe_gemv.cuh): the router GEMV (its warps splitting H) whose last CTA runs the top-k and
-// builds the routing table, the gate/up GEMV with SiLU·mul over the distinct selected experts
-// and the shared MLP, and the down GEMV whose CTA's threads share the slots' rows and that
-// weights, sums and adds the shared MLP and the residual. The routing stays in device memory,
-// so a decode CUDA Graph replays with new routing. Version 3 (version 2's down GEMV gave each
-// warp its own rows and split the slots over CTAs, summing the splits through the workspace:
-// half the memory's rate on the H200; version 1's router warps each took their own experts).
+// moe_gemv: the fused MoE block (moe, and rms_norm_moe with its RMSNorm) of a decode step,
+// B·T <= 16 tokens, in three launches (moe_gemv.cuh): the router GEMV (its warps splitting H;
+// with the norm, every CTA first sums each row's squares and CTA 0 stores the normalized rows)
+// whose last CTA runs the top-k and builds the routing table, the gate/up GEMV with SiLU·mul
+// over the distinct selected experts and the shared MLP, and the down GEMV whose CTA's threads
+// share the slots' rows and that weights, sums and adds the shared MLP and the residual. The
+// routing stays in device memory, so a decode CUDA Graph replays with new routing. Version 4
+// (the norm; the down GEMV's routed rows prefetched before its dependency wait; version 3's
+// down GEMV first shared the slots' rows among a CTA's threads; version 2 gave each warp its
+// own rows and split the slots over CTAs, half the memory's rate on the H200; version 1's
+// router warps each took their own experts).
 #include <algorithm>
 #include <string>
 
@@ -23,8 +26,9 @@ namespace tileplan::kernels::internal {
 namespace {
 
 // The operands of a moe region: x, router, gate, up, down [, shared_gate_up, shared_down]
-// [, residual] (docs/ir.md).
+// [, residual]; rms_norm_moe has its norm weight after x (docs/ir.md).
 struct MoeShape {
+  bool norm = false;         // rms_norm_moe
   int64_t tokens = 0;        // B * T
   int64_t hidden = 0;        // H
   int64_t experts = 0;       // E
@@ -39,10 +43,13 @@ struct MoeShape {
 
   // Slots a routing can fill: min(E, B·T·K) distinct experts.
   int64_t max_slots() const { return std::min(experts, tokens * top_k); }
+  // The index in the region of moe's operand i (x 0, router 1, ..., residual 5 or 7).
+  int op(int i) const { return i == 0 || !norm ? i : i + 1; }
 };
 
 MoeShape ShapeOf(const BoundRegion& r) {
   MoeShape s;
+  s.norm = r.kind() == "rms_norm_moe";
   const ir::Attributes& attrs = r.region().attrs;
   // The verifier checked the attributes; an absent one leaves the defaults.
   s.shared = attrs.GetBool("shared_experts").value_or(false);
@@ -52,14 +59,19 @@ MoeShape ShapeOf(const BoundRegion& r) {
   s.topk_groups = attrs.GetInt("topk_groups").value_or(1);
   s.tokens = Rows(r.operand(0).shape);
   s.hidden = r.operand(0).shape.back();
-  s.experts = r.operand(1).shape[0];
-  s.inter = r.operand(2).shape[1];
-  s.cols = r.operand(4).shape[1];
-  if (s.shared) s.shared_inter = r.operand(5).shape[0] / 2;  // gate rows, then up rows
+  s.experts = r.operand(s.op(1)).shape[0];
+  s.inter = r.operand(s.op(2)).shape[1];
+  s.cols = r.operand(s.op(4)).shape[1];
+  if (s.shared) s.shared_inter = r.operand(s.op(5)).shape[0] / 2;  // gate rows, then up rows
   return s;
 }
 
-int ResidualOperand(const MoeShape& s) { return s.shared ? 7 : 5; }
+int ResidualOperand(const MoeShape& s) { return s.op(s.shared ? 7 : 5); }
+// The operands that are weights of the experts' dtype (the router's): all but x, the norm
+// weight and the residual.
+bool IsExpertWeight(const MoeShape& s, int i) {
+  return i != 0 && !(s.norm && i == 1) && !(s.residual && i == ResidualOperand(s));
+}
 
 // Bounds of the kernels: the tokens held in registers, and moe_topk's warp selection.
 constexpr int64_t kMaxTokens = kMoeMaxTokens;
@@ -78,17 +90,19 @@ int64_t MoeVec(const BoundRegion& r) {
   const MoeShape s = ShapeOf(r);
   std::vector<int64_t> extents = AlignmentExtents(r, {0});
   for (int64_t e : {s.hidden, s.inter, s.shared_inter}) extents.push_back(e);
-  return VectorWidth(r.operand_dtype(1), extents);
+  return VectorWidth(r.operand_dtype(s.op(1)), extents);
 }
 
 // The step workspace, 16-byte aligned sections in bytes: logits [tokens, E], weights [tokens,
-// K], the routing table, act [tokens * K, I], shared_act [tokens, Is], and with down_splits S
-// > 1 the down projection's partial sums [S, tokens, N].
+// K], the routing table, act [tokens * K, I], shared_act [tokens, Is], with down_splits S > 1
+// the down projection's partial sums [S, tokens, N], and with the norm the normalized rows
+// [tokens, H] of x's dtype (x_size bytes each).
 struct WorkspaceLayout {
-  int64_t logits = 0, weights = 0, table = 0, act = 0, shared_act = 0, partials = 0, total = 0;
+  int64_t logits = 0, weights = 0, table = 0, act = 0, shared_act = 0, partials = 0, xn = 0,
+          total = 0;
 };
 
-WorkspaceLayout LayoutOf(const MoeShape& s, int64_t down_splits) {
+WorkspaceLayout LayoutOf(const MoeShape& s, int64_t down_splits, int64_t x_size) {
   WorkspaceLayout l;
   auto section = [&l](int64_t bytes) {
     const int64_t at = l.total;
@@ -101,6 +115,7 @@ WorkspaceLayout LayoutOf(const MoeShape& s, int64_t down_splits) {
   l.act = section(s.tokens * s.top_k * s.inter * 4);
   l.shared_act = section(s.tokens * s.shared_inter * 4);
   l.partials = section(down_splits > 1 ? down_splits * s.tokens * s.cols * 4 : 0);
+  l.xn = section(s.norm ? s.tokens * s.hidden * x_size : 0);
   return l;
 }
 
@@ -132,7 +147,7 @@ int64_t Counters(const MoeShape& s, const Tactic& t) {
 // distinct ones, gate, up and down each), the shared MLP.
 int64_t WeightBytes(const BoundRegion& r) {
   const MoeShape s = ShapeOf(r);
-  const int64_t w = ir::DTypeSize(r.operand_dtype(1));
+  const int64_t w = ir::DTypeSize(r.operand_dtype(s.op(1)));
   return (s.experts * s.hidden + s.max_slots() * s.inter * (2 * s.hidden + s.cols) +
           s.shared_inter * (2 * s.hidden + s.cols)) *
          w;
@@ -158,10 +173,12 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
   const MoeShape s = ShapeOf(r);
   const ir::DType x_dtype = r.operand_dtype(0);
-  const ir::DType w_dtype = r.operand_dtype(1);
+  const ir::DType w_dtype = r.operand_dtype(s.op(1));
+  const ir::DType norm_dtype = s.norm ? r.operand_dtype(1) : w_dtype;
   TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(x_dtype, "x"));
   TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(w_dtype, "the router"));
-  for (int i = 2; i < r.num_operands(); ++i) {
+  TP_ASSIGN_OR_RETURN(const std::string norm_type, b.TypeName(norm_dtype, "the norm weight"));
+  for (int i = s.op(2); i < r.num_operands(); ++i) {
     const ir::DType want = s.residual && i == ResidualOperand(s) ? x_dtype : w_dtype;
     if (r.operand_dtype(i) != want) {
       return b.Error("operand ", i, " is ", ir::DTypeName(r.operand_dtype(i)), ", not ",
@@ -188,6 +205,11 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
     if (s.residual && i == ResidualOperand(s)) continue;
     TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(i), absl::StrCat("operand ", i)));
   }
+  float eps = 0.f;
+  if (s.norm) {
+    TP_ASSIGN_OR_RETURN(const double e, attrs.GetFloat("eps"));
+    eps = static_cast<float>(e);
+  }
   TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
   Matrix residual;
   if (s.residual) {
@@ -196,8 +218,9 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   const int64_t x_align = std::min<int64_t>(16, vec * ir::DTypeSize(x_dtype));
   const int64_t w_align = vec * ir::DTypeSize(w_dtype);
   TP_RETURN_IF_ERROR(b.CheckOperands(x_align, {0}));
-  TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {1, 2, 3, 4}));
-  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {5, 6}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {s.op(1), s.op(2), s.op(3), s.op(4)}));
+  if (s.shared) TP_RETURN_IF_ERROR(b.CheckOperands(w_align, {s.op(5), s.op(6)}));
+  if (s.norm) TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(norm_dtype), {1}));
   if (s.residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(x_dtype), {ResidualOperand(s)}));
   TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(x_dtype), {0}));
   TP_ASSIGN_OR_RETURN(void* workspace, b.Workspace("routing"));
@@ -206,7 +229,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
                       b.SplitBuffers(route_ctas * down_splits, "router and down projection"));
   unsigned int* counters = static_cast<unsigned int*>(split.counters);
-  const WorkspaceLayout layout = LayoutOf(s, down_splits);
+  const WorkspaceLayout layout = LayoutOf(s, down_splits, ir::DTypeSize(x_dtype));
   auto at = [workspace](int64_t offset) -> void* {
     return workspace == nullptr ? nullptr : static_cast<char*>(workspace) + offset;
   };
@@ -216,12 +239,16 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   float* act = static_cast<float*>(at(layout.act));
   float* shared_act = s.shared ? static_cast<float*>(at(layout.shared_act)) : nullptr;
   float* partials = down_splits > 1 ? static_cast<float*>(at(layout.partials)) : nullptr;
+  void* xn = s.norm ? at(layout.xn) : nullptr;
   const int64_t max_tokens = NextPowerOfTwo(s.tokens);
 
   MoeRouteParams rp{};
   rp.x = b.Operand(0);
   rp.x_stride = x.stride;
-  rp.router = b.Operand(1);
+  rp.norm_w = s.norm ? b.Operand(1) : nullptr;
+  rp.eps = eps;
+  rp.xn = xn;
+  rp.router = b.Operand(s.op(1));
   rp.logits = logits;
   rp.weights = weights;
   rp.table = table;
@@ -235,21 +262,23 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   rp.norm_topk_prob = norm ? 1 : 0;
   rp.scaling = static_cast<float>(scaling);
   rp.max_slots = static_cast<int>(s.max_slots());
-  b.Launch("moe_gemv.cuh",
-           absl::StrCat("tileplan::moe_route<", x_type, ", ", w_type, ", ", logit_type, ", ",
-                        weight_type, ", ", threads, ", ", router_rows, ", ", vec, ", ",
-                        CeilDiv(s.experts, 32), ", ", max_tokens, ">"),
-           {route_ctas, 1, 1}, {threads, 1, 1}, 12 * s.tokens * s.top_k, rp);
+  b.Launch(
+      "moe_gemv.cuh",
+      absl::StrCat("tileplan::moe_route<", x_type, ", ", w_type, ", ", norm_type, ", ", logit_type,
+                   ", ", weight_type, ", ", threads, ", ", router_rows, ", ", vec, ", ",
+                   CeilDiv(s.experts, 32), ", ", max_tokens, ", ", s.norm ? "true" : "false", ">"),
+      {route_ctas, 1, 1}, {threads, 1, 1}, 12 * s.tokens * s.top_k, rp);
 
   MoeGateUpParams gp{};
-  gp.x = b.Operand(0);
-  gp.x_stride = x.stride;
-  gp.gate = b.Operand(2);
-  gp.up = b.Operand(3);
+  // With the norm, the experts read the rows moe_route normalized.
+  gp.x = s.norm ? xn : b.Operand(0);
+  gp.x_stride = s.norm ? s.hidden : x.stride;
+  gp.gate = b.Operand(s.op(2));
+  gp.up = b.Operand(s.op(3));
   // The shared MLP's packed weight: Is gate rows, then Is up rows.
-  gp.shared_gate = s.shared ? b.Operand(5) : nullptr;
-  gp.shared_up = s.shared && b.Operand(5) != nullptr
-                     ? static_cast<const char*>(b.Operand(5)) +
+  gp.shared_gate = s.shared ? b.Operand(s.op(5)) : nullptr;
+  gp.shared_up = s.shared && b.Operand(s.op(5)) != nullptr
+                     ? static_cast<const char*>(b.Operand(s.op(5))) +
                            s.shared_inter * s.hidden * ir::DTypeSize(w_dtype)
                      : nullptr;
   gp.table = table;
@@ -269,8 +298,8 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   b.MarkMainLaunch();  // Geometry describes the gate/up GEMV, which streams most weights
 
   MoeDownParams dp{};
-  dp.down = b.Operand(4);
-  dp.shared_down = s.shared ? b.Operand(6) : nullptr;
+  dp.down = b.Operand(s.op(4));
+  dp.shared_down = s.shared ? b.Operand(s.op(6)) : nullptr;
   dp.table = table;
   dp.weights = weights;
   dp.act = act;
@@ -310,7 +339,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
  public:
   MoeGemvFamily()
       : TemplateFamilyBase(
-            "moe_gemv", 3, {"moe"},
+            "moe_gemv", 4, {"moe", "rms_norm_moe"},
             {"down_rows", "down_splits", "gate_rows", "router_rows", "threads", "vec"}) {}
 
   // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).
@@ -327,6 +356,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     const MoeShape s = ShapeOf(r);
     WorkEstimate w;
     w.bytes = r.operand_bytes(0) + r.result_bytes(0) + WeightBytes(r) +
+              (s.norm ? r.operand_bytes(1) : 0) +
               (s.residual ? r.operand_bytes(ResidualOperand(s)) : 0);
     w.flops = 2 * s.tokens *
               (s.experts * s.hidden + s.top_k * s.inter * (2 * s.hidden + s.cols) +
@@ -335,7 +365,8 @@ class MoeGemvFamily final : public TemplateFamilyBase {
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 3; }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
-    return LayoutOf(ShapeOf(r), t.params.at("down_splits")).total;
+    return LayoutOf(ShapeOf(r), t.params.at("down_splits"), ir::DTypeSize(r.operand_dtype(0)))
+        .total;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
     return 4 * Counters(ShapeOf(r), t);
@@ -370,9 +401,9 @@ class MoeGemvFamily final : public TemplateFamilyBase {
       return Refuse(absl::StrCat("top_k ", s.top_k, " or num_groups ", s.groups, " exceeds ",
                                  kMaxTopK, " (a lane holds each selection and each group)"));
     }
-    const ir::DType w = r.operand_dtype(1);
-    for (int i = 2; i < r.num_operands(); ++i) {
-      if (s.residual && i == ResidualOperand(s)) continue;
+    const ir::DType w = r.operand_dtype(s.op(1));
+    for (int i = s.op(2); i < r.num_operands(); ++i) {
+      if (!IsExpertWeight(s, i)) continue;
       if (r.operand_dtype(i) != w) {
         return Refuse(absl::StrCat(OperandLabel(r, i), " is ", ir::DTypeName(r.operand_dtype(i)),
                                    ", the router ", ir::DTypeName(w),
@@ -446,8 +477,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
       return BadParam("down_splits", splits, absl::StrCat("1 to ", kMaxDownSplits));
     }
     const int64_t gate_rows = t.params.at("gate_rows");
-    if (!IsPowerOfTwo(gate_rows) || gate_rows % warps != 0 ||
-        gate_rows / warps > kMaxRowsPerWarp) {
+    if (!IsPowerOfTwo(gate_rows) || gate_rows % warps != 0 || gate_rows / warps > kMaxRowsPerWarp) {
       return BadParam("gate_rows", gate_rows,
                       absl::StrCat("a power of two holding 1 to ", kMaxRowsPerWarp,
                                    " rows for each of the ", warps, " warps"));

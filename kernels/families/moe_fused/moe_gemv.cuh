@@ -1,11 +1,12 @@
-// The fused MoE block for decode-sized steps (moe, docs/ir.md) in three kernels, launched in
-// this order on one step workspace:
+// The fused MoE block for decode-sized steps (moe and rms_norm_moe, docs/ir.md) in three
+// kernels, launched in this order on one step workspace:
 //
-//   moe_route    the router's logits of every token (rounded to LogitT, as the primitive
-//                graph holds them), then, in the last CTA to finish, the top-k of each token
-//                (moe_topk.cuh's selection; weights rounded to WeightT) and the routing table
-//                (moe_fused_params.h): the distinct experts selected, and which token chose
-//                each by which selection
+//   moe_route    (rms_norm_moe: the RMSNorm of every token's row, stored by the CTAs for
+//                moe_gate_up) the router's logits of every token (rounded to LogitT, as the
+//                primitive graph holds them), then, in the last CTA to finish, the top-k of
+//                each token (moe_topk.cuh's selection; weights rounded to WeightT) and the
+//                routing table (moe_fused_params.h): the distinct experts selected, and which
+//                token chose each by which selection
 //   moe_gate_up  per routed slot (one distinct expert) and row tile: silu(gate_e · x_t) *
 //                (up_e · x_t) for every token t that chose the expert, each weight row read
 //                once for all of them; and per row tile of the shared MLP the same for every
@@ -20,15 +21,16 @@
 // the experts' outputs before the weighted sum) stay float32; only the logits and the top-k
 // weights are rounded, to the dtypes the region records, exactly where the primitive graph
 // stores them. Every weight streams once per step in kVec-element loads (16 bytes for bf16),
-// coalesced along its rows; the router's and the shared MLP's rows, which never depend on an
-// earlier kernel, are prefetched into L2 before each kernel's dependency wait.
+// coalesced along its rows; the router's and the shared MLP's rows and the norm weight, which
+// never depend on an earlier kernel, are prefetched into L2 before each kernel's dependency
+// wait.
 //
 // Workspace (host layout, 16-byte aligned sections): logits [tokens, experts] floats, weights
 // [tokens, top_k] floats, the routing table, act [tokens * top_k, inter] floats (by
-// selection), shared_act [tokens, shared_inter] floats, and the down splits' partial sums
-// [splits, tokens, cols] floats. Counters (unsigned, zero between launches): moe_route's
-// arrivals (absent with a single router CTA), then moe_down's per feature tile (absent
-// unsplit).
+// selection), shared_act [tokens, shared_inter] floats, the down splits' partial sums
+// [splits, tokens, cols] floats, and the normalized rows xn [tokens, hidden] of T. Counters
+// (unsigned, zero between launches): moe_route's arrivals (absent with a single router CTA),
+// then moe_down's per feature tile (absent unsplit).
 #pragma once
 
 #include "moe_fused_params.h"
@@ -93,17 +95,26 @@ __device__ __forceinline__ void moe_zero(float (&acc)[kA][kM]) {
   }
 }
 
+// The identity input transform of moe_warp_dots.
+struct MoeInputAsIs {
+  template <int kN>
+  __device__ __forceinline__ void operator()(int, long long, float (&)[kN]) const {}
+};
+
 // The calling lane's part of a warp's dot products: acc[a][t] += Σ_k w[a][k] · in_t[k] over the
 // lane's kVec-element vectors of `depth` (vectors first + lane, first + lane + step, ...), for
 // kAcc weight rows (w[a] null: a row past the end, its accumulators left alone) and the
-// kMaxTokens input rows in_t = in + index[t] * stride (index[t] < 0: no row). Each weight
-// vector is loaded once for every input row. REQUIRES: depth % kVec == 0; w[a], in and stride
-// aligned to kVec elements.
-template <typename W, typename In, int kAcc, int kMaxTokens, int kVec>
+// kMaxTokens input rows in_t = in + index[t] * stride (index[t] < 0: no row), each input vector
+// passed through xform(t, k, v) (k its first element) before use. Each weight vector is loaded
+// once for every input row. REQUIRES: depth % kVec == 0; w[a], in and stride aligned to kVec
+// elements.
+template <typename W, typename In, int kAcc, int kMaxTokens, int kVec,
+          typename XForm = MoeInputAsIs>
 __device__ __forceinline__ void moe_warp_dots(const W* const (&w)[kAcc], const In* in,
                                               long long stride, const int (&index)[kMaxTokens],
                                               int depth, int first, int step,
-                                              float (&acc)[kAcc][kMaxTokens]) {
+                                              float (&acc)[kAcc][kMaxTokens],
+                                              const XForm& xform = XForm()) {
   const int vecs = depth / kVec;
 #pragma unroll 2
   for (int v = first + threadIdx.x % 32; v < vecs; v += step) {
@@ -123,6 +134,7 @@ __device__ __forceinline__ void moe_warp_dots(const W* const (&w)[kAcc], const I
       if (index[t] < 0) continue;
       float xv[kVec];
       load_floats<In, kVec>(in + index[t] * stride + k, xv);
+      xform(t, k, xv);
 #pragma unroll
       for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
@@ -228,22 +240,82 @@ __device__ __forceinline__ void moe_build_table(const int* ids_s, int* first_s, 
 // shared memory, so that a router of few experts per CTA still has every warp streaming.
 // Writes logits [tokens, experts], then (the last CTA) weights [tokens, top_k] and the routing
 // table, and re-arms `counter` (null with one CTA).
+// With kNorm (rms_norm_moe) the router reads the RMSNorm of x, xn = x * rsqrt(mean(x²) + eps)
+// * norm_w rounded to T exactly as the rms_norm kernel stores it: every CTA first sums the
+// squares of each token's row (the row is small and in L2; the norm weight was prefetched
+// before the wait), and the CTAs share the store of xn [tokens, hidden] for moe_gate_up.
 // Launch: grid ceil(experts / kRows), block kThreads, dynamic shared memory 12 * tokens *
 // top_k bytes.
 // REQUIRES: tokens <= kMaxTokens; experts <= 32 * kPerLane and the rest of moe_topk's
-// requirements; hidden % kVec == 0; x, x_stride and router aligned to kVec elements.
-template <typename T, typename W, typename LogitT, typename WeightT, int kThreads, int kRows,
-          int kVec, int kPerLane, int kMaxTokens>
+// requirements; hidden % kVec == 0; x, x_stride, norm_w, xn and router aligned to kVec
+// elements.
+template <typename T, typename W, typename NormW, typename LogitT, typename WeightT, int kThreads,
+          int kRows, int kVec, int kPerLane, int kMaxTokens, bool kNorm>
 __global__ void __launch_bounds__(kThreads)
     moe_route(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_ROUTE_PARAMS)) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kPass = moe_rows_per_pass(kThreads, kRows, 1, kMaxTokens, kVec);
   static_assert(kThreads % 32 == 0 && kRows % kPass == 0, "block shape");
+  static_assert(kPass * kMaxTokens >= kMaxTokens, "route_sums holds the norms' sums");
   __shared__ float route_sums[kWarps][kPass * kMaxTokens];
+  __shared__ float norm_scale[kMaxTokens];
   moe_prefetch_rows<W, kRows, kThreads>(router, blockIdx.x * kRows, experts, hidden);
+  if constexpr (kNorm) moe_prefetch_rows<NormW, 1, kThreads>(norm_w, 0, 1, hidden);
   grid_dependency_sync();
   const int warp = threadIdx.x / 32;
   const int e0 = blockIdx.x * kRows;
+  const int vecs = hidden / kVec;
+  if constexpr (kNorm) {
+    // Each token's sum of squares over the whole row, then its scale.
+    float ss[kMaxTokens];
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) ss[t] = 0.f;
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+#pragma unroll
+      for (int t = 0; t < kMaxTokens; ++t) {
+        if (t >= tokens) continue;
+        float xv[kVec];
+        load_floats<T, kVec>(x + t * x_stride + static_cast<long long>(v) * kVec, xv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) ss[t] += xv[e] * xv[e];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) {
+      const float sum = group_sum<32>(ss[t]);
+      if (threadIdx.x % 32 == 0) route_sums[warp][t] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x < kMaxTokens) {
+      float sum = 0.f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) sum += route_sums[wi][threadIdx.x];
+      norm_scale[threadIdx.x] = rsqrtf(sum / static_cast<float>(hidden) + eps);
+    }
+    __syncthreads();
+  }
+  // xn's vector at k of token t, as the rms_norm kernel rounds it.
+  auto normalize = [&](int t, long long k, float(&v)[kVec]) {
+    if constexpr (kNorm) {
+      float g[kVec];
+      load_floats<NormW, kVec>(norm_w + k, g);
+      const float scale = norm_scale[t];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) v[e] = to_float(from_float<T>(v[e] * scale * g[e]));
+    }
+  };
+  if constexpr (kNorm) {
+    // The CTAs share the store of xn: CTA c the vectors i with i % gridDim.x == c.
+    const int stride = kThreads * gridDim.x;
+    for (int i = blockIdx.x + threadIdx.x * gridDim.x; i < tokens * vecs; i += stride) {
+      const int t = i / vecs;
+      const long long k = static_cast<long long>(i % vecs) * kVec;
+      float v[kVec];
+      load_floats<T, kVec>(x + t * x_stride + k, v);
+      normalize(t, k, v);
+      store_floats<T, kVec>(xn + static_cast<long long>(t) * hidden + k, v);
+    }
+  }
   int index[kMaxTokens];
 #pragma unroll
   for (int t = 0; t < kMaxTokens; ++t) index[t] = t < tokens ? t : -1;
@@ -253,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_row_pointers<W, kPass>(router, e0 + p0, experts, hidden, w);
     moe_zero(acc);
     moe_warp_dots<W, T, kPass, kMaxTokens, kVec>(w, x, x_stride, index, hidden, warp * 32, kThreads,
-                                                 acc);
+                                                 acc, normalize);
     moe_each_sum(acc,
                  [&](int a, int t, float sum, int) { route_sums[warp][a * kMaxTokens + t] = sum; });
     __syncthreads();

@@ -6,7 +6,8 @@
 // result written over the residual, router logits and top-k weights held in bf16, and tactics
 // from one-warp CTAs (a router CTA per expert, so the last-CTA top-k runs) to one router CTA
 // for every expert, with the down projection unsplit or split over the slots (the last CTA of
-// a feature tile summing the splits).
+// a feature tile summing the splits); and rms_norm_moe, the block with its RMSNorm (the
+// residual x itself, as in a decoder layer; a bf16 or an f32 norm weight).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -35,6 +36,8 @@ struct MoeBlock {
   bool narrow_routing = false;
   const char* dtype = "bf16";
   int x_pad = 0;  // x a view of rows x_pad elements wider than H
+  // rms_norm_moe: the norm weight's dtype (null: moe); the residual, if any, is x itself.
+  const char* rms_norm = nullptr;
 };
 
 // Widest vector of at most 16 bytes of `bytes`-byte elements dividing every extent.
@@ -72,6 +75,12 @@ void DecisiveRouting(const MoeBlock& m, Case& c) {
     }
   }
   c.floats = {{"router", std::move(router)}, {m.x_pad > 0 ? "xx" : "x", std::move(x)}};
+  if (m.rms_norm != nullptr) {
+    // A positive norm weight keeps every term of d_t of one sign, and so the order.
+    std::vector<float> w;
+    for (int h = 0; h < m.hidden; ++h) w.push_back(0.5f + static_cast<float>((h * 7) % 13) / 26);
+    c.floats["nw"] = std::move(w);
+  }
 }
 
 Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
@@ -84,7 +93,9 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   } else {
     absl::StrAppend(&g, "  input %x: ", d, rows, m.hidden, "]\n");
   }
-  if (m.residual) absl::StrAppend(&g, "  input %r: ", d, rows, m.hidden, "]\n");
+  const bool normed = m.rms_norm != nullptr;
+  if (m.residual && !normed) absl::StrAppend(&g, "  input %r: ", d, rows, m.hidden, "]\n");
+  if (normed) absl::StrAppend(&g, "  weight %nw: ", m.rms_norm, "[", m.hidden, "] = \"nw\"\n");
   absl::StrAppend(&g, "  weight %router: ", d, "[", m.experts, ",", m.hidden, "] = \"router\"\n",
                   "  weight %gate: ", d, "[", m.experts, ",", m.inter, ",", m.hidden,
                   "] = \"gate\"\n", "  weight %up: ", d, "[", m.experts, ",", m.inter, ",",
@@ -100,17 +111,19 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
                     "] view(%xx) = split(%xx) {sizes = [", m.hidden, ", ", m.x_pad, "]}\n");
   }
   const std::string routing = m.narrow_routing ? d : "f32";
-  absl::StrAppend(&g, "  %out: ", d, rows, m.hidden, "] = moe(%x, %router, %gate, %up, %down",
-                  shared ? ", %sgu, %sd" : "", m.residual ? ", %r" : "", ") {logits_dtype = \"",
-                  routing, "\", norm_topk_prob = ", m.norm ? "true" : "false",
-                  ", num_groups = ", m.groups, ", residual = ", m.residual ? "true" : "false",
-                  ", scaling = ", m.scaling, ", shared_experts = ", shared ? "true" : "false",
-                  ", top_k = ", m.top_k, ", topk_groups = ", m.topk_groups, ", weights_dtype = \"",
-                  routing, "\"}\n", "  output %out\n}\n");
+  absl::StrAppend(&g, "  %out: ", d, rows, m.hidden, "] = ", normed ? "rms_norm_moe" : "moe",
+                  "(%x, ", normed ? "%nw, " : "", "%router, %gate, %up, %down",
+                  shared ? ", %sgu, %sd" : "", m.residual ? (normed ? ", %x" : ", %r") : "", ") {",
+                  normed ? "eps = 1e-06, " : "", "logits_dtype = \"", routing,
+                  "\", norm_topk_prob = ", m.norm ? "true" : "false", ", num_groups = ", m.groups,
+                  ", residual = ", m.residual ? "true" : "false", ", scaling = ", m.scaling,
+                  ", shared_experts = ", shared ? "true" : "false", ", top_k = ", m.top_k,
+                  ", topk_groups = ", m.topk_groups, ", weights_dtype = \"", routing, "\"}\n",
+                  "  output %out\n}\n");
   Case c;
   c.graph = std::move(g);
   c.family = "moe_gemv";
-  if (m.narrow_routing) DecisiveRouting(m, c);
+  if (m.narrow_routing || normed) DecisiveRouting(m, c);
   c.tactics = tactics;
   return c;
 }
@@ -125,8 +138,8 @@ std::vector<Params> MoeTactics(int vec) {
     return Params{{"down_rows", down},     {"down_splits", splits}, {"gate_rows", gate},
                   {"router_rows", router}, {"threads", threads},    {"vec", vec}};
   };
-  return {tactic(32, 1, 1, 2, 1),    tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
-          tactic(128, 1, 4, 1, 1),    tactic(256, 16, 32, 16, 2)};
+  return {tactic(32, 1, 1, 2, 1), tactic(64, 2, 8, 4, 3), tactic(128, 4, 4, 4, 16),
+          tactic(128, 1, 4, 1, 1), tactic(256, 16, 32, 16, 2)};
 }
 
 std::vector<Case> DeepSeekCases() {
@@ -208,6 +221,37 @@ std::vector<Case> OddShapeCases() {
   return cases;
 }
 
+std::vector<Case> NormCases() {
+  // Qwen3-30B-A3B's block with its norm, one token; the routing decisive (the kernel rounds
+  // the normalized row to bf16 as the rms_norm kernel stores it, the CPU backend does not).
+  MoeBlock qwen{.experts = 128,
+                .top_k = 8,
+                .hidden = 256,
+                .inter = 48,
+                .norm = true,
+                .narrow_routing = true,
+                .rms_norm = "bf16"};
+  // DeepSeek-V2-Lite's with shared experts, 2 tokens, f32 routing and an f32 norm weight.
+  MoeBlock lite{.tokens = 2,
+                .experts = 64,
+                .top_k = 6,
+                .hidden = 256,
+                .inter = 64,
+                .shared_inter = 128,
+                .rms_norm = "f32"};
+  // H = 100 (4-element vectors), 3 sequences, no residual, a shared MLP of 20.
+  MoeBlock odd{.batch = 3,
+               .experts = 6,
+               .top_k = 2,
+               .hidden = 100,
+               .inter = 36,
+               .shared_inter = 20,
+               .residual = false,
+               .rms_norm = "bf16"};
+  return {MoeCase(qwen, MoeTactics(8)), MoeCase(lite, MoeTactics(8)),
+          MoeCase(odd, MoeTactics(VecFor(2, {100, 36, 20})))};
+}
+
 std::vector<Case> ViewAndOverwriteCases() {
   // x a view of rows 24 elements wider (its token stride is not H), and the result written
   // over the residual's storage (operand 7), as the memory planner places it.
@@ -232,10 +276,9 @@ std::vector<Case> ViewAndOverwriteCases() {
 
 std::vector<CaseGroup> MoeFusedCaseGroups() {
   return {
-      {"MoeGemvDeepSeek", DeepSeekCases()},
-      {"MoeGemvQwen3Moe", QwenCases()},
-      {"MoeGemvOddShapes", OddShapeCases()},
-      {"MoeGemvViewsAndOverwrite", ViewAndOverwriteCases()},
+      {"MoeGemvDeepSeek", DeepSeekCases()},  {"MoeGemvQwen3Moe", QwenCases()},
+      {"MoeGemvOddShapes", OddShapeCases()}, {"MoeGemvViewsAndOverwrite", ViewAndOverwriteCases()},
+      {"MoeGemvWithNorm", NormCases()},
   };
 }
 
