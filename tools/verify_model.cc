@@ -202,6 +202,26 @@ std::vector<int32_t> Int32Data(const models::TensorView& t) {
   return out;
 }
 
+// InvalidArgument naming the first element of reference tensor `name` (of `shape`) that is
+// not finite: a comparison against NaN or infinity passes or fails for no reason.
+absl::Status CheckFinite(const char* name, const std::vector<float>& values,
+                         const std::vector<int64_t>& shape) {
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (std::isfinite(values[k])) continue;
+    std::string at;
+    int64_t rest = static_cast<int64_t>(k);
+    for (size_t d = shape.size(); d-- > 0;) {
+      const int64_t extent = std::max<int64_t>(shape[d], 1);
+      at = absl::StrCat(rest % extent, d + 1 < shape.size() ? "," : "", at);
+      rest /= extent;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reference tensor '", name, "' holds ", values[k], " at [", at,
+        "]: a reference must be finite (remake it with tools/reference/make_fixtures.py)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_size) {
   TP_ASSIGN_OR_RETURN(std::unique_ptr<models::SafetensorsFile> file,
                       models::SafetensorsFile::Open(path));
@@ -223,6 +243,7 @@ absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_s
   Reference ref;
   ref.input_ids = Int32Data(*ids);
   TP_ASSIGN_OR_RETURN(ref.logits, models::ToFloat32(*logits));
+  TP_RETURN_IF_ERROR(CheckFinite("logits", ref.logits, logits->shape));
   ref.greedy = Int32Data(*greedy);
   if (file->Find("greedy_logits") != nullptr) {
     TP_ASSIGN_OR_RETURN(const models::TensorView* steps,
@@ -234,6 +255,7 @@ absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_s
           rows, ",", vocab_size, "] (greedy tokens - 1, config vocab_size)"));
     }
     TP_ASSIGN_OR_RETURN(ref.greedy_logits, models::ToFloat32(*steps));
+    TP_RETURN_IF_ERROR(CheckFinite("greedy_logits", ref.greedy_logits, steps->shape));
   }
   if (file->Find("bf16_relative") != nullptr) {
     TP_ASSIGN_OR_RETURN(const models::TensorView* spread,
@@ -244,6 +266,13 @@ absl::StatusOr<Reference> LoadReference(const std::string& path, int64_t vocab_s
                                                      ", expected [2] (prompt, decode steps)"));
     }
     TP_ASSIGN_OR_RETURN(ref.bf16_relative, models::ToFloat32(*spread));
+    TP_RETURN_IF_ERROR(CheckFinite("bf16_relative", ref.bf16_relative, spread->shape));
+    for (float v : ref.bf16_relative) {
+      if (v < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reference tensor 'bf16_relative' holds ", v, ": a relative error is >= 0"));
+      }
+    }
   }
   return ref;
 }

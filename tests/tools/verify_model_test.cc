@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 fs::path Fixture() { return testing::SourcePath("tests/data/smollm2-tiny"); }
 
@@ -175,6 +177,24 @@ TEST_F(VerifyModelTest, MalformedReferencesAreBadInput) {
   r = RunWithReference(ref);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("token id 384 at [0,5] is outside the vocabulary [0, 384)"));
+}
+
+// A reference holding NaN or infinity is refused (a comparison against it passes or fails for
+// no reason), naming the tensor and the element.
+TEST_F(VerifyModelTest, NonFiniteReferencesAreBadInput) {
+  testing::WeightMap ref = LoadReference();
+  ref["logits"].values[2 * 384 + 7] = std::numeric_limits<float>::quiet_NaN();
+  Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("reference tensor 'logits' holds nan at [2,7]: a reference "
+                                  "must be finite"));
+  EXPECT_THAT(r.output, Not(HasSubstr("PASS")));
+
+  ref = LoadReference();
+  ref["greedy_logits"].values[384 + 1] = -std::numeric_limits<float>::infinity();
+  r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("reference tensor 'greedy_logits' holds -inf at [1,1]"));
 }
 
 TEST_F(VerifyModelTest, UnknownBackendAndBadArgumentsAreBadInput) {
