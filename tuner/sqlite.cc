@@ -75,6 +75,11 @@ int64_t Statement::Int(int column) const { return sqlite3_column_int64(stmt_, co
 
 double Statement::Double(int column) const { return sqlite3_column_double(stmt_, column); }
 
+bool Statement::IsNumber(int column) const {
+  const int type = sqlite3_column_type(stmt_, column);
+  return type == SQLITE_INTEGER || type == SQLITE_FLOAT;
+}
+
 std::string Statement::Text(int column) const {
   const unsigned char* text = sqlite3_column_text(stmt_, column);
   return text ? std::string(reinterpret_cast<const char*>(text),

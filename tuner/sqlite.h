@@ -62,6 +62,8 @@ class Statement {
   // The columns of the current row. NULL reads as 0 or empty.
   int64_t Int(int column) const;
   double Double(int column) const;
+  // Whether the column holds a number (an integer or a real), not text, a blob or NULL.
+  bool IsNumber(int column) const;
   std::string Text(int column) const;
   std::string BlobBytes(int column) const;
 

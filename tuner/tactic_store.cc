@@ -1,6 +1,7 @@
 #include "tuner/tactic_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -262,18 +263,25 @@ absl::Status TacticStore::Load() {
     kernels::proto::Tactic message;
     absl::StatusOr<kernels::Tactic> tactic = absl::DataLossError("unparsable tactic_proto");
     if (message.ParseFromString(row.BlobBytes(6))) tactic = kernels::TacticFromProto(message);
-    absl::Status problem =
-        !phase.ok()    ? phase
-        : !tactic.ok() ? tactic.status()
-        : tactic->family != key.family || tactic->family_version != key.family_version
-            ? absl::DataLossError("the tactic is of another family")
-            : absl::OkStatus();
+    const double median_us = row.Double(7);
+    absl::Status problem = absl::OkStatus();
+    if (!phase.ok()) {
+      problem = phase;
+    } else if (!tactic.ok()) {
+      problem = tactic.status();
+    } else if (tactic->family != key.family || tactic->family_version != key.family_version) {
+      problem = absl::DataLossError("the tactic is of another family");
+    } else if (!row.IsNumber(7)) {
+      problem = absl::DataLossError(absl::StrCat("its median '", row.Text(7), "' is not a number"));
+    } else if (!(std::isfinite(median_us) && median_us >= 0)) {
+      problem = absl::DataLossError(absl::StrCat("its median ", median_us, " us is not a time"));
+    }
     if (!problem.ok()) {
       warnings_.push_back(absl::StrCat("tactic store ", path_, ": skipping the winner of '",
                                        key.ToString(), "': ", problem.message()));
       return absl::OkStatus();
     }
-    winners[std::move(key)] = planner::MeasuredTactic{*std::move(tactic), row.Double(7)};
+    winners[std::move(key)] = planner::MeasuredTactic{*std::move(tactic), median_us};
     return absl::OkStatus();
   }));
   absl::MutexLock lock(&mu_);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -70,6 +71,14 @@ absl::Status Invalid(absl::string_view origin, int line, absl::string_view messa
 bool ValidTime(double us) { return std::isfinite(us) && us >= 0; }
 
 absl::Status ValidateKey(const proto::StoredKey& k, const Where& where, absl::string_view origin) {
+  if (k.region_signature().empty()) {
+    return Invalid(origin, std::max(where.line, where.LineOf("region_signature")),
+                   "the key has no region_signature");
+  }
+  if (k.shape_bucket().empty()) {
+    return Invalid(origin, std::max(where.line, where.LineOf("shape_bucket")),
+                   "the key has no shape_bucket");
+  }
   if (!ir::ParsePhase(k.phase()).ok()) {
     return Invalid(origin, where.LineOf("phase"), absl::StrCat("unknown phase '", k.phase(), "'"));
   }
@@ -92,6 +101,12 @@ absl::Status ValidateKey(const proto::StoredKey& k, const Where& where, absl::st
       return Invalid(
           origin, at.LineOf("median_us"),
           absl::StrCat("candidate ", tactic->ParamsString(), " has median ", c.median_us(), " us"));
+    }
+    if (!IsUtcTimestamp(c.measured_at())) {
+      return Invalid(
+          origin, std::max(at.line, at.LineOf("measured_at")),
+          absl::StrCat("candidate ", tactic->ParamsString(), " has measured_at '", c.measured_at(),
+                       "', not a UTC time such as ", "2026-11-30T07:26:00Z"));
     }
     if (!statuses.emplace(tactic->ParamsString(), *status).second) {
       return Invalid(origin, at.line,
@@ -146,6 +161,11 @@ absl::Status ValidateFile(const proto::TacticStoreFile& file, const Where& where
     if (!fingerprints.insert(fingerprint).second) {
       return Invalid(origin, at.line,
                      absl::StrCat("environment '", fingerprint, "' appears twice"));
+    }
+    if (!IsUtcTimestamp(e.created())) {
+      return Invalid(origin, std::max(at.line, at.LineOf("created")),
+                     absl::StrCat("environment '", fingerprint, "' has created '", e.created(),
+                                  "', not a UTC time such as 2026-11-30T07:26:00Z"));
     }
     std::set<KeyFields> keys;
     for (int j = 0; j < e.keys_size(); ++j) {
@@ -253,6 +273,18 @@ proto::StoredKey StoredKeyOf(const planner::TacticKey& key) {
   k.set_family(key.family);
   k.set_family_version(key.family_version);
   return k;
+}
+
+bool IsUtcTimestamp(absl::string_view text) {
+  constexpr absl::string_view kFormat = "%Y-%m-%dT%H:%M:%SZ";
+  absl::Time t;
+  std::string error;
+  if (text.size() != 20 || !absl::ParseTime(kFormat, text, absl::UTCTimeZone(), &t, &error)) {
+    return false;
+  }
+  // Fields out of range (month 13, second 61) parse normalized; a timestamp prints back as
+  // itself.
+  return absl::FormatTime(kFormat, t, absl::UTCTimeZone()) == text;
 }
 
 absl::Status ValidateStoredKey(const proto::StoredKey& key, absl::string_view origin) {

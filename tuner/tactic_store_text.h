@@ -33,10 +33,14 @@ planner::TacticKey KeyOf(absl::string_view environment, const proto::StoredKey& 
 // StoredEnvironment's.
 proto::StoredKey StoredKeyOf(const planner::TacticKey& key);
 
-// The checks every stored key passes (TacticStore::Record's contract): a known phase, a
-// family, candidates of the key's family and version that parse, each once, with known
-// statuses and finite, non-negative times, and a winner that is one of the "ok" ones.
-// InvalidArgument "<origin>: <what is wrong>".
+// Whether `text` is a UTC time as the store writes them: "2026-11-30T07:26:00Z", every field
+// in range.
+bool IsUtcTimestamp(absl::string_view text);
+
+// The checks every stored key passes (TacticStore::Record's contract): a region signature, a
+// shape bucket, a known phase, a family, candidates of the key's family and version that
+// parse, each once, with known statuses, finite, non-negative times and a UTC measured_at,
+// and a winner that is one of the "ok" ones. InvalidArgument "<origin>: <what is wrong>".
 absl::Status ValidateStoredKey(const proto::StoredKey& key, absl::string_view origin);
 
 // Writes `file` as text to `path`, after two comment lines naming the proto file and
@@ -47,7 +51,8 @@ absl::Status WriteTacticStoreText(const proto::TacticStoreFile& file, const std:
 // Reads a file WriteTacticStoreText wrote. InvalidArgument "<path>:<line>: ..." naming the
 // line of the offending entry for text that does not parse or an entry that is not valid:
 // another schema or schema version, a fingerprint that does not match its environment's
-// fields, an environment or a key twice in the file, or a key ValidateStoredKey rejects.
+// fields, an environment whose created is not a UTC time, an environment or a key twice in
+// the file, or a key ValidateStoredKey rejects.
 // NotFound when the file cannot be read.
 absl::StatusOr<proto::TacticStoreFile> ReadTacticStoreText(const std::string& path);
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -157,6 +158,39 @@ TEST_F(TacticStoreTest, RecordIsLookedUpAndReloaded) {
   TacticKey other = m.key;
   other.phase = ir::Phase::kPrefill;
   EXPECT_EQ(reopened->Lookup(other), std::nullopt);
+}
+
+// A winner whose stored time is not a time (another program wrote -1, infinity or NaN into
+// the store) is skipped with a warning, never shown as a measurement; the other winners load.
+TEST_F(TacticStoreTest, StoredTimesThatAreNotTimesAreSkipped) {
+  for (const char* bad : {"-1", "9e999", "-9e999", "NULL"}) {
+    SCOPED_TRACE(bad);
+    const std::string path = Path(absl::StrCat("store", bad, ".db"));
+    const RegionMeasurement a = TestMeasurement(TestEnvironment(), "linear(a)");
+    const RegionMeasurement b = TestMeasurement(TestEnvironment(), "linear(b)");
+    {
+      std::unique_ptr<TacticStore> store = MustOpen(path);
+      ASSERT_NE(store, nullptr);
+      ASSERT_TRUE(store->Record(a).ok());
+      ASSERT_TRUE(store->Record(b).ok());
+    }
+    const bool text = std::string(bad) == "NULL";
+    if (text) {
+      // The column is NOT NULL: the closest another program gets is a value that is no number.
+      RawSql(path, "UPDATE winners SET median_us = 'fast' WHERE region_signature = 'linear(a)'");
+    } else {
+      RawSql(path, absl::StrCat("UPDATE winners SET median_us = ", bad,
+                                " WHERE region_signature = 'linear(a)'"));
+    }
+    std::unique_ptr<TacticStore> reopened = MustOpen(path);
+    ASSERT_NE(reopened, nullptr);
+    EXPECT_EQ(reopened->Lookup(b.key).has_value(), true);
+    EXPECT_EQ(reopened->Lookup(a.key), std::nullopt);
+    ASSERT_THAT(reopened->warnings(), SizeIs(1));
+    EXPECT_THAT(reopened->warnings()[0], HasSubstr("skipping the winner of"));
+    EXPECT_THAT(reopened->warnings()[0],
+                HasSubstr(text ? "median 'fast' is not a number" : "us is not a time"));
+  }
 }
 
 TEST_F(TacticStoreTest, RecordReplacesTheWinnerOfAKey) {
@@ -310,7 +344,8 @@ TEST_F(TacticStoreTest, FreezeRecordsEveryMiss) {
   EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(check.message(), HasSubstr(absl::StrCat("frozen tactic store ", path,
                                                       ": 2 lookups found no measured tactic, "
-                                                      "e.g. ", c.ToString())));
+                                                      "e.g. ",
+                                                      c.ToString())));
 
   std::unique_ptr<TacticStore> unfrozen = MustOpen(path);
   EXPECT_EQ(unfrozen->Lookup(b), std::nullopt);
@@ -520,6 +555,28 @@ TEST_F(TacticStoreTest, MalformedImportNamesTheLineAndWritesNothing) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), HasSubstr(absl::StrCat(Path("winner.textproto"), ":",
                                                          line_of(bad, winner), ": the winner")));
+  }
+  // Values no store writes: a measured_at that is not a UTC time, an empty region signature,
+  // an environment created "yesterday".
+  for (const auto& [field, value, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"measured_at", "yesterday", "has measured_at 'yesterday', not a UTC time"},
+           {"measured_at", "2026-13-01T00:00:00Z", "has measured_at '2026-13-01T00:00:00Z'"},
+           {"region_signature", "", "the key has no region_signature"},
+           {"created", "yesterday", "has created 'yesterday', not a UTC time"}}) {
+    SCOPED_TRACE(field + " " + value);
+    // The first `field: "..."` of the good file with `value` inside the quotes.
+    std::string bad = good;
+    const size_t at = bad.find(field + ": \"");
+    ASSERT_NE(at, std::string::npos);
+    const size_t open = at + field.size() + 3;
+    bad.replace(open, bad.find('"', open) - open, value);
+    const std::string path = Path(field + ".textproto");
+    WriteBytes(path, bad);
+    const absl::Status status = target->Import(path);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat(path, ":")));
+    EXPECT_THAT(status.message(), HasSubstr(message));
   }
   // A fingerprint that does not match its fields.
   {
