@@ -1,5 +1,6 @@
 #include "planner/plan_builder.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "models/lowering.h"
 #include "planner/memory_planner.h"
 #include "planner/pipelines.h"
+#include "planner/plan_text.h"
 #include "planner/tactic_selection.h"
 #include "regions/serialization.h"
 
@@ -108,6 +110,27 @@ absl::Status CheckOptions(const PlanOptions& o) {
     return bad("prefill_tokens and decode_batches", "are both empty: nothing to plan");
   }
   return absl::OkStatus();
+}
+
+// ResourceExhausted, with the sizes, when the plan's device memory exceeds the target's: the
+// weights, the KV cache (one layout, shared by every phase) and the largest phase's arena,
+// as the runtime allocates them. (The runtime checks again against what its GPU has free.)
+absl::Status CheckFitsTarget(const proto::ExecutionPlan& plan,
+                             const targets::TargetDescription& target) {
+  int64_t weights = 0, kv = 0, arena = 0;
+  for (const proto::Phase& phase : plan.phases()) {
+    weights = std::max(weights, phase.arena().weight_bytes());
+    kv = std::max(kv, phase.arena().state_bytes());
+    arena = std::max(arena, phase.arena().arena_bytes());
+  }
+  const int64_t needed = weights + kv + arena;
+  if (needed <= target.memory_bytes()) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the plan needs ", HumanBytes(needed), " (", needed, " bytes: weights ", HumanBytes(weights),
+      ", KV cache ", HumanBytes(kv), " for max_context ", plan.options().max_context(),
+      ", arena ", HumanBytes(arena), ") but ", target.name(), " has ",
+      HumanBytes(target.memory_bytes()), ": lower the context or the batch, or plan for a larger "
+      "GPU"));
 }
 
 // Records the graph's packed weights; a name packed differently by two phases is an error.
@@ -253,6 +276,12 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
                                                         const PlanOptions& options,
                                                         const TacticCache* cache) {
   TP_RETURN_IF_ERROR(CheckOptions(options));
+  if (config.max_position_embeddings > 0 && options.max_context > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan options: max_context ", options.max_context,
+        " exceeds the model's max_position_embeddings ", config.max_position_embeddings,
+        " (config.json): positions past it are outside what the model was made for"));
+  }
   TP_ASSIGN_OR_RETURN(ir::Graph primitive, models::LowerModel(config));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
 
@@ -321,6 +350,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));
   }
   for (auto& [name, weight] : packed) *plan.add_weight_packing() = std::move(weight);
+  TP_RETURN_IF_ERROR(CheckFitsTarget(plan, target));
   return plan;
 }
 

@@ -529,6 +529,13 @@ absl::StatusOr<int> Verify() {
   TP_ASSIGN_OR_RETURN(Reference ref, LoadReference(reference, config.vocab_size));
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
+  if (config.max_position_embeddings > 0 &&
+      prompt_len + num_greedy > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reference ", reference, ": its prompt (", prompt_len, " tokens) and greedy tokens (",
+        num_greedy, ") need ", prompt_len + num_greedy,
+        " positions, past the model's max_position_embeddings ", config.max_position_embeddings));
+  }
   const int64_t vocab = config.vocab_size;
   const bool gpu = absl::GetFlag(FLAGS_backend) == "gpu";
   // Limits of the prompt and the decode-step comparisons.

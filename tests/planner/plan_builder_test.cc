@@ -500,6 +500,35 @@ TEST(PlanBuilderTest, BadOptionsNameTheOption) {
   EXPECT_THAT(plan.status().message(), HasSubstr("nothing to plan"));
 }
 
+// A context past the model's max_position_embeddings, and a plan whose weights, KV cache and
+// arena exceed the target's memory, are refused with the numbers.
+TEST(PlanBuilderTest, InfeasiblePlansAreRefusedWithTheSizes) {
+  PlanOptions options = SmallOptions();
+  options.max_context = 40961;  // Qwen3-0.6B's max_position_embeddings is 40960
+  absl::StatusOr<proto::ExecutionPlan> plan =
+      BuildExecutionPlan(MustConfig("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("max_context 40961 exceeds the model's max_position_embeddings 40960"));
+  options.max_context = 40960;
+  options.decode_context = 0;
+  plan = BuildExecutionPlan(TwoLayers("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+
+  // Qwen2-7B (15.2 GB of weights) at batch 32 and 32768 positions: 56 GiB of KV cache.
+  options = SmallOptions();
+  options.prefill_tokens = {128};
+  options.decode_batches = {32};
+  options.max_context = 32768;
+  plan = BuildExecutionPlan(MustConfig("qwen2-7b"), MustTarget("l40s"), options, nullptr);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("weights 14.19 GiB, KV cache 56.00 GiB for "
+                                                 "max_context 32768"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("but l40s has 44.99 GiB"));
+  plan = BuildExecutionPlan(MustConfig("qwen2-7b"), MustTarget("h200"), options, nullptr);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+}
+
 TEST(PlanBuilderTest, UnplannableRegionNamesThePhaseAndTheReasons) {
   // head_dim 80: the flash kernel is not instantiated for it, and prefill is not decode.
   models::ModelConfig config = MustConfig("qwen3-0.6b");

@@ -179,6 +179,21 @@ TEST_F(VerifyModelTest, MalformedReferencesAreBadInput) {
   EXPECT_THAT(r.output, HasSubstr("token id 384 at [0,5] is outside the vocabulary [0, 384)"));
 }
 
+// A reference whose prompt and greedy tokens need more positions than the model's
+// max_position_embeddings (256 for the fixture) is refused before anything runs.
+TEST_F(VerifyModelTest, ReferencesPastTheModelsPositionsAreBadInput) {
+  testing::WeightMap ref = LoadReference();
+  const int64_t prompt = 250, vocab = 384;
+  ref["input_ids"].shape = {prompt};
+  ref["input_ids"].ints.assign(prompt, 1);
+  ref["logits"].shape = {prompt, vocab};
+  ref["logits"].values.assign(prompt * vocab, 0.0f);
+  const Result r = RunWithReference(ref);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("its prompt (250 tokens) and greedy tokens (16) need 266 "
+                                  "positions, past the model's max_position_embeddings 256"));
+}
+
 // A reference holding NaN or infinity is refused (a comparison against it passes or fails for
 // no reason), naming the tensor and the element.
 TEST_F(VerifyModelTest, NonFiniteReferencesAreBadInput) {
