@@ -177,6 +177,7 @@ constexpr absl::string_view kMetadataFields[] = {
     "_attn_implementation",
     "_attn_implementation_autoset",
     "_commit_hash",
+    "_from_model_config",
     "_name_or_path",
     "architectures",
     "attention_dropout",
@@ -197,9 +198,11 @@ constexpr absl::string_view kMetadataFields[] = {
     "finetuning_task",
     "forced_bos_token_id",
     "forced_eos_token_id",
+    "gradient_checkpointing",
     "id2label",
     "initializer_range",
     "is_decoder",
+    "keys_to_ignore_at_inference",
     "label2id",
     "length_penalty",
     "max_length",
@@ -232,6 +235,8 @@ constexpr absl::string_view kMetadataFields[] = {
     "transformers.js_config",
     "transformers_version",
     "typical_p",
+    "unsloth_fixed",
+    "unsloth_version",
     "use_bfloat16",
     "use_cache",
 };
@@ -1158,6 +1163,10 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& path) {
   absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
   if (!config.ok()) return WithContext(config.status(), file.string());
   return config;
+}
+
+std::vector<std::string> MetadataFieldNames() {
+  return std::vector<std::string>(std::begin(kMetadataFields), std::end(kMetadataFields));
 }
 
 std::vector<std::string> BundledConfigNames() {

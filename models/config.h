@@ -163,6 +163,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 // Reads DIR/config.json (or the file itself when given a file).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& path);
 
+// The config.json fields that cannot change the forward pass (bookkeeping, token ids,
+// training-only and generation settings, tool stamps such as unsloth_version), accepted with
+// any value for every model_type and reported in ModelConfig::ignored_fields; sorted. Any
+// other field the architecture does not read is refused by name. docs/models.md lists them.
+std::vector<std::string> MetadataFieldNames();
+
 // Bundled public geometries, embedded in the binary: "qwen3-0.6b", "qwen2-7b",
 // "qwen2.5-0.5b", "llama-3.2-1b", "smollm2-360m", "phi-3-mini-4k", "mistral-7b",
 // "deepseek-v2-lite", "qwen3-30b-a3b".

@@ -1,15 +1,19 @@
 #include "models/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/models/safetensors_builder.h"
+#include "tests/testing/paths.h"
 
 namespace tileplan::models {
 namespace {
@@ -1310,6 +1314,42 @@ TEST(RefusalTest, MalformedRopeParametersAreRefused) {
               HasSubstr("field \"rope_theta\": must be a positive number"));
   EXPECT_THAT(ParseError(With(TinyLlama(), "rope_parameters", R"({"rope_theta": "big"})")),
               HasSubstr("field \"rope_parameters.rope_theta\""));
+}
+
+// Metadata that real hub checkpoints carry and that cannot change the math (fine-tuning tools'
+// stamps, the outputs to ignore at inference) is accepted and reported, for every model_type.
+TEST(MetadataTest, HarmlessMetadataIsAcceptedAndReported) {
+  for (const char* model_type : {"llama", "qwen2", "qwen3", "mistral", "phi3", "qwen3_moe"}) {
+    SCOPED_TRACE(model_type);
+    Fields fields = Tiny(model_type);
+    fields["unsloth_version"] = "\"2025.3.1\"";
+    fields["unsloth_fixed"] = "true";
+    fields["keys_to_ignore_at_inference"] = "[\"past_key_values\"]";
+    fields["_from_model_config"] = "true";
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(ToJson(fields));
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const char* field :
+         {"unsloth_version", "unsloth_fixed", "keys_to_ignore_at_inference", "_from_model_config"}) {
+      EXPECT_THAT(c->ignored_fields, ::testing::Contains(field));
+    }
+  }
+}
+
+// docs/models.md lists exactly the accepted metadata fields, in order.
+TEST(MetadataTest, DocumentedMetadataFieldsMatchTheCode) {
+  std::ifstream in(tileplan::testing::SourcePath("docs/models.md"));
+  ASSERT_TRUE(in) << "cannot read docs/models.md";
+  std::vector<std::string> documented;
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "#")) in_section = line == "### Metadata fields";
+    if (in_section && absl::StartsWith(line, "- `")) {
+      documented.push_back(line.substr(3, line.find('`', 3) - 3));
+    }
+  }
+  const std::vector<std::string> names = MetadataFieldNames();
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_EQ(documented, names);
 }
 
 TEST(RefusalTest, UnknownFieldsAreRefusedNamingThem) {
