@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/files.h"
 #include "base/status_macros.h"
@@ -12,11 +13,14 @@
 namespace tileplan::tuner::sqlite {
 namespace {
 
-// `what` (the SQL or the file) and SQLite's own words for `rc`; the code as the header's
-// table maps it.
+// SQLite's own words for `rc` (after `what`, when given: the file an open was for), with the
+// result code; the status code as the header's table maps it. The SQL that failed is not
+// part of it: it says nothing to a person reading the message.
 absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what) {
-  std::string message = absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
-                                     " (", sqlite3_errstr(rc), ", code ", rc, ")");
+  const std::string words = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  std::string message = absl::StrCat(what, what.empty() ? "" : ": ", words);
+  if (words != sqlite3_errstr(rc)) absl::StrAppend(&message, " (", sqlite3_errstr(rc), ")");
+  absl::StrAppend(&message, " (SQLite code ", rc, ")");
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -54,7 +58,7 @@ absl::StatusOr<bool> Statement::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return SqliteStatus(db_, rc, absl::StrCat("step `", sql_, "`"));
+  return SqliteStatus(db_, rc, "");
 }
 
 absl::Status Statement::Run() {
@@ -95,7 +99,7 @@ std::string Statement::BlobBytes(int column) const {
 
 absl::Status Statement::Check(int rc, int index) const {
   if (rc == SQLITE_OK) return absl::OkStatus();
-  return SqliteStatus(db_, rc, absl::StrCat("bind parameter ", index, " of `", sql_, "`"));
+  return SqliteStatus(db_, rc, absl::StrCat("binding parameter ", index));
 }
 
 absl::Status Statement::BindOne(int index, int64_t value) {
@@ -123,10 +127,26 @@ absl::StatusOr<Database> Database::Open(const std::string& path, Mode mode,
   // A FIFO would block SQLite's open, a device would be read as a database: only a regular
   // file, or nothing that a writable open may create, is opened.
   TP_RETURN_IF_ERROR(CheckRegularFileOrAbsent(path));
-  const int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
-                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int flags = mode == Mode::kReadWriteCreate ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                                   : SQLITE_OPEN_READONLY;
+  // An immutable open names the file as a URI with immutable=1: SQLite then neither locks it
+  // nor reads or creates its -wal and -shm files.
+  std::string name = path;
+  if (mode == Mode::kImmutable) {
+    name = "file:";
+    for (const char c : path) {
+      if (c == '%' || c == '?' || c == '#') {
+        absl::StrAppend(&name, absl::StrFormat("%%%02X", static_cast<unsigned char>(c)));
+      } else {
+        name.push_back(c);
+      }
+    }
+    absl::StrAppend(&name, "?immutable=1");
+  }
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(
+      name.c_str(), &db,
+      flags | SQLITE_OPEN_FULLMUTEX | (mode == Mode::kImmutable ? SQLITE_OPEN_URI : 0), nullptr);
   if (rc != SQLITE_OK) {
     absl::Status status = SqliteStatus(db, rc, absl::StrCat("cannot open ", path));
     sqlite3_close_v2(db);
@@ -156,7 +176,7 @@ void Database::Close() {
 
 absl::Status Database::Exec(const std::string& sql) {
   const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return SqliteStatus(db_, rc, sql);
+  if (rc != SQLITE_OK) return SqliteStatus(db_, rc, "");
   return absl::OkStatus();
 }
 
@@ -165,7 +185,7 @@ absl::StatusOr<Statement> Database::Prepare(absl::string_view sql) {
   const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
-    return SqliteStatus(db_, rc, absl::StrCat("prepare `", sql, "`"));
+    return SqliteStatus(db_, rc, "");
   }
   return Statement(db_, stmt, sql);
 }

@@ -90,7 +90,10 @@ class Statement {
 // (each statement still by one at a time).
 class Database {
  public:
-  enum class Mode { kReadOnly, kReadWriteCreate };
+  // kImmutable: read-only, and the file is taken as unchanging: no locks, and its -wal and
+  // -shm files are neither read nor created (for a file in a location this process cannot
+  // write, where SQLite could not use them).
+  enum class Mode { kReadOnly, kReadWriteCreate, kImmutable };
 
   // Opens `path`; kReadWriteCreate creates a missing file. A path that names anything but a
   // regular file (a directory, FIFO, device or socket) is refused before SQLite sees it

@@ -183,21 +183,41 @@ absl::Status TacticStore::Initialize() {
     return absl::NotFoundError(
         absl::StrCat("tactic store ", path_, " does not exist (opened read-only)"));
   }
-  TP_ASSIGN_OR_RETURN(db_, Database::Open(path_,
-                                          options_.read_only ? Database::Mode::kReadOnly
-                                                             : Database::Mode::kReadWriteCreate,
-                                          kBusyTimeout));
+  const bool existed = std::filesystem::exists(path_, ec);
+  absl::StatusOr<Database> opened =
+      Database::Open(path_,
+                     options_.read_only ? Database::Mode::kReadOnly
+                                        : Database::Mode::kReadWriteCreate,
+                     kBusyTimeout);
+  if (absl::IsPermissionDenied(opened.status()) && !existed) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(opened.status().message(),
+                     ": a new tactic store is created there, so its directory must be writable"));
+  }
+  TP_ASSIGN_OR_RETURN(db_, std::move(opened));
 
   // Read before writing anything: a file that is not ours is never touched.
   // A file another process keeps locked past the busy timeout is an error, not a warning.
   absl::StatusOr<std::set<std::string>> tables = db_.TableNames();
+  if (absl::IsPermissionDenied(tables.status())) {
+    // A store in a directory this process cannot write: SQLite can neither create nor use
+    // the -shm file a WAL-mode file needs, not even to read. Read the file as it is, without
+    // locks or side files (immutable); it is never written.
+    absl::StatusOr<Database> immutable =
+        Database::Open(path_, Database::Mode::kImmutable, kBusyTimeout);
+    if (immutable.ok()) {
+      db_ = *std::move(immutable);
+      tables = db_.TableNames();
+      read_only_location_ = tables.ok();
+    }
+  }
   if (absl::IsUnavailable(tables.status())) return tables.status();
   if (!tables.ok()) {
     Disable(absl::StrCat("is not a readable SQLite database (", tables.status().message(), ")"));
     return absl::OkStatus();
   }
   if (tables->empty()) {
-    if (options_.read_only) {  // an empty file: an empty store
+    if (options_.read_only || read_only_location_) {  // an empty file: an empty store
       db_.Close();
       return absl::OkStatus();
     }
@@ -212,7 +232,7 @@ absl::Status TacticStore::Initialize() {
                          : absl::StrCat("cannot be read (", problem.status().message(), ")"));
     return absl::OkStatus();
   }
-  if (!options_.read_only) TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
+  if (!options_.read_only && !read_only_location_) TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
   absl::Status loaded = Load();
   if (absl::IsUnavailable(loaded)) return loaded;
   if (!loaded.ok()) Disable(absl::StrCat("cannot be read (", loaded.message(), ")"));
@@ -237,6 +257,12 @@ absl::Status TacticStore::CheckWritable() const {
   if (options_.read_only) {
     return absl::FailedPreconditionError(
         absl::StrCat("tactic store ", path_, " is opened read-only"));
+  }
+  if (read_only_location_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tactic store ", path_,
+        " is not written: it lies where this process cannot write (it is only read); copy it "
+        "to a writable directory to tune into it"));
   }
   return absl::OkStatus();
 }

@@ -153,6 +153,8 @@ class TacticStore final : public planner::TacticCache {
   // through it.
   mutable sqlite::Database db_;
   std::string unusable_;  // why the file is not written; empty when it is usable
+  // The file lies where this process cannot write (read as immutable): never written.
+  bool read_only_location_ = false;
   std::vector<std::string> warnings_;
 
   // Serializes Record, Import and Export on db_ within this process.

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "targets/target.h"
 #include "tests/testing/paths.h"
 #include "tests/tuner/store_testing.h"
+#include "tuner/sqlite.h"
 
 extern char** environ;
 
@@ -287,6 +289,37 @@ TEST_F(TacticStoreTest, RandomBytesAreReadAsEmptyAndNotWritten) {
   for (char& c : bytes) c = static_cast<char>(rng());
   WriteBytes(path, bytes);
   ExpectUnusableAndUntouched(path, "is not a readable SQLite database");
+  // SQLite's words and code, not the statement that met them.
+  std::unique_ptr<TacticStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  ASSERT_THAT(store->warnings(), SizeIs(1));
+  EXPECT_THAT(store->warnings()[0], HasSubstr("file is not a database (SQLite code 26)"));
+  EXPECT_THAT(store->warnings()[0], ::testing::Not(HasSubstr("SELECT")));
+}
+
+// A store read where SQLite could not create a WAL file's -shm (a read-only directory) is read
+// as immutable: the file alone, with no locks, and nothing created beside it. (A read-only
+// directory cannot be made for a test run as root; the immutable open itself is checked here,
+// on a name with the characters a URI escapes.)
+TEST_F(TacticStoreTest, ImmutableOpenReadsTheFileAloneAndCreatesNothing) {
+  const std::string path = Path("odd?name%#.db");
+  const RegionMeasurement m = TestMeasurement(TestEnvironment(), "linear(a)");
+  {
+    std::unique_ptr<TacticStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Record(m).ok());
+  }
+  ASSERT_FALSE(std::filesystem::exists(path + "-wal"));  // checkpointed on the last close
+  absl::StatusOr<sqlite::Database> db =
+      sqlite::Database::Open(path, sqlite::Database::Mode::kImmutable, absl::Seconds(1));
+  ASSERT_TRUE(db.ok()) << db.status();
+  absl::StatusOr<std::set<std::string>> tables = db->TableNames();
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  EXPECT_TRUE(tables->count("winners"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
+  // Writing through it fails.
+  EXPECT_FALSE(db->Exec("CREATE TABLE t(x)").ok());
 }
 
 TEST_F(TacticStoreTest, CorruptSqliteIsReadAsEmptyAndNotWritten) {
