@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/text.h"
 #include "nlohmann/json.hpp"
 
 namespace tileplan {
@@ -190,7 +191,7 @@ class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
   bool key(string_t& key) override {
     if (!open_.back().keys.insert(key).second) {
       error_ = Error(StringTokenStart(text_, buffer_.consumed() - 1),
-                     absl::StrCat("duplicate object key \"", absl::CHexEscape(key), "\""));
+                     absl::StrCat("duplicate object key ", QuoteUntrusted(key)));
       return false;
     }
     key_ = std::move(key);

@@ -16,6 +16,7 @@
 #include "base/files.h"
 #include "base/json.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 
 namespace tileplan::models {
 
@@ -290,9 +291,7 @@ bool Contains(const absl::string_view (&list)[N], absl::string_view key) {
   return std::find(std::begin(list), std::end(list), key) != std::end(list);
 }
 
-std::string Quote(absl::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
+std::string Quote(absl::string_view text) { return QuoteUntrusted(text); }
 
 absl::Status FieldError(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("field ", Quote(field), ": ", problem));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 
 namespace tileplan::models {
 namespace {
@@ -625,20 +626,20 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
       const TensorView* t = checkpoint.Find(name);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
-                                                " has no tensor '", name, "'", role, " (expected ",
-                                                expected, ")"));
+                                                " has no tensor ", QuoteUntrusted(name), role,
+                                                " (expected ", expected, ")"));
       }
       const int64_t part_rows = PackedPartRows(t->shape, want_shape, num_parts);
       if (t->dtype != want_dtype || part_rows < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", name, "'", role,
-                                                       " is ", TypeString(t->dtype, t->shape),
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(name),
+                                                       role, " is ", TypeString(t->dtype, t->shape),
                                                        ", expected ", expected));
       }
       auto it = bound_by.find(name);
       if (it->second != ir::kNoValue) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("checkpoint tensor '", name, "' is bound twice (by weight '%",
-                         graph.value(it->second).name, "' and by weight '%", w.name, "')"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint tensor ", QuoteUntrusted(name), " is bound twice (by weight '%",
+            graph.value(it->second).name, "' and by weight '%", w.name, "')"));
       }
       it->second = id;
       rows += part_rows;
@@ -647,7 +648,7 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
     if (num_parts > 1 && rows != want_shape[0]) {
       std::vector<std::string> extents;
       for (size_t k = 0; k < num_parts; ++k) {
-        extents.push_back(absl::StrCat("'", w.checkpoint_tensors[k], "' ",
+        extents.push_back(absl::StrCat(QuoteUntrusted(w.checkpoint_tensors[k]), " ",
                                        PackedPartRows(parts[k]->shape, want_shape, num_parts)));
       }
       return absl::InvalidArgumentError(absl::StrCat(
@@ -658,13 +659,13 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
   }
   std::vector<std::string> unused;
   for (const auto& [name, weight] : bound_by) {
-    if (weight == ir::kNoValue) unused.push_back(absl::StrCat("'", name, "'"));
+    if (weight == ir::kNoValue) unused.push_back(name);
   }
   if (!unused.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint tensor", unused.size() > 1 ? "s " : " ", absl::StrJoin(unused, ", "),
-        unused.size() > 1 ? " are" : " is", " not used by the ", graph.name(),
-        " graph (unexpected for this architecture and config)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint tensor", unused.size() > 1 ? "s " : " ", QuoteList(unused),
+                     unused.size() > 1 ? " are" : " is", " not used by the ", graph.name(),
+                     " graph (unexpected for this architecture and config)"));
   }
   return bound;
 }

@@ -22,6 +22,7 @@
 #include "base/files.h"
 #include "base/json.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 
 namespace tileplan::models {
 namespace {
@@ -56,10 +57,8 @@ const DTypeInfo& Info(StDType dtype) {
   return kDTypes[0];  // unreachable for valid enumerators
 }
 
-// Names from files are quoted and escaped so that odd bytes cannot garble a message.
-std::string Quote(absl::string_view name) {
-  return absl::StrCat("\"", absl::CHexEscape(name), "\"");
-}
+// Names from files are quoted, escaped and cut so that odd bytes cannot garble a message.
+std::string Quote(absl::string_view name) { return QuoteUntrusted(name); }
 
 absl::Status TensorError(absl::string_view label, absl::string_view tensor,
                          absl::string_view problem) {

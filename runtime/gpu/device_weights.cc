@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "base/align.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "device/cuda_status.h"
 #include "kernels/core/template_launch.h"
 #include "models/lowering.h"
@@ -131,24 +132,25 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
       const models::TensorView* t = checkpoint.Find(part);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
-                                                " has no tensor '", part, "' (weight %", slot.name,
-                                                ")"));
+                                                " has no tensor ", QuoteUntrusted(part),
+                                                " (weight %", slot.name, ")"));
       }
       if (!bound.insert(part).second) {
         return absl::InvalidArgumentError(
-            absl::StrCat("checkpoint tensor '", part, "' is bound twice"));
+            absl::StrCat("checkpoint tensor ", QuoteUntrusted(part), " is bound twice"));
       }
       if (!FloatDType(t->dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", part, "' is ",
-                                                       models::StDTypeName(t->dtype),
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(part),
+                                                       " is ", models::StDTypeName(t->dtype),
                                                        "; weights must be F32, BF16 or F16"));
       }
       const int64_t part_rows =
           models::PackedPartRows(t->shape, shape, slot.checkpoint_tensors.size());
       if (part_rows < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("checkpoint tensor '", part, "' has shape [", absl::StrJoin(t->shape, ","),
-                         "], which does not fit weight %", slot.name, " ", slot.type.ToString()));
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(part),
+                                                       " has shape [", absl::StrJoin(t->shape, ","),
+                                                       "], which does not fit weight %", slot.name,
+                                                       " ", slot.type.ToString()));
       }
       rows += shape.empty() ? 1 : part_rows;
     }
@@ -160,7 +162,7 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
   for (const std::string& name : checkpoint.TensorNames()) {
     if (!bound.contains(name)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint tensor '", name, "' is not a weight of the plan"));
+          absl::StrCat("checkpoint tensor ", QuoteUntrusted(name), " is not a weight of the plan"));
     }
   }
 

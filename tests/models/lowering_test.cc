@@ -407,7 +407,7 @@ TEST(BindCheckpoint, StackedExpertWeightsNeedEveryExpertWithItsShape) {
   auto shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
-            "checkpoint tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (a part of packed "
+            "checkpoint tensor \"model.layers.1.mlp.experts.3.up_proj.weight\" (a part of packed "
             "weight '%model.layers.1.mlp.experts.up_proj') is BF16[6,64], expected BF16[N,12,32] "
             "or BF16[12,32]");
   tensors = testing::RandomWeights(g, 1);
@@ -415,7 +415,7 @@ TEST(BindCheckpoint, StackedExpertWeightsNeedEveryExpertWithItsShape) {
   shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("has no tensor 'model.layers.0.mlp.experts.4.down_proj.weight'"));
+              HasSubstr("has no tensor \"model.layers.0.mlp.experts.4.down_proj.weight\""));
 }
 
 TEST(BindCheckpoint, MissingTensorIsNamed) {
@@ -425,8 +425,9 @@ TEST(BindCheckpoint, MissingTensorIsNamed) {
   auto shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("no tensor 'model.layers.1.mlp.down_proj.weight' (expected BF16[32,48])"));
+  EXPECT_THAT(
+      std::string(shapes.status().message()),
+      HasSubstr("no tensor \"model.layers.1.mlp.down_proj.weight\" (expected BF16[32,48])"));
 }
 
 TEST(BindCheckpoint, UnusedTensorsAreNamed) {
@@ -438,14 +439,37 @@ TEST(BindCheckpoint, UnusedTensorsAreNamed) {
   auto shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("checkpoint tensor '" + inv_freq + "' is not used by the llama graph"));
+              HasSubstr("checkpoint tensor \"" + inv_freq + "\" is not used by the llama graph"));
 
   tensors["lm_head.weight"] =
       testing::WeightData{StDType::kBF16, {61, 32}, std::vector<float>(61 * 32, 0.5f), {}};
   shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
-  EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("checkpoint tensors 'lm_head.weight', '" + inv_freq + "' are not used"));
+  EXPECT_THAT(
+      std::string(shapes.status().message()),
+      HasSubstr("checkpoint tensors \"lm_head.weight\", \"" + inv_freq + "\" are not used"));
+}
+
+// Names from a checkpoint reach a message cut (a 3 MB name) and, a thousand unused ones, as the
+// first few and a count (base/text_test.cc checks the escaping).
+TEST(BindCheckpoint, UntrustedNamesAreEscapedAndCut) {
+  const ir::Graph g = Lower(TinyModelConfig(Architecture::kLlama));
+  testing::WeightMap tensors = testing::RandomWeights(g, 1);
+  const testing::WeightData extra{StDType::kF32, {1}, {1}, {}};
+  tensors[std::string(3 << 20, 'n')] = extra;
+  auto shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  std::string message(shapes.status().message());
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_THAT(message, HasSubstr("\"... (3145728 bytes) is not used"));
+
+  tensors = testing::RandomWeights(g, 1);
+  for (int i = 0; i < 1000; ++i) tensors["z.unused." + std::to_string(1000 + i)] = extra;
+  shapes = BindShapes(g, tensors);
+  ASSERT_FALSE(shapes.ok());
+  message = std::string(shapes.status().message());
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_THAT(message, HasSubstr("\"z.unused.1007\" and 992 more are not used"));
 }
 
 TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
@@ -456,14 +480,14 @@ TEST(BindCheckpoint, WrongShapeOrDtypeIsNamed) {
   auto shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("checkpoint tensor 'model.norm.weight' is BF16[31], expected BF16[32]"));
+              HasSubstr("checkpoint tensor \"model.norm.weight\" is BF16[31], expected BF16[32]"));
 
   tensors = testing::RandomWeights(g, 1);
   tensors["model.layers.0.self_attn.v_proj.weight"].dtype = StDType::kF32;
   shapes = BindShapes(g, tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("'model.layers.0.self_attn.v_proj.weight' is F32[16,32], expected "
+              HasSubstr("\"model.layers.0.self_attn.v_proj.weight\" is F32[16,32], expected "
                         "BF16[16,32]"));
 }
 
@@ -499,7 +523,7 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   auto shapes = BindShapes(PackedGraph(), tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
-            "checkpoint tensor 'k' (a part of packed weight '%qkv') is F32[2,4], expected "
+            "checkpoint tensor \"k\" (a part of packed weight '%qkv') is F32[2,4], expected "
             "BF16[N,4] or BF16[4]");
 
   tensors = PackedTensors();
@@ -507,7 +531,7 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   shapes = BindShapes(PackedGraph(), tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
-            "checkpoint tensor 'v' (a part of packed weight '%qkv') is BF16[1,8], expected "
+            "checkpoint tensor \"v\" (a part of packed weight '%qkv') is BF16[1,8], expected "
             "BF16[N,4] or BF16[4]");
 
   tensors = PackedTensors();
@@ -515,17 +539,18 @@ TEST(BindCheckpoint, PackedWeightPartsAreChecked) {
   shapes = BindShapes(PackedGraph(), tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
-            "packed weight '%qkv' is bf16[8,4] but its parts have dim-0 extents 'q' 4 + 'k' 2 + "
-            "'v' 3 = 9, expected 8");
+            "packed weight '%qkv' is bf16[8,4] but its parts have dim-0 extents \"q\" 4 + \"k\" 2 "
+            "+ \"v\" 3 = 9, expected 8");
 
   tensors = PackedTensors();
   tensors.erase("v");
   shapes = BindShapes(PackedGraph(), tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("has no tensor 'v' (a part of packed weight '%qkv') (expected BF16[N,4] or "
-                        "BF16[4])"));
+  EXPECT_THAT(
+      std::string(shapes.status().message()),
+      HasSubstr("has no tensor \"v\" (a part of packed weight '%qkv') (expected BF16[N,4] or "
+                "BF16[4])"));
 }
 
 TEST(BindCheckpoint, EveryTensorIsBoundExactlyOnce) {
@@ -539,14 +564,14 @@ TEST(BindCheckpoint, EveryTensorIsBoundExactlyOnce) {
   auto shapes = BindShapes(*g, PackedTensors());
   ASSERT_FALSE(shapes.ok());
   EXPECT_EQ(shapes.status().message(),
-            "checkpoint tensor 'k' is bound twice (by weight '%k' and by weight '%qkv')");
+            "checkpoint tensor \"k\" is bound twice (by weight '%k' and by weight '%qkv')");
 
   testing::WeightMap tensors = PackedTensors();
   tensors["extra"] = tensors["n"];
   shapes = BindShapes(PackedGraph(), tensors);
   ASSERT_FALSE(shapes.ok());
   EXPECT_THAT(std::string(shapes.status().message()),
-              HasSubstr("checkpoint tensor 'extra' is not used by the packed graph"));
+              HasSubstr("checkpoint tensor \"extra\" is not used by the packed graph"));
 }
 
 }  // namespace

@@ -510,7 +510,7 @@ TEST(CpuFused, PackedWeightPartsMustFit) {
   auto backend = CpuBackend::Create(g, **checkpoint, options);
   ASSERT_FALSE(backend.ok());
   EXPECT_THAT(std::string(backend.status().message()),
-              HasSubstr("checkpoint tensor 'b' (a part of packed weight '%w') is F32[2,4], "
+              HasSubstr("checkpoint tensor \"b\" (a part of packed weight '%w') is F32[2,4], "
                         "expected F32[N,3]"));
 }
 

@@ -130,18 +130,19 @@ TEST_F(DeviceWeightsLoadTest, ACheckpointThatDoesNotFitIsRefusedByName) {
   w.erase("k.weight");
   absl::Status s = Load(w);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(s.message(), HasSubstr("no tensor 'k.weight' (weight %qkv)"));
+  EXPECT_THAT(s.message(), HasSubstr("no tensor \"k.weight\" (weight %qkv)"));
 
   w = Good();
   w["extra.weight"] = Tensor({2});
   s = Load(w);
   EXPECT_THAT(s.message(),
-              HasSubstr("checkpoint tensor 'extra.weight' is not a weight of the plan"));
+              HasSubstr("checkpoint tensor \"extra.weight\" is not a weight of the plan"));
 
   w = Good();
   w["v.weight"] = Tensor({8, 4});
   s = Load(w);
-  EXPECT_THAT(s.message(), HasSubstr("'v.weight' has shape [8,4], which does not fit weight %qkv"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("\"v.weight\" has shape [8,4], which does not fit weight %qkv"));
 
   w = Good();
   w["v.weight"] = Tensor({16, 8});
