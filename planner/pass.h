@@ -56,7 +56,7 @@ struct PassOptions {
   // prologue. Must be >= 0 (0 fuses nothing).
   int64_t norm_linear_max_rows = 4;
   // fuse_norm_linear also folds the norm of a moe region into it (rms_norm_moe). Off by
-  // default: on the H200 it made DeepSeek-V2-Lite's decode 0.5% faster and Qwen3-30B-A3B's 8%
+  // default: on the H200 it made DeepSeek-V2-Lite's decode 0.6% faster and Qwen3-30B-A3B's 7%
   // slower (docs/PERF.md).
   bool norm_moe = false;
   // fuse_rope_kv_write_attention leaves a decode graph whose bound batch exceeds this alone:

@@ -184,10 +184,17 @@ absl::Status TacticStore::Initialize() {
         absl::StrCat("tactic store ", path_, " does not exist (opened read-only)"));
   }
   const bool existed = std::filesystem::exists(path_, ec);
+  // A read-only open of a file with no write-ahead log beside it (no writer has it open, and
+  // every commit is in the file) reads the file alone: SQLite's usual read-only open would
+  // create -wal and -shm files and leave them behind.
+  const bool file_alone =
+      options_.read_only && !std::filesystem::exists(absl::StrCat(path_, "-wal"), ec);
+  if (file_alone) immutable_ = true;
   absl::StatusOr<Database> opened =
       Database::Open(path_,
-                     options_.read_only ? Database::Mode::kReadOnly
-                                        : Database::Mode::kReadWriteCreate,
+                     file_alone           ? Database::Mode::kImmutable
+                     : options_.read_only ? Database::Mode::kReadOnly
+                                          : Database::Mode::kReadWriteCreate,
                      kBusyTimeout);
   if (absl::IsPermissionDenied(opened.status()) && !existed) {
     return absl::PermissionDeniedError(
@@ -208,7 +215,7 @@ absl::Status TacticStore::Initialize() {
     if (immutable.ok()) {
       db_ = *std::move(immutable);
       tables = db_.TableNames();
-      read_only_location_ = tables.ok();
+      immutable_ = tables.ok();
     }
   }
   if (absl::IsUnavailable(tables.status())) return tables.status();
@@ -217,7 +224,7 @@ absl::Status TacticStore::Initialize() {
     return absl::OkStatus();
   }
   if (tables->empty()) {
-    if (options_.read_only || read_only_location_) {  // an empty file: an empty store
+    if (options_.read_only || immutable_) {  // an empty file: an empty store
       db_.Close();
       return absl::OkStatus();
     }
@@ -232,7 +239,7 @@ absl::Status TacticStore::Initialize() {
                          : absl::StrCat("cannot be read (", problem.status().message(), ")"));
     return absl::OkStatus();
   }
-  if (!options_.read_only && !read_only_location_) TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
+  if (!options_.read_only && !immutable_) TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
   absl::Status loaded = Load();
   if (absl::IsUnavailable(loaded)) return loaded;
   if (!loaded.ok()) Disable(absl::StrCat("cannot be read (", loaded.message(), ")"));
@@ -258,7 +265,7 @@ absl::Status TacticStore::CheckWritable() const {
     return absl::FailedPreconditionError(
         absl::StrCat("tactic store ", path_, " is opened read-only"));
   }
-  if (read_only_location_) {
+  if (immutable_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tactic store ", path_,
         " is not written: it lies where this process cannot write (it is only read); copy it "

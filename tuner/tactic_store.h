@@ -153,8 +153,9 @@ class TacticStore final : public planner::TacticCache {
   // through it.
   mutable sqlite::Database db_;
   std::string unusable_;  // why the file is not written; empty when it is usable
-  // The file lies where this process cannot write (read as immutable): never written.
-  bool read_only_location_ = false;
+  // The file is read as it is, alone (Database::Mode::kImmutable): opened read-only with no
+  // write-ahead log beside it, or lying where this process cannot write. Never written.
+  bool immutable_ = false;
   std::vector<std::string> warnings_;
 
   // Serializes Record, Import and Export on db_ within this process.

@@ -352,6 +352,22 @@ TEST_F(TacticStoreTest, ReadOnlyStoreAnswersAndRefusesWrites) {
   EXPECT_THAT(status.message(), HasSubstr("read-only"));
   ASSERT_TRUE(store->Export(Path("read_only.textproto")).ok());
   EXPECT_THAT(ReadBytes(Path("read_only.textproto")), HasSubstr("linear(a)"));
+  // A read-only open leaves nothing beside the file (SQLite's usual one would leave its
+  // -wal and -shm files).
+  store.reset();
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
+  // While a writer holds the file (its log beside it), a read-only open sees its commits.
+  {
+    std::unique_ptr<TacticStore> writer = MustOpen(path);
+    ASSERT_NE(writer, nullptr);
+    const RegionMeasurement later = TestMeasurement(TestEnvironment(), "linear(b)");
+    ASSERT_TRUE(writer->Record(later).ok());
+    ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+    std::unique_ptr<TacticStore> reader = MustOpen(path, {.read_only = true});
+    ASSERT_NE(reader, nullptr);
+    EXPECT_TRUE(reader->Lookup(later.key).has_value());
+  }
 
   absl::StatusOr<std::unique_ptr<TacticStore>> missing =
       TacticStore::Open(Path("missing.db"), {.read_only = true});
