@@ -304,7 +304,7 @@ TEST_F(VerifyModelTest, BadModelsAreBadInput) {
       absl::StrCat("--model '", model.string(), "' --reference '", reference, "' --backend cpu"),
       dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("'model.layers.1.mlp.up_proj.weight'"));
+  EXPECT_THAT(r.output, HasSubstr("\"model.layers.1.mlp.up_proj.weight\""));
 
   // An architecture tileplan does not implement.
   std::ofstream(model / "config.json") << R"({"model_type": "gpt2", "n_embd": 64})";
