@@ -1,14 +1,14 @@
 // moe_gemv: the fused MoE block (moe, and rms_norm_moe with its RMSNorm) of a decode step,
 // B·T <= 16 tokens, in three launches (moe_gemv.cuh): the router GEMV (its warps splitting H;
-// with the norm, every CTA first sums each row's squares and CTA 0 stores the normalized rows)
+// with the norm, every CTA first sums each row's squares, and the CTAs share the store of the
+// normalized rows)
 // whose last CTA runs the top-k and builds the routing table, the gate/up GEMV with SiLU·mul
 // over the distinct selected experts and the shared MLP, and the down GEMV whose CTA's threads
 // share the slots' rows and that weights, sums and adds the shared MLP and the residual. The
 // routing stays in device memory, so a decode CUDA Graph replays with new routing. Version 4
-// (the norm; the down GEMV's routed rows prefetched before its dependency wait; version 3's
-// down GEMV first shared the slots' rows among a CTA's threads; version 2 gave each warp its
-// own rows and split the slots over CTAs, half the memory's rate on the H200; version 1's
-// router warps each took their own experts).
+// (the norm; version 3's down GEMV first shared the slots' rows among a CTA's threads; version
+// 2 gave each warp its own rows and split the slots over CTAs, half the memory's rate on the
+// H200; version 1's router warps each took their own experts).
 #include <algorithm>
 #include <string>
 

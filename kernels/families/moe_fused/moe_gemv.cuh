@@ -19,8 +19,8 @@
 // The expert ids never leave the device: a captured CUDA Graph replays with whatever experts
 // each step selects, and no kernel waits on the host. The intermediates (the activations,
 // the experts' outputs before the weighted sum) stay float32; only the logits and the top-k
-// weights are rounded, to the dtypes the region records, exactly where the primitive graph
-// stores them. Every weight streams once per step in kVec-element loads (16 bytes for bf16),
+// weights (and, for rms_norm_moe, the normalized rows) are rounded, to the dtypes the region
+// records, exactly where the primitive graph stores them. Every weight streams once per step in kVec-element loads (16 bytes for bf16),
 // coalesced along its rows; the router's and the shared MLP's rows and the norm weight, which
 // never depend on an earlier kernel, are prefetched into L2 before each kernel's dependency
 // wait.
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kWarps = kThreads / 32;
   constexpr int kPass = moe_rows_per_pass(kThreads, kRows, 1, kMaxTokens, kVec);
   static_assert(kThreads % 32 == 0 && kRows % kPass == 0, "block shape");
-  static_assert(kPass * kMaxTokens >= kMaxTokens, "route_sums holds the norms' sums");
+  // Also the warps' sums of squares of the norm (kPass >= 1).
   __shared__ float route_sums[kWarps][kPass * kMaxTokens];
   __shared__ float norm_scale[kMaxTokens];
   moe_prefetch_rows<W, kRows, kThreads>(router, blockIdx.x * kRows, experts, hidden);
@@ -265,6 +265,16 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32;
   const int e0 = blockIdx.x * kRows;
   const int vecs = hidden / kVec;
+  // xn's vector at k of token t, as the rms_norm kernel rounds it (once norm_scale is set).
+  auto normalize = [&](int t, long long k, float(&v)[kVec]) {
+    if constexpr (kNorm) {
+      float g[kVec];
+      load_floats<NormW, kVec>(norm_w + k, g);
+      const float scale = norm_scale[t];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) v[e] = to_float(from_float<T>(v[e] * scale * g[e]));
+    }
+  };
   if constexpr (kNorm) {
     // Each token's sum of squares over the whole row, then its scale.
     float ss[kMaxTokens];
@@ -293,18 +303,6 @@ __global__ void __launch_bounds__(kThreads)
       norm_scale[threadIdx.x] = rsqrtf(sum / static_cast<float>(hidden) + eps);
     }
     __syncthreads();
-  }
-  // xn's vector at k of token t, as the rms_norm kernel rounds it.
-  auto normalize = [&](int t, long long k, float(&v)[kVec]) {
-    if constexpr (kNorm) {
-      float g[kVec];
-      load_floats<NormW, kVec>(norm_w + k, g);
-      const float scale = norm_scale[t];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) v[e] = to_float(from_float<T>(v[e] * scale * g[e]));
-    }
-  };
-  if constexpr (kNorm) {
     // The CTAs share the store of xn: CTA c the vectors i with i % gridDim.x == c.
     const int stride = kThreads * gridDim.x;
     for (int i = blockIdx.x + threadIdx.x * gridDim.x; i < tokens * vecs; i += stride) {
