@@ -91,8 +91,8 @@ class Statement {
 class Database {
  public:
   // kImmutable: read-only, and the file is taken as unchanging: no locks, and its -wal and
-  // -shm files are neither read nor created (for a file in a location this process cannot
-  // write, where SQLite could not use them).
+  // -shm files are neither read nor created (for a file no writer holds, or one in a location
+  // this process cannot write, where SQLite could not use them).
   enum class Mode { kReadOnly, kReadWriteCreate, kImmutable };
 
   // Opens `path`; kReadWriteCreate creates a missing file. A path that names anything but a

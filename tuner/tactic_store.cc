@@ -179,20 +179,18 @@ TacticStore::~TacticStore() = default;
 
 absl::Status TacticStore::Initialize() {
   std::error_code ec;
-  if (options_.read_only && !std::filesystem::exists(path_, ec)) {
+  const bool existed = std::filesystem::exists(path_, ec);
+  if (options_.read_only && !existed) {
     return absl::NotFoundError(
         absl::StrCat("tactic store ", path_, " does not exist (opened read-only)"));
   }
-  const bool existed = std::filesystem::exists(path_, ec);
   // A read-only open of a file with no write-ahead log beside it (no writer has it open, and
   // every commit is in the file) reads the file alone: SQLite's usual read-only open would
   // create -wal and -shm files and leave them behind.
-  const bool file_alone =
-      options_.read_only && !std::filesystem::exists(absl::StrCat(path_, "-wal"), ec);
-  if (file_alone) immutable_ = true;
+  immutable_ = options_.read_only && !std::filesystem::exists(absl::StrCat(path_, "-wal"), ec);
   absl::StatusOr<Database> opened =
       Database::Open(path_,
-                     file_alone           ? Database::Mode::kImmutable
+                     immutable_           ? Database::Mode::kImmutable
                      : options_.read_only ? Database::Mode::kReadOnly
                                           : Database::Mode::kReadWriteCreate,
                      kBusyTimeout);
@@ -206,7 +204,7 @@ absl::Status TacticStore::Initialize() {
   // Read before writing anything: a file that is not ours is never touched.
   // A file another process keeps locked past the busy timeout is an error, not a warning.
   absl::StatusOr<std::set<std::string>> tables = db_.TableNames();
-  if (absl::IsPermissionDenied(tables.status())) {
+  if (absl::IsPermissionDenied(tables.status()) && !immutable_) {
     // A store in a directory this process cannot write: SQLite can neither create nor use
     // the -shm file a WAL-mode file needs, not even to read. Read the file as it is, without
     // locks or side files (immutable); it is never written.
