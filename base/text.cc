@@ -2,6 +2,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tileplan {
 
@@ -18,6 +19,19 @@ std::string QuoteList(const std::vector<std::string>& items, size_t max_items) {
   }
   if (items.size() > max_items) absl::StrAppend(&out, " and ", items.size() - max_items, " more");
   return out;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::string IndexString(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] == 0 ? 0 : flat % shape[d];
+    flat = shape[d] == 0 ? 0 : flat / shape[d];
+  }
+  return ShapeString(index);
 }
 
 }  // namespace tileplan

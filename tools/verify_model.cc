@@ -43,6 +43,7 @@
 #include "absl/strings/str_join.h"
 #include "base/files.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "device/device.h"
 #include "models/config.h"
 #include "models/lowering.h"
@@ -165,10 +166,6 @@ absl::Status CheckFlags() {
   return tools::GpuOptionsFromFlags().status();
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
 // The reference of docs/fixtures.md.
 struct Reference {
   std::vector<int32_t> input_ids;    // [T]
@@ -208,16 +205,10 @@ absl::Status CheckFinite(const char* name, const std::vector<float>& values,
                          const std::vector<int64_t>& shape) {
   for (size_t k = 0; k < values.size(); ++k) {
     if (std::isfinite(values[k])) continue;
-    std::string at;
-    int64_t rest = static_cast<int64_t>(k);
-    for (size_t d = shape.size(); d-- > 0;) {
-      const int64_t extent = std::max<int64_t>(shape[d], 1);
-      at = absl::StrCat(rest % extent, d + 1 < shape.size() ? "," : "", at);
-      rest /= extent;
-    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "reference tensor '", name, "' holds ", values[k], " at [", at,
-        "]: a reference must be finite (remake it with tools/reference/make_fixtures.py)"));
+        "reference tensor '", name, "' holds ", values[k], " at ",
+        IndexString(static_cast<int64_t>(k), shape),
+        ": a reference must be finite (remake it with tools/reference/make_fixtures.py)"));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "models/lowering.h"
 #include "regions/verifier.h"
 #include "runtime/cpu/cpu_kernels.h"
@@ -24,10 +25,6 @@ using ir::ValueId;
 constexpr int64_t kMaxElements = int64_t{1} << 32;
 
 bool IsInt(ir::DType dtype) { return dtype == ir::DType::kI32; }
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
 
 // The concrete shape of `type` under `symbols`; `what` names the value in messages.
 absl::StatusOr<std::vector<int64_t>> ResolveShape(const ir::TensorType& type,

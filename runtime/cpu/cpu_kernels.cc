@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 
 namespace tileplan::runtime::cpu {
 
@@ -20,20 +21,6 @@ int64_t TensorArg::num_elements() const {
 }
 
 namespace {
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
-// The multi-index of row-major element `flat` in `shape`, e.g. "[0,3]".
-std::string IndexString(int64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> index(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    index[d] = shape[d] == 0 ? 0 : flat % shape[d];
-    flat = shape[d] == 0 ? 0 : flat / shape[d];
-  }
-  return ShapeString(index);
-}
 
 template <typename... Args>
 absl::Status Error(const KernelContext& ctx, const Args&... args) {

@@ -31,5 +31,14 @@ TEST(QuoteListTest, ShowsTheFirstItemsAndCountsTheRest) {
   EXPECT_EQ(QuoteList(many, 3), "\"t0\", \"t1\", \"t2\" and 997 more");
 }
 
+TEST(ShapeStringTest, ShapesAndRowMajorIndices) {
+  EXPECT_EQ(ShapeString({}), "[]");
+  EXPECT_EQ(ShapeString({2, 3, 4}), "[2,3,4]");
+  EXPECT_EQ(IndexString(0, {2, 3}), "[0,0]");
+  EXPECT_EQ(IndexString(5, {2, 3}), "[1,2]");
+  EXPECT_EQ(IndexString(7, {384}), "[7]");
+  EXPECT_EQ(IndexString(3, {0, 3}), "[0,0]");  // a zero extent reads as index 0
+}
+
 }  // namespace
 }  // namespace tileplan
