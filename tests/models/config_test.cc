@@ -2,18 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/models/safetensors_builder.h"
-#include "tests/testing/paths.h"
+#include "tests/testing/docs.h"
 
 namespace tileplan::models {
 namespace {
@@ -1337,16 +1335,8 @@ TEST(MetadataTest, HarmlessMetadataIsAcceptedAndReported) {
 
 // docs/models.md lists exactly the accepted metadata fields, in order.
 TEST(MetadataTest, DocumentedMetadataFieldsMatchTheCode) {
-  std::ifstream in(tileplan::testing::SourcePath("docs/models.md"));
-  ASSERT_TRUE(in) << "cannot read docs/models.md";
-  std::vector<std::string> documented;
-  bool in_section = false;
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StartsWith(line, "#")) in_section = line == "### Metadata fields";
-    if (in_section && absl::StartsWith(line, "- `")) {
-      documented.push_back(line.substr(3, line.find('`', 3) - 3));
-    }
-  }
+  const std::vector<std::string> documented =
+      tileplan::testing::DocumentedNames("docs/models.md", "### Metadata fields", "- `");
   const std::vector<std::string> names = MetadataFieldNames();
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(documented, names);

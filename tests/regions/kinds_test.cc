@@ -1,13 +1,11 @@
 // Kind registry and the typing rule of every primitive kind.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -15,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "regions/kinds.h"
 #include "regions/shape_rules.h"
-#include "tests/testing/paths.h"
+#include "tests/testing/docs.h"
 
 namespace tileplan::ir {
 namespace {
@@ -118,17 +116,8 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
 // docs/ir.md's kind tables are the contract: every kind they list is registered and
 // every registered kind is listed.
 TEST(KindsTest, DocumentedKindsMatchRegistry) {
-  std::ifstream in(tileplan::testing::SourcePath("docs/ir.md"));
-  ASSERT_TRUE(in) << "cannot read docs/ir.md";
-  std::vector<std::string> documented;
-  bool in_kinds = false;
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StartsWith(line, "## ")) in_kinds = line == "## Region kinds";
-    if (in_kinds && absl::StartsWith(line, "| `")) {
-      const size_t end = line.find('`', 3);
-      documented.push_back(line.substr(3, end - 3));
-    }
-  }
+  std::vector<std::string> documented =
+      tileplan::testing::DocumentedNames("docs/ir.md", "## Region kinds", "| `");
   std::sort(documented.begin(), documented.end());
   EXPECT_EQ(documented, KindNames());
 }
