@@ -20,6 +20,7 @@ constexpr PipelinePass kPipelinePasses[] = {
     {"fuse_qk_norm_rope_kv_write", false},
     {"fuse_rope_kv_write_attention", true},
     {"fuse_mla_kv_write", false},
+    {"fuse_mla_kv_write_attention", true},
     {"fuse_residual", false},
     {"dce", false},
     {"specialize_phase", false},
@@ -38,7 +39,8 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   for (const PipelinePass& pass : kPipelinePasses) {
     if (pass.decode_only && phase != ir::Phase::kDecode) continue;
     if (absl::string_view(pass.name) == "fuse_moe" && !options.fuse_moe) continue;
-    if (absl::string_view(pass.name) == "fuse_rope_kv_write_attention" &&
+    if ((absl::string_view(pass.name) == "fuse_rope_kv_write_attention" ||
+         absl::string_view(pass.name) == "fuse_mla_kv_write_attention") &&
         !options.fuse_rope_attention) {
       continue;
     }

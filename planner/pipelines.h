@@ -4,8 +4,9 @@
 // fuse_qk_norm_rope_kv_write, fuse_mla_kv_write, fuse_residual, dce, specialize_phase,
 // fuse_norm_linear (docs/planner.md). The decode pipeline also runs, with
 // PipelineOptions::fuse_moe, fuse_moe first (before the packing passes take a shared-expert
-// MLP apart), and fuse_rope_kv_write_attention right after
-// fuse_qk_norm_rope_kv_write: their fused kinds serve decode steps only. They differ in how
+// MLP apart), fuse_rope_kv_write_attention right after fuse_qk_norm_rope_kv_write and
+// fuse_mla_kv_write_attention right after fuse_mla_kv_write: their fused kinds serve decode
+// steps only. They differ in how
 // specialize_phase binds the symbols (prefill binds T to the token bucket, decode binds T to
 // 1; B and Smax are bound when the options give them and stay symbolic otherwise) and in
 // what the phase-dependent fuse_norm_linear finds after it: only decode graphs whose batch
@@ -34,8 +35,9 @@ struct PipelineOptions {
   // Decode only: run fuse_moe first (the pass's own batch limit still applies); false leaves
   // every MoE block as its primitive steps.
   bool fuse_moe = true;
-  // Decode only: run fuse_rope_kv_write_attention (the pass's own limits still apply); false
-  // leaves every attention free to take any of its families.
+  // Decode only: run fuse_rope_kv_write_attention (the pass's own limits still apply) and
+  // fuse_mla_kv_write_attention; false leaves every attention free to take any of its
+  // families.
   bool fuse_rope_attention = true;
   // Decode only: fuse_norm_linear also folds each moe region's norm into it (rms_norm_moe;
   // PassOptions::norm_moe).

@@ -34,7 +34,8 @@ struct PlanOptions {
   bool prefill_last_token_logits = false;
   // Decode phases run fuse_moe (PipelineOptions::fuse_moe).
   bool decode_fuse_moe = true;
-  // Decode phases run fuse_rope_kv_write_attention (PipelineOptions::fuse_rope_attention).
+  // Decode phases run fuse_rope_kv_write_attention and fuse_mla_kv_write_attention
+  // (PipelineOptions::fuse_rope_attention).
   bool decode_fuse_rope_attention = true;
   // Decode phases fold each moe region's norm into it (PipelineOptions::fuse_norm_moe).
   bool decode_fuse_norm_moe = false;

@@ -2,6 +2,7 @@
 // function per kind. Each rule accepts exactly the operands for which the primitive regions
 // the kind replaces would type-check, and infers the same results. The table in the doc is
 // the contract; keep them in step.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -210,45 +211,65 @@ Results InferRopeKvWriteAttention(const KindArgs& a, bool norms) {
 
 // mla_kv_write: split + rms_norm + reshape ×2 + rope + kv_write ×2 of MLA's compressed kv.
 // Operands: kv_a [B,T,C+Dr], norm [C], latent_cache [B,1,Smax,C], rope_cache [B,1,Smax,Dr],
-// positions; results: both caches, in place.
-Results InferMlaKvWrite(const KindArgs& a) {
-  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,C+Dr]"));
-  const TensorType& kv_a = a.operands[0];
-  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 4, "[B,1,Smax,C]"));
-  TP_RETURN_IF_ERROR(ExpectSameDType(a, 2, 0, "[B,1,Smax,C]"));
-  const TensorType& latent = a.operands[2];
+// positions (operands at[0] ... at[4] of `a`: mla_kv_write_attention embeds them); results:
+// both caches, in place.
+Results InferMlaKvWrite(const KindArgs& a, const std::array<int, 5>& at = {0, 1, 2, 3, 4}) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[0], Element::kFloat, 3, "[B,T,C+Dr]"));
+  const TensorType& kv_a = a.operands[static_cast<size_t>(at[0])];
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[2], Element::kFloat, 4, "[B,1,Smax,C]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, at[2], at[0], "[B,1,Smax,C]"));
+  const TensorType& latent = a.operands[static_cast<size_t>(at[2])];
   const Dim& c = latent.dims[3];
   if (!DimsMatch(latent.dims[0], kv_a.dims[0]) || !DimsMatch(latent.dims[1], Dim::Static(1)) ||
       !c.is_static() || c.extent() == 0) {
-    return a.OperandError(
-        2, absl::StrCat(shape::Pattern("[B,1,Smax,C]", {{"B", kv_a.dims[0]}}), ", C static, > 0"));
+    return a.OperandError(at[2], absl::StrCat(shape::Pattern("[B,1,Smax,C]", {{"B", kv_a.dims[0]}}),
+                                              ", C static, > 0"));
   }
-  TP_RETURN_IF_ERROR(ExpectRank(a, 3, Element::kFloat, 4, "[B,1,Smax,Dr]"));
-  TP_RETURN_IF_ERROR(ExpectSameDType(a, 3, 0, "[B,1,Smax,Dr]"));
-  const TensorType& rope = a.operands[3];
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[3], Element::kFloat, 4, "[B,1,Smax,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, at[3], at[0], "[B,1,Smax,Dr]"));
+  const TensorType& rope = a.operands[static_cast<size_t>(at[3])];
   const Dim& dr = rope.dims[3];
   if (!DimsMatch(rope.dims[0], kv_a.dims[0]) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
       !DimsMatch(rope.dims[2], latent.dims[2]) || !IsPositiveEven(dr)) {
     return a.OperandError(
-        3, absl::StrCat(
-               shape::Pattern("[B,1,Smax,Dr]", {{"B", kv_a.dims[0]}, {"Smax", latent.dims[2]}}),
-               ", Dr static, even and > 0"));
+        at[3], absl::StrCat(
+                   shape::Pattern("[B,1,Smax,Dr]", {{"B", kv_a.dims[0]}, {"Smax", latent.dims[2]}}),
+                   ", Dr static, even and > 0"));
   }
   if (!DimsMatch(kv_a.dims[2], Dim::Static(c.extent() + dr.extent()))) {
-    return a.OperandError(0, shape::Pattern("[B,T,C+Dr]", {{"C", c}, {"Dr", dr}}));
+    return a.OperandError(at[0], shape::Pattern("[B,T,C+Dr]", {{"C", c}, {"Dr", dr}}));
   }
-  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[C]"));
-  TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, c, "[C]", "C"));
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[1], Element::kFloat, 1, "[C]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, at[1], 0, c, "[C]", "C"));
   TP_RETURN_IF_ERROR(CheckEps(a.attrs));
-  TP_RETURN_IF_ERROR(ExpectPositions(a, 4, kv_a.dims[0], kv_a.dims[1]));
+  TP_RETURN_IF_ERROR(ExpectPositions(a, at[4], kv_a.dims[0], kv_a.dims[1]));
   TP_RETURN_IF_ERROR(CheckRopeAttrs(a.attrs));
-  return std::vector<InferredResult>{{latent, ResultAlias{AliasKind::kInPlace, 2}},
-                                     {rope, ResultAlias{AliasKind::kInPlace, 3}}};
+  return std::vector<InferredResult>{{latent, ResultAlias{AliasKind::kInPlace, at[2]}},
+                                     {rope, ResultAlias{AliasKind::kInPlace, at[3]}}};
+}
+
+// mla_kv_write_attention: the query's rope, mla_kv_write and the mla_attention that reads
+// both. Operands q_nope [B,T,Hq,Dn], q_pe [B,T,Hq,Dr] (not yet rotated), then mla_kv_write's
+// kv_a, norm, latent_cache, rope_cache, then w_kv_b and positions; results the attention
+// output [B,T,Hq,Dv] and both caches, in place.
+Results InferMlaKvWriteAttention(const KindArgs& a) {
+  TP_ASSIGN_OR_RETURN(std::vector<InferredResult> caches, InferMlaKvWrite(a, {2, 3, 4, 5, 7}));
+  TP_ASSIGN_OR_RETURN(TensorType out, shape::InferMlaAttention(a, {0, 1, 4, 5, 6, 7}));
+  std::vector<InferredResult> results = {{std::move(out), ResultAlias{}}};
+  for (InferredResult& cache : caches) results.push_back(std::move(cache));
+  return results;
 }
 
 std::vector<AttrSpec> MlaKvWriteAttrs() {
   std::vector<AttrSpec> attrs = {{"eps", AttrType::kFloat}};
   for (AttrSpec& spec : shape::RopeAttrSpecs()) attrs.push_back(std::move(spec));
+  return attrs;
+}
+
+// mla_kv_write's attributes and mla_attention's scale.
+std::vector<AttrSpec> MlaKvWriteAttentionAttrs() {
+  std::vector<AttrSpec> attrs = MlaKvWriteAttrs();
+  attrs.push_back({"scale", AttrType::kFloat});
   return attrs;
 }
 
@@ -401,7 +422,13 @@ absl::Status RegisterFusedKinds(KindRegistry& registry) {
       {.name = "mla_kv_write",
        .operands = {"kv_a", "norm", "latent_cache", "rope_cache", "positions"},
        .attrs = MlaKvWriteAttrs(),
-       .infer = InferMlaKvWrite,
+       .infer = [](const KindArgs& a) { return InferMlaKvWrite(a); },
+       .fused = true},
+      {.name = "mla_kv_write_attention",
+       .operands = {"q_nope", "q_pe", "kv_a", "norm", "latent_cache", "rope_cache", "w_kv_b",
+                    "positions"},
+       .attrs = MlaKvWriteAttentionAttrs(),
+       .infer = InferMlaKvWriteAttention,
        .fused = true},
       {.name = "rope_kv_write_attention",
        .operands = {"qkv", "k_cache", "v_cache", "positions"},

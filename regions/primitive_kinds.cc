@@ -264,53 +264,8 @@ Results InferMoeCombine(const KindArgs& a) {
 }
 
 Results InferMlaAttention(const KindArgs& a) {
-  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 4, "[B,T,Hq,Dn]"));
-  const TensorType& q_nope = a.operands[0];
-  const Dim& b = q_nope.dims[0];
-  const Dim& t = q_nope.dims[1];
-  const Dim& hq = q_nope.dims[2];
-  const Dim& dn = q_nope.dims[3];
-  if (!hq.is_static() || hq.extent() == 0 || !dn.is_static()) {
-    return a.OperandError(0, "a floating-point tensor [B,T,Hq,Dn] with Hq, Dn static, Hq > 0");
-  }
-  TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 4, "[B,T,Hq,Dr]"));
-  TP_RETURN_IF_ERROR(ExpectSameDType(a, 1, 0, "[B,T,Hq,Dr]"));
-  const TensorType& q_rope = a.operands[1];
-  if (!DimsMatch(q_rope.dims[0], b) || !DimsMatch(q_rope.dims[1], t) ||
-      !DimsMatch(q_rope.dims[2], hq)) {
-    return a.OperandError(1, shape::Pattern("[B,T,Hq,Dr]", {{"B", b}, {"T", t}, {"Hq", hq}}));
-  }
-  const Dim& dr = q_rope.dims[3];
-  TP_RETURN_IF_ERROR(ExpectRank(a, 2, Element::kFloat, 4, "[B,1,Smax,C]"));
-  TP_RETURN_IF_ERROR(ExpectSameDType(a, 2, 0, "[B,1,Smax,C]"));
-  const TensorType& latent = a.operands[2];
-  if (!DimsMatch(latent.dims[0], b) || !DimsMatch(latent.dims[1], Dim::Static(1))) {
-    return a.OperandError(2, shape::Pattern("[B,1,Smax,C]", {{"B", b}}));
-  }
-  const Dim& smax = latent.dims[2];
-  const Dim& c = latent.dims[3];
-  TP_RETURN_IF_ERROR(ExpectRank(a, 3, Element::kFloat, 4, "[B,1,Smax,Dr]"));
-  TP_RETURN_IF_ERROR(ExpectSameDType(a, 3, 0, "[B,1,Smax,Dr]"));
-  const TensorType& rope = a.operands[3];
-  if (!DimsMatch(rope.dims[0], b) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
-      !DimsMatch(rope.dims[2], smax) || !DimsMatch(rope.dims[3], dr)) {
-    return a.OperandError(3,
-                          shape::Pattern("[B,1,Smax,Dr]", {{"B", b}, {"Smax", smax}, {"Dr", dr}}));
-  }
-  TP_RETURN_IF_ERROR(ExpectRank(a, 4, Element::kFloat, 2, "[Hq*(Dn+Dv),C]"));
-  TP_RETURN_IF_ERROR(ExpectDim(a, 4, 1, c, "[Hq*(Dn+Dv),C]", "C"));
-  const Dim& rows = a.operands[4].dims[0];
-  const int64_t heads = hq.extent();
-  if (!rows.is_static() || rows.extent() % heads != 0 || rows.extent() / heads <= dn.extent()) {
-    return a.OperandError(
-        4, absl::StrCat("[Hq*(Dn+Dv),C] with Hq = ", heads, ", Dn = ", dn.extent(), " and Dv > 0"));
-  }
-  const int64_t dv = rows.extent() / heads - dn.extent();
-  TP_RETURN_IF_ERROR(ExpectPositions(a, 5, b, t));
-  TP_RETURN_IF_ERROR(FloatAttr(
-                         a.attrs, "scale", [](double) { return true; }, "a finite float")
-                         .status());
-  return One(MakeType(q_nope.dtype, {b, t, hq, Dim::Static(dv)}));
+  TP_ASSIGN_OR_RETURN(TensorType out, shape::InferMlaAttention(a, {0, 1, 2, 3, 4, 5}));
+  return One(std::move(out));
 }
 
 }  // namespace

@@ -11,7 +11,11 @@ namespace tileplan::ir {
 
 bool HasRope(const Region& region) { return region.attrs.Has("theta"); }
 
-int RopeHeadResult(const Region& region) { return region.kind == "mla_kv_write" ? 1 : 0; }
+int RopeHeadResult(const Region& region) {
+  if (region.kind == "mla_kv_write") return 1;
+  if (region.kind == "mla_kv_write_attention") return 2;
+  return 0;
+}
 
 absl::StatusOr<RopeParams> RopeParamsFromAttributes(const ir::Attributes& attrs) {
   RopeParams p;

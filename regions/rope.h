@@ -17,7 +17,7 @@ namespace tileplan::ir {
 // Whether the region rotates by RoPE (it carries the `theta` attribute).
 bool HasRope(const Region& region);
 // The result whose last dim is the rotated head dim of a region with RoPE: mla_kv_write's
-// rope cache (result 1), else result 0.
+// rope cache (result 1) and mla_kv_write_attention's (result 2), else result 0.
 int RopeHeadResult(const Region& region);
 
 // RoPE parameters, read from a region's attributes (docs/ir.md, `rope`). Fields that the

@@ -256,4 +256,54 @@ absl::StatusOr<int64_t> CheckMoeTopkAttrs(const Attributes& attrs, int64_t exper
   return k;
 }
 
+absl::StatusOr<TensorType> InferMlaAttention(const KindArgs& a, const std::array<int, 6>& at) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[0], Element::kFloat, 4, "[B,T,Hq,Dn]"));
+  const TensorType& q_nope = a.operands[static_cast<size_t>(at[0])];
+  const Dim& b = q_nope.dims[0];
+  const Dim& t = q_nope.dims[1];
+  const Dim& hq = q_nope.dims[2];
+  const Dim& dn = q_nope.dims[3];
+  if (!hq.is_static() || hq.extent() == 0 || !dn.is_static()) {
+    return a.OperandError(at[0], "a floating-point tensor [B,T,Hq,Dn] with Hq, Dn static, Hq > 0");
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[1], Element::kFloat, 4, "[B,T,Hq,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, at[1], at[0], "[B,T,Hq,Dr]"));
+  const TensorType& q_rope = a.operands[static_cast<size_t>(at[1])];
+  if (!DimsMatch(q_rope.dims[0], b) || !DimsMatch(q_rope.dims[1], t) ||
+      !DimsMatch(q_rope.dims[2], hq)) {
+    return a.OperandError(at[1], shape::Pattern("[B,T,Hq,Dr]", {{"B", b}, {"T", t}, {"Hq", hq}}));
+  }
+  const Dim& dr = q_rope.dims[3];
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[2], Element::kFloat, 4, "[B,1,Smax,C]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, at[2], at[0], "[B,1,Smax,C]"));
+  const TensorType& latent = a.operands[static_cast<size_t>(at[2])];
+  if (!DimsMatch(latent.dims[0], b) || !DimsMatch(latent.dims[1], Dim::Static(1))) {
+    return a.OperandError(at[2], shape::Pattern("[B,1,Smax,C]", {{"B", b}}));
+  }
+  const Dim& smax = latent.dims[2];
+  const Dim& c = latent.dims[3];
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[3], Element::kFloat, 4, "[B,1,Smax,Dr]"));
+  TP_RETURN_IF_ERROR(ExpectSameDType(a, at[3], at[0], "[B,1,Smax,Dr]"));
+  const TensorType& rope = a.operands[static_cast<size_t>(at[3])];
+  if (!DimsMatch(rope.dims[0], b) || !DimsMatch(rope.dims[1], Dim::Static(1)) ||
+      !DimsMatch(rope.dims[2], smax) || !DimsMatch(rope.dims[3], dr)) {
+    return a.OperandError(at[3],
+                          shape::Pattern("[B,1,Smax,Dr]", {{"B", b}, {"Smax", smax}, {"Dr", dr}}));
+  }
+  TP_RETURN_IF_ERROR(ExpectRank(a, at[4], Element::kFloat, 2, "[Hq*(Dn+Dv),C]"));
+  TP_RETURN_IF_ERROR(ExpectDim(a, at[4], 1, c, "[Hq*(Dn+Dv),C]", "C"));
+  const Dim& rows = a.operands[static_cast<size_t>(at[4])].dims[0];
+  const int64_t heads = hq.extent();
+  if (!rows.is_static() || rows.extent() % heads != 0 || rows.extent() / heads <= dn.extent()) {
+    return a.OperandError(at[4], absl::StrCat("[Hq*(Dn+Dv),C] with Hq = ", heads,
+                                              ", Dn = ", dn.extent(), " and Dv > 0"));
+  }
+  const int64_t dv = rows.extent() / heads - dn.extent();
+  TP_RETURN_IF_ERROR(ExpectPositions(a, at[5], b, t));
+  TP_RETURN_IF_ERROR(FloatAttr(
+                         a.attrs, "scale", [](double) { return true; }, "a finite float")
+                         .status());
+  return MakeType(q_nope.dtype, {b, t, hq, Dim::Static(dv)});
+}
+
 }  // namespace tileplan::ir::shape

@@ -4,6 +4,7 @@
 #ifndef TILEPLAN_REGIONS_SHAPE_RULES_H_
 #define TILEPLAN_REGIONS_SHAPE_RULES_H_
 
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "regions/ir.h"
 #include "regions/kinds.h"
@@ -74,6 +76,12 @@ absl::Status CheckRopeAttrs(const Attributes& attrs);
 std::vector<AttrSpec> AttentionAttrSpecs();
 // scale finite; sliding_window >= 0 (0 = no window).
 absl::Status CheckAttentionAttrs(const Attributes& attrs);
+
+// mla_attention's rule (docs/ir.md) for a kind whose operands q_nope, q_rope, latent_cache,
+// rope_cache, w_kv_b and positions are operands at[0] ... at[5] of `args` (mla_attention
+// itself, {0, 1, 2, 3, 4, 5}; mla_kv_write_attention's other layout): checks them and the
+// `scale` attribute and returns the output's type [B,T,Hq,Dv].
+absl::StatusOr<TensorType> InferMlaAttention(const KindArgs& args, const std::array<int, 6>& at);
 
 // moe_topk's attributes (docs/ir.md): top_k, norm_topk_prob, scaling, num_groups and
 // topk_groups, which the fused moe appends to its own.

@@ -20,8 +20,9 @@ ABSL_FLAG(bool, fuse_norm_moe, false,
           "launch less a block; off by default: slower on Qwen3-30B-A3B, docs/PERF.md)");
 ABSL_FLAG(bool, fuse_rope_attention, true,
           "decode phases fuse the RoPE + KV-cache write into the attention that reads it "
-          "(fuse_rope_kv_write_attention, the attention_decode_rope kernel); "
-          "--nofuse_rope_attention leaves the attention free to take any of its families");
+          "(fuse_rope_kv_write_attention, the attention_decode_rope kernel; for latent "
+          "attention fuse_mla_kv_write_attention); --nofuse_rope_attention leaves the "
+          "attention free to take any of its families");
 ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
           "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "

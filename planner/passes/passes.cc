@@ -33,6 +33,10 @@ std::vector<PassInfo> BuiltinPasses() {
       {"fuse_mla_kv_write",
        "split + rms_norm + reshapes + rope + kv_writes of MLA's compressed kv -> mla_kv_write",
        Plain<CreateFuseMlaKvWritePass>},
+      {"fuse_mla_kv_write_attention",
+       "rope of q + mla_kv_write + the mla_attention reading both -> mla_kv_write_attention "
+       "(decode only)",
+       CreateFuseMlaKvWriteAttentionPass},
       {"fuse_residual", "add(linear, r) -> linear_residual; add feeding rms_norm -> add_rms_norm",
        Plain<CreateFuseResidualPass>},
       {"dce", "removes regions whose results are unused (state writes are live)",

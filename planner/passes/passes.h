@@ -32,6 +32,8 @@ std::unique_ptr<Pass> CreateFuseMlaKvWritePass();
 // InvalidArgument unless the phase is decode: the fused kind serves decode steps only.
 absl::StatusOr<std::unique_ptr<Pass>> CreateFuseRopeKvWriteAttentionPass(
     const PassOptions& options);
+// InvalidArgument unless the phase is decode: the fused kind serves decode steps only.
+absl::StatusOr<std::unique_ptr<Pass>> CreateFuseMlaKvWriteAttentionPass(const PassOptions& options);
 std::unique_ptr<Pass> CreateFuseResidualPass();
 std::unique_ptr<Pass> CreateDcePass();
 std::unique_ptr<Pass> CreateLastTokenLogitsPass();

@@ -903,6 +903,25 @@ absl::Status MlaKvWrite(KernelContext& ctx) {
   return c.Run(&KvWrite, "kv_write of the rope key", {rope_cache, k_rope, pos}, {ctx.results[1]});
 }
 
+// mla_kv_write_attention. Operands q_nope, q_pe, kv_a, norm, latent_cache, rope_cache, w_kv_b,
+// positions; results out, latent_cache', rope_cache' (in place): the rope of q_pe into a
+// scratch, mla_kv_write, then mla_attention over the updated caches.
+absl::Status MlaKvWriteAttention(KernelContext& ctx) {
+  const TensorArg& q_pe = ctx.operands[1];
+  const TensorArg& pos = ctx.operands[7];
+  TP_RETURN_IF_ERROR(ExpectRank(ctx, q_pe, 4, "q_pe"));
+  Composite c(ctx);
+  const TensorArg q_rope = c.Temp(q_pe.shape);
+  TP_RETURN_IF_ERROR(c.Run(&Rope, "rope of q", {q_pe, pos}, {q_rope}));
+  TP_RETURN_IF_ERROR(
+      c.Run(&MlaKvWrite, "mla_kv_write",
+            {ctx.operands[2], ctx.operands[3], ctx.operands[4], ctx.operands[5], pos},
+            {ctx.results[1], ctx.results[2]}));
+  return c.Run(&MlaAttention, "mla_attention",
+               {ctx.operands[0], q_rope, ctx.results[1], ctx.results[2], ctx.operands[6], pos},
+               {ctx.results[0]});
+}
+
 // qk_norm_rope_kv_write_attention (`norms`) and rope_kv_write_attention: the RoPE + KV-write
 // kind into a scratch q, then the attention of that q over the updated caches. Operands as
 // the RoPE + KV-write kind; results out, k_cache', v_cache' (in place).
@@ -1018,6 +1037,7 @@ constexpr KindInfo kKinds[] = {
     {"lm_head", 2, 2, 1, &LmHead},
     {"mla_attention", 6, 6, 1, &MlaAttention},
     {"mla_kv_write", 5, 5, 2, &MlaKvWrite},
+    {"mla_kv_write_attention", 8, 8, 3, &MlaKvWriteAttention},
     {"moe", 5, 9, 1, &Moe},
     {"moe_combine", 2, 2, 1, &MoeCombine},
     {"moe_router", 2, 2, 1, &MoeRouter},

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/pipelines.h"
@@ -66,8 +67,8 @@ PassFactory Factory(std::unique_ptr<Pass> (*make)()) {
 
 TEST(PassRegistryTest, GlobalRegistryHasEveryPass) {
   EXPECT_THAT(GlobalPassRegistry().Names(),
-              ElementsAre("dce", "fuse_mla_kv_write", "fuse_moe", "fuse_norm_linear",
-                          "fuse_qk_norm_rope_kv_write", "fuse_residual",
+              ElementsAre("dce", "fuse_mla_kv_write", "fuse_mla_kv_write_attention", "fuse_moe",
+                          "fuse_norm_linear", "fuse_qk_norm_rope_kv_write", "fuse_residual",
                           "fuse_rope_kv_write_attention", "fuse_swiglu", "last_token_logits",
                           "pack_gate_up", "pack_qkv", "specialize_phase"));
   for (const std::string& name : GlobalPassRegistry().Names()) {
@@ -213,23 +214,25 @@ TEST(PipelinesTest, RunTheFusionPassesThenSpecializeThenFoldDecodeNorms) {
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
                           "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
                           "fuse_norm_linear"));
-  // Decode also fuses the RoPE + KV-write region into the attention that follows it, and (by
-  // default) a MoE block first, while its shared MLP is still whole.
+  // Decode also fuses the RoPE + KV-write regions into the attention that follows them
+  // (dense and latent), and (by default) a MoE block first, while its shared MLP is still
+  // whole.
   absl::StatusOr<PassPipeline> decode = BuildDecodePipeline(PipelineOptions());
   ASSERT_TRUE(decode.ok()) << decode.status();
-  EXPECT_THAT(
-      decode->PassNames(),
-      ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
-                  "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention", "fuse_mla_kv_write",
-                  "fuse_residual", "dce", "specialize_phase", "fuse_norm_linear"));
+  EXPECT_THAT(decode->PassNames(),
+              ElementsAre("fuse_moe", "pack_qkv", "pack_gate_up", "fuse_swiglu",
+                          "fuse_qk_norm_rope_kv_write", "fuse_rope_kv_write_attention",
+                          "fuse_mla_kv_write", "fuse_mla_kv_write_attention", "fuse_residual",
+                          "dce", "specialize_phase", "fuse_norm_linear"));
   PipelineOptions unfused;
   unfused.fuse_moe = false;
+  unfused.fuse_rope_attention = false;
   absl::StatusOr<PassPipeline> unfused_decode = BuildDecodePipeline(unfused);
   ASSERT_TRUE(unfused_decode.ok()) << unfused_decode.status();
   EXPECT_THAT(unfused_decode->PassNames(),
               ElementsAre("pack_qkv", "pack_gate_up", "fuse_swiglu", "fuse_qk_norm_rope_kv_write",
-                          "fuse_rope_kv_write_attention", "fuse_mla_kv_write", "fuse_residual",
-                          "dce", "specialize_phase", "fuse_norm_linear"));
+                          "fuse_mla_kv_write", "fuse_residual", "dce", "specialize_phase",
+                          "fuse_norm_linear"));
 }
 
 TEST(PipelinesTest, MoeFusionServesDecodeOnly) {
@@ -282,15 +285,18 @@ TEST(PipelinesTest, MoeFusionHonoursItsBatchLimit) {
   }
 }
 
-TEST(PipelinesTest, RopeKvWriteAttentionFusionServesDecodeOnly) {
+TEST(PipelinesTest, RopeKvWriteAttentionFusionsServeDecodeOnly) {
   PassOptions options;
   options.phase = ir::Phase::kPrefill;
   options.tokens = 16;
-  absl::StatusOr<std::unique_ptr<Pass>> pass =
-      GlobalPassRegistry().Create("fuse_rope_kv_write_attention", options);
-  EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(pass.status().message(),
-              HasSubstr("forms decode kernels; it does not run for the prefill phase"));
+  for (const char* name : {"fuse_rope_kv_write_attention", "fuse_mla_kv_write_attention"}) {
+    absl::StatusOr<std::unique_ptr<Pass>> pass = GlobalPassRegistry().Create(name, options);
+    EXPECT_EQ(pass.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(pass.status().message(),
+                HasSubstr(absl::StrCat(name,
+                                       " forms decode kernels; it does not run for the "
+                                       "prefill phase")));
+  }
 }
 
 TEST(PipelinesTest, LastTokenLogitsEndsThePrefillPipelineOnly) {

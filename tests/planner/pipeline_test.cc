@@ -227,11 +227,11 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
-    // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE
-    // stays primitive, the latent norm, the key's RoPE and both cache writes become one
-    // mla_kv_write.
-    const std::vector<std::string> mla = {"rms_norm_linear", "rope", "mla_kv_write",
-                                          "mla_attention", "linear_residual"};
+    // DeepSeek: q_proj and kv_a_proj_with_mqa packed behind the input norm; the query's RoPE,
+    // the latent norm, the key's RoPE, both cache writes and the attention become one
+    // mla_kv_write_attention.
+    const std::vector<std::string> mla = {"rms_norm_linear", "mla_kv_write_attention",
+                                          "linear_residual"};
     using Kinds = std::vector<std::string>;
     const Kinds qwen3 =
         layer({"rms_norm_linear", "qk_norm_rope_kv_write_attention", "linear_residual"}, block);

@@ -82,6 +82,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "lm_head",
                                                    "mla_attention",
                                                    "mla_kv_write",
+                                                   "mla_kv_write_attention",
                                                    "moe",
                                                    "moe_combine",
                                                    "moe_router",

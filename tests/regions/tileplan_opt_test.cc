@@ -192,7 +192,7 @@ TEST(TileplanOptTest, PrintsAfterPassesOnStderr) {
   const RunResult one =
       RunOpt(absl::StrCat("--pipeline=decode --print-after=specialize_phase '", path, "'"));
   EXPECT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 10 of 11)\n", one.out));
+  EXPECT_EQ(one.err, absl::StrCat("// ----- IR after specialize_phase (pass 11 of 12)\n", one.out));
 }
 
 TEST(TileplanOptTest, PlansABundledModel) {

@@ -6,6 +6,9 @@
 // (the main launch, Geometry) is mla_attend_split_kv_mma on tensor cores (`mma` 1: 16 query
 // rows of one sequence per CTA, mla_attention_mma.cuh) or mla_attend_split_kv on CUDA cores
 // (`mma` 0: a group of heads per CTA, any dtype and dims, mla_attention_absorbed.cuh).
+// The family also serves mla_kv_write_attention, the decode form with the query's RoPE and
+// mla_kv_write folded in: mla_absorb_q rotates the query and writes the cache rows (one more
+// column of CTAs), and the other two launches are unchanged.
 #include <algorithm>
 #include <numbers>
 
@@ -13,6 +16,7 @@
 #include "base/status_macros.h"
 #include "kernels/core/family_base.h"
 #include "kernels/families/mla_attention/mla_attention_params.h"
+#include "regions/rope.h"
 
 namespace tileplan::kernels::mla_attention {
 // This folder's templates, embedded in its library (tileplan_kernel_family).
@@ -35,6 +39,30 @@ constexpr int64_t kMaxDefaultSplits = 32;
 // over a warp's 32 lanes) at most: more would spill.
 constexpr int64_t kMaxMmaAccumulators = 128;
 
+// Where the attention's operands sit: mla_attention's own order, or mla_kv_write_attention's
+// (q_nope, q_pe, kv_a, norm, latent_cache, rope_cache, w_kv_b, positions), whose q_pe is the
+// unrotated query rope part and whose caches the kernels address through results 1 and 2
+// (the same buffers, updated in place).
+struct MlaOperands {
+  int q_nope = 0, q_rope = 1, latent = 2, rope = 3, w_kv_b = 4, positions = 5;
+  int kv_a = -1, norm = -1;  // fused only
+  bool fused() const { return kv_a >= 0; }
+};
+
+bool IsFused(const BoundRegion& r) { return r.kind() == "mla_kv_write_attention"; }
+
+MlaOperands OperandsOf(const BoundRegion& r) {
+  if (!IsFused(r)) return {};
+  return {.q_nope = 0,
+          .q_rope = 1,
+          .latent = 4,
+          .rope = 5,
+          .w_kv_b = 6,
+          .positions = 7,
+          .kv_a = 2,
+          .norm = 3};
+}
+
 struct MlaShape {
   int64_t batch = 0, tokens = 0, heads = 0;
   int64_t nope = 0, rope = 0, latent = 0, v_dim = 0, capacity = 0;
@@ -50,20 +78,21 @@ struct MlaShape {
 };
 
 MlaShape ShapeOf(const BoundRegion& r) {
+  const MlaOperands o = OperandsOf(r);
   MlaShape s;
-  const auto& q = r.operand(0).shape;  // [B,T,Hq,Dn]
+  const auto& q = r.operand(o.q_nope).shape;  // [B,T,Hq,Dn]
   s.batch = q[0];
   s.tokens = q[1];
   s.heads = q[2];
   s.nope = q[3];
-  s.rope = r.operand(1).shape[3];
-  s.capacity = r.operand(2).shape[2];
-  s.latent = r.operand(2).shape[3];
+  s.rope = r.operand(o.q_rope).shape[3];
+  s.capacity = r.operand(o.latent).shape[2];
+  s.latent = r.operand(o.latent).shape[3];
   s.v_dim = r.result(0).shape[3];
   s.context = std::min(std::max(r.bound_graph().context(), s.tokens), s.capacity);
-  const ir::DType dtype = r.operand_dtype(0);
+  const ir::DType dtype = r.operand_dtype(o.q_nope);
   s.es = ir::DTypeSize(dtype);
-  s.w_es = ir::DTypeSize(r.operand_dtype(4));
+  s.w_es = ir::DTypeSize(r.operand_dtype(o.w_kv_b));
   s.tensor_dtype = dtype == ir::DType::kBF16 || dtype == ir::DType::kF16;
   return s;
 }
@@ -71,7 +100,8 @@ MlaShape ShapeOf(const BoundRegion& r) {
 // Both families read the caches, w_kv_b and the positions as whole rows and write the result
 // densely: a region whose layout is otherwise is refused (CheckRegion) ...
 absl::Status RefuseStridedCaches(const BoundRegion& r) {
-  for (int i : {2, 3, 4, 5}) {
+  const MlaOperands o = OperandsOf(r);
+  for (int i : {o.latent, o.rope, o.w_kv_b, o.positions}) {
     if (!r.operand(i).IsContiguous()) {
       return Refuse(absl::StrCat(OperandLabel(r, i), " is not contiguous"));
     }
@@ -81,11 +111,15 @@ absl::Status RefuseStridedCaches(const BoundRegion& r) {
 
 // ... and checked again when a launch is prepared.
 absl::Status RequireContiguousCaches(const LaunchBuilder& b, const BoundRegion& r) {
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(2), "latent_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(3), "rope_cache"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(4), "w_kv_b"));
-  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(5), "positions"));
-  return b.RequireContiguous(r.result(0), "the result");
+  const MlaOperands o = OperandsOf(r);
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(o.latent), "latent_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(o.rope), "rope_cache"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(o.w_kv_b), "w_kv_b"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(o.positions), "positions"));
+  for (int i = 0; i < r.num_results(); ++i) {
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(i), absl::StrCat("result ", i)));
+  }
+  return absl::OkStatus();
 }
 
 // The tactic's parameters.
@@ -208,6 +242,26 @@ int64_t MaxSplits(const MlaShape& s, int64_t chunk) {
   return std::max<int64_t>(1, CeilDiv(s.capacity, chunk));
 }
 
+// The workspace, in this order (each part a multiple of 16 bytes): the queries ([B·T, Hq,
+// C + Dr] in the activation dtype on tensor cores, rounded up to 16 bytes; [B·T, Hq, C] floats
+// on CUDA cores), the records ([B, tiles, splits, 16, C + 4] floats on tensor cores, [B ·
+// tiles, groups, splits, queries, C + 4] on CUDA cores), and, fused on CUDA cores, the rotated
+// q_rope ([B·T, Hq, Dr] in the activation dtype, rounded up to 16 bytes).
+int64_t QueryBytes(const MlaShape& s, bool mma) {
+  const int64_t tokens = s.batch * s.tokens;
+  return mma ? CeilDiv(tokens * s.heads * (s.latent + s.rope) * s.es, 16) * 16
+             : tokens * s.heads * s.latent * 4;
+}
+
+int64_t RecordBytes(const MlaShape& s, bool mma, const Tiling& tiling, int64_t splits) {
+  if (mma) return s.batch * s.mma_tiles() * splits * kMlaMmaRows * (s.latent + 4) * 4;
+  return s.batch * tiling.tiles * tiling.groups * splits * tiling.queries() * (s.latent + 4) * 4;
+}
+
+int64_t RotatedQueryBytes(const MlaShape& s, bool fused, bool mma) {
+  return fused && !mma ? CeilDiv(s.batch * s.tokens * s.heads * s.rope * s.es, 16) * 16 : 0;
+}
+
 absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
                                          const RegionBuffers* buffers) {
   LaunchBuilder b(r, t, buffers);
@@ -218,12 +272,13 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
   TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
   const MlaShape s = ShapeOf(r);
+  const MlaOperands o = OperandsOf(r);
   const Tiling tiling = TilingOf(s, heads_per_cta);
-  const ir::DType dtype = r.operand_dtype(0);
+  const ir::DType dtype = r.operand_dtype(o.q_nope);
   TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(dtype, "q_nope"));
-  TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(4), "w_kv_b"));
-  TP_ASSIGN_OR_RETURN(const int64_t nope_stride, b.TokenStride(0, 3));
-  TP_ASSIGN_OR_RETURN(const int64_t rope_stride, b.TokenStride(1, 3));
+  TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(o.w_kv_b), "w_kv_b"));
+  TP_ASSIGN_OR_RETURN(const int64_t nope_stride, b.TokenStride(o.q_nope, 3));
+  TP_ASSIGN_OR_RETURN(const int64_t rope_stride, b.TokenStride(o.q_rope, 3));
   TP_RETURN_IF_ERROR(RequireContiguousCaches(b, r));
   if (s.latent % 8 != 0 || s.rope % 8 != 0) {
     return b.Error("latent dim ", s.latent, " and rope dim ", s.rope, " must be multiples of 8");
@@ -232,32 +287,35 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
     const std::string refusal = MmaRefusal(s, threads);
     if (!refusal.empty()) return b.Error("mma = 1: ", refusal);
   }
-  TP_RETURN_IF_ERROR(b.CheckOperands(16, {2, 3, 4}));
-  TP_RETURN_IF_ERROR(b.CheckOperands(4, {5}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(16, {o.latent, o.rope, o.w_kv_b}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(4, {o.positions}));
   TP_RETURN_IF_ERROR(b.CheckResults(s.es, {0}));
   TP_ASSIGN_OR_RETURN(void* const workspace, b.Workspace("mla_attention"));
   TP_ASSIGN_OR_RETURN(const double scale, r.region().attrs.GetFloat("scale"));
   const float log2e_scale = static_cast<float>(scale * std::numbers::log2e);
   const int64_t tokens = s.batch * s.tokens;
   // The queries (T with the rope part for the tensor cores, else float32 latent only), then
-  // the records, 16-byte aligned.
-  const int64_t q_bytes = mma ? CeilDiv(tokens * s.heads * (s.latent + s.rope) * s.es, 16) * 16
-                              : tokens * s.heads * s.latent * 4;
+  // the records, 16-byte aligned; fused on CUDA cores, the rotated q_rope last.
+  const int64_t q_bytes = QueryBytes(s, mma != 0);
   void* const q_lat = workspace;
-  float* const partials =
-      workspace == nullptr
-          ? nullptr
-          : reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + q_bytes);
+  auto at = [&](int64_t offset) -> void* {
+    return workspace == nullptr ? nullptr : static_cast<unsigned char*>(workspace) + offset;
+  };
+  float* const partials = static_cast<float*>(at(q_bytes));
   const absl::string_view source = mma ? kMmaSource : kSource;
+  // The caches the kernels read: the fused kind's updated results.
+  const void* const latent_cache = o.fused() ? b.Result(1) : b.Operand(o.latent);
+  const void* const rope_cache = o.fused() ? b.Result(2) : b.Operand(o.rope);
+  const void* const positions = b.Operand(o.positions);
 
   MlaAbsorbQParams absorb{};
-  absorb.q_nope = b.Operand(0);
+  absorb.q_nope = b.Operand(o.q_nope);
   absorb.q_nope_token_stride = nope_stride;
-  absorb.q_nope_head_stride = r.operand(0).strides[2];
-  absorb.q_rope = b.Operand(1);
+  absorb.q_nope_head_stride = r.operand(o.q_nope).strides[2];
+  absorb.q_rope = b.Operand(o.q_rope);
   absorb.q_rope_token_stride = rope_stride;
-  absorb.q_rope_head_stride = r.operand(1).strides[2];
-  absorb.w_kv_b = b.Operand(4);
+  absorb.q_rope_head_stride = r.operand(o.q_rope).strides[2];
+  absorb.w_kv_b = b.Operand(o.w_kv_b);
   absorb.q_lat = q_lat;
   absorb.tokens = static_cast<int>(tokens);
   absorb.heads = static_cast<int>(s.heads);
@@ -265,17 +323,66 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   absorb.v_dim = static_cast<int>(s.v_dim);
   absorb.rope_dim = mma ? static_cast<int>(s.rope) : 0;
   absorb.log2e_scale = log2e_scale;
+  std::string fused_policy;  // mla_absorb_q's Fused argument
+  int64_t absorb_columns = CeilDiv(s.latent, kMlaAbsorbCols);
+  // Fused on CUDA cores, the rotated q_rope the split-KV kernel reads: [B·T, Hq, Dr].
+  void* const q_rope_out =
+      o.fused() && !mma ? at(q_bytes + RecordBytes(s, mma != 0, tiling, splits)) : nullptr;
+  if (o.fused()) {
+    absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(r.region().attrs);
+    if (!rope.ok()) return b.Error(rope.status().message());
+    TP_ASSIGN_OR_RETURN(const double eps, r.region().attrs.GetFloat("eps"));
+    TP_ASSIGN_OR_RETURN(const std::string norm_type,
+                        b.TypeName(r.operand_dtype(o.norm), "the norm"));
+    TP_ASSIGN_OR_RETURN(const int64_t kv_stride, b.TokenStride(o.kv_a, 2));
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(o.norm), "the norm"));
+    const Layout& kv_a = r.operand(o.kv_a);
+    const Layout& q_rope = r.operand(o.q_rope);
+    // One pair vector for the query's rotation and the key's (it starts C into kv_a's row).
+    const int64_t vec =
+        std::min(RopeVector(dtype, s.rope, {rope_stride, q_rope.strides[2], q_rope.offset},
+                            rope->interleaved),
+                 RopeVector(dtype, s.rope, {kv_stride, kv_a.offset + s.latent}, rope->interleaved));
+    if (vec == 0) {
+      return b.Error("interleaved RoPE needs even strides and offsets of q_pe and kv_a");
+    }
+    const int64_t latent_vec = VectorWidth(dtype, {s.latent, kv_stride, kv_a.offset});
+    const int64_t pair_bytes = (rope->interleaved ? 2 * vec : vec) * s.es;
+    TP_RETURN_IF_ERROR(b.CheckOperands(pair_bytes, {o.q_rope}));
+    TP_RETURN_IF_ERROR(b.CheckOperands(std::min(latent_vec * s.es, pair_bytes), {o.kv_a}));
+    TP_RETURN_IF_ERROR(
+        b.CheckOperands(latent_vec * ir::DTypeSize(r.operand_dtype(o.norm)), {o.norm}));
+    TP_RETURN_IF_ERROR(b.CheckResults(std::max(latent_vec * s.es, pair_bytes), {1, 2}));
+    TP_RETURN_IF_ERROR(b.RequireRopeTable());
+    absorb.positions = static_cast<const int*>(positions);
+    absorb.inv_freq = b.rope_inv_freq();
+    absorb.attention_factor = static_cast<float>(rope->attention_factor);
+    absorb.q_rope_out = q_rope_out;
+    absorb.kv_a = b.Operand(o.kv_a);
+    absorb.kv_a_stride = kv_stride;
+    absorb.norm = b.Operand(o.norm);
+    absorb.eps = static_cast<float>(eps);
+    absorb.latent_cache = b.Result(1);
+    absorb.rope_cache = b.Result(2);
+    absorb.seq_tokens = static_cast<int>(s.tokens);
+    absorb.capacity = static_cast<int>(s.capacity);
+    absorb.error = b.error();
+    fused_policy =
+        absl::StrCat(", tileplan::MlaRopeKvWrite<", norm_type, ", ", s.rope, ", ", latent_vec, ", ",
+                     vec, ", ", rope->interleaved ? "true" : "false", ">");
+    ++absorb_columns;
+  }
   b.Launch(source,
            absl::StrCat("tileplan::mla_absorb_q<", type, ", ", w_type, ", ", mma ? type : "float",
-                        ", ", s.latent, ">"),
-           {CeilDiv(s.latent, kMlaAbsorbCols), s.heads, CeilDiv(tokens, kMlaAbsorbTokens)},
-           {kMlaAbsorbThreads, 1, 1}, MlaAbsorbSharedBytes(static_cast<int>(s.nope)), absorb);
+                        ", ", s.latent, fused_policy, ">"),
+           {absorb_columns, s.heads, CeilDiv(tokens, kMlaAbsorbTokens)}, {kMlaAbsorbThreads, 1, 1},
+           MlaAbsorbSharedBytes(static_cast<int>(s.nope)), absorb);
 
   // The fields both split-KV kernels take.
   auto caches_and_records = [&](auto& attend) {
-    attend.latent_cache = b.Operand(2);
-    attend.rope_cache = b.Operand(3);
-    attend.positions = static_cast<const int*>(b.Operand(5));
+    attend.latent_cache = latent_cache;
+    attend.rope_cache = rope_cache;
+    attend.positions = static_cast<const int*>(positions);
     attend.partials = partials;
     attend.tokens = static_cast<int>(s.tokens);
     attend.heads = static_cast<int>(s.heads);
@@ -294,9 +401,15 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
   } else {
     MlaAttendParams attend{};
     attend.q_lat = static_cast<const float*>(q_lat);
-    attend.q_rope = b.Operand(1);
-    attend.q_rope_token_stride = rope_stride;
-    attend.q_rope_head_stride = r.operand(1).strides[2];
+    if (o.fused()) {
+      attend.q_rope = q_rope_out;
+      attend.q_rope_token_stride = s.heads * s.rope;
+      attend.q_rope_head_stride = s.rope;
+    } else {
+      attend.q_rope = b.Operand(o.q_rope);
+      attend.q_rope_token_stride = rope_stride;
+      attend.q_rope_head_stride = r.operand(o.q_rope).strides[2];
+    }
     attend.log2e_scale = log2e_scale;
     caches_and_records(attend);
     b.Launch(
@@ -310,8 +423,8 @@ absl::StatusOr<TemplateLaunch> LaunchMla(const BoundRegion& r, const Tactic& t,
 
   MlaCombineParams combine{};
   combine.partials = partials;
-  combine.positions = static_cast<const int*>(b.Operand(5));
-  combine.w_kv_b = b.Operand(4);
+  combine.positions = static_cast<const int*>(positions);
+  combine.w_kv_b = b.Operand(o.w_kv_b);
   combine.out = b.Result(0);
   combine.batch = static_cast<int>(s.batch);
   combine.tokens = static_cast<int>(s.tokens);
@@ -336,7 +449,7 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
  public:
   MlaAttentionFamily()
       : TemplateFamilyBase(
-            "mla_attention", 2, {"mla_attention"},
+            "mla_attention", 2, {"mla_attention", "mla_kv_write_attention"},
             {"combine_rows", "heads_per_cta", "kv_chunk", "mma", "splits", "threads"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -362,15 +475,25 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
   // tensor cores, per CTA the 16 query rows against every row of its chunks, scores (over
   // C + Dr rounded up to the k-step) and P · latent (whole chunks); on CUDA cores the scores of
   // every query slot with every row of its chunks and P · latent over the rows it sees; and the
-  // merge.
+  // merge. Fused (mla_kv_write_attention), also the kv_a rows and the norm read and the new
+  // cache rows written, and the normalization's and rotations' flops.
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
     const MlaParams p = ParamsOf(t);
     WorkEstimate w;
-    w.bytes = r.operand_bytes(0) + r.operand_bytes(1) + r.operand_bytes(4) + r.operand_bytes(5) +
-              r.result_bytes(0) + s.batch * s.context * (s.latent + s.rope) * s.es;
+    const MlaOperands o = OperandsOf(r);
+    w.bytes = r.operand_bytes(o.q_nope) + r.operand_bytes(o.q_rope) + r.operand_bytes(o.w_kv_b) +
+              r.operand_bytes(o.positions) + r.result_bytes(0) +
+              s.batch * s.context * (s.latent + s.rope) * s.es;
     const int64_t tokens = s.batch * s.tokens;
     w.flops = 2 * tokens * s.heads * s.latent * (s.nope + s.v_dim);
+    if (o.fused()) {
+      // The kv_a rows and the norm read, the new cache rows written; the normalization and
+      // both rotations.
+      w.bytes +=
+          r.operand_bytes(o.kv_a) + r.operand_bytes(o.norm) + tokens * (s.latent + s.rope) * s.es;
+      w.flops += tokens * (3 * s.latent + 3 * s.rope * (s.heads + 1));
+    }
     // The rows a tile sees: up to the position of its last token.
     auto chunks_to = [&](int64_t last_token) {
       return CeilDiv(std::min(s.capacity, s.first_position() + last_token + 1), p.chunk);
@@ -405,21 +528,13 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
     return w;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 3; }
-  // The queries ([B·T, Hq, C + Dr] in the activation dtype on tensor cores, rounded up to 16
-  // bytes; [B·T, Hq, C] floats on CUDA cores), then the records: [B, tiles, splits, 16, C + 4]
-  // floats on tensor cores, [B · tiles, groups, splits, queries, C + 4] on CUDA cores.
+  // QueryBytes, RecordBytes and RotatedQueryBytes above.
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const MlaShape s = ShapeOf(r);
     const MlaParams p = ParamsOf(t);
-    const int64_t tokens = s.batch * s.tokens;
-    if (p.mma) {
-      return CeilDiv(tokens * s.heads * (s.latent + s.rope) * s.es, 16) * 16 +
-             s.batch * s.mma_tiles() * p.splits * kMlaMmaRows * (s.latent + 4) * 4;
-    }
-    const Tiling tiling = TilingOf(s, p.heads);
-    return (tokens * s.heads * s.latent +
-            s.batch * tiling.tiles * tiling.groups * p.splits * tiling.queries() * (s.latent + 4)) *
-           4;
+    const bool mma = p.mma != 0;
+    return QueryBytes(s, mma) + RecordBytes(s, mma, TilingOf(s, p.heads), p.splits) +
+           RotatedQueryBytes(s, IsFused(r), mma);
   }
 
   std::vector<SourceFile> Sources() const override {
@@ -446,6 +561,18 @@ class MlaAttentionFamily final : public TemplateFamilyBase {
                                  " (the absorb kernel stages 16 tokens' q_nope in 48 KiB)"));
     }
     TP_RETURN_IF_ERROR(RefuseStridedCaches(r));
+    const MlaOperands o = OperandsOf(r);
+    if (o.fused()) {
+      // The query's rotation and mla_kv_write_part: one warp per head, a rope head of at
+      // most 256 elements.
+      if (s.rope > 256) {
+        return Refuse(absl::StrCat("rope dim Dr = ", s.rope,
+                                   " exceeds 256 (one warp rotates a head in registers)"));
+      }
+      TP_RETURN_IF_ERROR(CheckRopeLayout(r, o.q_rope));
+      TP_RETURN_IF_ERROR(CheckRopeLayout(r, o.kv_a));
+      TP_RETURN_IF_ERROR(RequireInnerContiguous(r, {o.kv_a}));
+    }
     const int64_t limit = target.shared_memory_per_block_bytes();
     // The smallest split-KV tactic of the target's row: one head per CTA, the smallest chunks.
     const int64_t threads = RowThreads(RowOf(ArchRowFor(target.sm())), s);

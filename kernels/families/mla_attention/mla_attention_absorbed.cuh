@@ -35,8 +35,27 @@
 
 #include "mla_attention_params.h"
 #include "primitives.cuh"
+#include "rope_kv_write.cuh"
 
 namespace tileplan {
+
+// mla_absorb_q's plain form: q_rope arrives rotated and the caches are written elsewhere.
+struct MlaNoKvWrite {
+  static constexpr bool kOn = false;
+  using Norm = float;
+  static constexpr int kDr = 2, kLatentVec = 1, kVec = 1;
+  static constexpr bool kInterleaved = false;
+};
+
+// mla_absorb_q's fused form (mla_kv_write_attention): the norm weight's type, the rope dim,
+// and the vectors of mla_kv_write_part and of the query's rotation.
+template <typename NormT, int Dr, int LatentVec, int Vec, bool Interleaved>
+struct MlaRopeKvWrite {
+  static constexpr bool kOn = true;
+  using Norm = NormT;
+  static constexpr int kDr = Dr, kLatentVec = LatentVec, kVec = Vec;
+  static constexpr bool kInterleaved = Interleaved;
+};
 
 // q_nope: token bt's heads at q_nope + bt · q_nope_token_stride + h · q_nope_head_stride
 // (bt = b · T + t over all `tokens` = B · T tokens; each head's nope_dim elements contiguous),
@@ -50,10 +69,22 @@ namespace tileplan {
 // never depends on an earlier kernel: before the dependency wait each thread loads its first
 // kMlaAbsorbHeld rows into registers and sends the rest on their way into L2. CTAs with x = 0
 // also write the scaled q_rope of their head and tokens.
-// Launch: grid (ceil(kC / 64), heads, ceil(tokens / 16)), block kMlaAbsorbThreads, dynamic
-// shared memory MlaAbsorbSharedBytes(nope_dim).
-// REQUIRES: kC % 8 == 0; w_kv_b aligned to 16 bytes.
-template <typename T, typename W, typename Q, int kC>
+//
+// Fused (Fused = MlaRopeKvWrite<...>: mla_kv_write_attention, the query's RoPE and
+// mla_kv_write folded in): the CTAs with x = 0 rotate q_rope at the token's position (a warp
+// per token and head, as the rope kernel, the result rounded to T as the rope kernel stores
+// it) into the queries' tail, or into q_rope_out when it is not null (the CUDA-core path,
+// whose split-KV kernel reads it there); and one more column of CTAs, x = ceil(kC / 64), does
+// mla_kv_write's work: CTA (x, y, z) takes the tokens 16 z + y, 16 z + y + heads, ..., two
+// warps per token (mla_kv_write_part: the normalized latent, the rotated rope key), and
+// writes them into the cache rows positions[bt] (an invalid position writes nothing and
+// raises *error to at least bt + 1, or traps without an error word). The split-KV kernel
+// that follows reads those rows after its dependency wait.
+// Launch: grid (ceil(kC / 64) (+ 1 fused), heads, ceil(tokens / 16)), block
+// kMlaAbsorbThreads, dynamic shared memory MlaAbsorbSharedBytes(nope_dim).
+// REQUIRES: kC % 8 == 0; w_kv_b aligned to 16 bytes; fused, as mla_kv_write_part and the
+// rope kernel for q_rope (kDr, kVec).
+template <typename T, typename W, typename Q, int kC, typename Fused = MlaNoKvWrite>
 __global__ void __launch_bounds__(kMlaAbsorbThreads)
     mla_absorb_q(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_ABSORB_Q_PARAMS)) {
   constexpr int kWVec = 16 / static_cast<int>(sizeof(W));
@@ -62,6 +93,29 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
   constexpr int kWarps = kMlaAbsorbThreads / 32;
   constexpr int kHeld = kMlaAbsorbHeld;
   static_assert(kC % 8 == 0 && kColVecs <= 32, "latent dim");
+  if constexpr (Fused::kOn) {
+    if (blockIdx.x == gridDim.x - 1) {  // mla_kv_write's column
+      grid_dependency_sync();
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % 2;
+      constexpr int kPerPass = kMlaAbsorbThreads / 64;  // tokens per pass, two warps each
+      const int bt0 = blockIdx.z * kMlaAbsorbTokens;
+      for (int k = blockIdx.y + (warp / 2) * gridDim.y; k < kMlaAbsorbTokens;
+           k += kPerPass * gridDim.y) {
+        const int bt = bt0 + k;
+        if (bt >= tokens) break;
+        const int p =
+            checked_cache_position(positions[bt], bt, capacity, error, lane == 0 && part == 0);
+        if (p < 0) continue;
+        const long long row = static_cast<long long>(bt / seq_tokens) * capacity + p;
+        mla_kv_write_part<T, typename Fused::Norm, kC, Fused::kDr, Fused::kLatentVec, Fused::kVec,
+                          Fused::kInterleaved>(
+            kv_a + bt * kv_a_stride, static_cast<const typename Fused::Norm*>(norm), eps, inv_freq,
+            attention_factor, p, latent_cache + row * kC, rope_cache + row * Fused::kDr, part,
+            lane);
+      }
+      return;
+    }
+  }
   const int c0 = blockIdx.x * kMlaAbsorbCols;
   const int h = blockIdx.y;
   const int bt0 = blockIdx.z * kMlaAbsorbTokens;
@@ -96,7 +150,37 @@ __global__ void __launch_bounds__(kMlaAbsorbThreads)
                                             static_cast<long long>(h) * q_nope_head_stride + d])
                           : 0.f;
   }
-  if (rope_dim > 0 && blockIdx.x == 0) {
+  if constexpr (Fused::kOn) {
+    if (blockIdx.x == 0) {
+      constexpr int kDr = Fused::kDr, kVec = Fused::kVec;
+      constexpr bool kInterleaved = Fused::kInterleaved;
+      const int lane = threadIdx.x % 32;
+      for (int k = threadIdx.x / 32; k < kMlaAbsorbTokens; k += kWarps) {
+        const long long bt = bt0 + k;
+        if (bt >= tokens) break;
+        const long long qh = bt * heads + h;
+        rope_head_apply<T, T, kDr, kVec, false, kInterleaved>(
+            q_rope + bt * q_rope_token_stride + static_cast<long long>(h) * q_rope_head_stride,
+            inv_freq, positions[bt], attention_factor, nullptr, 0.f, lane,
+            [&](int i, const float(&lo)[kVec], const float(&hi)[kVec]) {
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) {
+                const int first = rope_first<kDr, kInterleaved>(i + e);
+                const int second = rope_second<kDr, kInterleaved>(i + e);
+                const T lo_t = from_float<T>(lo[e]), hi_t = from_float<T>(hi[e]);
+                if (q_rope_out != nullptr) {
+                  q_rope_out[qh * kDr + first] = lo_t;
+                  q_rope_out[qh * kDr + second] = hi_t;
+                } else {
+                  Q* dst = q_lat + qh * q_row + kC;
+                  dst[first] = from_float<Q>(to_float(lo_t) * log2e_scale);
+                  dst[second] = from_float<Q>(to_float(hi_t) * log2e_scale);
+                }
+              }
+            });
+      }
+    }
+  } else if (rope_dim > 0 && blockIdx.x == 0) {
     for (int i = threadIdx.x; i < kMlaAbsorbTokens * rope_dim; i += kMlaAbsorbThreads) {
       const int k = i / rope_dim, d = i % rope_dim;
       const long long bt = bt0 + k;

@@ -17,7 +17,12 @@
 // mla_absorb_q: q_lat[bt, h, c] = log2e_scale · Σ_d q_nope[bt, h, d] · w_kv_b[h·(Dn+Dv) + d, c]
 // in Q (float for mla_attend_split_kv, T for mla_attend_split_kv_mma); rows of kC + rope_dim
 // elements, the last rope_dim being log2e_scale · q_rope[bt, h, :] (rope_dim 0: rows of kC,
-// q_rope unread).
+// q_rope unread). The entries from `positions` on serve the fused form (mla_kv_write_attention,
+// see mla_absorb_q) and are unread, null or zero, otherwise: q_rope is then rotated at
+// positions[bt] by inv_freq and attention_factor (into q_rope_out, [tokens, heads, Dr] in T,
+// when not null), and the token's kv_a row (latent, then rope key) is normalized by `norm`
+// (of the fusion's norm type) and rotated into row positions[bt] of both caches (seq_tokens
+// new tokens per sequence).
 #define TILEPLAN_MLA_ABSORB_Q_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, q_nope) \
   NEXT(long long, long long, q_nope_token_stride) \
@@ -32,7 +37,20 @@
   NEXT(int, int, nope_dim) \
   NEXT(int, int, v_dim) \
   NEXT(int, int, rope_dim) \
-  NEXT(float, float, log2e_scale)
+  NEXT(float, float, log2e_scale) \
+  NEXT(const int*, const int* __restrict__, positions) \
+  NEXT(const float*, const float* __restrict__, inv_freq) \
+  NEXT(float, float, attention_factor) \
+  NEXT(void*, T* __restrict__, q_rope_out) \
+  NEXT(const void*, const T* __restrict__, kv_a) \
+  NEXT(long long, long long, kv_a_stride) \
+  NEXT(const void*, const void* __restrict__, norm) \
+  NEXT(float, float, eps) \
+  NEXT(void*, T* __restrict__, latent_cache) \
+  NEXT(void*, T* __restrict__, rope_cache) \
+  NEXT(int, int, seq_tokens) \
+  NEXT(int, int, capacity) \
+  NEXT(int*, int*, error)
 
 // mla_attend_split_kv
 #define TILEPLAN_MLA_ATTEND_PARAMS(FIRST, NEXT) \

@@ -270,31 +270,20 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
       v_cache, tokens, q_heads, kv_heads, capacity, error);
 }
 
-// kv_a: token bt's row at kv_a + bt * kv_a_stride, the latent (kC elements) then the rope key
-// (kDr). Two warps per token: warp 0 RMS normalizes the latent over kC (float32, weight
-// norm: [kC]) into latent_cache[b, 0, p, :], warp 1 rotates the rope key as one head into
-// rope_cache[b, 0, p, :], p = positions[bt] (an invalid one writes nothing and is reported
-// as for kv_write). CTA (x, bt) takes warps [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of
-// the two. Launch: grid (ceil(2 / kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
-// REQUIRES: kC % kLatentVec == 0; the latent and key rows aligned to kLatentVec and the
-// rope vector; kDr as rope's kHeadDim.
-template <typename T, typename W, int kC, int kDr, int kHeadsPerCta, int kLatentVec, int kVec,
-          bool kInterleaved>
-__global__ void __launch_bounds__(32 * kHeadsPerCta)
-    mla_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_KV_WRITE_PARAMS)) {
-  grid_dependency_sync();
-  const int bt = blockIdx.y;
-  const int part = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int p = checked_cache_position(positions[bt], bt, capacity, error,
-                                       threadIdx.x == 0 && blockIdx.x == 0);
-  if (p < 0 || part >= 2) return;
-  const long long b = bt / tokens;
-  const T* row = kv_a + bt * kv_a_stride;
+// One part of mla_kv_write's work for the token whose row (the latent, kC elements, then the
+// rope key, kDr) is at `row`, done by one warp: part 0 RMS normalizes the latent over kC
+// (float32, weight norm: [kC]) into latent_dst, part 1 rotates the rope key as one head at
+// position p into rope_dst. mla_attention's fused mla_kv_write_attention calls it too.
+// REQUIRES: kC % kLatentVec == 0; the latent and key rows aligned to kLatentVec and the rope
+// vector; kDr as rope's kHeadDim.
+template <typename T, typename W, int kC, int kDr, int kLatentVec, int kVec, bool kInterleaved>
+__device__ __forceinline__ void mla_kv_write_part(const T* row, const W* __restrict__ norm,
+                                                  float eps, const float* __restrict__ inv_freq,
+                                                  float attention_factor, int p, T* latent_dst,
+                                                  T* rope_dst, int part, int lane) {
   if (part == 1) {
-    rope_head<T, T, kDr, kVec, false, kInterleaved>(row + kC, rope_cache + (b * capacity + p) * kDr,
-                                                    inv_freq, p, attention_factor, nullptr, 0.f,
-                                                    lane);
+    rope_head<T, T, kDr, kVec, false, kInterleaved>(row + kC, rope_dst, inv_freq, p,
+                                                    attention_factor, nullptr, 0.f, lane);
     return;
   }
   constexpr int kSteps = (kC + 32 * kLatentVec - 1) / (32 * kLatentVec);
@@ -312,7 +301,6 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
   }
   ss = group_sum<32>(ss);
   const float inv_rms = rsqrtf(ss / static_cast<float>(kC) + eps);
-  T* dst = latent_cache + (b * capacity + p) * kC;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int c = (s * 32 + lane) * kLatentVec;
@@ -321,8 +309,32 @@ __global__ void __launch_bounds__(32 * kHeadsPerCta)
     load_floats<W, kLatentVec>(norm + c, w);
 #pragma unroll
     for (int e = 0; e < kLatentVec; ++e) x[s][e] *= inv_rms * w[e];
-    store_floats<T, kLatentVec>(dst + c, x[s]);
+    store_floats<T, kLatentVec>(latent_dst + c, x[s]);
   }
+}
+
+// kv_a: token bt's row at kv_a + bt * kv_a_stride, the latent (kC elements) then the rope key
+// (kDr). Two warps per token (mla_kv_write_part): warp 0 RMS normalizes the latent into
+// latent_cache[b, 0, p, :], warp 1 rotates the rope key into rope_cache[b, 0, p, :], p =
+// positions[bt] (an invalid one writes nothing and is reported as for kv_write). CTA (x, bt)
+// takes warps [x * kHeadsPerCta, (x + 1) * kHeadsPerCta) of the two. Launch: grid (ceil(2 /
+// kHeadsPerCta), batch * tokens), block 32 * kHeadsPerCta.
+// REQUIRES: as mla_kv_write_part.
+template <typename T, typename W, int kC, int kDr, int kHeadsPerCta, int kLatentVec, int kVec,
+          bool kInterleaved>
+__global__ void __launch_bounds__(32 * kHeadsPerCta)
+    mla_kv_write(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MLA_KV_WRITE_PARAMS)) {
+  grid_dependency_sync();
+  const int bt = blockIdx.y;
+  const int part = blockIdx.x * kHeadsPerCta + threadIdx.x / 32;
+  const int p = checked_cache_position(positions[bt], bt, capacity, error,
+                                       threadIdx.x == 0 && blockIdx.x == 0);
+  if (p < 0 || part >= 2) return;
+  const long long b = bt / tokens;
+  mla_kv_write_part<T, W, kC, kDr, kLatentVec, kVec, kInterleaved>(
+      kv_a + bt * kv_a_stride, norm, eps, inv_freq, attention_factor, p,
+      latent_cache + (b * capacity + p) * kC, rope_cache + (b * capacity + p) * kDr, part,
+      threadIdx.x % 32);
 }
 
 }  // namespace tileplan

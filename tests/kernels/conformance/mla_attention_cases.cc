@@ -1,6 +1,7 @@
 // Conformance cases of mla_attention (tests/kernels/gpu_harness.h): the absorbed kernels
 // (family mla_attention) and the prompt's expanded form (family mla_prefill) against the CPU
-// reference's un-absorbed definition (docs/ir.md `mla_attention`).
+// reference's un-absorbed definition (docs/ir.md `mla_attention`), and the decode form with
+// the query's RoPE and the cache write folded in (mla_kv_write_attention).
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -217,6 +218,96 @@ std::vector<Case> MlaMmaOddHeadsCases() {
   return cases;
 }
 
+// One mla_kv_write_attention region (the query's RoPE and mla_kv_write folded into the
+// absorbed attention) as the lowering and the planner leave it: q and kv_a are views of one
+// packed [B,T,Hq·(Dn+Dr) + C+Dr] projection, q_nope and q_pe views of the reshaped q; the
+// norm's dtype may differ from the activations'. `rope` holds the RoPE attributes.
+std::string MlaKvWriteAttentionGraph(int batch, int tokens, const MlaDims& d, int capacity,
+                                     const std::string& dtype, const std::string& norm_dtype,
+                                     const std::string& rope) {
+  const std::string bt = absl::StrCat(batch, ",", tokens);
+  const int q_width = d.heads * (d.nope + d.rope);
+  const std::string cache = absl::StrCat("[", batch, ",1,", capacity, ",");
+  const std::string heads = absl::StrCat(bt, ",", d.heads, ",");
+  return absl::StrCat(
+      "graph @g {\n  input %q_kv_a: ", dtype, "[", bt, ",", q_width + d.latent + d.rope, "]\n",
+      "  weight %norm: ", norm_dtype, "[", d.latent, "] = \"kv_a_layernorm\"\n",
+      "  input %latent_cache: ", dtype, cache, d.latent, "]\n", "  input %rope_cache: ", dtype,
+      cache, d.rope, "]\n", "  weight %w_kv_b: ", dtype, "[", d.heads * (d.nope + d.v_dim), ",",
+      d.latent, "] = \"kv_b\"\n", "  input %positions: i32[", bt, "]\n", "  %q: ", dtype, "[", bt,
+      ",", q_width, "] view(%q_kv_a), %kv_a: ", dtype, "[", bt, ",", d.latent + d.rope,
+      "] view(%q_kv_a) = split(%q_kv_a) {sizes = [", q_width, ", ", d.latent + d.rope, "]}\n",
+      "  %q_heads: ", dtype, "[", heads, d.nope + d.rope, "] view(%q) = reshape(%q)\n",
+      "  %q_nope: ", dtype, "[", heads, d.nope, "] view(%q_heads), %q_pe: ", dtype, "[", heads,
+      d.rope, "] view(%q_heads) = split(%q_heads) {sizes = [", d.nope, ", ", d.rope, "]}\n",
+      "  %o: ", dtype, "[", heads, d.v_dim, "], %lc: ", dtype, cache, d.latent,
+      "] inplace(%latent_cache), %rc: ", dtype, cache, d.rope,
+      "] inplace(%rope_cache) = mla_kv_write_attention(%q_nope, %q_pe, %kv_a, %norm, "
+      "%latent_cache, %rope_cache, %w_kv_b, %positions) {eps = 1e-06, ",
+      rope, ", scale = ", 1.0 / std::sqrt(static_cast<double>(d.nope + d.rope)),
+      "}\n  output %o\n  output %lc\n  output %rc\n}\n");
+}
+
+constexpr char kInterleavedYarn[] =
+    R"(attention_factor = 1.1, beta_fast = 32.0, beta_slow = 1.0, factor = 40.0, interleaved = true, original_max_position_embeddings = 4096, rope_type = "yarn", theta = 10000.0, truncate = true)";
+constexpr char kDefaultRope[] = R"(rope_type = "default", theta = 10000.0)";
+
+// DeepSeek-V2-Lite decode with the query's RoPE (interleaved yarn) and the cache write folded
+// in: batch 1 at positions 0 and 700 of a 1024-row cache, and three sequences at their own
+// positions (one at the cache's last row) with a bf16 and an f32 norm weight; on tensor
+// cores (the rotated query in the queries' tail) and CUDA cores (in the workspace copy).
+std::vector<Case> MlaKvWriteAttentionV2LiteCases() {
+  std::vector<Case> cases;
+  for (int position : {0, 700}) {
+    Case c;
+    c.graph = MlaKvWriteAttentionGraph(1, 1, kV2Lite, 1024, "bf16", "bf16", kInterleavedYarn);
+    c.family = "mla_attention";
+    c.context = position + 1;
+    c.ints["positions"] = {position};
+    c.tactics = {MmaTactic(64, 16, 128, 8), MmaTactic(32, 32, 128, 16), Tactic(16, 64, 11, 256),
+                 Tactic(4, 16, 16, 128, 64)};
+    cases.push_back(std::move(c));
+  }
+  for (const char* norm_dtype : {"bf16", "f32"}) {
+    Case c;
+    c.graph = MlaKvWriteAttentionGraph(3, 1, kV2Lite, 300, "bf16", norm_dtype, kInterleavedYarn);
+    c.family = "mla_attention";
+    c.ints["positions"] = {3, 299, 130};
+    c.context = 300;
+    c.tactics = {MmaTactic(64, 4, 128, 8), MmaTactic(32, 9, 128, 16), Tactic(16, 32, 4, 256),
+                 Tactic(2, 64, 2, 128, 64)};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The small odd dims (3 heads, Dr 8, C 32) in every dtype with default (rotate-half) and
+// interleaved yarn RoPE, one token and five (a prompt-sized tile: the cache-write column's
+// CTAs take several tokens each), three sequences of an 80-row cache; tensor cores where
+// they serve (bf16, f16, one token).
+std::vector<Case> MlaKvWriteAttentionSmallCases() {
+  std::vector<Case> cases;
+  for (const char* dtype : {"bf16", "f16", "f32"}) {
+    for (const char* rope : {kDefaultRope, kInterleavedYarn}) {
+      for (int tokens : {1, 5}) {
+        Case c;
+        c.graph = MlaKvWriteAttentionGraph(3, tokens, kSmallMma, 80, dtype, dtype, rope);
+        c.family = "mla_attention";
+        const std::vector<int32_t> positions = Runs(tokens, {0, 41, 74});
+        c.context = MaxOf(positions) + 1;
+        c.ints["positions"] = positions;
+        c.tactics = {Tactic(1, 8, 1, 64), Tactic(4, 16, 5, 128, 16), Tactic(16, 8, 8, 256)};
+        if (std::string(dtype) != "f32" && tokens == 1) {
+          c.tactics.push_back(MmaTactic(32, 1, 128, 8));
+          c.tactics.push_back(MmaTactic(64, 2, 128, 16));
+        }
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
 // mla_prefill (the un-absorbed prompt form): the expansion tile's rows and the flash tiles.
 Params PrefillTactic(int expand_tile_m, int stages, int tile_kv, int tile_q, int warps) {
   return {{"expand_tile_m", expand_tile_m},
@@ -283,6 +374,8 @@ std::vector<CaseGroup> MlaAttentionCaseGroups() {
       {"MlaPrefill", MlaPrefillCases()},
       {"MlaSmallOddDims", MlaSmallOddDimsCases()},
       {"MlaMmaOddHeads", MlaMmaOddHeadsCases()},
+      {"MlaKvWriteAttentionV2Lite", MlaKvWriteAttentionV2LiteCases()},
+      {"MlaKvWriteAttentionSmall", MlaKvWriteAttentionSmallCases()},
       {"MlaPrefillExpanded", MlaPrefillExpandedCases()},
       {"MlaPrefillExpandedOddDims", MlaPrefillExpandedOddDimsCases()},
   };
