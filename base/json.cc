@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <istream>
 #include <limits>
 #include <streambuf>
@@ -10,12 +11,14 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 #include "base/text.h"
 #include "nlohmann/json.hpp"
 
@@ -122,18 +125,24 @@ size_t UnexpectedTokenStart(absl::string_view token, size_t end, const std::stri
 
 }  // namespace
 
-// Builds a Json from nlohmann's SAX events over one document, and rejects what nlohmann accepts but
-// this reader does not: repeated keys and nesting deeper than Json::kMaxDepth. Errors are worded
-// the same whichever layer finds them.
+// Turns nlohmann's SAX events over one document into JsonEvents, and rejects what nlohmann
+// accepts but this reader does not: a byte order mark, repeated keys and nesting deeper than
+// Json::kMaxDepth. Errors are worded the same whichever layer finds them; a handler's error
+// is passed on unchanged.
 class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  static absl::StatusOr<Json> ParseDocument(absl::string_view text) {
+  static absl::Status ParseDocument(absl::string_view text, JsonEvents& events, bool unique_keys) {
     // nlohmann skips a UTF-8 byte order mark, which RFC 8259 lets a parser refuse; no JSON text
     // starts with its first byte.
+    if (absl::StartsWith(text, "\xEF\xBB\xBF")) {
+      return Error(0,
+                   "the text starts with a UTF-8 byte order mark (EF BB BF), which JSON text "
+                   "must not (RFC 8259); save the file without it");
+    }
     if (!text.empty() && text.front() == '\xEF') {
       return Error(0, "unexpected character, expected a value");
     }
-    JsonParser parser(text);
+    JsonParser parser(text, events, unique_keys);
     std::istream stream(&parser.buffer_);
     if (!nlohmann::json::sax_parse(stream, &parser, nlohmann::json::input_format_t::json,
                                    /*strict=*/true, /*ignore_comments=*/false)) {
@@ -144,58 +153,60 @@ class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
     if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
       return Error(nul, "unexpected data after the top-level value");
     }
-    return std::move(parser.root_);
+    return absl::OkStatus();
   }
 
-  bool null() override {
-    Add(Json::Type::kNull);
-    return true;
-  }
-  bool boolean(bool value) override {
-    Add(Json::Type::kBool).bool_ = value;
-    return true;
-  }
+  bool null() override { return Pass(events_.Null()); }
+  bool boolean(bool value) override { return Pass(events_.Bool(value)); }
   // nlohmann reports the integers written with a minus sign here, so 0 was written "-0".
   bool number_integer(number_integer_t value) override {
-    SetInt(Add(Json::Type::kNumber), value, value == 0 ? -0.0 : static_cast<double>(value));
-    return true;
+    return Pass(events_.Number(true, value, value == 0 ? -0.0 : static_cast<double>(value)));
   }
   bool number_unsigned(number_unsigned_t value) override {
-    Json& json = Add(Json::Type::kNumber);
     if (value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      SetInt(json, static_cast<int64_t>(value), static_cast<double>(value));
-    } else {
-      json.double_ = static_cast<double>(value);  // rounds as reading the decimal would
+      return Pass(events_.Number(true, static_cast<int64_t>(value), static_cast<double>(value)));
     }
-    return true;
+    // Rounds as reading the decimal would.
+    return Pass(events_.Number(false, 0, static_cast<double>(value)));
   }
   bool number_float(number_float_t value, const string_t& /*text*/) override {
-    Add(Json::Type::kNumber).double_ = value;
-    return true;
+    return Pass(events_.Number(false, 0, value));
   }
-  bool string(string_t& value) override {
-    Add(Json::Type::kString).string_ = std::move(value);
-    return true;
-  }
+  bool string(string_t& value) override { return Pass(events_.String(std::move(value))); }
   // Only the binary formats (CBOR, MessagePack, ...) have binary values.
   bool binary(binary_t& /*value*/) override {
     error_ = Error(buffer_.consumed(), "binary value");
     return false;
   }
-  bool start_object(std::size_t /*elements*/) override { return Open(Json::Type::kObject); }
-  bool start_array(std::size_t /*elements*/) override { return Open(Json::Type::kArray); }
-  bool end_object() override { return Close(); }
-  bool end_array() override { return Close(); }
+  bool start_object(std::size_t /*elements*/) override {
+    return Open() && Pass(events_.StartObject());
+  }
+  bool start_array(std::size_t /*elements*/) override {
+    return Open() && Pass(events_.StartArray());
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return Pass(events_.EndObject());
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return Pass(events_.EndArray());
+  }
 
   // The lexer has just read the key's closing quote.
   bool key(string_t& key) override {
-    if (!open_.back().keys.insert(key).second) {
-      error_ = Error(StringTokenStart(text_, buffer_.consumed() - 1),
-                     absl::StrCat("duplicate object key ", QuoteUntrusted(key)));
+    if (!unique_keys_) return Pass(events_.Key(std::move(key)));
+    const size_t close = buffer_.consumed() - 1;
+    const size_t open = StringTokenStart(text_, close);
+    // The key as the text spells it names the decoded key when it has no escape; an escaped
+    // key is kept decoded.
+    absl::string_view spelled = text_.substr(open + 1, close - open - 1);
+    if (spelled.find('\\') != absl::string_view::npos) spelled = escaped_keys_.emplace_back(key);
+    if (!open_.back().Insert(spelled)) {
+      error_ = Error(open, absl::StrCat("duplicate object key ", QuoteUntrusted(key)));
       return false;
     }
-    key_ = std::move(key);
-    return true;
+    return Pass(events_.Key(std::move(key)));
   }
 
   // `position` counts the bytes read up to the one that gave the error away (the end of the text
@@ -207,47 +218,48 @@ class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
   }
 
  private:
-  struct OpenValue {
-    Json* json;
-    absl::flat_hash_set<std::string> keys;  // of an object
+  JsonParser(absl::string_view text, JsonEvents& events, bool unique_keys)
+      : text_(text), buffer_(text), events_(events), unique_keys_(unique_keys) {}
+
+  // The keys of an open object (none for an open array), as views of the text or of
+  // escaped_keys_: the first few in a short list, the rest in a hash set, so a small object
+  // allocates nothing and the keys are never copied.
+  class Keys {
+   public:
+    // False when `key` was there already.
+    bool Insert(absl::string_view key) {
+      if (many_.empty()) {
+        for (absl::string_view seen : few_) {
+          if (seen == key) return false;
+        }
+        if (few_.size() < few_.capacity()) {
+          few_.push_back(key);
+          return true;
+        }
+        many_.insert(few_.begin(), few_.end());
+      }
+      return many_.insert(key).second;
+    }
+
+   private:
+    absl::InlinedVector<absl::string_view, 8> few_;
+    absl::flat_hash_set<absl::string_view> many_;
   };
 
-  explicit JsonParser(absl::string_view text) : text_(text), buffer_(text) {}
-
-  static void SetInt(Json& json, int64_t value, double as_double) {
-    json.is_int_ = true;
-    json.int_ = value;
-    json.double_ = as_double;
+  // Keeps the handler's verdict: false stops nlohmann's parse, and error_ is returned.
+  bool Pass(absl::Status status) {
+    if (status.ok()) return true;
+    error_ = std::move(status);
+    return false;
   }
 
-  // The next value: the document, the next element of the open array or the value of the open
-  // object's last key.
-  Json& Add(Json::Type type) {
-    Json* json = &root_;
-    if (!open_.empty()) {
-      Json& parent = *open_.back().json;
-      json = parent.type_ == Json::Type::kArray
-                 ? &parent.array_.emplace_back()
-                 : &parent.object_.emplace_back(std::move(key_), Json()).second;
-    }
-    json->type_ = type;
-    return *json;
-  }
-
-  // An open array or object is the last element of the one around it, which grows no further
-  // until this one closes, so the pointers in open_ stay valid.
-  bool Open(Json::Type type) {
+  bool Open() {
     if (open_.size() == Json::kMaxDepth) {
       // The lexer has just read the bracket.
       error_ = Error(buffer_.consumed() - 1, "nesting deeper than the limit");
       return false;
     }
-    open_.push_back({&Add(type), {}});
-    return true;
-  }
-
-  bool Close() {
-    open_.pop_back();
+    open_.emplace_back();  // an array's stays empty
     return true;
   }
 
@@ -322,13 +334,91 @@ class JsonParser final : public nlohmann::json_sax<nlohmann::json> {
 
   absl::string_view text_;
   TextBuffer buffer_;
-  Json root_;
-  std::vector<OpenValue> open_;  // outermost first
-  std::string key_;              // of the value to come, in an object
+  JsonEvents& events_;
+  bool unique_keys_;
+  // The keys of each open object, and none for each open array; outermost first.
+  std::vector<Keys> open_;
+  std::deque<std::string> escaped_keys_;  // the decoded keys that the text spells escaped
   absl::Status error_;
 };
 
-absl::StatusOr<Json> Json::Parse(absl::string_view text) { return JsonParser::ParseDocument(text); }
+// Builds the tree of Json::Parse from the events.
+class JsonTreeBuilder final : public JsonEvents {
+ public:
+  Json TakeRoot() { return std::move(root_); }
+
+  absl::Status Null() override {
+    Add(Json::Type::kNull);
+    return absl::OkStatus();
+  }
+  absl::Status Bool(bool value) override {
+    Add(Json::Type::kBool).bool_ = value;
+    return absl::OkStatus();
+  }
+  absl::Status Number(bool is_int, int64_t as_int, double as_double) override {
+    Json& json = Add(Json::Type::kNumber);
+    json.is_int_ = is_int;
+    json.int_ = is_int ? as_int : 0;
+    json.double_ = as_double;
+    return absl::OkStatus();
+  }
+  absl::Status String(std::string&& value) override {
+    Add(Json::Type::kString).string_ = std::move(value);
+    return absl::OkStatus();
+  }
+  // An open array or object is the last element of the one around it, which grows no further
+  // until this one closes, so the pointers in open_ stay valid.
+  absl::Status StartObject() override {
+    open_.push_back(&Add(Json::Type::kObject));
+    return absl::OkStatus();
+  }
+  absl::Status StartArray() override {
+    open_.push_back(&Add(Json::Type::kArray));
+    return absl::OkStatus();
+  }
+  absl::Status Key(std::string&& key) override {
+    key_ = std::move(key);
+    return absl::OkStatus();
+  }
+  absl::Status EndObject() override {
+    open_.pop_back();
+    return absl::OkStatus();
+  }
+  absl::Status EndArray() override {
+    open_.pop_back();
+    return absl::OkStatus();
+  }
+
+ private:
+  // The next value: the document, the next element of the open array or the value of the open
+  // object's last key.
+  Json& Add(Json::Type type) {
+    Json* json = &root_;
+    if (!open_.empty()) {
+      Json& parent = *open_.back();
+      json = parent.type_ == Json::Type::kArray
+                 ? &parent.array_.emplace_back()
+                 : &parent.object_.emplace_back(std::move(key_), Json()).second;
+    }
+    json->type_ = type;
+    return *json;
+  }
+
+  Json root_;
+  std::vector<Json*> open_;  // outermost first
+  std::string key_;          // of the value to come, in an object
+};
+
+absl::Status ParseJsonEvents(absl::string_view text, JsonEvents& events,
+                             const JsonEventOptions& options) {
+  return JsonParser::ParseDocument(text, events, options.unique_keys);
+}
+
+absl::StatusOr<Json> Json::Parse(absl::string_view text) {
+  JsonTreeBuilder builder;
+  TP_RETURN_IF_ERROR(JsonParser::ParseDocument(text, builder, /*unique_keys=*/true));
+  return builder.TakeRoot();
+}
 
 const Json* Json::Find(absl::string_view key) const {
   if (type_ != Type::kObject) return nullptr;

@@ -9,6 +9,11 @@
 // exactly (is_int()); every number also has a double value, and one beyond the double range
 // is an error. Errors carry the byte offset of the fault: the first byte of a token out of
 // place, or the byte where a token goes wrong.
+//
+// Json::Parse builds the whole tree, about a hundred bytes per value. Readers of large inputs
+// whose shape they know (a safetensors header, an index's weight map) take the same parse as
+// events instead (ParseJsonEvents) and keep only what they need, so their memory follows what
+// they keep, not the count of values in the text.
 #ifndef TILEPLAN_BASE_JSON_H_
 #define TILEPLAN_BASE_JSON_H_
 
@@ -19,10 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace tileplan {
+
+class JsonEvents;
 
 class Json {
  public:
@@ -79,7 +87,7 @@ class Json {
   static absl::string_view TypeName(Type type);
 
  private:
-  friend class JsonParser;
+  friend class JsonTreeBuilder;
   Type type_ = Type::kNull;
   bool bool_ = false;
   bool is_int_ = false;
@@ -89,6 +97,39 @@ class Json {
   Array array_;
   Object object_;
 };
+
+// The values of one document as events, in document order (an object's members as Key then the
+// value). A handler returns a non-OK status to stop the parse, and ParseJsonEvents returns that
+// status unchanged; otherwise every event it receives belongs to a text that is valid so far
+// (nesting within Json::kMaxDepth, and keys unique within their object unless the options
+// leave that to the handler), and the parse may still fail after its last event (data after
+// the value). Numbers carry Json::is_int's flag, the int64 value when it is set, and the double
+// value always.
+class JsonEvents {
+ public:
+  virtual ~JsonEvents() = default;
+  virtual absl::Status Null() = 0;
+  virtual absl::Status Bool(bool value) = 0;
+  virtual absl::Status Number(bool is_int, int64_t as_int, double as_double) = 0;
+  virtual absl::Status String(std::string&& value) = 0;
+  virtual absl::Status StartObject() = 0;
+  virtual absl::Status Key(std::string&& key) = 0;
+  virtual absl::Status EndObject() = 0;
+  virtual absl::Status StartArray() = 0;
+  virtual absl::Status EndArray() = 0;
+};
+
+struct JsonEventOptions {
+  // Refuse a key repeated in its object, as Json::Parse does (remembering every key of each
+  // open object). A handler that keeps the keys anyway (in a map) can check them itself and
+  // spare the parse that memory and time: false leaves repeated keys to it.
+  bool unique_keys = true;
+};
+
+// Parses `text` as Json::Parse does (the same strictness and error wording), handing each value
+// to `events` instead of building a tree.
+absl::Status ParseJsonEvents(absl::string_view text, JsonEvents& events,
+                             const JsonEventOptions& options = {});
 
 }  // namespace tileplan
 

@@ -74,54 +74,57 @@ std::optional<int64_t> CheckedProduct(const std::vector<int64_t>& shape) {
   return product;
 }
 
+// A shape of more dims than this is refused as soon as it is read, so that an absurd header
+// cannot make the reader hold millions of extents (real tensors have a handful).
+constexpr size_t kMaxShapeDims = 64;
+
+// What a header entry's fields held, as HeaderReader saw them: each field absent, of the
+// right type, or of a wrong one. ViewOf judges them in the order its checks are written.
+struct RawEntry {
+  enum class Field { kAbsent, kOk, kWrongType };
+  Field dtype = Field::kAbsent, shape = Field::kAbsent, offsets = Field::kAbsent;
+  std::string dtype_name;
+  std::vector<int64_t> extents;
+  bool bad_extent = false;   // an extent that is not a non-negative integer
+  int64_t offset_count = 0;  // elements of "data_offsets"
+  bool bad_offset = false;   // one of its first two is not a non-negative integer
+  int64_t offset_values[2] = {0, 0};
+};
+
 // One header entry, validated against the data section [data, data + data_size).
-absl::StatusOr<TensorView> ParseEntry(absl::string_view label, const std::string& name,
-                                      const Json& entry, const std::byte* data,
-                                      uint64_t data_size) {
-  if (!entry.is_object()) {
-    return TensorError(
-        label, name, absl::StrCat("entry is a ", Json::TypeName(entry.type()), ", not an object"));
+absl::StatusOr<TensorView> ViewOf(absl::string_view label, const std::string& name,
+                                  const RawEntry& entry, const std::byte* data,
+                                  uint64_t data_size) {
+  using Field = RawEntry::Field;
+  if (entry.dtype == Field::kAbsent) return TensorError(label, name, "missing field \"dtype\"");
+  if (entry.shape == Field::kAbsent) return TensorError(label, name, "missing field \"shape\"");
+  if (entry.offsets == Field::kAbsent) {
+    return TensorError(label, name, "missing field \"data_offsets\"");
   }
-  for (const auto& [key, value] : entry.as_object()) {
-    if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      return TensorError(label, name, absl::StrCat("unexpected field ", Quote(key)));
-    }
-  }
-  const Json* dtype = entry.Find("dtype");
-  const Json* shape = entry.Find("shape");
-  const Json* offsets = entry.Find("data_offsets");
-  if (dtype == nullptr) return TensorError(label, name, "missing field \"dtype\"");
-  if (shape == nullptr) return TensorError(label, name, "missing field \"shape\"");
-  if (offsets == nullptr) return TensorError(label, name, "missing field \"data_offsets\"");
 
   TensorView view;
   view.name = name;
-  if (!dtype->is_string()) return TensorError(label, name, "\"dtype\" is not a string");
-  absl::StatusOr<StDType> parsed_dtype = ParseStDType(dtype->as_string());
+  if (entry.dtype != Field::kOk) return TensorError(label, name, "\"dtype\" is not a string");
+  absl::StatusOr<StDType> parsed_dtype = ParseStDType(entry.dtype_name);
   if (!parsed_dtype.ok()) {
     return TensorError(label, name, absl::StrCat("\"dtype\": ", parsed_dtype.status().message()));
   }
   view.dtype = *parsed_dtype;
 
-  if (!shape->is_array()) return TensorError(label, name, "\"shape\" is not an array");
-  for (const Json& extent : shape->as_array()) {
-    if (!extent.is_int() || extent.as_int() < 0) {
-      return TensorError(label, name, "\"shape\" has an entry that is not a non-negative integer");
-    }
-    view.shape.push_back(extent.as_int());
+  if (entry.shape != Field::kOk) return TensorError(label, name, "\"shape\" is not an array");
+  if (entry.bad_extent) {
+    return TensorError(label, name, "\"shape\" has an entry that is not a non-negative integer");
   }
+  view.shape = entry.extents;
 
-  if (!offsets->is_array() || offsets->as_array().size() != 2) {
+  if (entry.offsets != Field::kOk || entry.offset_count != 2) {
     return TensorError(label, name, "\"data_offsets\" is not an array of two integers");
   }
-  const Json& begin_json = offsets->as_array()[0];
-  const Json& end_json = offsets->as_array()[1];
-  if (!begin_json.is_int() || !end_json.is_int() || begin_json.as_int() < 0 ||
-      end_json.as_int() < 0) {
+  if (entry.bad_offset) {
     return TensorError(label, name, "\"data_offsets\" entries must be non-negative integers");
   }
-  const int64_t begin = begin_json.as_int();
-  const int64_t end = end_json.as_int();
+  const int64_t begin = entry.offset_values[0];
+  const int64_t end = entry.offset_values[1];
   if (begin > end) {
     return TensorError(label, name,
                        absl::StrCat("\"data_offsets\" begin ", begin, " exceeds end ", end));
@@ -149,21 +152,239 @@ absl::StatusOr<TensorView> ParseEntry(absl::string_view label, const std::string
   return view;
 }
 
-absl::Status ParseMetadata(absl::string_view label, const Json& json,
-                           std::map<std::string, std::string>& metadata) {
-  if (!json.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": \"__metadata__\" is not an object of strings"));
-  }
-  for (const auto& [key, value] : json.as_object()) {
-    if (!value.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(label, ": \"__metadata__\" entry ", Quote(key), " is not a string"));
+// Reads a safetensors header from its JSON events without building the JSON tree: each entry's
+// fields are kept as a RawEntry and become a TensorView when the entry closes, so memory
+// follows what is kept (names, shapes, metadata strings), not the count of values in the text.
+// A problem is reported when the member holding it closes (a field no entry may have, a key
+// repeated in its object and a shape of too many dims as soon as they are read), so in
+// document order; error() holds it, and the handler stops the parse with a placeholder status.
+// It checks repeated keys itself (its maps hold the keys anyway), so the parse need not
+// remember them (JsonEventOptions::unique_keys false).
+class HeaderReader final : public JsonEvents {
+ public:
+  HeaderReader(absl::string_view label, const std::byte* data, uint64_t data_size,
+               std::map<std::string, TensorView>& tensors,
+               std::map<std::string, std::string>& metadata)
+      : label_(label), data_(data), data_size_(data_size), tensors_(tensors), metadata_(metadata) {}
+
+  const absl::Status& error() const { return error_; }
+
+  absl::Status Null() override { return Scalar("null"); }
+  absl::Status Bool(bool) override { return Scalar("bool"); }
+  absl::Status Number(bool is_int, int64_t as_int, double) override {
+    if (skip_ == 0 && state_ == State::kShape) {
+      if (!is_int || as_int < 0) {
+        entry_.bad_extent = true;
+        return absl::OkStatus();
+      }
+      if (entry_.extents.size() == kMaxShapeDims) {
+        return Fail(TensorError(label_, name_,
+                                absl::StrCat("\"shape\" has more than ", kMaxShapeDims, " dims")));
+      }
+      entry_.extents.push_back(as_int);
+      return absl::OkStatus();
     }
-    metadata.emplace(key, value.as_string());
+    if (skip_ == 0 && state_ == State::kOffsets) {
+      if (entry_.offset_count < 2) {
+        if (!is_int || as_int < 0) {
+          entry_.bad_offset = true;
+        } else {
+          entry_.offset_values[entry_.offset_count] = as_int;
+        }
+      }
+      ++entry_.offset_count;
+      return absl::OkStatus();
+    }
+    return Scalar("number");
   }
-  return absl::OkStatus();
-}
+  absl::Status String(std::string&& value) override {
+    if (skip_ == 0 && state_ == State::kMetadata) {
+      if (!metadata_.emplace(key_, std::move(value)).second) return Duplicate(key_);
+      return absl::OkStatus();
+    }
+    if (skip_ == 0 && state_ == State::kEntry && key_ == "dtype") {
+      entry_.dtype = RawEntry::Field::kOk;
+      entry_.dtype_name = std::move(value);
+      return absl::OkStatus();
+    }
+    return Scalar("string");
+  }
+  absl::Status StartObject() override { return Open(true); }
+  absl::Status StartArray() override { return Open(false); }
+  absl::Status Key(std::string&& key) override {
+    if (skip_ > 0) return absl::OkStatus();
+    if (state_ == State::kTop) {
+      if (key == "__metadata__" && std::exchange(seen_metadata_, true)) return Duplicate(key);
+      name_ = std::move(key);
+      return absl::OkStatus();
+    }
+    if (state_ == State::kEntry) {
+      using Field = RawEntry::Field;
+      const Field* field = key == "dtype"          ? &entry_.dtype
+                           : key == "shape"        ? &entry_.shape
+                           : key == "data_offsets" ? &entry_.offsets
+                                                   : nullptr;
+      if (field == nullptr) {
+        return Fail(TensorError(label_, name_, absl::StrCat("unexpected field ", Quote(key))));
+      }
+      if (*field != Field::kAbsent) return Duplicate(key);
+    }
+    key_ = std::move(key);
+    return absl::OkStatus();
+  }
+  absl::Status EndObject() override { return Close(); }
+  absl::Status EndArray() override { return Close(); }
+
+ private:
+  // Where the next event lands: before the header's object, in it (a member's value comes
+  // next), in "__metadata__", in a tensor entry, in its "shape" or "data_offsets", after it.
+  enum class State { kStart, kTop, kMetadata, kEntry, kShape, kOffsets, kDone };
+
+  // A scalar value of JSON type `type` (not one the state takes as it is).
+  absl::Status Scalar(absl::string_view type) {
+    if (skip_ > 0) return absl::OkStatus();
+    switch (state_) {
+      case State::kStart:
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat(label_, ": header is a JSON ", type, ", not an object")));
+      case State::kTop:
+        if (name_ == "__metadata__") return MetadataNotAnObject();
+        return Fail(
+            TensorError(label_, name_, absl::StrCat("entry is a ", type, ", not an object")));
+      case State::kMetadata:
+        return MetadataEntryNotAString();
+      case State::kEntry:
+        MarkWrongType();
+        return absl::OkStatus();
+      case State::kShape:
+        entry_.bad_extent = true;
+        return absl::OkStatus();
+      case State::kOffsets:
+        if (entry_.offset_count++ < 2) entry_.bad_offset = true;
+        return absl::OkStatus();
+      case State::kDone:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // An object (`object`) or array begins.
+  absl::Status Open(bool object) {
+    if (skip_ > 0) {
+      ++skip_;
+      return absl::OkStatus();
+    }
+    switch (state_) {
+      case State::kStart:
+        if (!object) return Scalar("array");
+        state_ = State::kTop;
+        return absl::OkStatus();
+      case State::kTop:
+        if (name_ == "__metadata__") {
+          if (!object) return MetadataNotAnObject();
+          state_ = State::kMetadata;
+          return absl::OkStatus();
+        }
+        if (!object) return Scalar("array");
+        entry_ = RawEntry();
+        state_ = State::kEntry;
+        return absl::OkStatus();
+      case State::kMetadata:
+        return MetadataEntryNotAString();
+      case State::kEntry:
+        if (!object && key_ == "shape") {
+          entry_.shape = RawEntry::Field::kOk;
+          state_ = State::kShape;
+        } else if (!object && key_ == "data_offsets") {
+          entry_.offsets = RawEntry::Field::kOk;
+          state_ = State::kOffsets;
+        } else {
+          MarkWrongType();
+          skip_ = 1;
+        }
+        return absl::OkStatus();
+      case State::kShape:  // a nested value is an extent of the wrong type
+        entry_.bad_extent = true;
+        skip_ = 1;
+        return absl::OkStatus();
+      case State::kOffsets:
+        if (entry_.offset_count++ < 2) entry_.bad_offset = true;
+        skip_ = 1;
+        return absl::OkStatus();
+      case State::kDone:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() {
+    if (skip_ > 0) {
+      --skip_;
+      return absl::OkStatus();
+    }
+    switch (state_) {
+      case State::kTop:
+        state_ = State::kDone;
+        return absl::OkStatus();
+      case State::kMetadata:
+        state_ = State::kTop;
+        return absl::OkStatus();
+      case State::kEntry: {
+        state_ = State::kTop;
+        absl::StatusOr<TensorView> view = ViewOf(label_, name_, entry_, data_, data_size_);
+        if (!view.ok()) return Fail(view.status());
+        if (!tensors_.emplace(name_, *std::move(view)).second) return Duplicate(name_);
+        return absl::OkStatus();
+      }
+      case State::kShape:
+      case State::kOffsets:
+        state_ = State::kEntry;
+        return absl::OkStatus();
+      case State::kStart:
+      case State::kDone:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // The current entry field holds a value of another type than it needs.
+  void MarkWrongType() {
+    if (key_ == "dtype") entry_.dtype = RawEntry::Field::kWrongType;
+    if (key_ == "shape") entry_.shape = RawEntry::Field::kWrongType;
+    if (key_ == "data_offsets") entry_.offsets = RawEntry::Field::kWrongType;
+  }
+
+  absl::Status MetadataNotAnObject() {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(label_, ": \"__metadata__\" is not an object of strings")));
+  }
+  absl::Status Duplicate(absl::string_view key) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(label_, ": header is not valid JSON: duplicate object key ", Quote(key))));
+  }
+  absl::Status MetadataEntryNotAString() {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(label_, ": \"__metadata__\" entry ", Quote(key_), " is not a string")));
+  }
+
+  absl::Status Fail(absl::Status error) {
+    error_ = std::move(error);
+    return absl::CancelledError("stopped by the header reader");
+  }
+
+  absl::string_view label_;
+  const std::byte* data_;
+  uint64_t data_size_;
+  std::map<std::string, TensorView>& tensors_;
+  std::map<std::string, std::string>& metadata_;
+  State state_ = State::kStart;
+  int skip_ = 0;      // depth inside a value whose contents are not read
+  std::string name_;  // the member of the header's object being read
+  std::string key_;   // the key being read in an entry or in "__metadata__"
+  bool seen_metadata_ = false;
+  RawEntry entry_;
+  absl::Status error_;
+};
 
 // Fills `tensors` and `metadata` from a complete safetensors image.
 absl::Status ParseImage(const std::byte* bytes, size_t size, absl::string_view label,
@@ -185,25 +406,12 @@ absl::Status ParseImage(const std::byte* bytes, size_t size, absl::string_view l
                                                    " bytes)"));
   }
   const absl::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_size);
-  absl::StatusOr<Json> header = Json::Parse(header_text);
-  if (!header.ok()) {
+  HeaderReader reader(label, bytes + 8 + header_size, size - 8 - header_size, tensors, metadata);
+  const absl::Status parsed = ParseJsonEvents(header_text, reader, {.unique_keys = false});
+  if (!reader.error().ok()) return reader.error();
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(label, ": header is not valid JSON: ", header.status().message()));
-  }
-  if (!header->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        label, ": header is a JSON ", Json::TypeName(header->type()), ", not an object"));
-  }
-
-  const std::byte* data = bytes + 8 + header_size;
-  const uint64_t data_size = size - 8 - header_size;
-  for (const auto& [name, entry] : header->as_object()) {
-    if (name == "__metadata__") {
-      TP_RETURN_IF_ERROR(ParseMetadata(label, entry, metadata));
-      continue;
-    }
-    TP_ASSIGN_OR_RETURN(TensorView view, ParseEntry(label, name, entry, data, data_size));
-    tensors.emplace(name, std::move(view));
+        absl::StrCat(label, ": header is not valid JSON: ", parsed.message()));
   }
 
   // Non-empty ranges sorted by start must not overlap; empty tensors occupy no bytes.
@@ -266,6 +474,135 @@ bool IsPlainFileName(absl::string_view name) {
          name.find('\\') == absl::string_view::npos && name.find("..") == absl::string_view::npos &&
          name.find('\0') == absl::string_view::npos && name != ".";
 }
+
+// Reads model.safetensors.index.json from its JSON events, keeping only the weight map:
+// "metadata" must be an object (its contents are not read), "weight_map" a non-empty object
+// of plain shard file names, and nothing else may be there. A problem is reported when the
+// member holding it is read, in document order; error() holds it, and the handler stops the
+// parse with a placeholder status. It checks repeated keys itself, as HeaderReader does.
+class IndexReader final : public JsonEvents {
+ public:
+  explicit IndexReader(absl::string_view label) : label_(label) {}
+
+  const absl::Status& error() const { return error_; }
+  // Whether the document was an object with a "weight_map" member.
+  bool has_weight_map() const { return has_weight_map_; }
+  // tensor -> shard, as the index states it.
+  std::map<std::string, std::string>& assigned() { return assigned_; }
+
+  absl::Status Null() override { return Scalar(); }
+  absl::Status Bool(bool) override { return Scalar(); }
+  absl::Status Number(bool, int64_t, double) override { return Scalar(); }
+  absl::Status String(std::string&& value) override {
+    if (skip_ > 0 || state_ != State::kWeightMap) return Scalar();
+    if (!IsPlainFileName(value)) {
+      return Fail(absl::StrCat("shard ", Quote(value), " of tensor ", Quote(key_),
+                               " is not a plain file name"));
+    }
+    if (!assigned_.emplace(key_, std::move(value)).second) return Duplicate(key_);
+    return absl::OkStatus();
+  }
+  absl::Status StartObject() override { return Open(true); }
+  absl::Status StartArray() override { return Open(false); }
+  absl::Status Key(std::string&& key) override {
+    if (skip_ > 0) return absl::OkStatus();
+    if (state_ == State::kTop) {
+      if (key != "metadata" && key != "weight_map") {
+        return Fail(absl::StrCat("unexpected field ", Quote(key)));
+      }
+      if (!seen_.insert(key).second) return Duplicate(key);
+    }
+    key_ = std::move(key);
+    return absl::OkStatus();
+  }
+  absl::Status EndObject() override { return Close(); }
+  absl::Status EndArray() override { return Close(); }
+
+ private:
+  enum class State { kStart, kTop, kWeightMap, kDone };
+
+  absl::Status Scalar() {
+    if (skip_ > 0) return absl::OkStatus();
+    switch (state_) {
+      case State::kStart:
+        return Fail("not a JSON object");
+      case State::kTop:
+        return MemberOfWrongType();
+      case State::kWeightMap:
+        return WeightMapEntryNotAString();
+      case State::kDone:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Open(bool object) {
+    if (skip_ > 0) {
+      ++skip_;
+      return absl::OkStatus();
+    }
+    switch (state_) {
+      case State::kStart:
+        if (!object) return Fail("not a JSON object");
+        state_ = State::kTop;
+        return absl::OkStatus();
+      case State::kTop:
+        if (!object) return MemberOfWrongType();
+        if (key_ == "metadata") {
+          skip_ = 1;
+        } else {
+          has_weight_map_ = true;
+          state_ = State::kWeightMap;
+        }
+        return absl::OkStatus();
+      case State::kWeightMap:
+        return WeightMapEntryNotAString();
+      case State::kDone:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() {
+    if (skip_ > 0) {
+      --skip_;
+      return absl::OkStatus();
+    }
+    if (state_ == State::kWeightMap) {
+      if (assigned_.empty()) return Fail("\"weight_map\" is not a non-empty object");
+      state_ = State::kTop;
+    } else if (state_ == State::kTop) {
+      state_ = State::kDone;
+    }
+    return absl::OkStatus();
+  }
+
+  // A member of the index's object whose value is not an object.
+  absl::Status MemberOfWrongType() {
+    return Fail(key_ == "metadata" ? "\"metadata\" is not an object"
+                                   : "\"weight_map\" is not a non-empty object");
+  }
+  absl::Status Duplicate(absl::string_view key) {
+    return Fail(absl::StrCat("not valid JSON: duplicate object key ", Quote(key)));
+  }
+  absl::Status WeightMapEntryNotAString() {
+    return Fail(absl::StrCat("\"weight_map\" entry for tensor ", Quote(key_), " is not a string"));
+  }
+
+  absl::Status Fail(absl::string_view problem) {
+    error_ = absl::InvalidArgumentError(absl::StrCat(label_, ": ", problem));
+    return absl::CancelledError("stopped by the index reader");
+  }
+
+  absl::string_view label_;
+  State state_ = State::kStart;
+  int skip_ = 0;     // depth inside "metadata"
+  std::string key_;  // the member or weight-map key being read
+  bool has_weight_map_ = false;
+  std::set<std::string> seen_;  // the index object's members
+  std::map<std::string, std::string> assigned_;
+  absl::Status error_;
+};
 
 }  // namespace
 
@@ -352,48 +689,19 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
   }
   const std::string label = index_path.string();
   TP_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(index_path.string(), kMaxIndexBytes));
-  absl::StatusOr<Json> index = Json::Parse(text);
-  if (!index.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": not valid JSON: ", index.status().message()));
+  IndexReader reader(label);
+  const absl::Status parsed = ParseJsonEvents(text, reader, {.unique_keys = false});
+  if (!reader.error().ok()) return reader.error();
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not valid JSON: ", parsed.message()));
   }
-  if (!index->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": not a JSON object"));
-  }
-  for (const auto& [key, value] : index->as_object()) {
-    if (key == "metadata") {
-      if (!value.is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(label, ": \"metadata\" is not an object"));
-      }
-    } else if (key != "weight_map") {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": unexpected field ", Quote(key)));
-    }
-  }
-  const Json* weight_map = index->Find("weight_map");
-  if (weight_map == nullptr) {
+  if (!reader.has_weight_map()) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": missing field \"weight_map\""));
   }
-  if (!weight_map->is_object() || weight_map->as_object().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": \"weight_map\" is not a non-empty object"));
-  }
-
   // tensor -> shard as the index states it; shards opened in name order.
-  std::map<std::string, std::string> assigned;
+  const std::map<std::string, std::string>& assigned = reader.assigned();
   std::set<std::string> shard_names;
-  for (const auto& [tensor, shard] : weight_map->as_object()) {
-    if (!shard.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": \"weight_map\" entry for tensor ",
-                                                     Quote(tensor), " is not a string"));
-    }
-    if (!IsPlainFileName(shard.as_string())) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": shard ", Quote(shard.as_string()),
-                                                     " of tensor ", Quote(tensor),
-                                                     " is not a plain file name"));
-    }
-    assigned.emplace(tensor, shard.as_string());
-    shard_names.insert(shard.as_string());
-  }
+  for (const auto& [tensor, shard] : assigned) shard_names.insert(shard);
   std::map<std::string, const SafetensorsFile*> shards;
   for (const std::string& shard_name : shard_names) {
     TP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,

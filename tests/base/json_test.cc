@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -90,7 +91,9 @@ TEST(JsonTest, RejectsStructuralErrors) {
   EXPECT_THAT(ParseError("tru"), HasSubstr("invalid literal"));
   EXPECT_THAT(ParseError("nul"), HasSubstr("invalid literal"));
   EXPECT_THAT(ParseError("True"), HasSubstr("unexpected character"));
-  EXPECT_THAT(ParseError("\xEF\xBB\xBF{}"), HasSubstr("at byte 0"));  // byte order mark
+  EXPECT_THAT(ParseError("\xEF\xBB\xBF{}"),
+              HasSubstr("JSON: the text starts with a UTF-8 byte order mark (EF BB BF), which "
+                        "JSON text must not (RFC 8259); save the file without it at byte 0"));
   EXPECT_THAT(ParseError(absl::string_view("[1]\0", 4)), HasSubstr("at byte 3"));
 }
 
@@ -398,6 +401,62 @@ TEST(JsonTest, RandomMutationsNeverCrash) {
     }
   }
   EXPECT_GT(accepted, 0);
+}
+
+// Records the events as text: "{", "k:a", "s:x", "n:1" (an int), "d:1.5", "b:true", "null",
+// "[", "]", "}".
+class EventLog final : public JsonEvents {
+ public:
+  std::vector<std::string> log;
+  // Stops the parse with this status at the first string equal to `stop_at`.
+  std::string stop_at;
+
+  absl::Status Null() override { return Log("null"); }
+  absl::Status Bool(bool value) override { return Log(value ? "b:true" : "b:false"); }
+  absl::Status Number(bool is_int, int64_t as_int, double as_double) override {
+    return Log(is_int ? absl::StrCat("n:", as_int) : absl::StrCat("d:", as_double));
+  }
+  absl::Status String(std::string&& value) override {
+    if (!stop_at.empty() && value == stop_at) {
+      return absl::FailedPreconditionError(absl::StrCat("stopped at ", value));
+    }
+    return Log("s:" + value);
+  }
+  absl::Status StartObject() override { return Log("{"); }
+  absl::Status Key(std::string&& key) override { return Log("k:" + key); }
+  absl::Status EndObject() override { return Log("}"); }
+  absl::Status StartArray() override { return Log("["); }
+  absl::Status EndArray() override { return Log("]"); }
+
+ private:
+  absl::Status Log(std::string event) {
+    log.push_back(std::move(event));
+    return absl::OkStatus();
+  }
+};
+
+TEST(JsonEventsTest, HandsEveryValueOverInDocumentOrder) {
+  EventLog events;
+  ASSERT_TRUE(
+      ParseJsonEvents(R"({"a": [1, -2, 1.5, "x"], "b": {"c": null, "d": true}})", events).ok());
+  EXPECT_THAT(events.log,
+              ::testing::ElementsAre("{", "k:a", "[", "n:1", "n:-2", "d:1.5", "s:x", "]", "k:b",
+                                     "{", "k:c", "null", "k:d", "b:true", "}", "}"));
+}
+
+// The strictness and wording are Json::Parse's; a handler's error comes back unchanged.
+TEST(JsonEventsTest, RefusesWhatParseRefusesAndPassesTheHandlersErrorOn) {
+  for (const char* text : {R"({"a": 1, "a": 2})", "[1,]", "\xEF\xBB\xBF[]", "[1] 2"}) {
+    EventLog events;
+    const absl::Status status = ParseJsonEvents(text, events);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(status.message(), Json::Parse(text).status().message()) << text;
+  }
+  EventLog events;
+  events.stop_at = "here";
+  const absl::Status status = ParseJsonEvents(R"(["x", "here", "y"])", events);
+  EXPECT_EQ(status, absl::FailedPreconditionError("stopped at here"));
+  EXPECT_THAT(events.log, ::testing::ElementsAre("[", "s:x"));
 }
 
 }  // namespace

@@ -222,6 +222,38 @@ TEST(SafetensorsTest, RejectsMalformedEntries) {
               HasSubstr("tensor \"w\": unexpected field \"x\""));
 }
 
+// The header is read as JSON events into the entries (no JSON tree): repeated keys at every
+// level, values of the wrong type nested in any depth, and a shape of more dims than any tensor
+// has are refused, each naming the tensor.
+TEST(SafetensorsTest, ReadsTheHeaderAsEvents) {
+  EXPECT_THAT(
+      ParseError(OneEntry(R"({"dtype":"F32","dtype":"F32","shape":[4],"data_offsets":[0,16]})")),
+      HasSubstr("header is not valid JSON: duplicate object key \"dtype\""));
+  EXPECT_THAT(ParseError(ImageFromHeader(R"({"__metadata__":{"a":"x","a":"y"}})", "")),
+              HasSubstr("duplicate object key \"a\""));
+  EXPECT_THAT(ParseError(ImageFromHeader(R"({"__metadata__":{},"__metadata__":{}})", "")),
+              HasSubstr("duplicate object key \"__metadata__\""));
+  EXPECT_THAT(ParseError(OneEntry(R"({"dtype":{"a":[1]},"shape":[4],"data_offsets":[0,16]})")),
+              HasSubstr("tensor \"w\": \"dtype\" is not a string"));
+  EXPECT_THAT(ParseError(OneEntry(R"({"dtype":"F32","shape":[4],"data_offsets":[[0],{"x":16}]})")),
+              HasSubstr("\"data_offsets\" entries must be non-negative integers"));
+  EXPECT_THAT(ParseError(OneEntry(R"({"dtype":"F32","shape":[4],"data_offsets":[0,16,[1,2]]})")),
+              HasSubstr("\"data_offsets\" is not an array of two integers"));
+  std::string dims = "[1";
+  for (int i = 1; i < 65; ++i) dims += ",1";
+  EXPECT_THAT(
+      ParseError(OneEntry(
+          absl::StrCat(R"({"dtype":"F32","shape":)", dims, R"(],"data_offsets":[0,4]})"), 4)),
+      HasSubstr("tensor \"w\": \"shape\" has more than 64 dims"));
+  // 64 dims are fine.
+  dims = "[1";
+  for (int i = 1; i < 64; ++i) dims += ",1";
+  EXPECT_TRUE(Parse(ImageFromHeader(absl::StrCat(R"({"w":{"dtype":"F32","shape":)", dims,
+                                                 R"(],"data_offsets":[0,4]}})"),
+                                    std::string(4, '\0')))
+                  .ok());
+}
+
 TEST(SafetensorsTest, RejectsUnknownDType) {
   EXPECT_THAT(ParseError(OneEntry(R"({"dtype":"F128","shape":[1],"data_offsets":[0,16]})")),
               HasSubstr("tensor \"w\": \"dtype\": unknown safetensors dtype \"F128\""));
@@ -533,6 +565,11 @@ TEST(CheckpointTest, RejectsBadIndexFiles) {
       {R"({"metadata":[],"weight_map":{"a.weight":"x"}})", "\"metadata\" is not an object"},
       {R"({"weight_map":{"a.weight":"x"},"extra":1})", "unexpected field \"extra\""},
       {R"({"weight_map":{"a.weight":3}})", "entry for tensor \"a.weight\" is not a string"},
+      // The index is read as events (no JSON tree); it checks repeated keys itself.
+      {R"({"weight_map":{"a.weight":"x","a.weight":"y"}})",
+       "not valid JSON: duplicate object key \"a.weight\""},
+      {R"({"metadata":{},"weight_map":{"a.weight":"x"},"metadata":{}})",
+       "duplicate object key \"metadata\""},
   };
   for (const auto& [text, message] : cases) {
     WriteFile(index, text);
