@@ -694,6 +694,33 @@ TEST(KernelFamiliesTest, CublasLtRunsLinearSwigluAsGemmPlusEpilogueKernel) {
 // Raw configs (tile_id and the other cuBLASLt configuration fields, read back from the
 // library) may name any tile of cublasLtMatmulTile_t, with tile_m and tile_n its real size;
 // without tile_id the cost model's rules hold.
+// A K shorter than 16 (a checkpoint with intermediate_size 7) takes the default's split_k 1;
+// a split must leave each slice 16 of K, and the refusal names K.
+TEST(KernelFamiliesTest, CublasLtTakesAShortKUnsplit) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,7]
+  weight %w: bf16[64,7] = "w"
+  %y: bf16[B,T,64] = linear(%x, %w)
+  output %y
+})");
+  const BoundGraph prefill = MustBind(graph, kPrefill, 128);
+  const BoundRegion y(prefill, 0);
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily& lt = *GlobalKernelRegistry().Find("cublaslt_gemm");
+  absl::StatusOr<Tactic> def = lt.DefaultTactic(y, h200);
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_EQ(*def->Param("split_k"), 1);
+  EXPECT_TRUE(lt.ValidateTactic(*def, y, h200).ok());
+  Tactic split = *def;
+  split.params["split_k"] = 2;
+  split.params["reduction_scheme"] = 2;
+  const absl::Status s = lt.ValidateTactic(split, y, h200);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("'split_k' is 2, expected 1, or 2, 4, 8 or 16 leaving >= 16 of K = 7 "
+                        "per slice"));
+}
+
 TEST(KernelFamiliesTest, CublasLtRawConfigsNameAnyTileAndCheckEveryField) {
   const ir::Graph graph = MustParseVerified(R"(graph @g {
   input %x: bf16[B,T,1024]

@@ -332,6 +332,106 @@ TEST(KernelsGpuDeviceTest, MlaAttentionReportsPositionsOutsideTheCache) {
   }
 }
 
+// mla_kv_write_attention keeps both contracts for a position outside the cache: that token
+// writes no cache row (its rows of the latent and rope caches keep their poison), raises the
+// error word (the flat token 1 of 2: the word reads 2) and gets a zero output row, while the
+// other token writes its rows (the normalized latent is the norm weight, 3.0, for a constant
+// row; the rotated key differs from the poison) and is served. Two new tokens of one sequence
+// on CUDA cores, and one token of each of two sequences on tensor cores.
+TEST(KernelsGpuDeviceTest, MlaKvWriteAttentionReportsPositionsOutsideTheCache) {
+  TP_REQUIRE_GPU();
+  constexpr int kCapacity = 16, kHeads = 3, kNope = 16, kRope = 16, kLatent = 64, kV = 24;
+  const KernelFamily* family = GlobalKernelRegistry().Find("mla_attention");
+  ASSERT_NE(family, nullptr);
+  for (const int mma : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("mma ", mma));
+    const int batch = mma ? 2 : 1, tokens = mma ? 1 : 2;
+    const std::string bt = absl::StrCat(batch, ",", tokens);
+    const std::string cache = absl::StrCat("[", batch, ",1,", kCapacity, ",");
+    absl::StatusOr<ir::Graph> graph = ir::ParseGraph(absl::StrCat(
+        "graph @g {\n  input %q_nope: bf16[", bt, ",", kHeads, ",", kNope,
+        "]\n  input %q_pe: bf16[", bt, ",", kHeads, ",", kRope, "]\n  input %kv_a: bf16[", bt,
+        ",", kLatent + kRope, "]\n  weight %norm: bf16[", kLatent,
+        "] = \"norm\"\n  input %latent: bf16", cache, kLatent, "]\n  input %rope: bf16", cache,
+        kRope, "]\n  weight %w: bf16[", kHeads * (kNope + kV), ",", kLatent,
+        "] = \"w\"\n  input %positions: i32[", bt, "]\n  %o: bf16[", bt, ",", kHeads, ",", kV,
+        "], %lc: bf16", cache, kLatent, "] inplace(%latent), %rc: bf16", cache, kRope,
+        "] inplace(%rope) = mla_kv_write_attention(%q_nope, %q_pe, %kv_a, %norm, %latent, "
+        "%rope, %w, %positions) {eps = 1e-06, rope_type = \"default\", scale = 0.2, theta = "
+        "10000.0}\n  output %o\n  output %lc\n  output %rc\n}\n"));
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<BoundGraph> bound = BoundGraph::Create(*graph, {}, kCapacity);
+    ASSERT_TRUE(bound.ok()) << bound.status();
+    const BoundRegion region(*bound, 0);
+    const Tactic tactic{"mla_attention",
+                        family->version(),
+                        {{"combine_rows", 8},
+                         {"heads_per_cta", mma ? 16 : 4},
+                         {"kv_chunk", mma ? 32 : 8},
+                         {"mma", mma},
+                         {"splits", mma ? 1 : 2},
+                         {"threads", mma ? 128 : 64}}};
+    ASSERT_TRUE(family->ValidateTactic(tactic, region, GpuEnvironment::Target()).ok());
+    const Device& device = GpuEnvironment::device();
+    std::vector<DeviceBuffer> operands;
+    for (int i = 0; i < region.num_operands(); ++i) {
+      absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(device, region.operand_bytes(i));
+      ASSERT_TRUE(b.ok()) << b.status();
+      // The norm weight 3.0, everything else 0.746 (the caches' poison).
+      ASSERT_TRUE(b->Fill(i == 3 ? 0x40 : 0x3f).ok());
+      operands.push_back(*std::move(b));
+    }
+    const int32_t host_positions[2] = {5, kCapacity};
+    ASSERT_TRUE(operands[7].CopyFromHost(host_positions, 8).ok());
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(device, region.result_bytes(0));
+    absl::StatusOr<DeviceBuffer> workspace =
+        DeviceBuffer::Allocate(device, family->WorkspaceBytes(tactic, region));
+    absl::StatusOr<DeviceBuffer> error = DeviceBuffer::Allocate(device, 4);
+    absl::StatusOr<DeviceBuffer> inv_freq = DeviceBuffer::Allocate(device, kRope / 2 * 4);
+    ASSERT_TRUE(out.ok() && workspace.ok() && error.ok() && inv_freq.ok());
+    ASSERT_TRUE(out->Fill(0xff).ok());
+    ASSERT_TRUE(workspace->Fill(0xff).ok());
+    ASSERT_TRUE(error->Fill(0).ok());
+    absl::StatusOr<ir::RopeParams> rope = ir::RopeParamsFromAttributes(region.region().attrs);
+    ASSERT_TRUE(rope.ok()) << rope.status();
+    const std::vector<float> freqs = ir::RopeInvFreq(*rope, kRope);
+    ASSERT_TRUE(inv_freq->CopyFromHost(freqs.data(), kRope / 2 * 4).ok());
+    RegionBuffers buffers;
+    for (DeviceBuffer& b : operands) buffers.operands.push_back(b.data());
+    buffers.results = {out->data(), operands[4].data(), operands[5].data()};
+    buffers.workspace = workspace->data();
+    buffers.rope_inv_freq = inv_freq->as<float>();
+    buffers.error = error->as<int>();
+    ASSERT_NO_FATAL_FAILURE(RunOnce(*family, region, tactic, buffers));
+    int error_word = 0;
+    ASSERT_TRUE(error->CopyToHost(&error_word, 4).ok());
+    EXPECT_EQ(error_word, 2);
+    // Token 0 (sequence 0) wrote row 5 of sequence 0's caches; nothing else changed.
+    std::vector<uint16_t> latent(static_cast<size_t>(batch) * kCapacity * kLatent);
+    std::vector<uint16_t> rope_rows(static_cast<size_t>(batch) * kCapacity * kRope);
+    ASSERT_TRUE(operands[4].CopyToHost(latent.data(), operands[4].size()).ok());
+    ASSERT_TRUE(operands[5].CopyToHost(rope_rows.data(), operands[5].size()).ok());
+    for (int row = 0; row < batch * kCapacity; ++row) {
+      const uint16_t l0 = latent[static_cast<size_t>(row) * kLatent];
+      const uint16_t r0 = rope_rows[static_cast<size_t>(row) * kRope];
+      if (row == 5) {
+        EXPECT_EQ(l0, 0x4040) << "the normalized latent of token 0";
+        EXPECT_NE(r0, 0x3f3f) << "the rotated key of token 0";
+      } else {
+        EXPECT_EQ(l0, 0x3f3f) << "latent row " << row;
+        EXPECT_EQ(r0, 0x3f3f) << "rope row " << row;
+      }
+    }
+    std::vector<uint16_t> o(2 * kHeads * kV);
+    ASSERT_TRUE(out->CopyToHost(o.data(), static_cast<int64_t>(o.size()) * 2).ok());
+    for (size_t e = 0; e < kHeads * kV; ++e) {
+      EXPECT_NE(o[e] & 0x7f80, 0x7f80) << "token 0, element " << e << " is not finite";
+      EXPECT_NE(o[e], 0) << "token 0, element " << e;
+      EXPECT_EQ(o[kHeads * kV + e], 0) << "token 1, element " << e;
+    }
+  }
+}
+
 // mla_prefill keeps the same contract over a prompt: token 1 of 16 lies past the cache, so
 // its row is zero and the error word reads 2, while the other tokens are served. The
 // workspace starts as NaNs: cache rows past the largest valid position are never expanded,

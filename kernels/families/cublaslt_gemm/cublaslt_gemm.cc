@@ -211,8 +211,11 @@ class CublasLtGemmFamily final : public FamilyBase {
     const int64_t stages = t.params.at("stages");
     if (stages < 1 || stages > 8) return BadParam("stages", stages, "in [1, 8]");
     const int64_t split = t.params.at("split_k");
-    if (!OneOf(split, {1, 2, 4, 8, 16}) || s.k / split < 16) {
-      return BadParam("split_k", split, "1, 2, 4, 8 or 16 leaving >= 16 of K per slice");
+    // Any K takes split_k 1; a split must leave each slice at least 16 of K.
+    if (!OneOf(split, {1, 2, 4, 8, 16}) || (split > 1 && s.k / split < 16)) {
+      return BadParam("split_k", split,
+                      absl::StrCat("1, or 2, 4, 8 or 16 leaving >= 16 of K = ", s.k,
+                                   " per slice"));
     }
     const int64_t scheme = t.params.at("reduction_scheme");
     if (!IsReductionScheme(scheme) || (scheme == 0) != (split == 1)) {
