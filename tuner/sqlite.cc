@@ -200,6 +200,13 @@ absl::StatusOr<std::set<std::string>> Database::TableNames() {
   return names;
 }
 
+absl::Status Database::SetCheckpointOnClose(bool checkpoint) {
+  int now = 0;
+  const int rc = sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, checkpoint ? 0 : 1, &now);
+  if (rc != SQLITE_OK) return SqliteStatus(db_, rc, "cannot set checkpoint on close");
+  return absl::OkStatus();
+}
+
 absl::Status Database::UseWriteAheadLog() {
   // Changing the journal mode does not wait through the busy handler: while another
   // connection holds the file (two processes creating one store) it fails at once with

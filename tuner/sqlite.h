@@ -122,6 +122,10 @@ class Database {
   // the last commits at a power failure. Unavailable when another connection keeps the file
   // busy past the busy timeout.
   absl::Status UseWriteAheadLog();
+  // Whether closing the last connection to a write-ahead-logged file copies the log into the
+  // file (SQLite's default). A file not yet known to be ours is opened with it off, so that
+  // merely reading a foreign file's log and closing never changes the file.
+  absl::Status SetCheckpointOnClose(bool checkpoint);
 
  private:
   Database(sqlite3* db, absl::Duration busy_timeout) : db_(db), busy_timeout_(busy_timeout) {}

@@ -187,7 +187,8 @@ absl::Status TacticStore::Initialize() {
   // A read-only open of a file with no write-ahead log beside it (no writer has it open, and
   // every commit is in the file) reads the file alone: SQLite's usual read-only open would
   // create -wal and -shm files and leave them behind.
-  immutable_ = options_.read_only && !std::filesystem::exists(absl::StrCat(path_, "-wal"), ec);
+  const bool has_log = std::filesystem::exists(absl::StrCat(path_, "-wal"), ec);
+  immutable_ = options_.read_only && !has_log;
   absl::StatusOr<Database> opened =
       Database::Open(path_,
                      immutable_           ? Database::Mode::kImmutable
@@ -200,6 +201,11 @@ absl::Status TacticStore::Initialize() {
                      ": a new tactic store is created there, so its directory must be writable"));
   }
   TP_ASSIGN_OR_RETURN(db_, std::move(opened));
+  // A log that was there before this open may hold another program's commits: until the file
+  // shows the store's schema, closing must not checkpoint, or a foreign write-ahead-logged
+  // file would take in its own log when this connection closes. (A log this open creates
+  // holds nothing but what it writes, and SQLite removes it on close.)
+  if (has_log && !options_.read_only) TP_RETURN_IF_ERROR(db_.SetCheckpointOnClose(false));
 
   // Read before writing anything: a file that is not ours is never touched.
   // A file another process keeps locked past the busy timeout is an error, not a warning.
@@ -237,7 +243,10 @@ absl::Status TacticStore::Initialize() {
                          : absl::StrCat("cannot be read (", problem.status().message(), ")"));
     return absl::OkStatus();
   }
-  if (!options_.read_only && !immutable_) TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
+  if (!options_.read_only && !immutable_) {
+    TP_RETURN_IF_ERROR(db_.SetCheckpointOnClose(true));  // ours
+    TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
+  }
   absl::Status loaded = Load();
   if (absl::IsUnavailable(loaded)) return loaded;
   if (!loaded.ok()) Disable(absl::StrCat("cannot be read (", loaded.message(), ")"));

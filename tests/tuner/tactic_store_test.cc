@@ -339,6 +339,36 @@ TEST_F(TacticStoreTest, ForeignSqliteIsReadAsEmptyAndNotWritten) {
   ExpectUnusableAndUntouched(path, "without the tactic store's meta table (tables: people)");
 }
 
+// A foreign write-ahead-logged file whose last commits are still in its log (the program that
+// wrote it closed without a checkpoint): opening it as a store reads the log, finds no store,
+// and closes without copying the log into the file; file and log keep their bytes.
+TEST_F(TacticStoreTest, ForeignLoggedSqliteKeepsItsLogOnClose) {
+  const std::string path = Path("foreign_wal.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "PRAGMA journal_mode = WAL; CREATE TABLE people(name TEXT); "
+                           "INSERT INTO people VALUES ('ada');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+  const std::string file = ReadBytes(path), log = ReadBytes(path + "-wal");
+  ASSERT_FALSE(log.empty());
+  {
+    std::unique_ptr<TacticStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_THAT(store->warnings(), SizeIs(1));
+    EXPECT_THAT(store->warnings()[0], HasSubstr("(tables: people)"));
+    EXPECT_THAT(store->warnings()[0], HasSubstr("will not be written"));
+  }
+  EXPECT_EQ(ReadBytes(path), file);
+  EXPECT_EQ(ReadBytes(path + "-wal"), log);
+}
+
 TEST_F(TacticStoreTest, ReadOnlyStoreAnswersAndRefusesWrites) {
   const std::string path = Path("store.db");
   const RegionMeasurement m = TestMeasurement(TestEnvironment(), "linear(a)");
