@@ -461,7 +461,9 @@ absl::Status ConfigParser::RequireEmptyObject(absl::string_view key) {
 // Every member must be a field this architecture reads, known metadata, or a refused field with
 // its neutral value.
 absl::Status ConfigParser::CheckFieldNames() {
-  for (const auto& [key, value] : root_.as_object()) {
+  for (const auto& member : root_.as_object()) {
+    const std::string& key = member.first;
+    const Json& value = member.second;
     if (std::find(traits_->extra_fields.begin(), traits_->extra_fields.end(), key) !=
         traits_->extra_fields.end()) {
       continue;

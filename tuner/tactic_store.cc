@@ -243,13 +243,18 @@ absl::Status TacticStore::Initialize() {
                          : absl::StrCat("cannot be read (", problem.status().message(), ")"));
     return absl::OkStatus();
   }
+  // Every winner is read before anything is written: a file whose schema looks like ours but
+  // whose pages do not read is refused untouched, its journal mode included.
+  absl::Status loaded = Load();
+  if (absl::IsUnavailable(loaded)) return loaded;
+  if (!loaded.ok()) {
+    Disable(absl::StrCat("cannot be read (", loaded.message(), ")"));
+    return absl::OkStatus();
+  }
   if (!options_.read_only && !immutable_) {
     TP_RETURN_IF_ERROR(db_.SetCheckpointOnClose(true));  // ours
     TP_RETURN_IF_ERROR(db_.UseWriteAheadLog());
   }
-  absl::Status loaded = Load();
-  if (absl::IsUnavailable(loaded)) return loaded;
-  if (!loaded.ok()) Disable(absl::StrCat("cannot be read (", loaded.message(), ")"));
   return absl::OkStatus();
 }
 

@@ -342,6 +342,16 @@ TEST_F(TacticStoreTest, ForeignSqliteIsReadAsEmptyAndNotWritten) {
 // A foreign write-ahead-logged file whose last commits are still in its log (the program that
 // wrote it closed without a checkpoint): opening it as a store reads the log, finds no store,
 // and closes without copying the log into the file; file and log keep their bytes.
+// Found by store_open_fuzzer (tests/fuzz): a store file whose schema reads as ours but whose
+// winners' pages do not (and whose header asks for another journal format) is refused before
+// anything is written; its journal mode was once switched first, changing the header.
+TEST_F(TacticStoreTest, StoreWithUnreadableWinnersIsRefusedUntouched) {
+  const std::string path = Path("malformed.db");
+  std::filesystem::copy_file(
+      tileplan::testing::SourcePath("tests/tuner/testdata/store_malformed_winners.db"), path);
+  ExpectUnusableAndUntouched(path, "cannot be read (database disk image is malformed");
+}
+
 TEST_F(TacticStoreTest, ForeignLoggedSqliteKeepsItsLogOnClose) {
   const std::string path = Path("foreign_wal.db");
   {
