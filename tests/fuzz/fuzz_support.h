@@ -1,6 +1,6 @@
 // What the libFuzzer targets of tests/fuzz share: the input as text, a scratch directory of
 // the process for inputs that must be files, and the check that turns a broken property into
-// a crash the fuzzer reports.
+// a crash the fuzzer reports. Files are read back with base/files.h's ReadRegularFile.
 #ifndef TILEPLAN_TESTS_FUZZ_FUZZ_SUPPORT_H_
 #define TILEPLAN_TESTS_FUZZ_FUZZ_SUPPORT_H_
 
@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -37,11 +36,6 @@ inline const std::filesystem::path& ScratchDir() {
 inline void WriteBytes(const std::filesystem::path& path, absl::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-inline std::string ReadBytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // A property the input broke: reported as a crash, with the reason.
