@@ -4,10 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -105,28 +105,97 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path) {
   return S_ISREG(st.st_mode) ? absl::OkStatus() : NotRegular(path, st.st_mode);
 }
 
+namespace {
+
+// Writes all of `contents` to `fd`; the errno of the first failed write, or 0.
+int WriteAll(int fd, absl::string_view contents) {
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// The status of a write that failed with `error`, saying that `path` is as it was.
+absl::Status WriteError(const std::string& path, absl::string_view doing, int error) {
+  std::string message = absl::StrCat("cannot write ", path, ": ", doing, std::strerror(error));
+  if (error == ENOSPC || error == EFBIG || error == EDQUOT) {
+    absl::StrAppend(&message, " (free space or raise the file-size limit, then run again)");
+  }
+  absl::StrAppend(&message, "; ", path, " is left as it was");
+  if (error == EACCES || error == EPERM || error == EROFS) {
+    return absl::PermissionDeniedError(message);
+  }
+  if (error == ENOSPC || error == EFBIG || error == EDQUOT) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::DataLossError(message);
+}
+
+}  // namespace
+
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
   if (absl::Status target = CheckRegularFileOrAbsent(path); !target.ok()) return target;
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  std::error_code ec;
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temporary, ec);
-      return absl::DataLossError(absl::StrCat("error writing ", temporary));
+  std::string directory = std::filesystem::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  static std::atomic<uint64_t> counter{0};
+  const std::string temporary = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+
+  // The new contents go to a file with no name (O_TMPFILE) where the file system allows it, so
+  // that a process killed before the end leaves nothing behind; elsewhere (or without /proc)
+  // to the named temporary, which every failure removes.
+  for (const bool anonymous : {true, false}) {
+    const int fd = anonymous
+                       ? ::open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644)
+                       : ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (anonymous) continue;
+      return WriteError(path, "cannot create a file beside it: ", errno);
     }
+    int error = WriteAll(fd, contents);
+    if (error == 0 && ::fsync(fd) != 0) error = errno;
+    if (error != 0) {
+      ::close(fd);
+      if (!anonymous) ::unlink(temporary.c_str());
+      return WriteError(path, "", error);
+    }
+    if (anonymous) {
+      // Name the file: straight at `path` when nothing is there (linkat never replaces), else
+      // at the temporary, which is renamed over `path` below.
+      const std::string self = absl::StrCat("/proc/self/fd/", fd);
+      bool linked =
+          ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0;
+      if (linked) {
+        ::close(fd);
+        return absl::OkStatus();
+      }
+      error = errno;
+      if (error == EEXIST) {
+        linked =
+            ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0;
+        error = linked ? 0 : errno;
+      }
+      ::close(fd);
+      if (error == ENOENT) continue;  // no /proc: write it again under the temporary's name
+      if (!linked) return WriteError(path, "cannot link the new file: ", error);
+    } else if (::close(fd) != 0) {
+      error = errno;
+      ::unlink(temporary.c_str());
+      return WriteError(path, "", error);
+    }
+    if (::rename(temporary.c_str(), path.c_str()) != 0) {
+      error = errno;
+      ::unlink(temporary.c_str());
+      return WriteError(path, "cannot replace it: ", error);
+    }
+    return absl::OkStatus();
   }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    const std::string reason = ec.message();
-    std::filesystem::remove(temporary, ec);
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", reason));
-  }
-  return absl::OkStatus();
+  return absl::InternalError("unreachable");
 }
 
 }  // namespace tileplan

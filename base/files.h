@@ -28,11 +28,15 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t li
 // examined.
 absl::Status CheckRegularFileOrAbsent(const std::string& path);
 
-// Writes `contents` to `path` + ".tmp", then renames it to `path`: readers see the old file or
-// the new one whole. A `path` that names anything but a regular file or nothing (a device, a
-// FIFO, a directory: the rename would replace it) is refused first (CheckRegularFileOrAbsent),
-// writing nothing. On failure the temporary is removed, `path` is left as it was, and the
-// status (PermissionDenied or DataLoss) names the file and the reason.
+// Writes `contents` to a new file beside `path` and gives it that name: readers see the old
+// file or the new one whole. The new file has no name until it is complete (O_TMPFILE; a
+// named temporary `path.tmp.PID.N` where the file system lacks it), so a killed process
+// leaves nothing behind. A `path` that names anything but a regular file or nothing (a
+// device, a FIFO, a directory: the rename would replace it) is refused first
+// (CheckRegularFileOrAbsent), writing nothing. On failure `path` is left as it was, no
+// temporary remains, and the status names `path`, the OS's reason and, when the disk or the
+// file-size limit is full, what to do: ResourceExhausted for ENOSPC, EFBIG and EDQUOT,
+// PermissionDenied for EACCES, EPERM and EROFS, DataLoss otherwise.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
 }  // namespace tileplan

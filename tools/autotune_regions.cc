@@ -2,7 +2,11 @@
 // this GPU and keeps the winners in the SQLite tactic store (docs/tuner.md). A main() over
 // tuner/autotune.h (the regions to measure, the loop over worker processes) and
 // tuner/worker.h (the worker, this binary started with --worker).
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -295,6 +299,12 @@ int main(int argc, char** argv) {
     return tools::UsageFailure(absl::StrCat("unexpected argument '", positional.front(), "'"));
   }
   if (absl::Status s = tileplan::CheckFlags(); !s.ok()) return tools::UsageFailure(s.message());
+  if (!absl::GetFlag(FLAGS_worker).empty()) {
+    // A worker dies with the autotune_regions that started it, which alone reads its lines:
+    // a killed tuner leaves no worker holding the GPU and the store.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) return tileplan::kExitBad;
+  }
   absl::StatusOr<int> result = tileplan::Run(std::vector<std::string>(argv, argv + argc));
   if (!result.ok()) {
     std::cerr << "autotune_regions: " << result.status().message() << "\n";

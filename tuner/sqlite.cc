@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,8 +22,25 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what) {
   const std::string words = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   std::string message = absl::StrCat(what, what.empty() ? "" : ": ", words);
   if (words != sqlite3_errstr(rc)) absl::StrAppend(&message, " (", sqlite3_errstr(rc), ")");
+  // For a failed read, write or open, the OS's reason ("No space left on device").
+  const int primary = rc & 0xff;
+  int error = 0;
+  if (db != nullptr && (primary == SQLITE_IOERR || primary == SQLITE_FULL ||
+                        primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY)) {
+    error = sqlite3_system_errno(db);
+    if (error != 0) {
+      absl::StrAppend(&message, ": ", std::strerror(error));
+    } else if (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_FSYNC || rc == SQLITE_FULL) {
+      // SQLite keeps the errno of opens and reads, not always of writes.
+      absl::StrAppend(&message, ": the file system refused a write (a full disk, a file-size ",
+                      "limit or a failing device)");
+    }
+  }
   absl::StrAppend(&message, " (SQLite code ", rc, ")");
-  switch (rc & 0xff) {
+  if (error == ENOSPC || error == EFBIG || error == EDQUOT) {
+    return absl::ResourceExhaustedError(message);
+  }
+  switch (primary) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       return absl::UnavailableError(message);

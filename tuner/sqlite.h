@@ -1,12 +1,14 @@
 // A small SQLite wrapper for the tactic store: a database handle, prepared statements and a
 // transaction guard. SQLite's result codes become absl::Status here and nowhere else; each
-// message names the SQL (or the file) and sqlite3_errmsg():
+// message gives sqlite3_errmsg() (after the file, for an open) and, for a failed read, write
+// or open, the OS's reason:
 //   BUSY, LOCKED                 Unavailable (another connection held the file past the
 //                                busy timeout)
 //   CORRUPT, NOTADB              DataLoss
+//   FULL, or an I/O error of     ResourceExhausted
+//   ENOSPC, EFBIG or EDQUOT
 //   READONLY, PERM, AUTH,        PermissionDenied
 //   CANTOPEN
-//   FULL                         ResourceExhausted
 //   CONSTRAINT                   FailedPrecondition
 //   anything else                Internal
 // Extended result codes are on, so the code in a message is the exact one.

@@ -377,6 +377,23 @@ absl::Status TacticStore::Record(const RegionMeasurement& m) {
 }
 
 absl::Status TacticStore::WriteFile(const proto::TacticStoreFile& file) {
+  const absl::Status status = WriteTransaction(file);
+  if (status.ok()) return status;
+  std::string advice;
+  if (absl::IsResourceExhausted(status)) {
+    advice = "; free disk space (or raise the file-size limit) and run again";
+  } else if (absl::IsPermissionDenied(status)) {
+    advice = "; make the store and its directory writable, or name another store";
+  } else if (absl::IsUnavailable(status)) {
+    advice = "; another process held the store past the busy timeout: run again";
+  }
+  return absl::Status(status.code(),
+                      absl::StrCat("tactic store ", path_, ": nothing of this write was stored: ",
+                                   status.message(), "; the entries stored before are intact",
+                                   advice));
+}
+
+absl::Status TacticStore::WriteTransaction(const proto::TacticStoreFile& file) {
   Transaction txn(db_);
   TP_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kWrite));
   TP_ASSIGN_OR_RETURN(

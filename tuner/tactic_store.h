@@ -144,8 +144,11 @@ class TacticStore final : public planner::TacticCache {
   absl::Status CheckWritable() const;
   absl::Status Load();
   // REQUIRES: write_mu_ held; `file` validated. Writes every environment and key of `file`
-  // in one transaction (a stored key is replaced); on success updates the memory.
+  // in one transaction (a stored key is replaced); on success updates the memory. A failure
+  // names the store, says that nothing of the write was kept and, for a full disk, a
+  // read-only file or a busy store, what to do.
   absl::Status WriteFile(const proto::TacticStoreFile& file);
+  absl::Status WriteTransaction(const proto::TacticStoreFile& file);
 
   const std::string path_;
   const Options options_;

@@ -1,13 +1,8 @@
 #include "kernels/launch/module_cache.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -38,8 +33,6 @@ uint64_t Checksum(absl::string_view key, absl::string_view payload) {
   return Fnv1a64(payload, Fnv1a64(key));
 }
 
-std::string ErrnoText() { return std::strerror(errno); }
-
 // A cached module is one cubin of a few megabytes at most.
 constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
 
@@ -49,20 +42,6 @@ std::optional<std::string> ReadFile(const std::string& path) {
   absl::StatusOr<std::string> data = ReadRegularFile(path, kMaxEntryBytes);
   if (!data.ok()) return std::nullopt;
   return *std::move(data);
-}
-
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("writing module cache file ", path, ": ", ErrnoText()));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -127,32 +106,14 @@ std::optional<std::string> ModuleCache::Lookup(absl::string_view key) const {
 }
 
 absl::Status ModuleCache::Store(absl::string_view key, absl::string_view payload) const {
-  std::string header(kMagic, 8);
-  PutLittleEndian(header, key.size(), 4);
-  PutLittleEndian(header, payload.size(), 8);
-  PutLittleEndian(header, Checksum(key, payload), 8);
-
-  static std::atomic<uint64_t> counter{0};
-  const std::string path = EntryPath(key);
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("creating module cache file ", temp, ": ", ErrnoText()));
-  }
-  absl::Status status = WriteAll(fd, header, temp);
-  if (status.ok()) status = WriteAll(fd, key, temp);
-  if (status.ok()) status = WriteAll(fd, payload, temp);
-  if (::close(fd) != 0 && status.ok()) {
-    status =
-        absl::InternalError(absl::StrCat("closing module cache file ", temp, ": ", ErrnoText()));
-  }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = absl::InternalError(
-        absl::StrCat("renaming module cache file ", temp, " to ", path, ": ", ErrnoText()));
-  }
-  if (!status.ok()) ::unlink(temp.c_str());
-  return status;
+  std::string entry(kMagic, 8);
+  PutLittleEndian(entry, key.size(), 4);
+  PutLittleEndian(entry, payload.size(), 8);
+  PutLittleEndian(entry, Checksum(key, payload), 8);
+  absl::StrAppend(&entry, key, payload);
+  const absl::Status status = WriteFileAtomically(EntryPath(key), entry);
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("module cache: ", status.message()));
 }
 
 }  // namespace tileplan::kernels

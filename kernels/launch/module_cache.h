@@ -4,11 +4,14 @@
 // directory, laid out as (integers little-endian):
 //   magic "TPMODC01" (8 bytes) | key length u32 | payload length u64 |
 //   FNV-1a-64 of key and payload u64 | key | payload
-// The full key is stored, so a hash collision reads as a miss. Writers write a private
-// temporary file in the same directory and rename it over the entry, so readers see a whole
-// old entry, a whole new one, or none; concurrent writers of one key all write equal bytes.
+// The full key is stored, so a hash collision reads as a miss. Writers write the entry with
+// WriteFileAtomically (base/files.h: a file with no name until it is whole, then linked or
+// renamed over the entry), so readers see a whole old entry, a whole new one, or none, and a
+// writer killed midway leaves nothing; concurrent writers of one key all write equal bytes.
 // Readers validate magic, key, lengths and checksum and treat anything else (a torn or
-// foreign file) as a miss, which the next Store overwrites.
+// foreign file, anything but a regular file) as a miss, which the next Store overwrites (a
+// FIFO or directory at an entry's path is not replaced: Store fails and the module is used
+// uncached).
 #ifndef TILEPLAN_KERNELS_LAUNCH_MODULE_CACHE_H_
 #define TILEPLAN_KERNELS_LAUNCH_MODULE_CACHE_H_
 
@@ -41,7 +44,8 @@ class ModuleCache {
 
   // The payload stored under `key`, or nullopt on a miss or an invalid entry.
   std::optional<std::string> Lookup(absl::string_view key) const;
-  // Stores (or replaces) the entry for `key`. Errors name the path.
+  // Stores (or replaces) the entry for `key`. Errors name the path and the OS's reason
+  // (ResourceExhausted for a full disk); the entry is then as it was.
   absl::Status Store(absl::string_view key, absl::string_view payload) const;
 
  private:

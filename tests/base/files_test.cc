@@ -1,16 +1,23 @@
-// ReadRegularFile and CheckRegularFileOrAbsent (base/files.h): regular files are read whole,
-// everything else is refused by its kind before a byte is read, with the file named.
+// ReadRegularFile, CheckRegularFileOrAbsent and WriteFileAtomically (base/files.h): regular
+// files are read whole, everything else is refused by its kind before a byte is read, with the
+// file named; an atomic write that fails (a full disk) leaves the file and its directory as
+// they were.
 #include "base/files.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/full_disk.h"
 
 namespace tileplan {
 namespace {
@@ -31,6 +38,15 @@ class FilesTest : public ::testing::Test {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << contents;
     return path;
+  }
+
+  // The names in the test's directory.
+  std::set<std::string> Names() const {
+    std::set<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      names.insert(entry.path().filename().string());
+    }
+    return names;
   }
 
   std::filesystem::path dir_;
@@ -100,13 +116,34 @@ TEST_F(FilesTest, AtomicWritesRefuseToReplaceWhatIsNoRegularFile) {
     const absl::Status written = WriteFileAtomically(path, "text");
     EXPECT_EQ(written.code(), absl::StatusCode::kInvalidArgument) << path;
     EXPECT_THAT(written.message(), HasSubstr(path + " is " + kind + ", not a regular file"));
-    EXPECT_FALSE(std::filesystem::exists(path + ".tmp")) << path;
   }
+  EXPECT_EQ(Names(), std::set<std::string>{"fifo"});
   EXPECT_TRUE(std::filesystem::is_fifo(fifo));
   const std::string plain = (dir_ / "plain").string();
   ASSERT_TRUE(WriteFileAtomically(plain, "one").ok());
   ASSERT_TRUE(WriteFileAtomically(plain, "two").ok());
   EXPECT_EQ(*ReadRegularFile(plain, 3), "two");
+}
+
+// A full disk, made by a file-size limit in a child process (SIGXFSZ ignored, so writes fail
+// with EFBIG as they fail with ENOSPC): the write is ResourceExhausted, the old file keeps its
+// bytes, and nothing else is left in the directory, both when the file exists and when not.
+TEST_F(FilesTest, AnAtomicWriteToAFullDiskLeavesEverythingAsItWas) {
+  const std::string old_file = Write("old", "old contents");
+  const std::string new_file = (dir_ / "new").string();
+  const std::string big(1 << 20, 'x');
+  for (const std::string& path : {old_file, new_file}) {
+    EXPECT_TRUE(testing::RunWithFullDisk(64 << 10, [&] {
+      const absl::Status status = WriteFileAtomically(path, big);
+      return absl::IsResourceExhausted(status) &&
+             absl::StrContains(status.message(), absl::StrCat("cannot write ", path, ": ")) &&
+             absl::StrContains(status.message(), "left as it was");
+    })) << path;
+    EXPECT_EQ(Names(), std::set<std::string>{"old"}) << path;
+  }
+  EXPECT_EQ(*ReadRegularFile(old_file, 100), "old contents");
+  ASSERT_TRUE(WriteFileAtomically(new_file, "fits").ok());
+  EXPECT_EQ(*ReadRegularFile(new_file, 100), "fits");
 }
 
 // /proc/self/mem is a regular file whose read at offset 0 fails with EIO: the error is a

@@ -1,7 +1,9 @@
-// The on-disk module cache: round trips, misses, invalid entries read as misses and are
-// rebuilt, and concurrent writer processes leave a valid entry.
+// The on-disk module cache: round trips, misses, invalid entries (torn, foreign, not a regular
+// file) read as misses and are rebuilt, concurrent writer processes leave a valid entry, and a
+// full disk fails a store cleanly.
 #include "kernels/launch/module_cache.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/full_disk.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -103,6 +107,39 @@ TEST(ModuleCacheTest, AnEntryOfAnotherKeyAtTheSamePathIsAMiss) {
   // Simulate a file-name collision: the entry of "other-key" sits at the path of "key".
   std::filesystem::rename(cache->EntryPath("other-key"), cache->EntryPath("key"));
   EXPECT_EQ(cache->Lookup("key"), std::nullopt);
+}
+
+// A FIFO or a directory at an entry's path is a miss that never blocks, and is not replaced.
+TEST(ModuleCacheTest, AnEntryThatIsNoRegularFileIsAMiss) {
+  std::unique_ptr<ModuleCache> cache = OpenCache("fifo");
+  ASSERT_NE(cache, nullptr);
+  ASSERT_EQ(::mkfifo(cache->EntryPath("key").c_str(), 0600), 0);
+  EXPECT_EQ(cache->Lookup("key"), std::nullopt);
+  const absl::Status stored = cache->Store("key", "payload");
+  EXPECT_FALSE(stored.ok());
+  EXPECT_THAT(stored.message(), HasSubstr("a named pipe (FIFO), not a regular file"));
+  EXPECT_TRUE(std::filesystem::is_fifo(cache->EntryPath("key")));
+}
+
+// A full disk (a file-size limit in a child process, SIGXFSZ ignored): Store fails naming the
+// entry, the old entry still reads, and nothing else is left in the directory.
+TEST(ModuleCacheTest, AStoreToAFullDiskFailsAndKeepsTheOldEntry) {
+  std::unique_ptr<ModuleCache> cache = OpenCache("full");
+  ASSERT_NE(cache, nullptr);
+  ASSERT_TRUE(cache->Store("key", "old payload").ok());
+  EXPECT_TRUE(testing::RunWithFullDisk(16 << 10, [&] {
+    const absl::Status status = cache->Store("key", std::string(1 << 20, 'x'));
+    return absl::IsResourceExhausted(status) &&
+           absl::StrContains(status.message(),
+                             absl::StrCat("module cache: cannot write ", cache->EntryPath("key")));
+  }));
+  EXPECT_THAT(cache->Lookup("key"), Optional(std::string("old payload")));
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(cache->directory())) {
+    ++files;
+    EXPECT_EQ(entry.path().string(), cache->EntryPath("key"));
+  }
+  EXPECT_EQ(files, 1);
 }
 
 TEST(ModuleCacheTest, ConcurrentWriterProcessesLeaveAValidEntry) {

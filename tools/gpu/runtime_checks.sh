@@ -8,6 +8,7 @@
 #   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
 #       [--random NAME ARGS] [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
 #       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES] [--embedding]
+#       [--cache-faults FIXTURE] [--soak]
 #
 # --embedding (docs/embedding.md) needs STAGED_DIR/prefix (an installed package: header,
 # libtileplan.so, its CMake files) and STAGED_DIR/generate (examples/c_generate built against
@@ -220,6 +221,57 @@ r = load_file('$dir/reference.safetensors'); print(' '.join(map(str, r['greedy_t
         tail -20 "$work/ncu.err" >> "$summary"
       fi
       shift 2 ;;
+    --cache-faults)
+      # --cache-faults FIXTURE: verify_model on the fixture fills the module cache; then its
+      # entries are damaged in turn (emptied, cut in half, a foreign magic, another entry's
+      # bytes, a FIFO) and verify_model must pass again, each damaged entry (but the FIFO,
+      # which is never replaced) written anew, whole.
+      dir=tests/data/$2 cache="$work/cache_faults"
+      rm -rf "$cache"
+      TILEPLAN_CACHE_DIR="$cache" "$staged/verify_model" --model "$dir" \
+        --reference "$dir/reference.safetensors" --backend gpu > "$work/cache_faults.0.log" 2>&1
+      rc=$?
+      entries=("$cache"/*.tpmod)
+      n=${#entries[@]} damaged=0 fifo=""
+      for ((i = 0; i < n; ++i)); do
+        f=${entries[i]}
+        case $((i % 5)) in
+          0) : > "$f" ;;
+          1) head -c $(($(stat -c %s "$f") / 2)) "$f" > "$f.cut" && mv "$f.cut" "$f" ;;
+          2) printf 'FOREIGN!' | dd of="$f" bs=8 count=1 conv=notrunc status=none ;;
+          3) cp "${entries[(i + 1) % n]}" "$f" ;;
+          4) if [[ -z $fifo ]]; then rm -f "$f" && mkfifo "$f" && fifo=$f; else : > "$f"; fi ;;
+        esac
+        ((++damaged))
+      done
+      regular=()
+      for f in "${entries[@]}"; do [[ $f == "$fifo" ]] || regular+=("$f"); done
+      sums=$(md5sum "${regular[@]}")
+      TILEPLAN_CACHE_DIR="$cache" timeout 300 "$staged/verify_model" --model "$dir" \
+        --reference "$dir/reference.safetensors" --backend gpu > "$work/cache_faults.1.log" 2>&1
+      rc2=$?
+      rewritten=0 whole=0
+      for f in "${regular[@]}"; do
+        grep -qF "$(md5sum "$f")" <<< "$sums" || ((++rewritten))
+        [[ $(head -c 8 "$f") == TPMODC01 ]] && ((++whole))
+      done
+      note "module cache faults ($2): first run rc=$rc, $n entries, $damaged damaged" \
+        "(one a FIFO); run after the damage rc=$rc2, $rewritten rewritten, $whole with the" \
+        "cache's magic, the FIFO $([[ -p $fifo ]] && echo 'left as it was' || echo 'replaced')"
+      ((rc == 0 && rc2 == 0 && n > 0 && rewritten == ${#regular[@]} && whole == ${#regular[@]})) || {
+        status=1
+        tail -20 "$work/cache_faults.1.log" >> "$summary"
+      }
+      shift ;;
+    --soak)
+      # 10,000 generate calls on one runtime per fixture (tests/runtime/gpu_soak_test.cc).
+      start=$SECONDS
+      "$staged/gpu_soak_test" > "$work/gpu_soak_test.log" 2>&1
+      rc=$?
+      note "gpu_soak_test: rc=$rc ($((SECONDS - start)) s)"
+      grep -E 'generate calls|sampled calls|OK|FAILED|Failure' "$work/gpu_soak_test.log" \
+        | head -40 | sed 's/^/    /' >> "$summary"
+      ((rc == 0)) || { status=1; tail -30 "$work/gpu_soak_test.log" >> "$summary"; } ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
