@@ -11,7 +11,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "kernels/families/registry.h"
 #include "regions/ir.h"
+#include "tuner/store_lookups.h"
 #include "tuner/tactic_store_text.h"
 
 namespace tileplan::tuner {
@@ -339,7 +341,11 @@ std::optional<planner::MeasuredTactic> TacticStore::Lookup(const TacticKey& key)
   absl::MutexLock lock(&mu_);
   auto it = winners_.find(key);
   if (it != winners_.end()) return it->second;
-  if (options_.freeze) misses_.insert(key);
+  // A key of a family with nothing to measure (a view) is never tuned, so it is no miss.
+  if (options_.freeze) {
+    const kernels::KernelFamily* family = kernels::GlobalKernelRegistry().Find(key.family);
+    if (family == nullptr || HasTacticsToMeasure(*family)) misses_.insert(key);
+  }
   return std::nullopt;
 }
 

@@ -74,7 +74,8 @@ class TacticStore final : public planner::TacticCache {
     // does not exist is then NotFound instead of created.
     bool read_only = false;
     // Record every key Lookup misses (misses()), so that a caller that must not fall back
-    // to the cost model can turn them into an error.
+    // to the cost model can turn them into an error. Keys of families with nothing to measure
+    // (views, which autotune_regions never tunes) are not misses.
     bool freeze = false;
   };
 

@@ -436,6 +436,14 @@ TEST_F(TacticStoreTest, FreezeRecordsEveryMiss) {
                                                       "e.g. ",
                                                       c.ToString())));
 
+  // A view launches nothing and is never tuned: its lookup is no miss.
+  TacticKey view = stored.key;
+  view.family = "view";
+  std::unique_ptr<TacticStore> views = MustOpen(path, {.freeze = true});
+  EXPECT_EQ(views->Lookup(view), std::nullopt);
+  EXPECT_THAT(views->misses(), IsEmpty());
+  EXPECT_TRUE(views->CheckFrozen().ok());
+
   std::unique_ptr<TacticStore> unfrozen = MustOpen(path);
   EXPECT_EQ(unfrozen->Lookup(b), std::nullopt);
   EXPECT_THAT(unfrozen->misses(), IsEmpty());

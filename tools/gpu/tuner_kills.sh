@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # autotune_regions tuning a fixture on the GPU, killed with SIGKILL at random points
-# (docs/reliability.md): after each kill no worker may be left, the store must pass SQLite's
-# integrity check and export, and hold at least the winners it held before; then a rerun must
-# complete and a frozen plan (benchmark_transformer --freeze, which refuses any key the store
-# does not answer) must be made from the store.
+# (docs/reliability.md): each round tunes the plan for another --max-context (so it has keys
+# of its own to measure) into one store and is killed; after each kill no worker may be left,
+# the store must pass SQLite's integrity check and export, and hold at least the winners it
+# held before; then the last round's tuning must complete when run again, and a frozen plan
+# (benchmark_transformer --freeze, which refuses any key the store does not answer) be made
+# from the store.
 #
 #   tools/gpu/tuner_kills.sh STAGED_DIR OUT_DIR [ROUNDS] [MODEL]
 #
-# ROUNDS defaults to 50, MODEL to tests/data/qwen3-tiny; the kill points are uniform over the
-# length of one full tuning run, measured first on a scratch store (RANDOM_SEED seeds them).
+# ROUNDS defaults to 50, MODEL to tests/data/qwen3-tiny; the kill points are uniform over a
+# span that starts at the length of one full tuning run, measured first on a scratch store,
+# and follows the rounds' length (RANDOM_SEED seeds them).
 # With SECONDS_LEFT set, the rounds stop when that many seconds have passed (the summary says
 # after how many), leaving time for the rerun.
 set -uo pipefail
@@ -24,6 +27,7 @@ summary="$out/tuner_kills.txt"
 note() { echo "$*" | tee -a "$summary"; }
 RANDOM=${RANDOM_SEED:-1202}
 plan=(--model "$model" --prefill 16 --decode 32 --max-candidates 8 --repeats 3)
+context=32
 store="$work/store.db"
 
 winners() {  # winners in the store, or -1 when it does not export
@@ -57,10 +61,19 @@ for ((r = 1; r <= rounds; ++r)); do
   fi
   ((++done_rounds))
   delay=$(awk -v s="$span" -v r="$RANDOM" 'BEGIN {printf "%.3f", s * r / 32767}')
-  "$staged/autotune_regions" "${plan[@]}" --tactic-cache "$store" > "$work/round$r.log" 2>&1 &
+  context=$((32 + r))
+  "$staged/autotune_regions" "${plan[@]}" --max-context $context --tactic-cache "$store" \
+    > "$work/round$r.log" 2>&1 &
   pid=$!
   sleep "$delay"
-  if kill -9 "$pid" 2> /dev/null; then ((++mid)); fi
+  # The kill points follow the rounds' length: a kill after the round ended shortens the span
+  # to that point, one near the span's end lengthens it.
+  if kill -9 "$pid" 2> /dev/null; then
+    ((++mid))
+    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", d > 0.8 * s ? 1.25 * s : s}')
+  else
+    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", d < s ? (d > 0.5 ? d : 0.5) : s}')
+  fi
   wait "$pid" 2> /dev/null
   sleep 0.3
   left=$(pgrep -fc -- '--worker' || true)
@@ -76,12 +89,14 @@ for ((r = 1; r <= rounds; ++r)); do
   echo "$line" >> "$summary"
   ((now > before)) && before=$now
 done
-"$staged/autotune_regions" "${plan[@]}" --tactic-cache "$store" > "$work/rerun.log" 2>&1
+"$staged/autotune_regions" "${plan[@]}" --max-context $context --tactic-cache "$store" \
+  > "$work/rerun.log" 2>&1
 rc=$?
 final=$(winners "$store")
-note "$done_rounds kills ($mid while the tuner ran); rerun rc=$rc, $final winners (a full run: $full)"
+note "$done_rounds kills ($mid while the tuner ran); the last round's tuning run again: rc=$rc," \
+  "$final winners in the store (a full run of one plan: $full)"
 ((rc == 0)) || status=1
-"$staged/benchmark_transformer" --model "$model" --prefill 16 --decode 32 \
+"$staged/benchmark_transformer" --model "$model" --prefill 16 --decode 32 --max-context $context \
   --tactic-cache "$store" --freeze --show-plan > "$work/frozen.log" 2>&1
 rc=$?
 note "frozen plan from the store: rc=$rc"

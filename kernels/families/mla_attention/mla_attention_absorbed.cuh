@@ -486,6 +486,7 @@ __global__ void __launch_bounds__(kThreads)
         sum += p;
       }
       sum = group_sum<32>(sum);
+      __syncwarp();  // every lane has read m_s[qi] before lane 0 replaces it
       if (lane == 0) {
         const float alpha = m_new == neg_inf() ? 1.f : exp2f(m_old - m_new);
         a_s[qi] = alpha;
