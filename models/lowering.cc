@@ -585,8 +585,8 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
     const ir::Graph& graph, const Checkpoint& checkpoint) {
   std::vector<std::vector<const TensorView*>> bound;
   // Checkpoint tensor name -> the weight binding it, or kNoValue while unbound.
-  std::map<std::string, ValueId, std::less<>> bound_by;
-  for (const std::string& name : checkpoint.TensorNames()) bound_by[name] = ir::kNoValue;
+  std::map<absl::string_view, ValueId> bound_by;
+  for (const absl::string_view name : checkpoint.TensorNames()) bound_by[name] = ir::kNoValue;
   for (ValueId id : graph.weights()) {
     const ir::Value& w = graph.value(id);
     const StDType want_dtype = StDTypeFor(w.type.dtype);
@@ -659,7 +659,7 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
   }
   std::vector<std::string> unused;
   for (const auto& [name, weight] : bound_by) {
-    if (weight == ir::kNoValue) unused.push_back(name);
+    if (weight == ir::kNoValue) unused.emplace_back(name);
   }
   if (!unused.empty()) {
     return absl::InvalidArgumentError(

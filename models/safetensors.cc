@@ -677,7 +677,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
   const std::filesystem::path single = dir / kSingleFileName;
   if (std::filesystem::exists(single, error)) {
     TP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single));
-    for (const auto& [name, view] : file->tensors()) checkpoint->index_.emplace(name, &view);
+    for (const auto& [name, view] : file->tensors()) checkpoint->index_.emplace(view.name, &view);
     checkpoint->files_.push_back(std::move(file));
     return checkpoint;
   }
@@ -735,7 +735,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
           it == found_in.end() ? absl::StrCat(" but no shard holds it")
                                : absl::StrCat(" but is in shard ", Quote(it->second))));
     }
-    checkpoint->index_.emplace(tensor, view);
+    checkpoint->index_.emplace(view->name, view);
   }
   return checkpoint;
 }
@@ -745,8 +745,8 @@ const TensorView* Checkpoint::Find(absl::string_view name) const {
   return it == index_.end() ? nullptr : it->second;
 }
 
-std::vector<std::string> Checkpoint::TensorNames() const {
-  std::vector<std::string> names;
+std::vector<absl::string_view> Checkpoint::TensorNames() const {
+  std::vector<absl::string_view> names;
   names.reserve(index_.size());
   for (const auto& [name, view] : index_) names.push_back(name);
   return names;

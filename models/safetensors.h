@@ -82,14 +82,16 @@ class Checkpoint {
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& dir);
 
   const TensorView* Find(absl::string_view name) const;
-  std::vector<std::string> TensorNames() const;  // sorted
+  // Sorted; the names live as long as the checkpoint.
+  std::vector<absl::string_view> TensorNames() const;
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
   Checkpoint() = default;
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const TensorView*, std::less<>> index_;
+  // Tensor name (the view's own) -> its view in files_.
+  std::map<absl::string_view, const TensorView*> index_;
 };
 
 // Upcasts F32, BF16 or F16 data to float32; other dtypes are an InvalidArgument error

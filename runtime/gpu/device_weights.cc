@@ -124,7 +124,7 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
                                             const models::Checkpoint& checkpoint) {
   // Check every tensor first, so nothing is allocated or copied for a checkpoint that does
   // not fit the layout.
-  std::set<std::string> bound;
+  std::set<std::string, std::less<>> bound;
   for (const WeightSlot& slot : layout.slots()) {
     const std::vector<int64_t> shape = *StaticShape(slot.name, slot.type);
     int64_t rows = 0;
@@ -159,7 +159,7 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
                                                      rows, " rows; the weight has ", shape[0]));
     }
   }
-  for (const std::string& name : checkpoint.TensorNames()) {
+  for (const absl::string_view name : checkpoint.TensorNames()) {
     if (!bound.contains(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint tensor ", QuoteUntrusted(name), " is not a weight of the plan"));
