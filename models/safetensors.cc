@@ -675,6 +675,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
   checkpoint->dir_ = dir;
 
   const std::filesystem::path single = dir / kSingleFileName;
+  const std::filesystem::path index_path = dir / kIndexFileName;
+  // A link that leads nowhere is named as such, not taken for a missing file.
+  for (const std::filesystem::path& path : {single, index_path}) {
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, error)) &&
+        !std::filesystem::exists(path, error)) {
+      const std::filesystem::path target = std::filesystem::read_symlink(path, error);
+      return absl::NotFoundError(absl::StrCat(path.string(), " is a symbolic link to ",
+                                              Quote(target.string()),
+                                              ", which does not exist (a checkpoint moved or only "
+                                              "partly downloaded?)"));
+    }
+  }
   if (std::filesystem::exists(single, error)) {
     TP_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single));
     for (const auto& [name, view] : file->tensors()) checkpoint->index_.emplace(view.name, &view);
@@ -682,7 +694,6 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
     return checkpoint;
   }
 
-  const std::filesystem::path index_path = dir / kIndexFileName;
   if (!std::filesystem::exists(index_path, error)) {
     return absl::NotFoundError(
         absl::StrCat(dir.string(), ": has neither ", kSingleFileName, " nor ", kIndexFileName));

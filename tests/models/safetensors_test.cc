@@ -537,6 +537,21 @@ TEST(CheckpointTest, OpensShardedCheckpoint) {
   EXPECT_THAT(*ToFloat32(*(*checkpoint)->Find("c.weight")), ElementsAre(4.0f, 5.0f));
 }
 
+// A checkpoint file that is a link to nothing (a moved cache, a partial download) is named as
+// such, for the single file and for the index.
+TEST(CheckpointTest, ADanglingLinkIsNamedAsSuch) {
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"}) {
+    const std::filesystem::path dir = MakeTempDir(std::string("dangling-") + name);
+    std::filesystem::create_symlink("/nonexistent/blob", dir / name);
+    auto checkpoint = Checkpoint::Open(dir);
+    ASSERT_FALSE(checkpoint.ok()) << name;
+    EXPECT_EQ(checkpoint.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(checkpoint.status().message(),
+                HasSubstr((dir / name).string() +
+                          " is a symbolic link to \"/nonexistent/blob\", which does not exist"));
+  }
+}
+
 TEST(CheckpointTest, RejectsDirectoryWithoutCheckpoint) {
   const std::filesystem::path dir = MakeTempDir("empty");
   auto checkpoint = Checkpoint::Open(dir);
