@@ -1,12 +1,15 @@
 #include "base/json.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <istream>
 #include <limits>
+#include <optional>
 #include <streambuf>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "nlohmann/json.hpp"
+#include "simdjson.h"
 
 namespace tileplan {
 namespace {
@@ -409,9 +413,301 @@ class JsonTreeBuilder final : public JsonEvents {
   std::string key_;          // of the value to come, in an object
 };
 
+namespace {
+
+// An upper bound on what simdjson's reading of `text` takes: its structural index (4 bytes a
+// token), its tape (8 bytes a value, 16 a number) and its string buffer (the text's strings,
+// each with 5 bytes more). Every value but the first and every key follows one of , : [ {, and
+// each closing bracket pairs with an opening one, so three tokens and one value of 16 bytes
+// with 5 more a separator bound them.
+size_t FastReaderBytes(absl::string_view text) {
+  size_t separators = 0;
+  for (const char c : text) separators += (c == ',') + (c == ':') + (c == '[') + (c == '{');
+  return (separators + 1) * (3 * 4 + 16 + 5) + text.size();
+}
+
+// What simdjson may take for one run of the text; a run that needs more is left to the
+// reference reader, which holds only the open containers.
+constexpr size_t kFastReaderBudget = size_t{256} << 20;
+
+// Whether the text holds the integer -0 (or what could be one, inside a string), whose sign
+// simdjson's tape drops and Json keeps in its double value.
+bool MayHoldNegativeZero(absl::string_view text) {
+  for (size_t at = text.find("-0"); at != absl::string_view::npos; at = text.find("-0", at + 2)) {
+    if (at + 2 == text.size()) return true;
+    const char next = text[at + 2];
+    if (!absl::ascii_isdigit(next) && next != '.' && next != 'e' && next != 'E') return true;
+  }
+  return false;
+}
+
+// Whether some object within `element` repeats a key (keys compared decoded).
+bool RepeatsAKey(simdjson::dom::element element) {
+  if (element.type() == simdjson::dom::element_type::ARRAY) {
+    for (const simdjson::dom::element item : simdjson::dom::array(element)) {
+      if (RepeatsAKey(item)) return true;
+    }
+  } else if (element.type() == simdjson::dom::element_type::OBJECT) {
+    absl::flat_hash_set<std::string_view> keys;
+    for (const simdjson::dom::key_value_pair field : simdjson::dom::object(element)) {
+      if (!keys.insert(field.key).second || RepeatsAKey(field.value)) return true;
+    }
+  }
+  return false;
+}
+
+// Finds where the members (or elements) of a text's top-level container may be cut: at the
+// commas between them. It knows only strings and brackets, so in an invalid text a cut may fall
+// anywhere; the runs between cuts are each validated by simdjson, which is what makes them
+// right (ParseWithSimdjson).
+class TopLevelCuts {
+ public:
+  explicit TopLevelCuts(absl::string_view text) : text_(text) {}
+
+  // The first comma at depth 1 at or after `at`, scanning on from where the last call stopped;
+  // the text's size when there is none.
+  size_t Next(size_t at) {
+    const size_t size = text_.size();
+    for (; scan_ < size; ++scan_) {
+      const char c = text_[scan_];
+      if (c == '"') {
+        scan_ = ClosingQuote(scan_);
+      } else if (c == '{' || c == '[') {
+        ++depth_;
+      } else if (c == '}' || c == ']') {
+        --depth_;
+      } else if (c == ',' && depth_ == 1 && scan_ >= at) {
+        return scan_++;
+      }
+    }
+    return size;
+  }
+
+ private:
+  // The unescaped quote that closes the string opened at `open` (the last byte when none
+  // does). A backslash run before a quote is counted once, so the scan stays linear.
+  size_t ClosingQuote(size_t open) const {
+    for (size_t at = open + 1;; ++at) {
+      at = text_.find('"', at);
+      if (at == absl::string_view::npos) return text_.size() - 1;
+      size_t backslashes = 0;
+      while (text_[at - 1 - backslashes] == '\\') ++backslashes;
+      if (backslashes % 2 == 0) return at;
+    }
+  }
+
+  absl::string_view text_;
+  size_t scan_ = 0;
+  int depth_ = 0;
+};
+
+// Hands the values of what simdjson has read and validated to `events`, in document order,
+// counting them.
+class TapeWalker {
+ public:
+  explicit TapeWalker(JsonEvents& events) : events_(events) {}
+
+  size_t delivered() const { return delivered_; }
+
+  absl::Status Walk(simdjson::dom::element element) {
+    switch (element.type()) {
+      case simdjson::dom::element_type::OBJECT: {
+        TP_RETURN_IF_ERROR(StartObject());
+        for (const simdjson::dom::key_value_pair field : simdjson::dom::object(element)) {
+          TP_RETURN_IF_ERROR(Key(field.key));
+          TP_RETURN_IF_ERROR(Walk(field.value));
+        }
+        return EndObject();
+      }
+      case simdjson::dom::element_type::ARRAY: {
+        TP_RETURN_IF_ERROR(StartArray());
+        for (const simdjson::dom::element item : simdjson::dom::array(element)) {
+          TP_RETURN_IF_ERROR(Walk(item));
+        }
+        return EndArray();
+      }
+      case simdjson::dom::element_type::STRING:
+        ++delivered_;
+        return events_.String(std::string(element.get_string().value_unsafe()));
+      case simdjson::dom::element_type::INT64: {
+        // A zero here was written "0": MayHoldNegativeZero keeps "-0" from this reader.
+        const int64_t value = element.get_int64().value_unsafe();
+        ++delivered_;
+        return events_.Number(true, value, static_cast<double>(value));
+      }
+      case simdjson::dom::element_type::UINT64:  // beyond int64: rounds as the decimal would
+        ++delivered_;
+        return events_.Number(false, 0, static_cast<double>(element.get_uint64().value_unsafe()));
+      case simdjson::dom::element_type::DOUBLE:
+        ++delivered_;
+        return events_.Number(false, 0, element.get_double().value_unsafe());
+      case simdjson::dom::element_type::BOOL:
+        ++delivered_;
+        return events_.Bool(element.get_bool().value_unsafe());
+      case simdjson::dom::element_type::NULL_VALUE:
+        ++delivered_;
+        return events_.Null();
+    }
+    return absl::InternalError("JSON: a value of unknown type");
+  }
+
+  absl::Status StartObject() {
+    ++delivered_;
+    return events_.StartObject();
+  }
+  absl::Status EndObject() {
+    ++delivered_;
+    return events_.EndObject();
+  }
+  absl::Status StartArray() {
+    ++delivered_;
+    return events_.StartArray();
+  }
+  absl::Status EndArray() {
+    ++delivered_;
+    return events_.EndArray();
+  }
+  absl::Status Key(std::string_view key) {
+    ++delivered_;
+    return events_.Key(std::string(key));
+  }
+
+ private:
+  JsonEvents& events_;
+  size_t delivered_ = 0;
+};
+
+// Passes events on to `events` after dropping the first `skip`: the reference reader, reading
+// a text again from its start, hands on only what simdjson's had not.
+class SkippingEvents final : public JsonEvents {
+ public:
+  SkippingEvents(JsonEvents& events, size_t skip) : events_(events), skip_(skip) {}
+
+  absl::Status Null() override { return Skip() ? absl::OkStatus() : events_.Null(); }
+  absl::Status Bool(bool value) override { return Skip() ? absl::OkStatus() : events_.Bool(value); }
+  absl::Status Number(bool is_int, int64_t as_int, double as_double) override {
+    return Skip() ? absl::OkStatus() : events_.Number(is_int, as_int, as_double);
+  }
+  absl::Status String(std::string&& value) override {
+    return Skip() ? absl::OkStatus() : events_.String(std::move(value));
+  }
+  absl::Status StartObject() override { return Skip() ? absl::OkStatus() : events_.StartObject(); }
+  absl::Status Key(std::string&& key) override {
+    return Skip() ? absl::OkStatus() : events_.Key(std::move(key));
+  }
+  absl::Status EndObject() override { return Skip() ? absl::OkStatus() : events_.EndObject(); }
+  absl::Status StartArray() override { return Skip() ? absl::OkStatus() : events_.StartArray(); }
+  absl::Status EndArray() override { return Skip() ? absl::OkStatus() : events_.EndArray(); }
+
+ private:
+  bool Skip() {
+    if (skip_ == 0) return false;
+    --skip_;
+    return true;
+  }
+
+  JsonEvents& events_;
+  size_t skip_;
+};
+
+// Reads a text whose top-level value is an object or an array with simdjson, in runs of about
+// `run_bytes` cut between its members (TopLevelCuts), so that simdjson's buffers, sized by the
+// first run, are reused instead of growing with the text: each run, closed with the brackets it
+// lacks
+// ("{" run "}"), is validated whole before its first event, and must hold at least one member
+// unless it is the whole text. Together the runs are the text, so when every run is valid the
+// text is, and the events are the text's. Returns the handler's status once it has had every
+// event (or stopped them), or nullopt when a run is refused, or reading it would break a
+// promise of ParseJsonEvents (memory, repeated keys, the sign of -0); `delivered` then counts
+// the events handed out, all of runs before the one refused.
+std::optional<absl::Status> ParseWithSimdjson(absl::string_view text, JsonEvents& events,
+                                              bool unique_keys, size_t run_bytes,
+                                              size_t& delivered) {
+  delivered = 0;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == absl::string_view::npos || (text[first] != '{' && text[first] != '[')) {
+    return std::nullopt;
+  }
+  const bool object = text[first] == '{';
+  const char open = object ? '{' : '[';
+  const char close = object ? '}' : ']';
+  TopLevelCuts cuts(text);
+  TapeWalker walker(events);
+  simdjson::dom::parser parser;
+  std::string buffer;  // a run with its brackets, and simdjson's padding after it
+  absl::flat_hash_set<std::string> keys;  // the top-level object's, when they must be unique
+  if (parser.allocate(std::min(run_bytes, text.size()) + 2, Json::kMaxDepth) != simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  for (size_t start = 0;;) {
+    const size_t end = cuts.Next(start + run_bytes);
+    const bool is_first = start == 0, is_last = end == text.size();
+    const absl::string_view run = text.substr(start, end - start);
+    // A run holds fewer separators than bytes, so only one of many bytes can reach the budget.
+    if ((run.size() > kFastReaderBudget / 34 && FastReaderBytes(run) > kFastReaderBudget) ||
+        MayHoldNegativeZero(run)) {
+      return std::nullopt;
+    }
+    buffer.clear();
+    if (!is_first) buffer += open;
+    buffer.append(run.data(), run.size());
+    if (!is_last) buffer += close;
+    const size_t size = buffer.size();
+    buffer.append(simdjson::SIMDJSON_PADDING, ' ');
+    simdjson::dom::element root;
+    if (parser.parse(buffer.data(), size, /*realloc_if_needed=*/false).get(root) !=
+        simdjson::SUCCESS) {
+      return std::nullopt;
+    }
+    // An empty run between two cuts is a stray comma, not an empty object.
+    const size_t members =
+        object ? simdjson::dom::object(root).size() : simdjson::dom::array(root).size();
+    if (members == 0 && !(is_first && is_last)) return std::nullopt;
+    if (unique_keys) {
+      if (RepeatsAKey(root)) return std::nullopt;
+      if (object) {
+        for (const simdjson::dom::key_value_pair field : simdjson::dom::object(root)) {
+          if (!keys.emplace(field.key).second) return std::nullopt;
+        }
+      }
+    }
+    if (is_first) TP_RETURN_IF_ERROR(object ? walker.StartObject() : walker.StartArray());
+    if (object) {
+      for (const simdjson::dom::key_value_pair field : simdjson::dom::object(root)) {
+        TP_RETURN_IF_ERROR(walker.Key(field.key));
+        TP_RETURN_IF_ERROR(walker.Walk(field.value));
+      }
+    } else {
+      for (const simdjson::dom::element item : simdjson::dom::array(root)) {
+        TP_RETURN_IF_ERROR(walker.Walk(item));
+      }
+    }
+    if (is_last) TP_RETURN_IF_ERROR(object ? walker.EndObject() : walker.EndArray());
+    delivered = walker.delivered();
+    if (is_last) return absl::OkStatus();
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
 absl::Status ParseJsonEvents(absl::string_view text, JsonEvents& events,
                              const JsonEventOptions& options) {
-  return JsonParser::ParseDocument(text, events, options.unique_keys);
+  const bool fast = options.reader == JsonReader::kFast ||
+                    (options.reader == JsonReader::kAuto && text.size() >= kJsonFastReaderMinBytes);
+  size_t delivered = 0;
+  if (fast) {
+    if (std::optional<absl::Status> status =
+            ParseWithSimdjson(text, events, options.unique_keys, options.run_bytes, delivered)) {
+      if (options.reader_used != nullptr) *options.reader_used = JsonReader::kFast;
+      return *std::move(status);
+    }
+  }
+  // The reference reads the text from its start; the events simdjson's reader handed out
+  // before the run it left are the reference's first ones, and are not handed out again.
+  if (options.reader_used != nullptr) *options.reader_used = JsonReader::kReference;
+  SkippingEvents rest(events, delivered);
+  return JsonParser::ParseDocument(text, rest, options.unique_keys);
 }
 
 absl::StatusOr<Json> Json::Parse(absl::string_view text) {

@@ -1,5 +1,5 @@
 // A strict JSON (RFC 8259) reader for config.json, safetensors headers and index files, over
-// nlohmann/json's SAX parser.
+// nlohmann/json's SAX parser (the reference reader) and, for large texts, simdjson's.
 //
 // Strict means: one top-level value and nothing after it but white space (a NUL byte and a
 // byte order mark are data, hence errors); no comments, no trailing commas, no NaN/Infinity,
@@ -14,10 +14,22 @@
 // whose shape they know (a safetensors header, an index's weight map) take the same parse as
 // events instead (ParseJsonEvents) and keep only what they need, so their memory follows what
 // they keep, not the count of values in the text.
+//
+// ParseJsonEvents reads large texts (JsonEventOptions::reader) with simdjson first, in runs of
+// about a MiB cut between the members of the top-level object or array, each run validated
+// whole before its first event, so simdjson's buffers stay the size of a run. From the first
+// run simdjson refuses (an error in it, or what simdjson reads otherwise than the reference: an
+// integer beyond uint64, the sign of -0), or whose reading would take too much memory, the
+// reference reader takes over: it reads the text again from its start, and the events
+// simdjson's reader handed out already are not handed out again. simdjson accepts nothing the
+// reference reader refuses, and gives the same events for what it accepts (json_test and
+// tests/fuzz/json_reader_fuzzer.cc compare the two), so the events and the status are the same
+// whichever reader gives them.
 #ifndef TILEPLAN_BASE_JSON_H_
 #define TILEPLAN_BASE_JSON_H_
 
 #include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,11 +131,25 @@ class JsonEvents {
   virtual absl::Status EndArray() = 0;
 };
 
+enum class JsonReader {
+  kAuto,       // simdjson for texts of kJsonFastReaderMinBytes or more, the reference otherwise
+  kFast,       // simdjson whenever it can (tests)
+  kReference,  // nlohmann only (tests)
+};
+inline constexpr size_t kJsonFastReaderMinBytes = 64 * 1024;
+
 struct JsonEventOptions {
   // Refuse a key repeated in its object, as Json::Parse does (remembering every key of each
   // open object). A handler that keeps the keys anyway (in a map) can check them itself and
   // spare the parse that memory and time: false leaves repeated keys to it.
   bool unique_keys = true;
+  JsonReader reader = JsonReader::kAuto;
+  // simdjson's reader takes the text in runs of about this many bytes, cut between the
+  // members of its top-level value (tests make them small to cut often).
+  size_t run_bytes = size_t{1} << 20;
+  // Where not null, set to the reader that gave the status: kFast when simdjson's gave every
+  // event, kReference when the reference gave some or all.
+  JsonReader* reader_used = nullptr;
 };
 
 // Parses `text` as Json::Parse does (the same strictness and error wording), handing each value

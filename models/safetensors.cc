@@ -77,6 +77,8 @@ std::optional<int64_t> CheckedProduct(const std::vector<int64_t>& shape) {
 // A shape of more dims than this is refused as soon as it is read, so that an absurd header
 // cannot make the reader hold millions of extents (real tensors have a handful).
 constexpr size_t kMaxShapeDims = 64;
+// Elements of "data_offsets" read before the entry is refused without reading on.
+constexpr int64_t kMaxOffsetsRead = 64;
 
 // What a header entry's fields held, as HeaderReader saw them: each field absent, of the
 // right type, or of a wrong one. ViewOf judges them in the order its checks are written.
@@ -152,6 +154,39 @@ absl::StatusOr<TensorView> ViewOf(absl::string_view label, const std::string& na
   return view;
 }
 
+// Fills the file's map of tensors as a header is read. A std::map takes a name greater than
+// all it holds at its end in constant time, while inserting names in no order walks the tree
+// for each, a cache miss at most of its levels when a header holds a million names. Writers
+// sort the names (within a dtype), and those go in at once; the others wait, and go in sorted
+// once the header is read, each beside the one before.
+class TensorMapBuilder {
+ public:
+  explicit TensorMapBuilder(std::map<std::string, TensorView>& map) : map_(map) {}
+
+  void Add(TensorView view) {
+    if (map_.empty() || map_.rbegin()->first < view.name) {
+      map_.emplace_hint(map_.end(), view.name, std::move(view));
+    } else {
+      pending_.push_back(std::move(view));
+    }
+  }
+
+  // Adds the tensors that waited; returns a name that repeats, if any.
+  std::optional<std::string> Finish() {
+    std::sort(pending_.begin(), pending_.end(),
+              [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+    for (TensorView& view : pending_) {
+      if (!map_.emplace(view.name, std::move(view)).second) return view.name;
+    }
+    pending_ = std::vector<TensorView>();
+    return std::nullopt;
+  }
+
+ private:
+  std::map<std::string, TensorView>& map_;
+  std::vector<TensorView> pending_;
+};
+
 // Reads a safetensors header from its JSON events without building the JSON tree: each entry's
 // fields are kept as a RawEntry and become a TensorView when the entry closes, so memory
 // follows what is kept (names, shapes, metadata strings), not the count of values in the text.
@@ -168,6 +203,9 @@ class HeaderReader final : public JsonEvents {
       : label_(label), data_(data), data_size_(data_size), tensors_(tensors), metadata_(metadata) {}
 
   const absl::Status& error() const { return error_; }
+
+  // The tensors read.
+  TensorMapBuilder& tensors() { return tensors_; }
 
   absl::Status Null() override { return Scalar("null"); }
   absl::Status Bool(bool) override { return Scalar("bool"); }
@@ -192,8 +230,7 @@ class HeaderReader final : public JsonEvents {
           entry_.offset_values[entry_.offset_count] = as_int;
         }
       }
-      ++entry_.offset_count;
-      return absl::OkStatus();
+      return CountOffset();
     }
     return Scalar("number");
   }
@@ -249,8 +286,9 @@ class HeaderReader final : public JsonEvents {
             absl::StrCat(label_, ": header is a JSON ", type, ", not an object")));
       case State::kTop:
         if (name_ == "__metadata__") return MetadataNotAnObject();
-        return Fail(
-            TensorError(label_, name_, absl::StrCat("entry is a ", type, ", not an object")));
+        return Fail(TensorError(
+            label_, name_,
+            absl::StrCat("entry is ", type == "array" ? "an " : "a ", type, ", not an object")));
       case State::kMetadata:
         return MetadataEntryNotAString();
       case State::kEntry:
@@ -260,8 +298,8 @@ class HeaderReader final : public JsonEvents {
         entry_.bad_extent = true;
         return absl::OkStatus();
       case State::kOffsets:
-        if (entry_.offset_count++ < 2) entry_.bad_offset = true;
-        return absl::OkStatus();
+        if (entry_.offset_count < 2) entry_.bad_offset = true;
+        return CountOffset();
       case State::kDone:
         break;
     }
@@ -308,9 +346,9 @@ class HeaderReader final : public JsonEvents {
         skip_ = 1;
         return absl::OkStatus();
       case State::kOffsets:
-        if (entry_.offset_count++ < 2) entry_.bad_offset = true;
+        if (entry_.offset_count < 2) entry_.bad_offset = true;
         skip_ = 1;
-        return absl::OkStatus();
+        return CountOffset();
       case State::kDone:
         break;
     }
@@ -333,7 +371,7 @@ class HeaderReader final : public JsonEvents {
         state_ = State::kTop;
         absl::StatusOr<TensorView> view = ViewOf(label_, name_, entry_, data_, data_size_);
         if (!view.ok()) return Fail(view.status());
-        if (!tensors_.emplace(name_, *std::move(view)).second) return Duplicate(name_);
+        tensors_.Add(*std::move(view));
         return absl::OkStatus();
       }
       case State::kShape:
@@ -343,6 +381,15 @@ class HeaderReader final : public JsonEvents {
       case State::kStart:
       case State::kDone:
         break;
+    }
+    return absl::OkStatus();
+  }
+
+  // One more element of "data_offsets". Two are right; an array far longer is refused as it is
+  // read, so that one does not keep the parse going for nothing.
+  absl::Status CountOffset() {
+    if (++entry_.offset_count > kMaxOffsetsRead) {
+      return Fail(TensorError(label_, name_, "\"data_offsets\" is not an array of two integers"));
     }
     return absl::OkStatus();
   }
@@ -375,7 +422,7 @@ class HeaderReader final : public JsonEvents {
   absl::string_view label_;
   const std::byte* data_;
   uint64_t data_size_;
-  std::map<std::string, TensorView>& tensors_;
+  TensorMapBuilder tensors_;
   std::map<std::string, std::string>& metadata_;
   State state_ = State::kStart;
   int skip_ = 0;      // depth inside a value whose contents are not read
@@ -413,20 +460,32 @@ absl::Status ParseImage(const std::byte* bytes, size_t size, absl::string_view l
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": header is not valid JSON: ", parsed.message()));
   }
-
-  // Non-empty ranges sorted by start must not overlap; empty tensors occupy no bytes.
-  std::vector<const TensorView*> ranges;
-  for (const auto& [name, view] : tensors) {
-    if (view.nbytes > 0) ranges.push_back(&view);
+  if (std::optional<std::string> repeated = reader.tensors().Finish()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": header is not valid JSON: duplicate object key ", Quote(*repeated)));
   }
-  std::sort(ranges.begin(), ranges.end(), [](const TensorView* a, const TensorView* b) {
-    return std::tie(a->data, a->nbytes, a->name) < std::tie(b->data, b->nbytes, b->name);
+
+  // Non-empty ranges sorted by start must not overlap; empty tensors occupy no bytes. The
+  // ranges are sorted as values, names compared only between ranges that start and end alike.
+  struct Range {
+    const std::byte* data;
+    size_t nbytes;
+    const TensorView* view;
+  };
+  std::vector<Range> ranges;
+  for (const auto& [name, view] : tensors) {
+    if (view.nbytes > 0) ranges.push_back({view.data, view.nbytes, &view});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    if (a.data != b.data) return a.data < b.data;
+    if (a.nbytes != b.nbytes) return a.nbytes < b.nbytes;
+    return a.view->name < b.view->name;
   });
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i]->data < ranges[i - 1]->data + ranges[i - 1]->nbytes) {
-      return TensorError(
-          label, ranges[i]->name,
-          absl::StrCat("\"data_offsets\" overlap those of tensor ", Quote(ranges[i - 1]->name)));
+    if (ranges[i].data < ranges[i - 1].data + ranges[i - 1].nbytes) {
+      return TensorError(label, ranges[i].view->name,
+                         absl::StrCat("\"data_offsets\" overlap those of tensor ",
+                                      Quote(ranges[i - 1].view->name)));
     }
   }
   return absl::OkStatus();

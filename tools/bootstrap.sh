@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
-          libsqlite3-dev libgtest-dev libgmock-dev nlohmann-json3-dev python3-protobuf
-          python3-dev python3-venv)
+          libsqlite3-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsimdjson-dev
+          python3-protobuf python3-dev python3-venv)
 if [[ ${TILEPLAN_CMAKE_ARGS:-} == *clang* ]]; then
   packages+=(clang libclang-rt-14-dev)
 fi

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/json_readers.h"
 
 namespace tileplan {
 namespace {
@@ -457,6 +459,152 @@ TEST(JsonEventsTest, RefusesWhatParseRefusesAndPassesTheHandlersErrorOn) {
   const absl::Status status = ParseJsonEvents(R"(["x", "here", "y"])", events);
   EXPECT_EQ(status, absl::FailedPreconditionError("stopped at here"));
   EXPECT_THAT(events.log, ::testing::ElementsAre("[", "s:x"));
+}
+
+// Reads a text with ParseJsonEvents and keeps which reader gave the events, and the status.
+struct RecordingReader {
+  JsonReader reader = JsonReader::kAuto;
+  absl::Status status;
+  bool Read(absl::string_view text, JsonReader choice = JsonReader::kFast) {
+    testing::RecordedJsonEvents events;
+    status = ParseJsonEvents(text, events, {.reader = choice, .reader_used = &reader});
+    return status.ok();
+  }
+};
+
+// simdjson's reader and the reference agree, event for event and error for error, on every
+// corner of the grammar (tests/testing/json_readers.h), with repeated keys refused or not, and
+// with simdjson's reader taking the text whole or in runs of 1 to 8 bytes (cut at every comma
+// between the top-level value's members, or every few).
+void ExpectReadersAgree(absl::string_view text) {
+  for (const bool unique_keys : {true, false}) {
+    for (const size_t run_bytes : {size_t{1} << 20, size_t{1}, size_t{3}, size_t{8}}) {
+      EXPECT_EQ(testing::CompareJsonReaders(text, unique_keys, run_bytes), "")
+          << QuoteUntrusted(text) << " unique_keys=" << unique_keys << " run_bytes=" << run_bytes;
+    }
+  }
+}
+
+TEST(JsonReadersTest, AgreeOnTheCornersOfTheGrammar) {
+  const auto expect_agree = [](const std::vector<std::string>& texts) {
+    for (const std::string& text : texts) ExpectReadersAgree(text);
+  };
+  // clang-format off
+  // Numbers: the sign of zero, the edges of int64 and uint64, underflow and overflow.
+  expect_agree({"0", "-0", "[-0]", "[-0,1]", "-0.0", "-0e0", "[-0.5]", "[\"-0\"]", "1e-400",
+                "-1e-400", "1e400", "-1e400", "1.7976931348623157e308", "1.7976931348623159e308",
+                "4.9e-324", "2.4e-324", "0.1", "9223372036854775807", "9223372036854775808",
+                "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
+                "18446744073709551616", "123456789012345678901234567890",
+                "1.00000000000000011102230246251565404236316680908203125", "01", "-", "1.", ".5",
+                "1e", "1e+", "+1", "0x10", "1E2", "[1.5e-3, 2E+10]", "NaN", "Infinity",
+                "-Infinity"});
+  // Strings: escapes, surrogates, control characters, UTF-8.
+  expect_agree({R"("\u00e9\uD83D\uDE00 \" \\ \/ \b\f\n\r\t")", R"("\ud800")", R"("\udc00")",
+                R"("\ud800\u0041")", R"("\uD83D\uDE00")", R"("\u0000")", R"("\x")", R"("\u12")",
+                R"("\u12G4")", "\"a\x01\"", "\"a\x1f\"", "\"a\x7f\"", "\"\x80\"", "\"\xC0\x80\"",
+                "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"",
+                "\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\"", "\"\xE2\x82\"", "\"abc", "\""});
+  // Structure.
+  expect_agree({"[1,]", R"({"a":1,})", R"({"a" 1})", "[1 2]", "[1] 2", "[1] x", "{} ",
+                " \t\r\n{}\n", "", " ", "[", "]", "{", "}", R"({"a":})", R"({:1})", R"({1:1})",
+                "[,]", "[[]]]", "[[]", std::string("{}\0", 3), std::string("[\0]", 3),
+                "\xEF\xBB\xBF{}", "\xEF[]"});
+  // Cuts between the top-level members: stray commas, a sign of zero or an error after the
+  // first run (the reference reads on from there).
+  expect_agree({"[1,,2]", "[1,2,]", "[,1]", R"({"a":1,,"b":2})", R"({,"a":1})",
+                R"({"a":1,"b":2,})", "[1,2] ,", "[1,2,-0]", "[1,2,-0,3]", "[1,2,[-0],4]",
+                "[1,2,3,x]", "[1,2,3", R"({"a":1,"b")", "[1, 2 , 3 ]  ",
+                R"([1,"a,b",{"c":[1,2],"d":"]"},"\\",",2])", R"({"a":1,"b":{"x":1,"x":2}})",
+                R"({"a":1,"b":2,"a":3})"});
+  // Repeated keys, in the same object and in different ones.
+  expect_agree({R"({"a":1,"a":2})", R"({"a":{"a":1},"b":{"a":2}})", R"({"a":1,"\u0061":2})",
+                R"([{"k":1},{"k":1}])"});
+  // Literals, and whole documents.
+  expect_agree({"true", "false", "null", "tru", "nul", "nulll", "True", "[true,false,null]",
+                "truex",
+                R"({"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12],)"
+                R"( "__metadata__": {"format": "pt"}})",
+                R"({"metadata": {"total_size": 10},)"
+                R"( "weight_map": {"a.weight": "model-00001.safetensors"}})"});
+  // clang-format on
+  // Nesting at the limit and one beyond, in arrays and objects.
+  for (const int depth : {Json::kMaxDepth - 1, Json::kMaxDepth, Json::kMaxDepth + 1}) {
+    ExpectReadersAgree(std::string(depth, '[') + std::string(depth, ']'));
+    std::string objects;
+    for (int i = 0; i < depth; ++i) objects += "{\"a\":";
+    objects += "1" + std::string(depth, '}');
+    ExpectReadersAgree(objects);
+  }
+}
+
+// Byte edits of a valid document, as RandomMutationsNeverCrash makes them: the readers agree
+// on every one, and simdjson's gives the events of most that are valid.
+TEST(JsonReadersTest, AgreeOnMutatedDocuments) {
+  const std::string base = R"({"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12],
+    "s": "\u00e9\uD83D\uDE00 \" \\", "n": [-0.5e-3, 1E+10, 9223372036854775807, true, false,
+    null, -1, 0], "nested": {"a": [[[]]], "b": {}}, "k": 1, "utf8": ")"
+                           "\xC3\xA9\xE2\x82\xAC\"}";
+  const std::string alphabet = "{}[]\",:\\u0123456789.eE+-tfn \x80\xC3\xED\xF4\xFF";
+  std::mt19937 rng(20261203);
+  int fast_valid = 0, reference_valid = 0;
+  for (int iteration = 0; iteration < 5000; ++iteration) {
+    std::string text = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const size_t pos = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          text.erase(pos, 1 + rng() % 8);
+          break;
+        case 2:
+          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+      }
+    }
+    ASSERT_EQ(testing::CompareJsonReaders(text, /*unique_keys=*/iteration % 2 == 0,
+                                          /*run_bytes=*/1 + iteration % 40),
+              "")
+        << QuoteUntrusted(text);
+    RecordingReader used;
+    if (used.Read(text)) {
+      ++reference_valid;
+      fast_valid += used.reader == JsonReader::kFast;
+    }
+  }
+  EXPECT_GT(reference_valid, 100);
+  EXPECT_GT(fast_valid, reference_valid / 2);
+}
+
+TEST(JsonReadersTest, LargeTextsAreReadBySimdjsonAndTheSignOfZeroByTheReference) {
+  std::string header = "{";
+  for (int i = 0; header.size() < kJsonFastReaderMinBytes; ++i) {
+    absl::StrAppend(&header, i == 0 ? "" : ",", "\"model.layers.", i,
+                    ".weight\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[", 8 * i, ",",
+                    8 * i + 8, "]}");
+  }
+  header += "}";
+  RecordingReader used;
+  ASSERT_TRUE(used.Read(header, JsonReader::kAuto));
+  EXPECT_EQ(used.reader, JsonReader::kFast);
+  // Below the size, the reference reads it.
+  ASSERT_TRUE(used.Read(R"({"a":1})", JsonReader::kAuto));
+  EXPECT_EQ(used.reader, JsonReader::kReference);
+  // simdjson's tape keeps no sign of an integer zero, so a text that may hold -0 goes to the
+  // reference, which keeps it in the double value.
+  header.back() = ',';
+  header += "\"z\":[-0]}";
+  ASSERT_TRUE(used.Read(header, JsonReader::kAuto));
+  EXPECT_EQ(used.reader, JsonReader::kReference);
+  // A text simdjson refuses is refused with the reference's words.
+  header.back() = ',';
+  header += "}";
+  EXPECT_FALSE(used.Read(header, JsonReader::kAuto));
+  EXPECT_EQ(used.reader, JsonReader::kReference);
+  EXPECT_EQ(used.status.message(), Json::Parse(header).status().message());
 }
 
 }  // namespace

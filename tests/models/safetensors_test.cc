@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/models/safetensors_builder.h"
@@ -211,7 +213,8 @@ TEST(SafetensorsTest, RejectsHeaderThatIsNotAJsonObject) {
 
 TEST(SafetensorsTest, RejectsMalformedEntries) {
   EXPECT_THAT(ParseError(OneEntry("1")), HasSubstr("tensor \"w\": entry is a number"));
-  EXPECT_THAT(ParseError(OneEntry("[]")), HasSubstr("entry is a array, not an object"));
+  EXPECT_THAT(ParseError(OneEntry("[]")),
+              HasSubstr("tensor \"w\": entry is an array, not an object"));
   EXPECT_THAT(ParseError(OneEntry(R"({"shape":[4],"data_offsets":[0,16]})")),
               HasSubstr("tensor \"w\": missing field \"dtype\""));
   EXPECT_THAT(ParseError(OneEntry(R"({"dtype":"F32","data_offsets":[0,16]})")),
@@ -245,6 +248,15 @@ TEST(SafetensorsTest, ReadsTheHeaderAsEvents) {
       ParseError(OneEntry(
           absl::StrCat(R"({"dtype":"F32","shape":)", dims, R"(],"data_offsets":[0,4]})"), 4)),
       HasSubstr("tensor \"w\": \"shape\" has more than 64 dims"));
+  // An absurdly long "data_offsets" is refused as it is read (the parse stops there, before
+  // the bad dtype that a short one lets ViewOf name first).
+  std::string offsets = "[0";
+  for (int i = 1; i < 100; ++i) offsets += ",1";
+  EXPECT_THAT(ParseError(OneEntry(
+                  absl::StrCat(R"({"shape":[4],"data_offsets":)", offsets, R"(],"dtype":"F99"})"))),
+              HasSubstr("tensor \"w\": \"data_offsets\" is not an array of two integers"));
+  EXPECT_THAT(ParseError(OneEntry(R"({"shape":[4],"data_offsets":[0,16,1],"dtype":"F99"})")),
+              HasSubstr("tensor \"w\": \"dtype\""));
   // 64 dims are fine.
   dims = "[1";
   for (int i = 1; i < 64; ++i) dims += ",1";
@@ -526,6 +538,41 @@ TEST(CheckpointTest, OpensSingleFile) {
   ASSERT_NE(norm, nullptr);
   EXPECT_THAT(*ToFloat32(*norm), ElementsAre(1.0f, -0.5f, 256.0f));
   EXPECT_EQ((*checkpoint)->Find("nope"), nullptr);
+}
+
+// A header large enough for simdjson's reader (base/json.h), its names out of order as well
+// as in order: every tensor is found where its offsets say, and a name given twice, far apart,
+// is refused.
+TEST(SafetensorsFileTest, LargeHeadersInAnyOrder) {
+  constexpr int kTensors = 3000;
+  std::vector<int> order(kTensors);
+  for (int i = 0; i < kTensors; ++i) order[i] = (i * 7919) % kTensors;  // a permutation
+  for (const bool shuffled : {false, true}) {
+    std::string header = "{";
+    for (int i = 0; i < kTensors; ++i) {
+      const int t = shuffled ? order[i] : i;
+      absl::StrAppend(&header, i == 0 ? "" : ",", absl::StrFormat("\"t%05d\"", t),
+                      ":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[", 4 * t, ",", 4 * t + 4,
+                      "]}");
+    }
+    ASSERT_GT(header.size(), kJsonFastReaderMinBytes);
+    std::string data(4 * kTensors, '\0');
+    for (int t = 0; t < kTensors; ++t) std::memcpy(&data[4 * t], &t, 1);
+    const std::string image = ImageFromHeader(header + "}", data);  // outlives the file
+    auto file = Parse(image);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_EQ((*file)->tensors().size(), static_cast<size_t>(kTensors));
+    for (const int t : {0, 1, 1234, kTensors - 1}) {
+      const TensorView* view = (*file)->Find(absl::StrFormat("t%05d", t));
+      ASSERT_NE(view, nullptr) << t;
+      EXPECT_EQ(view->data[0], static_cast<std::byte>(t & 0xFF));
+    }
+    header += absl::StrFormat(",\"t%05d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                              shuffled ? order[0] : 17);
+    EXPECT_THAT(
+        ParseError(ImageFromHeader(header + "}", data)),
+        HasSubstr(absl::StrFormat("duplicate object key \"t%05d\"", shuffled ? order[0] : 17)));
+  }
 }
 
 TEST(CheckpointTest, OpensShardedCheckpoint) {

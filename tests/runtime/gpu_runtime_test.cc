@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/device_buffer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
@@ -292,8 +293,16 @@ TEST_F(GpuRuntimeTest, PlanForAnotherArchitectureIsRefused) {
   EXPECT_THAT(rt.status().message(), HasSubstr("plan for this device's target"));
 }
 
-TEST_F(GpuRuntimeTest, OversizedKvCacheNamesTheSizes) {
-  auto rt = Make({8}, int64_t{1} << 30);
+// A plan the target's memory holds but the device's free memory does not (here most of it is
+// taken first) is refused before anything is allocated, naming the sizes. (A context beyond
+// the target's memory or the model's positions is refused by the planner already.)
+TEST_F(GpuRuntimeTest, APlanBeyondTheFreeMemoryNamesTheSizes) {
+  absl::StatusOr<device::Device::MemoryInfo> memory = device_->GetMemoryInfo();
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  absl::StatusOr<device::DeviceBuffer> taken =
+      device::DeviceBuffer::Allocate(*device_, memory->free_bytes - (int64_t{16} << 20));
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  auto rt = Make({8}, 128);
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kResourceExhausted) << rt.status();
   EXPECT_THAT(rt.status().message(), HasSubstr("KV cache "));
   EXPECT_THAT(rt.status().message(), HasSubstr("bytes are free"));

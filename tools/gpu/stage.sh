@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stages binaries built here for a run on the GPU machine (docs/gpu.md): copies the named
 # executables from the build directory into a folder, strips them, and adds the shared
-# libraries they need that the GPU machine lacks (Abseil, protobuf, SQLite, GoogleTest from
-# Debian). The CUDA libraries (libnvrtc, libcublasLt) are the GPU machine's own.
+# libraries they need that the GPU machine lacks (Abseil, protobuf, SQLite, simdjson, GoogleTest
+# from Debian). The CUDA libraries (libnvrtc, libcublasLt) are the GPU machine's own.
 #
 #   tools/gpu/stage.sh BUILD_DIR DEST_DIR BINARY...
 set -euo pipefail
@@ -16,7 +16,7 @@ for name in "$@"; do
   cp "$src" "$dest/$name"
   strip -s "$dest/$name"
   ldd "$src" | awk '/=> \// {print $3}' |
-    grep -E '/lib(absl_|protobuf|sqlite3|gtest|gmock)' |
+    grep -E '/lib(absl_|protobuf|sqlite3|simdjson|gtest|gmock)' |
     while read -r lib; do cp -u "$lib" "$dest/lib/"; done
 done
 strip -s "$dest"/lib/*.so* 2>/dev/null || true

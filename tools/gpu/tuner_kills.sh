@@ -70,9 +70,9 @@ for ((r = 1; r <= rounds; ++r)); do
   # to that point, one near the span's end lengthens it.
   if kill -9 "$pid" 2> /dev/null; then
     ((++mid))
-    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", d > 0.8 * s ? 1.25 * s : s}')
+    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", (d > 0.8 * s ? 1.25 * s : s)}')
   else
-    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", d < s ? (d > 0.5 ? d : 0.5) : s}')
+    span=$(awk -v s="$span" -v d="$delay" 'BEGIN {printf "%.3f", (d < s ? (d > 0.5 ? d : 0.5) : s)}')
   fi
   wait "$pid" 2> /dev/null
   sleep 0.3
