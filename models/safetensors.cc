@@ -176,7 +176,8 @@ class TensorMapBuilder {
     std::sort(pending_.begin(), pending_.end(),
               [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
     for (TensorView& view : pending_) {
-      if (!map_.emplace(view.name, std::move(view)).second) return view.name;
+      // try_emplace leaves `view` as it was when the name is there already.
+      if (!map_.try_emplace(view.name, std::move(view)).second) return view.name;
     }
     pending_ = std::vector<TensorView>();
     return std::nullopt;
