@@ -511,44 +511,53 @@ class TapeWalker {
 
   absl::Status Walk(simdjson::dom::element element) {
     switch (element.type()) {
-      case simdjson::dom::element_type::OBJECT: {
+      case simdjson::dom::element_type::OBJECT:
         TP_RETURN_IF_ERROR(StartObject());
-        for (const simdjson::dom::key_value_pair field : simdjson::dom::object(element)) {
-          TP_RETURN_IF_ERROR(Key(field.key));
-          TP_RETURN_IF_ERROR(Walk(field.value));
-        }
+        TP_RETURN_IF_ERROR(WalkContents(element));
         return EndObject();
-      }
-      case simdjson::dom::element_type::ARRAY: {
+      case simdjson::dom::element_type::ARRAY:
         TP_RETURN_IF_ERROR(StartArray());
-        for (const simdjson::dom::element item : simdjson::dom::array(element)) {
-          TP_RETURN_IF_ERROR(Walk(item));
-        }
+        TP_RETURN_IF_ERROR(WalkContents(element));
         return EndArray();
-      }
+      default:
+        break;
+    }
+    ++delivered_;  // a scalar
+    switch (element.type()) {
       case simdjson::dom::element_type::STRING:
-        ++delivered_;
         return events_.String(std::string(element.get_string().value_unsafe()));
       case simdjson::dom::element_type::INT64: {
         // A zero here was written "0": MayHoldNegativeZero keeps "-0" from this reader.
         const int64_t value = element.get_int64().value_unsafe();
-        ++delivered_;
         return events_.Number(true, value, static_cast<double>(value));
       }
       case simdjson::dom::element_type::UINT64:  // beyond int64: rounds as the decimal would
-        ++delivered_;
         return events_.Number(false, 0, static_cast<double>(element.get_uint64().value_unsafe()));
       case simdjson::dom::element_type::DOUBLE:
-        ++delivered_;
         return events_.Number(false, 0, element.get_double().value_unsafe());
       case simdjson::dom::element_type::BOOL:
-        ++delivered_;
         return events_.Bool(element.get_bool().value_unsafe());
       case simdjson::dom::element_type::NULL_VALUE:
-        ++delivered_;
         return events_.Null();
+      default:
+        return absl::InternalError("JSON: a value of unknown type");
     }
-    return absl::InternalError("JSON: a value of unknown type");
+  }
+
+  // The members of an object (each key, then its value) or the elements of an array, without
+  // the container's own start and end.
+  absl::Status WalkContents(simdjson::dom::element container) {
+    if (container.type() == simdjson::dom::element_type::OBJECT) {
+      for (const simdjson::dom::key_value_pair field : simdjson::dom::object(container)) {
+        TP_RETURN_IF_ERROR(Key(field.key));
+        TP_RETURN_IF_ERROR(Walk(field.value));
+      }
+    } else {
+      for (const simdjson::dom::element item : simdjson::dom::array(container)) {
+        TP_RETURN_IF_ERROR(Walk(item));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status StartObject() {
@@ -612,12 +621,11 @@ class SkippingEvents final : public JsonEvents {
 
 // Reads a text whose top-level value is an object or an array with simdjson, in runs of about
 // `run_bytes` cut between its members (TopLevelCuts), so that simdjson's buffers, sized by the
-// first run, are reused instead of growing with the text: each run, closed with the brackets it
-// lacks
-// ("{" run "}"), is validated whole before its first event, and must hold at least one member
-// unless it is the whole text. Together the runs are the text, so when every run is valid the
-// text is, and the events are the text's. Returns the handler's status once it has had every
-// event (or stopped them), or nullopt when a run is refused, or reading it would break a
+// first run, are reused instead of growing with the text: each run, closed with the brackets
+// it lacks ("{" run "}"), is validated whole before its first event, and must hold at least
+// one member unless it is the whole text. Together the runs are the text, so when every run is
+// valid the text is, and the events are the text's. Returns the handler's status once it has had
+// every event (or stopped them), or nullopt when a run is refused, or reading it would break a
 // promise of ParseJsonEvents (memory, repeated keys, the sign of -0); `delivered` then counts
 // the events handed out, all of runs before the one refused.
 std::optional<absl::Status> ParseWithSimdjson(absl::string_view text, JsonEvents& events,
@@ -672,16 +680,7 @@ std::optional<absl::Status> ParseWithSimdjson(absl::string_view text, JsonEvents
       }
     }
     if (is_first) TP_RETURN_IF_ERROR(object ? walker.StartObject() : walker.StartArray());
-    if (object) {
-      for (const simdjson::dom::key_value_pair field : simdjson::dom::object(root)) {
-        TP_RETURN_IF_ERROR(walker.Key(field.key));
-        TP_RETURN_IF_ERROR(walker.Walk(field.value));
-      }
-    } else {
-      for (const simdjson::dom::element item : simdjson::dom::array(root)) {
-        TP_RETURN_IF_ERROR(walker.Walk(item));
-      }
-    }
+    TP_RETURN_IF_ERROR(walker.WalkContents(root));
     if (is_last) TP_RETURN_IF_ERROR(object ? walker.EndObject() : walker.EndArray());
     delivered = walker.delivered();
     if (is_last) return absl::OkStatus();

@@ -364,6 +364,32 @@ TEST(JsonTest, TypeNames) {
   EXPECT_EQ(Json::TypeName(ParseOk("{}").type()), "object");
 }
 
+// One to four random edits of `base`: a byte replaced by any byte or by one of the grammar's
+// characters, a run of up to 8 bytes erased, or a grammar character inserted.
+std::string Mutated(const std::string& base, std::mt19937& rng) {
+  static const std::string kAlphabet = "{}[]\",:\\u0123456789.eE+-tfn \x80\xC3\xED\xF4\xFF";
+  std::string text = base;
+  const int edits = 1 + static_cast<int>(rng() % 4);
+  for (int e = 0; e < edits && !text.empty(); ++e) {
+    const size_t pos = rng() % text.size();
+    switch (rng() % 4) {
+      case 0:
+        text[pos] = static_cast<char>(rng() & 0xFF);
+        break;
+      case 1:
+        text[pos] = kAlphabet[rng() % kAlphabet.size()];
+        break;
+      case 2:
+        text.erase(pos, 1 + rng() % 8);
+        break;
+      case 3:
+        text.insert(pos, 1, kAlphabet[rng() % kAlphabet.size()]);
+        break;
+    }
+  }
+  return text;
+}
+
 // Random byte edits of a valid document: the parser must return (either way) without crashing,
 // and every error must carry a byte offset.
 TEST(JsonTest, RandomMutationsNeverCrash) {
@@ -372,29 +398,10 @@ TEST(JsonTest, RandomMutationsNeverCrash) {
     null], "nested": {"a": [[[]]], "b": {}}, "utf8": ")"
                            "\xC3\xA9\xE2\x82\xAC\"}";
   ASSERT_TRUE(Json::Parse(base).ok());
-  const std::string alphabet = "{}[]\",:\\u0123456789.eE+-tfn \x80\xC3\xED\xF4\xFF";
   std::mt19937 rng(20240611);
   int accepted = 0;
   for (int iteration = 0; iteration < 20000; ++iteration) {
-    std::string text = base;
-    const int edits = 1 + static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits && !text.empty(); ++e) {
-      const size_t pos = rng() % text.size();
-      switch (rng() % 4) {
-        case 0:
-          text[pos] = static_cast<char>(rng() & 0xFF);
-          break;
-        case 1:
-          text[pos] = alphabet[rng() % alphabet.size()];
-          break;
-        case 2:
-          text.erase(pos, 1 + rng() % 8);
-          break;
-        case 3:
-          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-          break;
-      }
-    }
+    const std::string text = Mutated(base, rng);
     absl::StatusOr<Json> json = Json::Parse(text);
     if (json.ok()) {
       ++accepted;
@@ -538,33 +545,17 @@ TEST(JsonReadersTest, AgreeOnTheCornersOfTheGrammar) {
   }
 }
 
-// Byte edits of a valid document, as RandomMutationsNeverCrash makes them: the readers agree
+// Byte edits of a valid document (Mutated): the readers agree
 // on every one, and simdjson's gives the events of most that are valid.
 TEST(JsonReadersTest, AgreeOnMutatedDocuments) {
   const std::string base = R"({"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12],
     "s": "\u00e9\uD83D\uDE00 \" \\", "n": [-0.5e-3, 1E+10, 9223372036854775807, true, false,
     null, -1, 0], "nested": {"a": [[[]]], "b": {}}, "k": 1, "utf8": ")"
                            "\xC3\xA9\xE2\x82\xAC\"}";
-  const std::string alphabet = "{}[]\",:\\u0123456789.eE+-tfn \x80\xC3\xED\xF4\xFF";
   std::mt19937 rng(20261203);
   int fast_valid = 0, reference_valid = 0;
   for (int iteration = 0; iteration < 5000; ++iteration) {
-    std::string text = base;
-    const int edits = 1 + static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits && !text.empty(); ++e) {
-      const size_t pos = rng() % text.size();
-      switch (rng() % 3) {
-        case 0:
-          text[pos] = alphabet[rng() % alphabet.size()];
-          break;
-        case 1:
-          text.erase(pos, 1 + rng() % 8);
-          break;
-        case 2:
-          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-          break;
-      }
-    }
+    const std::string text = Mutated(base, rng);
     ASSERT_EQ(testing::CompareJsonReaders(text, /*unique_keys=*/iteration % 2 == 0,
                                           /*run_bytes=*/1 + iteration % 40),
               "")
