@@ -200,6 +200,28 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   const BoundGraph f32_prefill = MustBind(f32, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(f32_prefill, 0), h200);
   EXPECT_THAT(s.message(), HasSubstr("dtype f32 has no tensor-core path"));
+
+  // Split-KV decode gives a key's 16-byte vectors to the lanes of one warp: f32 at head_dim
+  // 256 would take 64 of them, bf16 at 256 takes 32.
+  for (const auto& [dtype, ok] : {std::pair{"f32", false}, std::pair{"bf16", true}}) {
+    const ir::Graph wide = MustParseVerified(absl::StrReplaceAll(R"(graph @g {
+  input %q: DT[B,T,2,256]
+  input %positions: i32[B,T]
+  state %k: DT[B,1,Smax,256]
+  state %v: DT[B,1,Smax,256]
+  %a: DT[B,T,2,256] = attention(%q, %k, %v, %positions) {scale = 0.0625, sliding_window = 0}
+  output %a
+})",
+                                                                 {{"DT", dtype}}));
+    s = registry.Find("attention_decode")
+            ->CanImplement(BoundRegion(MustBind(wide, kDecode, 10), 0), h200);
+    if (ok) {
+      EXPECT_TRUE(s.ok()) << s;
+    } else {
+      EXPECT_THAT(s.message(), HasSubstr("head_dim 256 in f32 takes 64 lanes of 16-byte vectors "
+                                         "per key, more than a warp's 32"));
+    }
+  }
 }
 
 // moe_gemv's description on the typical fused MoE block (E = 8, top 2, I = 64, H = N = 128,
@@ -490,6 +512,39 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     // exceed the cache's chunks: 128 / 32 -> 4.
     EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
     EXPECT_EQ(*t->default_tactic.Param("splits"), 4);
+    // A walk of one chunk per split loads into registers.
+    EXPECT_EQ(*t->default_tactic.Param("stages"), 1);
+  }
+  // At context 30000 the default doubles its splits while each keeps 64 rows and the grid
+  // stays within 8 CTAs per SM: 66 (one CTA per SM for the 2 heads) -> 264, 114 rows each, in
+  // 32-row chunks, loading into registers. Streamed through shared memory (stages 4) the
+  // block adds four stages of K and V tiles of 32 rows (one chunk; 4 KiB each at head_dim 64,
+  // bf16) after the partials.
+  const BoundGraph long_decode = MustBind(graph, {{"B", 1}, {"Smax", 32768}, {"T", 1}}, 30000);
+  for (int i : {0, 1}) {
+    const BoundRegion r(long_decode, i);
+    absl::StatusOr<CandidateTable> t = decode_family.Candidates(r, MustTarget("h200"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(*t->default_tactic.Param("stages"), 1);
+    if (i == 1) {
+      // A 4-row window: one CTA per SM.
+      EXPECT_EQ(*t->default_tactic.Param("splits"), 66);
+      continue;
+    }
+    EXPECT_EQ(*t->default_tactic.Param("splits"), 264);
+    EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
+    Tactic streamed = t->default_tactic;
+    streamed.params["stages"] = 4;
+    EXPECT_TRUE(decode_family.ValidateTactic(streamed, r, MustTarget("h200")).ok());
+    const int64_t partials =
+        decode_family.Geometry(t->default_tactic, r).dynamic_shared_memory_bytes;
+    EXPECT_EQ(decode_family.Geometry(streamed, r).dynamic_shared_memory_bytes,
+              (partials + 15) / 16 * 16 + 4 * 2 * 32 * 64 * 2);
+    // Five stages are refused by name.
+    Tactic five = streamed;
+    five.params["stages"] = 5;
+    EXPECT_THAT(decode_family.ValidateTactic(five, r, MustTarget("h200")).message(),
+                HasSubstr("stages"));
   }
 }
 

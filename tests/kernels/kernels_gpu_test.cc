@@ -209,7 +209,7 @@ TEST(KernelsGpuDeviceTest, RopeKvWriteAttentionReportsPositionsOutsideTheCache) 
   const Tactic tactic{
       "attention_decode",
       family->version(),
-      {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
+      {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 1}, {"stages", 1}, {"warps", 2}}};
   const Device& device = GpuEnvironment::device();
   const int64_t cache_bytes = kCapacity * kDim * 2;
   absl::StatusOr<DeviceBuffer> qkv = DeviceBuffer::Allocate(device, 2 * 4 * kDim * 2);

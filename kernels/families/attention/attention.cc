@@ -17,7 +17,9 @@
 // kv heads are few), reading the live context length from device memory so that one grid serves
 // every context under CUDA Graph replay (chunks past the context exit at once). Each CTA
 // writes (max, sum, accumulator) partials to the workspace; the last CTA of (b, h) merges
-// them (log-sum-exp weights) and writes the output, so a step is one launch. It also serves
+// them (log-sum-exp weights) and writes the output, so a step is one launch. With `stages`
+// >= 2 a CTA streams its rows through shared memory by cp.async, stages - 1 tiles ahead of
+// the warps (long contexts); with 1 the lanes load K and V into registers. It also serves
 // the decode-only fused kinds rope_kv_write_attention and qk_norm_rope_kv_write_attention:
 // the same grid, whose CTAs first build their RoPE-rotated (and normalized) queries from the
 // packed qkv and write the new cache rows that fall in their chunks.
@@ -125,10 +127,22 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
                                        {"sm_120", 64, 64, 2, 4},
                                        {"default", 64, 64, 1, 4}};
 
+// Rows of a streamed split-KV tile: attention_decode_split_kv.cuh's split_kv_tile_rows.
+int64_t SplitKvTileRows(int64_t head_dim, int64_t element_bytes, int64_t kv_chunk) {
+  int64_t rows = 1;
+  while (2 * rows * head_dim * element_bytes <= 8192 && 2 * rows <= kv_chunk) rows *= 2;
+  return rows;
+}
+
 // The split-KV decode grid's dynamic shared memory: a CTA's `queries` in float, plus each
-// warp's (max, sum, accumulator) per query.
-int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps) {
-  return queries * head_dim * 4 + warps * queries * (head_dim + 2) * 4;
+// warp's (max, sum, accumulator) per query, plus with stages >= 2 the streamed K and V tiles
+// after a 16-byte boundary (split_kv_tiles_offset).
+int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps, int64_t stages,
+                            int64_t element_bytes, int64_t kv_chunk) {
+  const int64_t partials = queries * head_dim * 4 + warps * queries * (head_dim + 2) * 4;
+  if (stages < 2) return partials;
+  return CeilDiv(partials, 16) * 16 +
+         stages * 2 * SplitKvTileRows(head_dim, element_bytes, kv_chunk) * head_dim * element_bytes;
 }
 
 // The tactic's head_split and the queries of one split-KV CTA (T · Hq/Hkv / head_split); an
@@ -190,6 +204,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
   if (decode) {
     TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
     TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
+    TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
     TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
     if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
     TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
@@ -200,9 +215,9 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
     b.Launch("attention_decode_split_kv.cuh",
              absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk,
                           ", ", splits, ", ", warps, ", ",
-                          std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ">"),
+                          std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", stages, ">"),
              {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-             SplitKvSharedMemory(group.queries, dim, warps), p);
+             SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
     return std::move(b).Finish();
   }
   TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
@@ -235,6 +250,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   LaunchBuilder b(r, t, buffers);
   TP_ASSIGN_OR_RETURN(const int64_t kv_chunk, b.Param("kv_chunk"));
   TP_ASSIGN_OR_RETURN(const int64_t splits, b.Param("splits"));
+  TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
   TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
   const bool norm = r.kind() == "qk_norm_rope_kv_write_attention";
   const int k_index = norm ? 3 : 1;
@@ -310,10 +326,11 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   b.Launch("attention_decode_rope.cuh",
            absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
                         kv_chunk, ", ", splits, ", ", warps, ", ",
-                        std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", rope_vec, ", ",
-                        norm ? "true" : "false", ", ", rope->interleaved ? "true" : "false", ">"),
+                        std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", stages, ", ",
+                        rope_vec, ", ", norm ? "true" : "false", ", ",
+                        rope->interleaved ? "true" : "false", ">"),
            {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-           SplitKvSharedMemory(group.queries, dim, warps), p);
+           SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
   return std::move(b).Finish();
 }
 
@@ -507,17 +524,16 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  public:
   AttentionDecodeFamily()
       : TemplateFamilyBase(
-            "attention_decode", 5,
+            "attention_decode", 6,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
-            {"head_split", "kv_chunk", "splits", "warps"}) {}
+            {"head_split", "kv_chunk", "splits", "stages", "warps"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
     LaunchGeometry g;
     g.grid = {t.params.at("splits"), s.kv_heads * t.params.at("head_split"), s.batch};
     g.block = {32 * t.params.at("warps"), 1, 1};
-    g.dynamic_shared_memory_bytes =
-        SharedMemory(t.params.at("warps"), t.params.at("head_split"), s);
+    g.dynamic_shared_memory_bytes = SharedMemory(t, s);
     return g;
   }
   WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
@@ -557,6 +573,12 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
       return Refuse(absl::StrCat("head_dim ", s.head_dim, " is not a multiple of ", vec, " up to ",
                                  kMaxDecodeHeadDim, " (16-byte loads per lane)"));
     }
+    // A key's lanes hold one 16-byte vector each and fit in a warp.
+    if (s.head_dim / vec > 32) {
+      return Refuse(absl::StrCat("head_dim ", s.head_dim, " in ", ir::DTypeName(r.operand_dtype(0)),
+                                 " takes ", s.head_dim / vec,
+                                 " lanes of 16-byte vectors per key, more than a warp's 32"));
+    }
     // Interleaved pairs are read as 2 * vec consecutive elements of the qkv rows.
     if (IsRopeAttention(r)) TP_RETURN_IF_ERROR(CheckRopeLayout(r, 0));
     return CheckLayouts(r);
@@ -579,27 +601,55 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
            s.batch * s.kv_heads * 2 * head_split <= target.sm_count()) {
       head_split *= 2;
     }
-    // Enough splits to give every SM a CTA; chunks small enough that the context the phase
-    // is planned for spans two chunks per split (so a shorter context still keeps most
-    // splits busy), at least 32 rows and at most the row's chunk; no more splits than the
-    // cache has chunks.
-    const int64_t wanted =
-        CeilDiv(target.sm_count(), std::max<int64_t>(1, s.batch * s.kv_heads * head_split));
+    // Enough splits to give every SM a CTA, doubled while every split keeps at least
+    // kMinSplitRows of the keys the phase is planned for and the grid stays within
+    // kMaxCtasPerSm CTAs per SM: a CTA's walk is a chain of dependent steps per key (its lane
+    // groups' shuffles and exponentials; at one CTA per SM, one warp per scheduler), so long
+    // contexts need more CTAs in flight. Measured on the H200 (docs/PERF.md): Qwen3-0.6B
+    // decode at context 8192 2.363 -> 1.423 ms (9 -> 36 splits), 16384 3.950 -> 1.941 ms;
+    // deeper loads alone (the rows streamed through shared memory at 9 splits) made it slower.
+    // Chunks small enough that the planned context spans two chunks per split (so a shorter
+    // context still keeps most splits busy), at least 32 rows and at most the row's chunk; no
+    // more splits than the cache has chunks.
+    const int64_t pairs = std::max<int64_t>(1, s.batch * s.kv_heads * head_split);
+    int64_t wanted = CeilDiv(target.sm_count(), pairs);
+    while (CeilDiv(s.keys(), 2 * wanted) >= kMinSplitRows &&
+           2 * wanted * pairs <= kMaxCtasPerSm * target.sm_count()) {
+      wanted *= 2;
+    }
     const int64_t context = std::max<int64_t>(1, r.bound_graph().context());
     int64_t chunk = row.kv_chunk;
     while (chunk > 32 && context < 2 * wanted * chunk) chunk /= 2;
     const int64_t splits =
         std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    // Registers: streaming the rows through shared memory (stages >= 2) measured slower at
+    // contexts 2048 to 16384 with one CTA per SM (docs/PERF.md), so it is left to the tuner.
+    const int64_t stages = 1;
     return MakeTactic({{"head_split", head_split},
                        {"kv_chunk", chunk},
                        {"splits", splits},
+                       {"stages", stages},
                        {"warps", row.warps}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
     return {{"head_split", {1, 2, 4, 8}},
             {"kv_chunk", {32, 64, 128, 256, 512}},
             {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
+            {"stages", {1, 2, 4}},
             {"warps", {2, 4, 8}}};
+  }
+  // Streaming pays only for walks of several tiles: stages >= 2 are measured where a split
+  // holds at least kStreamedTiles tiles at the planned context; splits past the chunks the
+  // planned context fills would stay empty.
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    const int64_t keys = std::max<int64_t>(1, s.keys());
+    const int64_t chunk = t.params.at("kv_chunk");
+    const int64_t splits = t.params.at("splits");
+    if (splits > 1 && splits > CeilDiv(keys, chunk)) return false;
+    return t.params.at("stages") == 1 ||
+           CeilDiv(keys, splits) >= kStreamedTiles * SplitKvTileRows(s.head_dim, s.es, chunk);
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
@@ -621,15 +671,32 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
                                    "] (chunks of the cache capacity ", s.capacity, ")"));
     }
     if (!IsPowerOfTwo(warps) || warps > 16) return BadParam("warps", warps, "a power of two <= 16");
-    if (SharedMemory(warps, head_split, s) > target.shared_memory_per_block_bytes()) {
-      return BadParam("warps", warps, "a block whose partials fit in shared memory");
+    const int64_t stages = t.params.at("stages");
+    if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
+    const int64_t smem = SharedMemory(t, s);
+    if (smem > target.shared_memory_per_block_bytes()) {
+      return BadParam(stages > 1 ? "stages" : "warps", stages > 1 ? stages : warps,
+                      absl::StrCat("a block whose partials", stages > 1 ? " and tiles" : "",
+                                   " fit in shared memory (", smem, " bytes of ",
+                                   target.shared_memory_per_block_bytes(), ")"));
     }
     return absl::OkStatus();
   }
 
  private:
-  static int64_t SharedMemory(int64_t warps, int64_t head_split, const AttentionShape& s) {
-    return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps);
+  // Tiles a split walks before streaming them is measured.
+  static constexpr int64_t kStreamedTiles = 4;
+  // The default's split count: rows per split, CTAs per SM.
+  static constexpr int64_t kMinSplitRows = 64;
+  static constexpr int64_t kMaxCtasPerSm = 8;
+  static int64_t SharedMemory(int64_t head_split, int64_t kv_chunk, int64_t stages, int64_t warps,
+                              const AttentionShape& s) {
+    return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps, stages, s.es,
+                               kv_chunk);
+  }
+  static int64_t SharedMemory(const Tactic& t, const AttentionShape& s) {
+    return SharedMemory(t.params.at("head_split"), t.params.at("kv_chunk"), t.params.at("stages"),
+                        t.params.at("warps"), s);
   }
 };
 

@@ -41,14 +41,14 @@ namespace tileplan {
 // counters as attention_decode_split_kv.
 //
 // Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
-// memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
+// memory as attention_decode_split_kv's (its kStages tiles included), Q = tokens * q_heads /
 // kv_heads / head_split (head_split a divisor of the group).
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim a multiple of 16 / sizeof(T)
 // and <= 256; kRopeVec divides kHeadDim / 2, and kRopeVec (2 * kRopeVec with kInterleaved)
 // divides qkv_stride and qkv's offset (rope_kv_write's vector); caches and out aligned to 16
 // bytes.
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kRopeVec, bool kNorm, bool kInterleaved>
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
@@ -100,12 +100,15 @@ __global__ void __launch_bounds__(kWarps * 32)
                                                              attention_factor, k_norm, eps, lane);
     copy_head<T, kHeadDim, kRopeVec>(row + (q_heads + kv_heads + kvh) * kHeadDim,
                                      v_cache + cache_row, lane);
+    // The streamed body reads the rows by cp.async, which goes to L2 past this SM's L1:
+    // the rows are made visible there before the __syncthreads below.
+    if constexpr (kStages > 1) __threadfence();
   }
   if (threadIdx.x < tokens) {
     decode_key_range(p_own, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
   }
   __syncthreads();  // q_s, the key ranges and this block's cache rows are visible
-  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }

@@ -14,10 +14,16 @@
 // V rows are read once per pass over up to kQueries queries (more queries take more passes,
 // re-reading from L2). Inside a warp, aligned groups of kLanes = ceil_pow2(kHeadDim / kVec)
 // lanes each own one key at a time (a lane holds kVec = 16 / sizeof(T) dims), so a warp scores
-// 32 / kLanes keys per step, two steps of loads in flight. Every lane group keeps its own
-// online-softmax state per query (running max m, sum l, output o), merged across groups
-// with shuffles and across warps through shared memory. Scores live in the log2 domain
-// (q . k * scale * log2(e)) so exp2f is the only exponential.
+// 32 / kLanes keys per step, two steps at a time. With kStages == 1 the lanes load their K and
+// V vectors from global memory straight into registers (two steps of loads in flight per
+// warp); with kStages >= 2 the CTA streams its rows through shared memory instead: tiles of
+// kTile rows (split_kv_tile_rows: at most 8 KiB of K and 8 KiB of V, within a chunk) copied
+// by cp.async, kStages - 1 tiles in flight while the warps score the current one, so a CTA
+// keeps up to 48 KiB of the cache on its way (a warp of the register path keeps 2 KiB at
+// head_dim 128 in bf16). Every lane group keeps its own online-softmax state per query
+// (running max m, sum l, output o), merged across groups with shuffles and across warps
+// through shared memory. Scores live in the log2 domain (q . k * scale * log2(e)) so exp2f is
+// the only exponential.
 //
 // With kSplits > 1 each CTA writes (o, m, l) per query to the workspace, and the last CTA of
 // (b, kvh, part) to finish (an atomic counter, re-armed to zero) merges the splits with
@@ -108,17 +114,89 @@ struct SplitKvCta {
         pair(blockIdx.z * gridDim.y + blockIdx.y) {}
 };
 
+// Rows per shared-memory tile of the streamed split-KV body (kStages >= 2): 8 KiB of K (and
+// as much of V) rounded down to a power of two, at most a chunk. The host's
+// SplitKvSharedMemory computes the same.
+__host__ __device__ constexpr int split_kv_tile_rows(int head_dim, int element_bytes,
+                                                     int kv_chunk) {
+  int rows = 1;
+  while (2 * rows * head_dim * element_bytes <= 8192 && 2 * rows <= kv_chunk) rows *= 2;
+  return rows;
+}
+
+// Byte offset in the dynamic shared memory of the streamed tiles: after the queries and the
+// warps' partials, rounded up to 16 bytes for cp.async.
+__device__ __forceinline__ int split_kv_tiles_offset(int num_q, int head_dim, int warps) {
+  return ((num_q * head_dim + warps * num_q * (head_dim + 2)) * 4 + 15) / 16 * 16;
+}
+
+// One step of a lane group's online softmax over the kInFlight keys key[u] (valid[u]) whose K
+// and V vectors (dims d0 ...) the lane holds: scores against queries q0 ... q0 + kQueries - 1
+// (those < num_q), masked by each query's token's key range.
+template <typename T, int kHeadDim, int kQueries, int kInFlight, int kLanes, int kVec>
+__device__ __forceinline__ void split_kv_step(const RawVec<T, kVec> (&kr)[kInFlight],
+                                              const RawVec<T, kVec> (&vr)[kInFlight],
+                                              const bool (&valid)[kInFlight],
+                                              const int (&key)[kInFlight], const float* q_s,
+                                              int q0, int num_q, int group, const int* s_first,
+                                              const int* s_last, int d0, bool has_dims,
+                                              float (&m)[kQueries], float (&l)[kQueries],
+                                              float (&o)[kQueries][kVec]) {
+  float score[kInFlight][kQueries];
+#pragma unroll
+  for (int u = 0; u < kInFlight; ++u) {
+#pragma unroll
+    for (int qq = 0; qq < kQueries; ++qq) {
+      const int qi = q0 + qq;
+      float dot = 0.f;
+      if (valid[u] && has_dims && qi < num_q) {
+        const float* qv = q_s + qi * kHeadDim + d0;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot += qv[e] * word_element<T>(kr[u].w, e);
+      }
+      dot = group_sum<kLanes>(dot);
+      const int t = qi / group;
+      const bool visible = valid[u] && qi < num_q && key[u] >= s_first[t] && key[u] <= s_last[t];
+      score[u][qq] = visible ? dot : neg_inf();
+    }
+  }
+#pragma unroll
+  for (int qq = 0; qq < kQueries; ++qq) {
+    float mx = m[qq];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) mx = fmaxf(mx, score[u][qq]);
+    if (mx == neg_inf()) continue;  // nothing visible yet for this query
+    const float corr = exp2f(m[qq] - mx);
+    l[qq] *= corr;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) o[qq][e] *= corr;
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const float p = exp2f(score[u][qq] - mx);  // 0 for masked keys
+      l[qq] += p;
+      if (valid[u] && has_dims) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) o[qq][e] += p * word_element<T>(vr[u].w, e);
+      }
+    }
+    m[qq] = mx;
+  }
+}
+
 // The split-KV attention of CTA (split, y, b) once its queries are staged: q_s holds the
 // num_q = tokens * group queries of its part of kv head kvh (query qi = t * group + g is q
 // head head0 + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
 // s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
-// q_s. With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and
-// the last CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
+// q_s, and with kStages >= 2 the streamed tiles start at split_kv_tiles_offset. With
+// kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
+// CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
-// __syncthreads), so their loads must not take the read-only data path.
+// __syncthreads, and to its cp.async copies once a __threadfence followed the writes), so
+// their loads must not take the read-only data path.
 // REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
 // write of q_s, s_first and s_last.
-template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages>
 __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s, const int* s_first,
                                                 const int* s_last, const T* k_cache,
                                                 const T* v_cache, T* __restrict__ out,
@@ -133,6 +211,8 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   constexpr int kInFlight = 2;
   constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
+  static_assert(kStages >= 1 && kStages <= 4, "stages");
+  static_assert((kKvChunk & (kKvChunk - 1)) == 0, "kv_chunk: a power of two");
   const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
   const int head0 = cta.head0;
   const int warp = threadIdx.x / 32;
@@ -159,63 +239,96 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 #pragma unroll
       for (int e = 0; e < kVec; ++e) o[qq][e] = 0.f;
     }
-    for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
-      const int jb = max(c0, lo);
-      const int je = min(c0 + kKvChunk - 1, hi);
-      // The loop bound is uniform across the warp so the shuffles see every lane.
-      for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
-        RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
-        bool valid[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u) {
-          const int j = j0 + u * kStepKeys + slot;
-          valid[u] = j <= je;
-          if (valid[u] && has_dims) {
-            kr[u] = load_raw<T, kVec>(k_cache + (head_base + j) * kHeadDim + d0);
-            vr[u] = load_raw<T, kVec>(v_cache + (head_base + j) * kHeadDim + d0);
-          }
-        }
-        float score[kInFlight][kQueries];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u) {
-          const int j = j0 + u * kStepKeys + slot;
-#pragma unroll
-          for (int qq = 0; qq < kQueries; ++qq) {
-            const int qi = q0 + qq;
-            float dot = 0.f;
-            if (valid[u] && has_dims && qi < num_q) {
-              const float* qv = q_s + qi * kHeadDim + d0;
-#pragma unroll
-              for (int e = 0; e < kVec; ++e) dot += qv[e] * word_element<T>(kr[u].w, e);
-            }
-            dot = group_sum<kLanes>(dot);
-            const int t = qi / group;
-            const bool visible = valid[u] && qi < num_q && j >= s_first[t] && j <= s_last[t];
-            score[u][qq] = visible ? dot : neg_inf();
-          }
-        }
-#pragma unroll
-        for (int qq = 0; qq < kQueries; ++qq) {
-          float mx = m[qq];
-#pragma unroll
-          for (int u = 0; u < kInFlight; ++u) mx = fmaxf(mx, score[u][qq]);
-          if (mx == neg_inf()) continue;  // nothing visible yet for this query
-          const float corr = exp2f(m[qq] - mx);
-          l[qq] *= corr;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) o[qq][e] *= corr;
+    if constexpr (kStages == 1) {
+      for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
+        const int jb = max(c0, lo);
+        const int je = min(c0 + kKvChunk - 1, hi);
+        // The loop bound is uniform across the warp so the shuffles see every lane.
+        for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
+          RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
+          bool valid[kInFlight];
+          int key[kInFlight];
 #pragma unroll
           for (int u = 0; u < kInFlight; ++u) {
-            const float p = exp2f(score[u][qq] - mx);  // 0 for masked keys
-            l[qq] += p;
+            key[u] = j0 + u * kStepKeys + slot;
+            valid[u] = key[u] <= je;
             if (valid[u] && has_dims) {
-#pragma unroll
-              for (int e = 0; e < kVec; ++e) o[qq][e] += p * word_element<T>(vr[u].w, e);
+              kr[u] = load_raw<T, kVec>(k_cache + (head_base + key[u]) * kHeadDim + d0);
+              vr[u] = load_raw<T, kVec>(v_cache + (head_base + key[u]) * kHeadDim + d0);
             }
           }
-          m[qq] = mx;
+          split_kv_step<T, kHeadDim, kQueries, kInFlight, kLanes, kVec>(
+              kr, vr, valid, key, q_s, q0, num_q, group, s_first, s_last, d0, has_dims, m, l, o);
         }
       }
+    } else {
+      // The CTA's tiles in order: chunk n of the split (rows (split + n * kSplits) * kKvChunk
+      // ...), kTilesPerChunk tiles of kTile rows each, from the first chunk that reaches lo
+      // to the last that starts at or before hi; a tile's rows outside [lo, hi] are neither
+      // copied nor scored.
+      constexpr int kTile = split_kv_tile_rows(kHeadDim, static_cast<int>(sizeof(T)), kKvChunk);
+      constexpr int kTilesPerChunk = kKvChunk / kTile;
+      constexpr int kHeadVecs = kHeadDim / kVec;
+      constexpr int kStride = kSplits * kKvChunk;
+      const int first_row = split * kKvChunk;
+      const int n_first = lo > first_row + kKvChunk - 1
+                              ? (lo - first_row - kKvChunk + 1 + kStride - 1) / kStride
+                              : 0;
+      const int n_end = hi >= first_row ? (hi - first_row) / kStride + 1 : 0;
+      const int n_tiles = max(0, n_end - n_first) * kTilesPerChunk;
+      // q_s starts the dynamic shared memory; part_s follows its num_q rows.
+      T* tiles = reinterpret_cast<T*>(reinterpret_cast<char*>(part_s - num_q * kHeadDim) +
+                                      split_kv_tiles_offset(num_q, kHeadDim, kWarps));
+      auto tile_start = [&](int i) {
+        return first_row + (n_first + i / kTilesPerChunk) * kStride + (i % kTilesPerChunk) * kTile;
+      };
+      // Copies tile i (when it exists) into its stage and commits a group either way, so every
+      // thread counts the same groups.
+      auto issue = [&](int i) {
+        if (i < n_tiles) {
+          const int r0 = tile_start(i);
+          const int jb = max(r0, lo), je = min(r0 + kTile - 1, hi);
+          const int vecs = max(0, je - jb + 1) * kHeadVecs;
+          T* ks = tiles + (i % kStages) * 2 * kTile * kHeadDim;
+          for (int e = threadIdx.x; e < 2 * vecs; e += kWarps * 32) {
+            const bool is_v = e >= vecs;
+            const int f = is_v ? e - vecs : e;
+            const int row = jb + f / kHeadVecs, d = (f % kHeadVecs) * kVec;
+            cp_async_16(ks + (is_v ? kTile * kHeadDim : 0) + (row - r0) * kHeadDim + d,
+                        (is_v ? v_cache : k_cache) + (head_base + row) * kHeadDim + d, true);
+          }
+        }
+        cp_async_commit();
+      };
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i) issue(i);
+      for (int i = 0; i < n_tiles; ++i) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();  // tile i is in; every warp is done with the stage issue() refills
+        issue(i + kStages - 1);
+        const int r0 = tile_start(i);
+        const int jb = max(r0, lo), je = min(r0 + kTile - 1, hi);
+        const T* ks = tiles + (i % kStages) * 2 * kTile * kHeadDim;
+        const T* vs = ks + kTile * kHeadDim;
+        for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
+          RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
+          bool valid[kInFlight];
+          int key[kInFlight];
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) {
+            key[u] = j0 + u * kStepKeys + slot;
+            valid[u] = key[u] <= je;
+            if (valid[u] && has_dims) {
+              kr[u] = load_raw<T, kVec>(ks + (key[u] - r0) * kHeadDim + d0);
+              vr[u] = load_raw<T, kVec>(vs + (key[u] - r0) * kHeadDim + d0);
+            }
+          }
+          split_kv_step<T, kHeadDim, kQueries, kInFlight, kLanes, kVec>(
+              kr, vr, valid, key, q_s, q0, num_q, group, s_first, s_last, d0, has_dims, m, l, o);
+        }
+      }
+      cp_async_wait<0>();
+      __syncthreads();  // the stages are free for the next pass over the queries
     }
     // Merge the lane groups of the warp, then publish the warp's state.
 #pragma unroll
@@ -307,10 +420,12 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 //
 // Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
 // memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
-// kv_heads / head_split. REQUIRES: tokens <= 16; head_split divides q_heads / kv_heads;
-// kHeadDim % kVec == 0; q_stride % kVec
-// == 0; pointers aligned to 16 bytes.
-template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries>
+// kv_heads / head_split, and with kStages >= 2 that rounded up to 16 plus kStages * 2 * kTile
+// * kHeadDim * sizeof(T) (kTile = split_kv_tile_rows). REQUIRES: tokens <= 16; head_split
+// divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk a power of
+// two; 1 <= kStages <= 4; pointers aligned to 16 bytes.
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
@@ -343,7 +458,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     decode_key_range(p, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
   }
   __syncthreads();
-  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries>(
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }

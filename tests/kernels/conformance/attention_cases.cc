@@ -53,6 +53,21 @@ std::vector<int32_t> Iota(int n, int start) {
   return v;
 }
 
+// Each split-KV decode tactic as given (registers, stages 1) and streamed through shared
+// memory with each of `stages`.
+std::vector<Params> WithStages(const std::vector<Params>& tactics, std::vector<int> stages = {3}) {
+  std::vector<Params> out;
+  stages.insert(stages.begin(), 1);
+  for (const Params& t : tactics) {
+    for (int n : stages) {
+      Params streamed = t;
+      streamed["stages"] = n;
+      out.push_back(std::move(streamed));
+    }
+  }
+  return out;
+}
+
 std::string AttentionGraph(int batch, int tokens, int q_heads, int kv_heads, int capacity, int dim,
                            const std::string& dtype, int window) {
   const std::string q = absl::StrCat(dtype, "[", batch, ",", tokens, ",", q_heads, ",", dim, "]");
@@ -73,11 +88,11 @@ std::vector<Case> AttentionDecodeSplitKvCases() {
     c.family = "attention_decode";
     c.context = 300;
     c.ints["positions"] = {250, 37};
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
-                 {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 2}, {"warps", 8}},
-                 {{"head_split", 2}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
-                 {{"head_split", 4}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                            {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 2}, {"warps", 8}},
+                            {{"head_split", 2}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                            {{"head_split", 4}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -96,7 +111,7 @@ std::vector<Case> AttentionDecodeSeveralTokensAndHeadDimsCases() {
     c.family = "attention_decode";
     c.context = 180;
     c.ints["positions"] = Iota(s.tokens, 180 - s.tokens);
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 3}, {"warps", 4}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 64}, {"splits", 3}, {"warps", 4}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -262,11 +277,11 @@ std::vector<Case> RopeKvWriteAttentionQwen3ContextsCases() {
     c.family = "attention_decode";
     c.context = context;
     c.ints["positions"] = {context - 1};
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
-                 {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
-                 {{"head_split", 1}, {"kv_chunk", 256}, {"splits", 3}, {"warps", 4}},
-                 {{"head_split", 2}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 4}, {"warps", 2}},
+                            {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 1}, {"warps", 8}},
+                            {{"head_split", 1}, {"kv_chunk", 256}, {"splits", 3}, {"warps", 4}},
+                            {{"head_split", 2}, {"kv_chunk", 32}, {"splits", 16}, {"warps", 4}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -289,10 +304,10 @@ std::vector<Case> RopeKvWriteAttentionTwoTokensAcrossChunksCases() {
     c.family = "attention_decode";
     c.context = 600;
     c.ints["positions"] = {63, 64, 598, 599};
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
-                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 8}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 2}},
+                            {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 512}, {"splits", 2}, {"warps", 8}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -319,8 +334,8 @@ std::vector<Case> RopeKvWriteAttentionDtypesAndViewsCases() {
     c.family = "attention_decode";
     c.context = 37;
     c.ints["positions"] = {0, 36};
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 2}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 32}, {"splits", 1}, {"warps", 2}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -338,8 +353,8 @@ std::vector<Case> RopeKvWriteAttentionYarnInterleavedCases() {
     c.family = "attention_decode";
     c.context = 130;
     c.ints["positions"] = {63, 64, 128, 129};
-    c.tactics = {{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 4}},
-                 {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 2}}};
+    c.tactics = WithStages({{{"head_split", 1}, {"kv_chunk", 32}, {"splits", 3}, {"warps", 4}},
+                            {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 1}, {"warps", 2}}});
     cases.push_back(std::move(c));
   }
   return cases;
@@ -362,14 +377,14 @@ std::vector<Case> AttentionDecodeHeadSplitCases() {
     plain.family = "attention_decode";
     plain.context = context;
     plain.ints["positions"] = {context - 1, context / 2};
-    plain.tactics = tactics;
+    plain.tactics = WithStages(tactics);
     cases.push_back(std::move(plain));
     Case fused;
     fused.graph = RopeAttentionGraph(true, 1, 1, 32, 4, 640, 128, "bf16", 0, kQwenRope);
     fused.family = "attention_decode";
     fused.context = context;
     fused.ints["positions"] = {context - 1};
-    fused.tactics = tactics;
+    fused.tactics = WithStages(tactics);
     cases.push_back(std::move(fused));
   }
   Case across;
@@ -377,8 +392,51 @@ std::vector<Case> AttentionDecodeHeadSplitCases() {
   across.family = "attention_decode";
   across.context = 600;
   across.ints["positions"] = {63, 64, 598, 599};
-  across.tactics = tactics;
+  across.tactics = WithStages(tactics);
   cases.push_back(std::move(across));
+  return cases;
+}
+
+// Long contexts streamed through shared memory: Qwen3-0.6B's heads (16 over 8, head_dim
+// 128, bf16; tiles of 32 rows) at context 4100, with and without a 1000-row window, plain
+// and fused with two new tokens across a chunk boundary; f32 at head_dim 128 (16-row tiles)
+// and f16 at 64 (64-row tiles). Splits walk many tiles, so the pipeline wraps its stages
+// many times, and tiles cut by the window or the context are copied in part.
+std::vector<Case> AttentionDecodeStreamedCases() {
+  std::vector<Case> cases;
+  const std::vector<Params> tactics = {
+      {{"head_split", 2}, {"kv_chunk", 256}, {"splits", 9}, {"stages", 4}, {"warps", 4}},
+      {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 16}, {"stages", 2}, {"warps", 8}},
+      {{"head_split", 2}, {"kv_chunk", 32}, {"splits", 64}, {"stages", 4}, {"warps", 4}},
+      {{"head_split", 1}, {"kv_chunk", 512}, {"splits", 1}, {"stages", 3}, {"warps", 2}},
+      {{"head_split", 1}, {"kv_chunk", 128}, {"splits", 5}, {"stages", 1}, {"warps", 4}}};
+  for (int window : {0, 1000}) {
+    Case plain;
+    plain.graph = AttentionGraph(2, 1, 16, 8, 4160, 128, "bf16", window);
+    plain.family = "attention_decode";
+    plain.context = 4100;
+    plain.ints["positions"] = {4099, 2500};
+    plain.tactics = tactics;
+    cases.push_back(std::move(plain));
+  }
+  Case fused;
+  fused.graph = RopeAttentionGraph(true, 1, 2, 16, 8, 4160, 128, "bf16", 0, kQwenRope);
+  fused.family = "attention_decode";
+  fused.context = 4097;
+  fused.ints["positions"] = {4095, 4096};
+  fused.tactics = tactics;
+  cases.push_back(std::move(fused));
+  for (const auto& [dim, dtype] : {std::pair{128, "f32"}, std::pair{64, "f16"}}) {
+    Case c;
+    c.graph = AttentionGraph(1, 2, 4, 2, 3000, dim, dtype, 0);
+    c.family = "attention_decode";
+    c.context = 2900;
+    c.ints["positions"] = {2898, 2899};
+    c.tactics = {
+        {{"head_split", 1}, {"kv_chunk", 64}, {"splits", 7}, {"stages", 4}, {"warps", 4}},
+        {{"head_split", 2}, {"kv_chunk", 256}, {"splits", 3}, {"stages", 2}, {"warps", 8}}};
+    cases.push_back(std::move(c));
+  }
   return cases;
 }
 
@@ -396,6 +454,7 @@ std::vector<CaseGroup> AttentionCaseGroups() {
       {"RopeKvWriteAttentionDtypesAndViews", RopeKvWriteAttentionDtypesAndViewsCases()},
       {"RopeKvWriteAttentionYarnInterleaved", RopeKvWriteAttentionYarnInterleavedCases()},
       {"AttentionDecodeHeadSplit", AttentionDecodeHeadSplitCases()},
+      {"AttentionDecodeStreamed", AttentionDecodeStreamedCases()},
   };
 }
 
