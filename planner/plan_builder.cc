@@ -172,6 +172,9 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   context.environment =
       spec.environment.empty() ? EnvironmentFingerprint(target) : spec.environment;
   context.excluded_families = spec.excluded_families;
+  context.calibration = spec.calibration;
+  std::map<std::string, SelectionContext::CalibratedPick> calibrated_picks;
+  context.calibrated_picks = &calibrated_picks;
 
   const int n = static_cast<int>(graph.regions().size());
   std::vector<TacticChoice> choices;
@@ -227,8 +230,9 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     s->set_name(r.results.empty() ? std::string() : graph.value(r.results[0]).name);
     for (const std::string& k : r.fused_from) s->add_fused_from(k);
     *s->mutable_tactic() = kernels::TacticToProto(c.tactic);
-    s->set_source(c.source == TacticSource::kTuned ? proto::Step::SOURCE_TUNED
-                                                   : proto::Step::SOURCE_COST_MODEL);
+    s->set_source(c.source == TacticSource::kTuned        ? proto::Step::SOURCE_TUNED
+                  : c.source == TacticSource::kCalibrated ? proto::Step::SOURCE_CALIBRATED
+                                                          : proto::Step::SOURCE_COST_MODEL);
     s->set_estimated_us(c.estimate.us);
     if (c.measured_us) s->set_measured_us(*c.measured_us);
     s->set_bytes(c.estimate.bytes);
@@ -298,6 +302,18 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   const int64_t decode_context =
       options.decode_context > 0 ? options.decode_context : options.max_context;
   o->set_decode_context(decode_context);
+  const CostCalibration* calibration = nullptr;
+  if (options.calibrate) {
+    calibration = options.calibration != nullptr ? options.calibration
+                                                 : CostCalibration::Bundled(target.name());
+  }
+  if (calibration != nullptr && calibration->num_samples() > 0) {
+    o->set_cost_calibration(absl::StrCat(calibration->proto().target(), ": ",
+                                         calibration->num_samples(), " samples of ",
+                                         calibration->proto().families_size(), " families"));
+  } else {
+    calibration = nullptr;
+  }
 
   std::map<std::string, proto::PackedWeight> packed;
   // Runs the phase's pipeline on a copy of the primitive graph, then plans the result.
@@ -314,6 +330,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     }
     spec.pipeline = pipeline->PassNames();
     spec.environment = options.environment;
+    spec.calibration = calibration;
     if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);

@@ -14,6 +14,7 @@
 #include "kernels/core/bound_graph.h"
 #include "kernels/core/kernel_family.h"
 #include "models/config.h"
+#include "planner/cost_calibration.h"
 #include "planner/pass.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_cache.h"
@@ -47,6 +48,11 @@ struct PlanOptions {
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement
   // matches.
   std::string environment;
+  // The cost model's calibration (docs/planner.md, "Calibrated cost model"): null takes the
+  // one bundled for the target, if any (CostCalibration::Bundled); `calibrate` false plans
+  // with the uncalibrated model.
+  const CostCalibration* calibration = nullptr;
+  bool calibrate = true;
 };
 
 // The ExecutionPlan.format_version this planner writes and this repository's runtime reads
@@ -67,9 +73,10 @@ struct PhaseSpec {
   std::string name;
   kernels::ShapeBindings bindings;
   int64_t context = 0;
-  std::vector<std::string> pipeline;           // recorded in the plan
-  std::string environment;                     // as PlanOptions::environment
-  std::vector<std::string> excluded_families;  // SelectionContext::excluded_families
+  std::vector<std::string> pipeline;             // recorded in the plan
+  std::string environment;                       // as PlanOptions::environment
+  std::vector<std::string> excluded_families;    // SelectionContext::excluded_families
+  const CostCalibration* calibration = nullptr;  // SelectionContext::calibration
 };
 
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked

@@ -204,7 +204,9 @@ std::vector<std::string> StepCells(const proto::Step& s, const std::string& name
           CompactFusedFrom(s.fused_from()),
           s.tactic().family(),
           TacticText(s.tactic()),
-          tuned ? "tuned" : "cost model",
+          tuned                                          ? "tuned"
+          : s.source() == proto::Step::SOURCE_CALIBRATED ? "calibrated"
+                                                         : "cost model",
           absl::StrFormat("%.2f", s.estimated_us()),
           tuned ? absl::StrFormat("%.2f", s.measured_us()) : "-",
           HumanBytes(s.bytes()),
@@ -320,8 +322,11 @@ std::string PhaseHeader(const proto::Phase& phase) {
 
 std::string PlanHeader(const proto::ExecutionPlan& plan) {
   const targets::TargetDescription& t = plan.target();
-  return absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases\n", plan.model(), t.name(),
-                         t.gpu(), t.sm(), t.sm_count(), plan.phases_size());
+  const std::string& calibration = plan.options().cost_calibration();
+  return absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases; cost model %s\n",
+                         plan.model(), t.name(), t.gpu(), t.sm(), t.sm_count(), plan.phases_size(),
+                         calibration.empty() ? std::string("uncalibrated")
+                                             : absl::StrCat("calibrated (", calibration, ")"));
 }
 
 }  // namespace

@@ -11,8 +11,70 @@
 namespace tileplan::planner {
 
 absl::string_view TacticSourceName(TacticSource source) {
-  return source == TacticSource::kTuned ? "tuned" : "cost model";
+  switch (source) {
+    case TacticSource::kTuned:
+      return "tuned";
+    case TacticSource::kCalibrated:
+      return "calibrated";
+    case TacticSource::kCostModel:
+      break;
+  }
+  return "cost model";
 }
+
+namespace {
+
+// Whether the tuner would measure `tactic` for the region `table` is of: one of its rows, or
+// every parameter one of the values its tunables offer.
+bool InTable(const kernels::CandidateTable& table, const kernels::Tactic& tactic) {
+  for (const kernels::ByTargetRow& row : table.rows) {
+    if (row.tactic.params == tactic.params) return true;
+  }
+  for (const auto& [name, value] : tactic.params) {
+    auto it = std::find_if(table.tunables.begin(), table.tunables.end(),
+                           [&](const kernels::TunableParam& p) { return p.name == name; });
+    if (it == table.tunables.end() ||
+        std::find(it->values.begin(), it->values.end(), value) == it->values.end()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The calibrated pick of `family` for `region`, starting from its default (the uncalibrated
+// estimate): the default's prediction where there is one, then every sampled tactic the tuner
+// would try that is predicted faster.
+SelectionContext::CalibratedPick PickCalibrated(const kernels::KernelFamily& family,
+                                                SelectionContext::CalibratedPick pick,
+                                                const kernels::BoundRegion& region,
+                                                const SelectionContext& context) {
+  const CostCalibration& calibration = *context.calibration;
+  const targets::TargetDescription& target = *context.target;
+  if (std::optional<double> us =
+          calibration.Predict(family, pick.tactic, true, region, target, context.mode)) {
+    pick.estimate.us = *us;
+    pick.source = TacticSource::kCalibrated;
+  }
+  const std::vector<kernels::Tactic>& sampled = calibration.SampledTactics(family, region.kind());
+  if (sampled.empty()) return pick;
+  absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
+  if (!table.ok()) return pick;
+  for (const kernels::Tactic& t : sampled) {
+    if (t.params == pick.tactic.params || !InTable(*table, t)) continue;
+    absl::StatusOr<CostEstimate> e = EstimateStep(family, t, region, target, context.mode);
+    if (!e.ok() || !family.WorthMeasuring(t, region, target)) continue;
+    std::optional<double> us = calibration.Predict(family, t, false, region, target, context.mode);
+    if (us && *us < pick.estimate.us) {
+      pick.tactic = t;
+      pick.estimate = *e;
+      pick.estimate.us = *us;
+      pick.source = TacticSource::kCalibrated;
+    }
+  }
+  return pick;
+}
+
+}  // namespace
 
 absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
                                           const SelectionContext& context) {
@@ -55,11 +117,33 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
     TP_ASSIGN_OR_RETURN(kernels::Tactic tactic, family->DefaultTactic(region, target));
     TP_ASSIGN_OR_RETURN(CostEstimate estimate,
                         EstimateStep(*family, tactic, region, target, context.mode));
-    considered.push_back(absl::StrFormat("%s: %.2f us (cost model)", name, estimate.us));
+    TacticSource source = TacticSource::kCostModel;
+    if (context.calibration != nullptr) {
+      const std::string memo_key = absl::StrCat(name, "|", static_cast<int>(context.phase), "|",
+                                                key.region_signature, "|", key.shape_bucket);
+      std::map<std::string, SelectionContext::CalibratedPick>* memo = context.calibrated_picks;
+      const SelectionContext::CalibratedPick* known = nullptr;
+      if (memo != nullptr) {
+        if (auto it = memo->find(memo_key); it != memo->end()) known = &it->second;
+      }
+      SelectionContext::CalibratedPick pick =
+          known != nullptr
+              ? *known
+              : PickCalibrated(*family, {std::move(tactic), estimate, source}, region, context);
+      if (memo != nullptr && known == nullptr) memo->emplace(memo_key, pick);
+      tactic = std::move(pick.tactic);
+      estimate = pick.estimate;
+      source = pick.source;
+    }
+    if (source == TacticSource::kCalibrated) {
+      considered.push_back(absl::StrFormat("%s: %.2f us (calibrated: %s)", name, estimate.us,
+                                           tactic.ParamsString()));
+    } else {
+      considered.push_back(absl::StrFormat("%s: %.2f us (cost model)", name, estimate.us));
+    }
     if (!modeled || estimate.us < modeled->estimate.us ||
         (estimate.us == modeled->estimate.us && estimate.flops < modeled->estimate.flops)) {
-      modeled = TacticChoice{
-          family, std::move(tactic), TacticSource::kCostModel, estimate, std::nullopt, key, {}};
+      modeled = TacticChoice{family, std::move(tactic), source, estimate, std::nullopt, key, {}};
     }
   }
   std::optional<TacticChoice>& chosen = tuned ? tuned : modeled;

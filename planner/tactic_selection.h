@@ -6,10 +6,16 @@
 // wins (source TUNED). Otherwise each family's default tactic for the target (its ByTarget
 // row) is estimated by the cost model and the cheapest wins (source COST_MODEL); on equal
 // estimates the family executing fewer flops wins (a memory-bound GEMV over a padded GEMM
-// tile), then the family whose name sorts first. The choice records what was considered.
+// tile), then the family whose name sorts first. With a calibration (cost_calibration.h),
+// a family's estimate is the calibrated prediction where there is one, and the tactics
+// sampled for the family and kind that the tuner would measure for the region (a row of its
+// candidate table, or values its tunables offer; valid and worth measuring) are predicted
+// beside its default; the family's cheapest predicted tactic stands for it
+// (source CALIBRATED). The choice records what was considered.
 #ifndef TILEPLAN_PLANNER_TACTIC_SELECTION_H_
 #define TILEPLAN_PLANNER_TACTIC_SELECTION_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,14 +23,15 @@
 #include "absl/status/statusor.h"
 #include "kernels/core/bound_graph.h"
 #include "kernels/core/kernel_family.h"
+#include "planner/cost_calibration.h"
 #include "planner/cost_model.h"
 #include "planner/tactic_cache.h"
 #include "targets/target.pb.h"
 
 namespace tileplan::planner {
 
-enum class TacticSource { kTuned, kCostModel };
-// "tuned", "cost model"
+enum class TacticSource { kTuned, kCostModel, kCalibrated };
+// "tuned", "cost model", "calibrated"
 absl::string_view TacticSourceName(TacticSource source);
 
 struct TacticChoice {
@@ -36,6 +43,7 @@ struct TacticChoice {
   TacticKey key;                      // the cache key of the chosen family
   // One line per family registered for the kind, sorted by family name:
   // "gemv: 3.21 us (cost model)", "gemv: 2.90 us (tuned)",
+  // "gemv: 2.95 us (calibrated: rows_per_cta=4,split_k=1,threads=128,vec=8)",
   // "attention_prefill: cannot implement: head_dim 32 is not one of ...",
   // "cublaslt_gemm: cached tactic rejected: ...".
   std::vector<std::string> considered;
@@ -51,6 +59,16 @@ struct SelectionContext {
   std::string environment;             // EnvironmentFingerprint(*target)
   // Families never chosen here (opt-in ones the plan options leave off), by name.
   std::vector<std::string> excluded_families;
+  const CostCalibration* calibration = nullptr;  // may be null: the uncalibrated model
+  // The calibrated pick of each family for each region signature and bindings seen so far
+  // (identical layers are predicted once); may be null. Owned by the caller, for one
+  // calibration and target.
+  struct CalibratedPick {
+    kernels::Tactic tactic;
+    CostEstimate estimate;
+    TacticSource source;
+  };
+  std::map<std::string, CalibratedPick>* calibrated_picks = nullptr;
 };
 
 // FailedPrecondition naming the region and every family's reason when no family can

@@ -8,8 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "base/files.h"
 #include "base/status_macros.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
+#include "base/text_proto.h"
 
 namespace tileplan::targets {
 
@@ -20,18 +19,6 @@ namespace {
 
 // A target description file is a few kilobytes of text.
 constexpr uint64_t kMaxTargetFileBytes = uint64_t{1} << 20;
-
-class ErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (first_.empty()) first_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 absl::Status Validate(const TargetDescription& t, absl::string_view label) {
   auto bad = [&](absl::string_view field, absl::string_view why) {
@@ -71,13 +58,8 @@ absl::Status Validate(const TargetDescription& t, absl::string_view label) {
 
 absl::StatusOr<TargetDescription> ParseTarget(absl::string_view textproto,
                                               absl::string_view label) {
-  google::protobuf::TextFormat::Parser parser;
-  ErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
   TargetDescription target;
-  if (!parser.ParseFromString(std::string(textproto), &target)) {
-    return absl::InvalidArgumentError(absl::StrCat("target ", label, ":", errors.first()));
-  }
+  TP_RETURN_IF_ERROR(ParseTextProto(textproto, absl::StrCat("target ", label), &target));
   TP_RETURN_IF_ERROR(Validate(target, label));
   return target;
 }

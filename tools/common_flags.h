@@ -9,7 +9,8 @@
 //   common_flags_model.cc    --model: every tool
 //   common_flags_buckets.cc  --prefill, --batch: tileplan-opt, benchmark_transformer,
 //                            autotune_regions
-//   common_flags_plan.cc     --decode, --max-context, --prefill-logits, --target:
+//   common_flags_plan.cc     --decode, --max-context, --prefill-logits, --target,
+//                            --calibration (and the fusion switches):
 //                            benchmark_transformer, autotune_regions
 //   common_flags_store.cc    --tactic-cache, --freeze, --print-keys: benchmark_transformer,
 //                            autotune_regions
@@ -44,6 +45,7 @@ ABSL_DECLARE_FLAG(tileplan::tools::PositiveList, decode);
 ABSL_DECLARE_FLAG(std::optional<tileplan::tools::PositiveInt>, max_context);
 ABSL_DECLARE_FLAG(std::string, prefill_logits);
 ABSL_DECLARE_FLAG(std::string, target);
+ABSL_DECLARE_FLAG(std::string, calibration);
 
 // store: the SQLite tactic store, freezing it, and listing the plan's keys.
 ABSL_DECLARE_FLAG(std::string, tactic_cache);

@@ -31,6 +31,11 @@ ABSL_FLAG(std::string, target, "",
           "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
           "file; empty: this GPU's own, or h200 without a GPU");
 
+ABSL_FLAG(std::string, calibration, "",
+          "the cost model's calibration (docs/planner.md, \"Calibrated cost model\"): empty "
+          "takes the one bundled for the target, if any; none plans with the uncalibrated "
+          "model; else a calibration .textproto (calibrate_cost_model writes them)");
+
 namespace tileplan::tools {
 
 absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
@@ -47,6 +52,19 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
   options.decode_fuse_rope_attention = absl::GetFlag(FLAGS_fuse_rope_attention);
   options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
+  const std::string calibration = absl::GetFlag(FLAGS_calibration);
+  if (calibration == "none") {
+    options.calibrate = false;
+  } else if (!calibration.empty()) {
+    // Loaded once per process; the plans of a tool's whole run point at it.
+    static const auto* loaded =
+        new absl::StatusOr<planner::CostCalibration>(planner::CostCalibration::Load(calibration));
+    if (!loaded->ok()) {
+      return absl::Status(loaded->status().code(),
+                          absl::StrCat("--calibration: ", loaded->status().message()));
+    }
+    options.calibration = &**loaded;
+  }
   return options;
 }
 

@@ -57,7 +57,9 @@ class Step:
     fused_from: List[str]  # the primitive kinds fused into it
     family: str  # kernel family
     tactic: dict  # the tactic's parameters, name -> value
-    source: str  # "tuned" (measured, from the tactic cache) or "cost_model"
+    # "tuned" (measured, from the tactic cache), "calibrated" (the cost model calibrated by
+    # measurement, docs/planner.md) or "cost_model"
+    source: str
     est_us: float  # estimated microseconds
     measured_us: Optional[float]  # tuned steps only
     bytes: int  # bytes moved
@@ -94,7 +96,11 @@ def _phase(p: dict) -> Phase:
                 fused_from=list(s.get("fused_from", [])),
                 family=tactic.get("family", ""),
                 tactic={t["name"]: _int(t.get("value")) for t in tactic.get("params", [])},
-                source={"SOURCE_TUNED": "tuned", "SOURCE_COST_MODEL": "cost_model"}.get(source, ""),
+                source={
+                    "SOURCE_TUNED": "tuned",
+                    "SOURCE_COST_MODEL": "cost_model",
+                    "SOURCE_CALIBRATED": "calibrated",
+                }.get(source, ""),
                 est_us=float(s.get("estimated_us", 0.0)),
                 measured_us=float(s["measured_us"]) if source == "SOURCE_TUNED" else None,
                 bytes=_int(s.get("bytes")),

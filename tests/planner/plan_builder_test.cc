@@ -76,7 +76,10 @@ TEST(PlanBuilderTest, Qwen3DecodeAppliesEveryFusionWithinSixLaunchesPerLayer) {
   for (const proto::Step& s : decode->steps()) {
     ++kinds[s.kind()];
     launches += s.launches();
-    EXPECT_EQ(s.source(), proto::Step::SOURCE_COST_MODEL) << s.name();
+    // Untuned: the bundled H200 calibration's pick, or the cost model's where it has none.
+    EXPECT_THAT(s.source(),
+                ::testing::AnyOf(proto::Step::SOURCE_COST_MODEL, proto::Step::SOURCE_CALIBRATED))
+        << s.name();
     EXPECT_FALSE(s.tactic().family().empty()) << s.name();
     EXPECT_GE(s.estimated_us(), 0) << s.name();
     EXPECT_FALSE(s.provenance().cache_key().empty()) << s.name();

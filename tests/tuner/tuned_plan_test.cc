@@ -69,6 +69,9 @@ class TunedPlanTest : public ::testing::Test {
     options_.prefill_tokens = {};
     options_.decode_batches = {1};
     options_.max_context = 64;
+    // What the store changes, against the uncalibrated model: a bundled calibration would
+    // make the untuned steps CALIBRATED (planner/cost_calibration_test.cc covers that).
+    options_.calibrate = false;
     env_ = testing::TestEnvironment();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

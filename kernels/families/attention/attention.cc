@@ -127,22 +127,17 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
                                        {"sm_120", 64, 64, 2, 4},
                                        {"default", 64, 64, 1, 4}};
 
-// Rows of a streamed split-KV tile: attention_decode_split_kv.cuh's split_kv_tile_rows.
-int64_t SplitKvTileRows(int64_t head_dim, int64_t element_bytes, int64_t kv_chunk) {
-  int64_t rows = 1;
-  while (2 * rows * head_dim * element_bytes <= 8192 && 2 * rows <= kv_chunk) rows *= 2;
-  return rows;
-}
-
-// The split-KV decode grid's dynamic shared memory: a CTA's `queries` in float, plus each
-// warp's (max, sum, accumulator) per query, plus with stages >= 2 the streamed K and V tiles
-// after a 16-byte boundary (split_kv_tiles_offset).
+// The split-KV decode grid's dynamic shared memory (attention_params.h gives the layout): the
+// partials, plus with stages >= 2 the streamed K and V tiles.
 int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps, int64_t stages,
                             int64_t element_bytes, int64_t kv_chunk) {
-  const int64_t partials = queries * head_dim * 4 + warps * queries * (head_dim + 2) * 4;
-  if (stages < 2) return partials;
-  return CeilDiv(partials, 16) * 16 +
-         stages * 2 * SplitKvTileRows(head_dim, element_bytes, kv_chunk) * head_dim * element_bytes;
+  const int q = static_cast<int>(queries), d = static_cast<int>(head_dim),
+            w = static_cast<int>(warps);
+  if (stages < 2) return SplitKvPartialsBytes(q, d, w);
+  return SplitKvTilesOffset(q, d, w) +
+         stages * 2 *
+             SplitKvTileRows(d, static_cast<int>(element_bytes), static_cast<int>(kv_chunk)) *
+             head_dim * element_bytes;
 }
 
 // The tactic's head_split and the queries of one split-KV CTA (T · Hq/Hkv / head_split); an

@@ -17,7 +17,7 @@
 // 32 / kLanes keys per step, two steps at a time. With kStages == 1 the lanes load their K and
 // V vectors from global memory straight into registers (two steps of loads in flight per
 // warp); with kStages >= 2 the CTA streams its rows through shared memory instead: tiles of
-// kTile rows (split_kv_tile_rows: at most 8 KiB of K and 8 KiB of V, within a chunk) copied
+// kTile rows (SplitKvTileRows: at most 8 KiB of K and 8 KiB of V, within a chunk) copied
 // by cp.async, kStages - 1 tiles in flight while the warps score the current one, so a CTA
 // keeps up to 48 KiB of the cache on its way (a warp of the register path keeps 2 KiB at
 // head_dim 128 in bf16). Every lane group keeps its own online-softmax state per query
@@ -114,22 +114,6 @@ struct SplitKvCta {
         pair(blockIdx.z * gridDim.y + blockIdx.y) {}
 };
 
-// Rows per shared-memory tile of the streamed split-KV body (kStages >= 2): 8 KiB of K (and
-// as much of V) rounded down to a power of two, at most a chunk. The host's
-// SplitKvSharedMemory computes the same.
-__host__ __device__ constexpr int split_kv_tile_rows(int head_dim, int element_bytes,
-                                                     int kv_chunk) {
-  int rows = 1;
-  while (2 * rows * head_dim * element_bytes <= 8192 && 2 * rows <= kv_chunk) rows *= 2;
-  return rows;
-}
-
-// Byte offset in the dynamic shared memory of the streamed tiles: after the queries and the
-// warps' partials, rounded up to 16 bytes for cp.async.
-__device__ __forceinline__ int split_kv_tiles_offset(int num_q, int head_dim, int warps) {
-  return ((num_q * head_dim + warps * num_q * (head_dim + 2)) * 4 + 15) / 16 * 16;
-}
-
 // One step of a lane group's online softmax over the kInFlight keys key[u] (valid[u]) whose K
 // and V vectors (dims d0 ...) the lane holds: scores against queries q0 ... q0 + kQueries - 1
 // (those < num_q), masked by each query's token's key range.
@@ -183,11 +167,51 @@ __device__ __forceinline__ void split_kv_step(const RawVec<T, kVec> (&kr)[kInFli
   }
 }
 
+// A warp's share of rows [jb, je] of one pass over the keys: row r's K and V vectors lie at
+// k_rows and v_rows + (r - row0) * kHeadDim, in global memory (row0 0, the head's first row)
+// or in a streamed shared-memory tile (row0 its first row). kInFlight keys per lane group
+// are loaded before the step that scores them; the loop bound is uniform across the warp so
+// the shuffles see every lane.
+template <typename T, int kHeadDim, int kQueries, int kWarps>
+__device__ __forceinline__ void split_kv_walk(const T* k_rows, const T* v_rows, int row0, int jb,
+                                              int je, const float* q_s, int q0, int num_q,
+                                              int group, const int* s_first, const int* s_last,
+                                              float (&m)[kQueries], float (&l)[kQueries],
+                                              float (&o)[kQueries][16 / sizeof(T)]) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
+  constexpr int kKeysPerWarp = 32 / kLanes;
+  constexpr int kStepKeys = kWarps * kKeysPerWarp;
+  constexpr int kInFlight = 2;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int slot = lane / kLanes;
+  const int d0 = (lane % kLanes) * kVec;
+  const bool has_dims = d0 < kHeadDim;
+  for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
+    RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
+    bool valid[kInFlight];
+    int key[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      key[u] = j0 + u * kStepKeys + slot;
+      valid[u] = key[u] <= je;
+      if (valid[u] && has_dims) {
+        const long long at = static_cast<long long>(key[u] - row0) * kHeadDim + d0;
+        kr[u] = load_raw<T, kVec>(k_rows + at);
+        vr[u] = load_raw<T, kVec>(v_rows + at);
+      }
+    }
+    split_kv_step<T, kHeadDim, kQueries, kInFlight, kLanes, kVec>(
+        kr, vr, valid, key, q_s, q0, num_q, group, s_first, s_last, d0, has_dims, m, l, o);
+  }
+}
+
 // The split-KV attention of CTA (split, y, b) once its queries are staged: q_s holds the
 // num_q = tokens * group queries of its part of kv head kvh (query qi = t * group + g is q
 // head head0 + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
 // s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
-// q_s, and with kStages >= 2 the streamed tiles start at split_kv_tiles_offset. With
+// q_s, and with kStages >= 2 the streamed tiles start at SplitKvTilesOffset. With
 // kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
 // CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
@@ -206,9 +230,6 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
                                                 int kv_heads, int capacity) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
-  constexpr int kKeysPerWarp = 32 / kLanes;
-  constexpr int kStepKeys = kWarps * kKeysPerWarp;
-  constexpr int kInFlight = 2;
   constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
   static_assert(kStages >= 1 && kStages <= 4, "stages");
@@ -243,30 +264,16 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
       for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
         const int jb = max(c0, lo);
         const int je = min(c0 + kKvChunk - 1, hi);
-        // The loop bound is uniform across the warp so the shuffles see every lane.
-        for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
-          RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
-          bool valid[kInFlight];
-          int key[kInFlight];
-#pragma unroll
-          for (int u = 0; u < kInFlight; ++u) {
-            key[u] = j0 + u * kStepKeys + slot;
-            valid[u] = key[u] <= je;
-            if (valid[u] && has_dims) {
-              kr[u] = load_raw<T, kVec>(k_cache + (head_base + key[u]) * kHeadDim + d0);
-              vr[u] = load_raw<T, kVec>(v_cache + (head_base + key[u]) * kHeadDim + d0);
-            }
-          }
-          split_kv_step<T, kHeadDim, kQueries, kInFlight, kLanes, kVec>(
-              kr, vr, valid, key, q_s, q0, num_q, group, s_first, s_last, d0, has_dims, m, l, o);
-        }
+        split_kv_walk<T, kHeadDim, kQueries, kWarps>(
+            k_cache + head_base * kHeadDim, v_cache + head_base * kHeadDim, 0, jb, je, q_s, q0,
+            num_q, group, s_first, s_last, m, l, o);
       }
     } else {
       // The CTA's tiles in order: chunk n of the split (rows (split + n * kSplits) * kKvChunk
       // ...), kTilesPerChunk tiles of kTile rows each, from the first chunk that reaches lo
       // to the last that starts at or before hi; a tile's rows outside [lo, hi] are neither
       // copied nor scored.
-      constexpr int kTile = split_kv_tile_rows(kHeadDim, static_cast<int>(sizeof(T)), kKvChunk);
+      constexpr int kTile = SplitKvTileRows(kHeadDim, static_cast<int>(sizeof(T)), kKvChunk);
       constexpr int kTilesPerChunk = kKvChunk / kTile;
       constexpr int kHeadVecs = kHeadDim / kVec;
       constexpr int kStride = kSplits * kKvChunk;
@@ -278,7 +285,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
       const int n_tiles = max(0, n_end - n_first) * kTilesPerChunk;
       // q_s starts the dynamic shared memory; part_s follows its num_q rows.
       T* tiles = reinterpret_cast<T*>(reinterpret_cast<char*>(part_s - num_q * kHeadDim) +
-                                      split_kv_tiles_offset(num_q, kHeadDim, kWarps));
+                                      SplitKvTilesOffset(num_q, kHeadDim, kWarps));
       auto tile_start = [&](int i) {
         return first_row + (n_first + i / kTilesPerChunk) * kStride + (i % kTilesPerChunk) * kTile;
       };
@@ -309,23 +316,8 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
         const int r0 = tile_start(i);
         const int jb = max(r0, lo), je = min(r0 + kTile - 1, hi);
         const T* ks = tiles + (i % kStages) * 2 * kTile * kHeadDim;
-        const T* vs = ks + kTile * kHeadDim;
-        for (int j0 = jb + warp * kKeysPerWarp; j0 <= je; j0 += kStepKeys * kInFlight) {
-          RawVec<T, kVec> kr[kInFlight], vr[kInFlight];
-          bool valid[kInFlight];
-          int key[kInFlight];
-#pragma unroll
-          for (int u = 0; u < kInFlight; ++u) {
-            key[u] = j0 + u * kStepKeys + slot;
-            valid[u] = key[u] <= je;
-            if (valid[u] && has_dims) {
-              kr[u] = load_raw<T, kVec>(ks + (key[u] - r0) * kHeadDim + d0);
-              vr[u] = load_raw<T, kVec>(vs + (key[u] - r0) * kHeadDim + d0);
-            }
-          }
-          split_kv_step<T, kHeadDim, kQueries, kInFlight, kLanes, kVec>(
-              kr, vr, valid, key, q_s, q0, num_q, group, s_first, s_last, d0, has_dims, m, l, o);
-        }
+        split_kv_walk<T, kHeadDim, kQueries, kWarps>(ks, ks + kTile * kHeadDim, r0, jb, je, q_s,
+                                                     q0, num_q, group, s_first, s_last, m, l, o);
       }
       cp_async_wait<0>();
       __syncthreads();  // the stages are free for the next pass over the queries
@@ -421,7 +413,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
 // memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
 // kv_heads / head_split, and with kStages >= 2 that rounded up to 16 plus kStages * 2 * kTile
-// * kHeadDim * sizeof(T) (kTile = split_kv_tile_rows). REQUIRES: tokens <= 16; head_split
+// * kHeadDim * sizeof(T) (kTile = SplitKvTileRows). REQUIRES: tokens <= 16; head_split
 // divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk a power of
 // two; 1 <= kStages <= 4; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,

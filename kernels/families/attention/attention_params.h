@@ -51,9 +51,39 @@
   NEXT(int, int, window) \
   NEXT(int*, int*, error)
 
+#ifdef __CUDACC_RTC__
+#define TILEPLAN_ATTENTION_SHARED_ __host__ __device__
+#else
+#define TILEPLAN_ATTENTION_SHARED_
+#endif
+
 namespace tileplan {
+
+// The streamed split-KV body's shared-memory layout (attention_decode_split_kv, kStages >= 2),
+// computed here once for the kernel and for the host that sizes its dynamic shared memory.
+// Rows per tile: 8 KiB of K (and as much of V) rounded down to a power of two, at most a chunk.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvTileRows(int head_dim, int element_bytes,
+                                                         int kv_chunk) {
+  int rows = 1;
+  while (2 * rows * head_dim * element_bytes <= 8192 && 2 * rows <= kv_chunk) rows *= 2;
+  return rows;
+}
+
+// Bytes of every split-KV body's shared memory: a CTA's num_q queries in float and each
+// warp's (accumulator, max, sum) per query.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvPartialsBytes(int num_q, int head_dim,
+                                                              int warps) {
+  return (num_q * head_dim + warps * num_q * (head_dim + 2)) * 4;
+}
+
+// Where the streamed tiles start: after the partials, rounded up to 16 bytes for cp.async.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvTilesOffset(int num_q, int head_dim, int warps) {
+  return (SplitKvPartialsBytes(num_q, head_dim, warps) + 15) / 16 * 16;
+}
 
 TILEPLAN_PARAMS_STRUCT(AttentionParams, TILEPLAN_ATTENTION_PARAMS)
 TILEPLAN_PARAMS_STRUCT(AttentionRopeParams, TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)
 
 }  // namespace tileplan
+
+#undef TILEPLAN_ATTENTION_SHARED_

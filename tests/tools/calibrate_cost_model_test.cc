@@ -1,0 +1,185 @@
+// calibrate_cost_model end to end, with no GPU: a tactic store export is made here for a small
+// model's plan (every region's default tactic and, for GEMVs, one more, with times from a known
+// overhead and efficiency), the tool turns it into a calibration file, a second run of the same
+// source replaces its samples rather than adding them, bad inputs are refused naming what is
+// wrong with --out left as it was, and benchmark_transformer plans with the file it wrote.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/families/registry.h"
+#include "planner/cost_calibration.h"
+#include "planner/plan_builder.h"
+#include "targets/target.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/tool_run.h"
+#include "tests/tuner/store_testing.h"
+#include "tools/tool_support.h"
+#include "tuner/autotune.h"
+#include "tuner/tactic_store_text.h"
+
+namespace tileplan {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kModel[] = "smollm2-360m";
+constexpr char kBuckets[] = "--prefill 64 --decode 128";
+
+fs::path Scratch() { return testing::ScratchDir("calibrate_cost_model_test"); }
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+testing::ToolResult Calibrate(const std::string& args) {
+  return testing::RunTool(testing::BuiltBinary(CALIBRATE_COST_MODEL_PATH).string(), args,
+                          Scratch() / "output.txt");
+}
+
+testing::ToolResult Benchmark(const std::string& args) {
+  return testing::RunTool(testing::BuiltBinary(BENCHMARK_TRANSFORMER_PATH).string(), args,
+                          Scratch() / "output.txt");
+}
+
+// An export of kModel's plan (kBuckets) measured on `env`: each item's default tactic takes
+// 3 us + ideal / 0.4 beyond a graph node, and a GEMV's tactic with twice the rows per CTA
+// (where it validates) 3 us + ideal / 0.8.
+fs::path WriteExport(const std::string& name, const tuner::Environment& env) {
+  const targets::TargetDescription target = *targets::FindTarget("h200");
+  planner::PlanOptions options = tools::BenchmarkPlanOptions({64}, {128}, 1, false);
+  options.model_name = kModel;
+  options.environment = env.Fingerprint();
+  options.calibrate = false;
+  const tools::ModelArgument model = *tools::LoadModelArgument(kModel);
+  planner::proto::ExecutionPlan plan =
+      *planner::BuildExecutionPlan(model.config, target, options, nullptr);
+  const tuner::TuningWork work =
+      *tuner::TuningWork::Collect(std::move(plan), target, options.environment);
+  tuner::proto::TacticStoreFile file = tuner::NewTacticStoreFile();
+  tuner::proto::StoredEnvironment* stored = file.add_environments();
+  *stored = tuner::StoredEnvironmentOf(env, "2026-12-03T00:00:00Z");
+  const double node = target.graph_node_overhead_us();
+  for (const tuner::TuningItem& item : work.items()) {
+    const kernels::BoundRegion region = work.Region(item);
+    tuner::proto::StoredKey* key = stored->add_keys();
+    *key = tuner::StoredKeyOf(item.key);
+    auto add = [&](const kernels::Tactic& t, double efficiency) {
+      tuner::proto::StoredCandidate* c = key->add_candidates();
+      *c->mutable_tactic() = kernels::TacticToProto(t);
+      c->set_status("ok");
+      c->set_median_us(item.family->Launches(t, region) * node + 3.0 +
+                       planner::IdealMicros(item.family->Work(t, region), target) / efficiency);
+      c->set_measured_at("2026-12-03T00:00:00Z");
+    };
+    const kernels::Tactic by_default = *item.family->DefaultTactic(region, target);
+    add(by_default, 0.4);
+    if (item.family->name() == "gemv") {
+      kernels::Tactic more = by_default;
+      more.params["rows_per_cta"] *= 2;
+      if (item.family->ValidateTactic(more, region, target).ok()) add(more, 0.8);
+    }
+  }
+  const fs::path path = Scratch() / name;
+  EXPECT_TRUE(tuner::WriteTacticStoreText(file, path.string()).ok());
+  return path;
+}
+
+TEST(CalibrateCostModelTest, WritesAFittedCalibrationThatThePlannerUses) {
+  const fs::path measurements =
+      WriteExport("smollm2.textproto", tuner::testing::TestEnvironment(13000));
+  const fs::path out = Scratch() / "h200.calibration.textproto";
+  fs::remove(out);
+  const std::string args = absl::StrCat("--measurements '", measurements.string(), "' --model ",
+                                        kModel, " ", kBuckets, " --out '", out.string(), "'");
+  testing::ToolResult r = Calibrate(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("samples from"));
+  EXPECT_THAT(r.output, HasSubstr("of smollm2-360m's plan"));
+  EXPECT_THAT(r.output, HasSubstr("prefill T=64"));
+  EXPECT_THAT(r.output, HasSubstr("decode B=1"));
+  EXPECT_THAT(r.output, HasSubstr("wrote"));
+  absl::StatusOr<planner::CostCalibration> cal = planner::CostCalibration::Load(out.string());
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_EQ(cal->proto().target(), "h200");
+  EXPECT_EQ(cal->proto().environment(), tuner::testing::TestEnvironment(13000).Fingerprint());
+  const int64_t samples = cal->num_samples();
+  EXPECT_GT(samples, 0);
+  for (const planner::proto::FamilyCalibration& f : cal->proto().families()) {
+    for (const planner::proto::CalibrationSample& s : f.samples()) {
+      EXPECT_EQ(s.source(), kModel);
+      EXPECT_GT(s.efficiency(), 0);
+    }
+  }
+
+  // The same source again: its samples are replaced, not added.
+  r = Calibrate(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(planner::CostCalibration::Load(out.string())->num_samples(), samples);
+
+  // benchmark_transformer plans with it, or with none.
+  r = Benchmark(absl::StrCat("--model ", kModel, " ", kBuckets, " --show-plan --calibration '",
+                             out.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr(absl::StrCat("cost model calibrated (h200: ", samples, " samples of")));
+  EXPECT_THAT(r.output, HasSubstr(" calibrated "));
+  r = Benchmark(absl::StrCat("--model ", kModel, " ", kBuckets, " --show-plan --calibration none"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cost model uncalibrated"));
+  r = Benchmark(absl::StrCat("--model ", kModel, " ", kBuckets, " --show-plan --calibration '",
+                             (Scratch() / "absent").string(), "'"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--calibration: "));
+}
+
+TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) {
+  const fs::path out = Scratch() / "kept.calibration.textproto";
+  const std::string kept =
+      "schema: \"tileplan.cost_calibration\"\nschema_version: 1\ntarget: \"a100\"\n";
+  {
+    std::ofstream f(out);
+    f << kept;
+  }
+  tuner::Environment other_gpu = tuner::testing::TestEnvironment(13000);
+  other_gpu.sm = 80;
+  other_gpu.sm_count = 108;
+  const fs::path h200 = WriteExport("h200.textproto", tuner::testing::TestEnvironment(13000));
+  const fs::path a100 = WriteExport("a100.textproto", other_gpu);
+  struct Case {
+    std::string args, error;
+  };
+  const std::vector<Case> cases = {
+      {absl::StrCat("--model ", kModel, " --out '", out.string(), "'"),
+       "--measurements is required"},
+      {absl::StrCat("--measurements '", h200.string(), "' --model ", kModel, " ", kBuckets),
+       "--out is required"},
+      {absl::StrCat("--measurements '", a100.string(), "' --model ", kModel, " ", kBuckets,
+                    " --out '", out.string(), "'"),
+       "not on target h200"},
+      {absl::StrCat("--measurements '", h200.string(), "' --model ", kModel, " ", kBuckets,
+                    " --out '", out.string(), "'"),
+       "calibrates target a100, not h200"},
+      {absl::StrCat("--measurements '", h200.string(), "' --model qwen3-0.6b ", kBuckets,
+                    " --out '", (Scratch() / "new.textproto").string(), "'"),
+       "holds no measurement of qwen3-0.6b's plan"},
+  };
+  for (const Case& c : cases) {
+    const testing::ToolResult r = Calibrate(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.error)) << c.args;
+  }
+  EXPECT_EQ(ReadFile(out), kept);
+  EXPECT_FALSE(fs::exists(Scratch() / "new.textproto"));
+}
+
+}  // namespace
+}  // namespace tileplan
