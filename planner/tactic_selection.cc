@@ -30,11 +30,11 @@ bool InTable(const kernels::CandidateTable& table, const kernels::Tactic& tactic
   for (const kernels::ByTargetRow& row : table.rows) {
     if (row.tactic.params == tactic.params) return true;
   }
-  for (const auto& [name, value] : tactic.params) {
+  for (const auto& param : tactic.params) {
     auto it = std::find_if(table.tunables.begin(), table.tunables.end(),
-                           [&](const kernels::TunableParam& p) { return p.name == name; });
+                           [&](const kernels::TunableParam& p) { return p.name == param.first; });
     if (it == table.tunables.end() ||
-        std::find(it->values.begin(), it->values.end(), value) == it->values.end()) {
+        std::find(it->values.begin(), it->values.end(), param.second) == it->values.end()) {
       return false;
     }
   }

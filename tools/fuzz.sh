@@ -31,7 +31,7 @@ seeds safetensors_index_fuzzer tests/fuzz/seeds/index.json
 seeds config_json_fuzzer tests/data/*/config.json models/configs/*.json
 seeds json_reader_fuzzer tests/data/*/config.json models/configs/*.json tests/fuzz/seeds/index.json
 seeds ir_text_fuzzer tests/regions/testdata/*.tpir tests/kernels/testdata/*.tpir
-seeds target_textproto_fuzzer targets/*.textproto
+seeds target_textproto_fuzzer $(ls targets/*.textproto | grep -v "\.calibration\.textproto$")
 seeds tactic_textproto_fuzzer tests/fuzz/seeds/tactics.textproto
 seeds store_open_fuzzer tests/fuzz/seeds/store.db tests/tuner/testdata/*.db tests/fuzz/seeds/index.json
 
