@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <mutex>
+#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -31,8 +31,10 @@ constexpr double kMinWorkUs = 0.05;
 
 double LogWork(int64_t v) { return std::log(static_cast<double>(std::max<int64_t>(v, 0)) + 1.0); }
 
-double NodeMicros(const targets::TargetDescription& target, LaunchMode mode) {
-  return mode == LaunchMode::kGraph ? target.graph_node_overhead_us() : target.launch_overhead_us();
+// The upper middle value of `values` (reordered).
+double Median(std::vector<double>& values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
 }
 
 struct Point {
@@ -68,15 +70,6 @@ std::string RegionOf(const proto::CalibrationSample& s) {
 
 }  // namespace
 
-double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
-  const double bytes_per_us = target.achievable_memory_bandwidth_gbps() * 1e3;
-  const double share = target.achievable_bf16_tflops() / target.peak_bf16_tflops();
-  const double tflops =
-      work.tensor_core ? target.achievable_bf16_tflops() : target.peak_fp32_tflops() * share;
-  return std::max({static_cast<double>(work.bytes) / bytes_per_us,
-                   static_cast<double>(work.flops) / (tflops * 1e6), 1e-6});
-}
-
 absl::StatusOr<std::map<std::string, int64_t>> ParseTacticParams(absl::string_view text) {
   std::map<std::string, int64_t> params;
   if (text == "-") return params;
@@ -107,13 +100,13 @@ absl::StatusOr<CostCalibration> CostCalibration::FromProto(proto::CostCalibratio
   }
   if (calibration.target().empty()) return bad("target is empty");
   CostCalibration c;
-  std::map<std::pair<std::string, int32_t>, bool> seen;
+  std::set<std::pair<std::string, int32_t>> seen;
   for (const proto::FamilyCalibration& f : calibration.families()) {
     const std::string name = absl::StrCat(f.family(), " v", f.family_version());
     if (f.family().empty() || f.family_version() < 1) {
       return bad(absl::StrCat("family \"", name, "\": needs a name and a version >= 1"));
     }
-    if (!seen.emplace(std::make_pair(f.family(), f.family_version()), true).second) {
+    if (!seen.emplace(f.family(), f.family_version()).second) {
       return bad(absl::StrCat("family ", name, " appears twice"));
     }
     if (!std::isfinite(f.overhead_us()) || f.overhead_us() < 0) {
@@ -132,7 +125,6 @@ absl::StatusOr<CostCalibration> CostCalibration::FromProto(proto::CostCalibratio
       absl::StatusOr<std::map<std::string, int64_t>> params = ParseTacticParams(s.tactic());
       if (!params.ok()) return bad(absl::StrCat("family ", name, ": ", params.status().message()));
       Group& g = c.groups_[GroupKey(f.family(), f.family_version(), s.kind())];
-      g.overhead_us = f.overhead_us();
       g.samples.push_back({LogWork(s.bytes()), LogWork(s.flops()), std::log(s.efficiency()),
                            s.tactic(), s.default_tactic()});
       log_efficiencies.push_back(std::log(s.efficiency()));
@@ -143,11 +135,7 @@ absl::StatusOr<CostCalibration> CostCalibration::FromProto(proto::CostCalibratio
       }
     }
     if (!log_efficiencies.empty()) {
-      std::nth_element(log_efficiencies.begin(),
-                       log_efficiencies.begin() + log_efficiencies.size() / 2,
-                       log_efficiencies.end());
-      c.families_[{f.family(), f.family_version()}] = {
-          f.overhead_us(), log_efficiencies[log_efficiencies.size() / 2]};
+      c.families_[{f.family(), f.family_version()}] = {f.overhead_us(), Median(log_efficiencies)};
     }
   }
   c.proto_ = std::move(calibration);
@@ -219,8 +207,8 @@ std::optional<double> CostCalibration::Predict(const kernels::KernelFamily& fami
   }
   if (!log_eff && is_default) log_eff = figures->second.median_log_efficiency;
   if (!log_eff) return std::nullopt;
-  return family.Launches(tactic, region) * NodeMicros(target, mode) + figures->second.overhead_us +
-         IdealMicros(work, target) / std::exp(*log_eff);
+  return family.Launches(tactic, region) * LaunchMicros(target, mode) +
+         figures->second.overhead_us + IdealMicros(work, target) / std::exp(*log_eff);
 }
 
 const std::vector<kernels::Tactic>& CostCalibration::SampledTactics(
@@ -233,7 +221,7 @@ const std::vector<kernels::Tactic>& CostCalibration::SampledTactics(
 
 absl::Status FitCostCalibration(const targets::TargetDescription& target,
                                 proto::CostCalibration& calibration) {
-  const double node = target.graph_node_overhead_us();
+  const double node = LaunchMicros(target, LaunchMode::kGraph);  // as plans charge a launch
   for (proto::FamilyCalibration& f : *calibration.mutable_families()) {
     std::sort(f.mutable_samples()->begin(), f.mutable_samples()->end(),
               [](const proto::CalibrationSample& a, const proto::CalibrationSample& b) {
@@ -284,8 +272,7 @@ absl::Status FitCostCalibration(const targets::TargetDescription& target,
         errors.push_back(std::abs(std::log(predicted / fits[i].beyond)));
       }
       if (errors.empty()) break;  // nothing predicts anything: keep overhead 0
-      std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-      const double median = errors[errors.size() / 2];
+      const double median = Median(errors);
       if (median < best_error - 1e-12) {
         best_error = median;
         best_overhead = o;

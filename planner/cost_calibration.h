@@ -38,9 +38,6 @@ namespace tileplan::planner {
 inline constexpr int32_t kCostCalibrationSchemaVersion = 1;
 inline constexpr absl::string_view kCostCalibrationSchema = "tileplan.cost_calibration";
 
-// The time a step would take at the target's achievable rates, with its whole grid busy.
-double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target);
-
 // "split_k=1,threads=128" (Tactic::ParamsString) back into parameters; "-" is none.
 // InvalidArgument naming the text when it is not name=value pairs.
 absl::StatusOr<std::map<std::string, int64_t>> ParseTacticParams(absl::string_view text);
@@ -80,7 +77,6 @@ class CostCalibration {
     bool is_default = false;
   };
   struct Group {  // one (family, version, kind)
-    double overhead_us = 0;
     std::vector<Sample> samples;
     std::vector<kernels::Tactic> tactics;
   };

@@ -6,6 +6,33 @@
 
 namespace tileplan::planner {
 
+namespace {
+
+// The achievable rates: GB/s is 1e3 bytes per microsecond; TFLOP/s is 1e6 flops per
+// microsecond. CUDA-core work runs at the fp32 peak scaled by the matrix rate's
+// achievable/peak ratio.
+double BytesPerMicro(const targets::TargetDescription& target) {
+  return target.achievable_memory_bandwidth_gbps() * 1e3;
+}
+double FlopsPerMicro(bool tensor_core, const targets::TargetDescription& target) {
+  const double achievable_share = target.achievable_bf16_tflops() / target.peak_bf16_tflops();
+  const double tflops =
+      tensor_core ? target.achievable_bf16_tflops() : target.peak_fp32_tflops() * achievable_share;
+  return tflops * 1e6;
+}
+
+}  // namespace
+
+double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode) {
+  return mode == LaunchMode::kGraph ? target.graph_node_overhead_us() : target.launch_overhead_us();
+}
+
+double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
+  return std::max({static_cast<double>(work.bytes) / BytesPerMicro(target),
+                   static_cast<double>(work.flops) / FlopsPerMicro(work.tensor_core, target),
+                   1e-6});
+}
+
 CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
                           const targets::TargetDescription& target, LaunchMode mode) {
   CostEstimate e;
@@ -13,19 +40,13 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
   e.flops = work.flops;
   e.launches = launches;
   if (launches == 0) return e;
-  e.launch_us = launches * (mode == LaunchMode::kGraph ? target.graph_node_overhead_us()
-                                                       : target.launch_overhead_us());
+  e.launch_us = launches * LaunchMicros(target, mode);
   if (ctas > 0 && ctas < target.sm_count()) {
     e.utilization = static_cast<double>(ctas) / static_cast<double>(target.sm_count());
   }
-  // GB/s is 1e3 bytes per microsecond; TFLOP/s is 1e6 flops per microsecond.
-  const double bytes_per_us = target.achievable_memory_bandwidth_gbps() * 1e3 * e.utilization;
-  const double achievable_share = target.achievable_bf16_tflops() / target.peak_bf16_tflops();
-  const double tflops = work.tensor_core ? target.achievable_bf16_tflops()
-                                         : target.peak_fp32_tflops() * achievable_share;
-  const double flops_per_us = tflops * 1e6 * e.utilization;
-  e.memory_us = static_cast<double>(work.bytes) / bytes_per_us;
-  e.compute_us = static_cast<double>(work.flops) / flops_per_us;
+  e.memory_us = static_cast<double>(work.bytes) / (BytesPerMicro(target) * e.utilization);
+  e.compute_us =
+      static_cast<double>(work.flops) / (FlopsPerMicro(work.tensor_core, target) * e.utilization);
   e.us = e.launch_us + std::max(e.memory_us, e.compute_us);
   return e;
 }

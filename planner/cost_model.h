@@ -37,6 +37,13 @@ struct CostEstimate {
   int launches = 0;
 };
 
+// The per-launch cost of `mode` on `target`.
+double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode);
+
+// The time `work` would take at the target's achievable rates with its whole grid busy (u =
+// 1): the larger of bytes at the bandwidth and flops at the rate of its kind (at least 1e-6).
+double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target);
+
 // The formula above for `work` done by `launches` kernels whose main grid has `ctas` CTAs.
 CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
                           const targets::TargetDescription& target, LaunchMode mode);

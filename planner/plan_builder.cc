@@ -173,7 +173,7 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
       spec.environment.empty() ? EnvironmentFingerprint(target) : spec.environment;
   context.excluded_families = spec.excluded_families;
   context.calibration = spec.calibration;
-  std::map<std::string, SelectionContext::CalibratedPick> calibrated_picks;
+  std::map<TacticKey, SelectionContext::CalibratedPick> calibrated_picks;
   context.calibrated_picks = &calibrated_picks;
 
   const int n = static_cast<int>(graph.regions().size());

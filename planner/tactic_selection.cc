@@ -119,18 +119,16 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
                         EstimateStep(*family, tactic, region, target, context.mode));
     TacticSource source = TacticSource::kCostModel;
     if (context.calibration != nullptr) {
-      const std::string memo_key = absl::StrCat(name, "|", static_cast<int>(context.phase), "|",
-                                                key.region_signature, "|", key.shape_bucket);
-      std::map<std::string, SelectionContext::CalibratedPick>* memo = context.calibrated_picks;
+      std::map<TacticKey, SelectionContext::CalibratedPick>* memo = context.calibrated_picks;
       const SelectionContext::CalibratedPick* known = nullptr;
       if (memo != nullptr) {
-        if (auto it = memo->find(memo_key); it != memo->end()) known = &it->second;
+        if (auto it = memo->find(key); it != memo->end()) known = &it->second;
       }
       SelectionContext::CalibratedPick pick =
           known != nullptr
               ? *known
               : PickCalibrated(*family, {std::move(tactic), estimate, source}, region, context);
-      if (memo != nullptr && known == nullptr) memo->emplace(memo_key, pick);
+      if (memo != nullptr && known == nullptr) memo->emplace(key, pick);
       tactic = std::move(pick.tactic);
       estimate = pick.estimate;
       source = pick.source;

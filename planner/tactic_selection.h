@@ -60,15 +60,14 @@ struct SelectionContext {
   // Families never chosen here (opt-in ones the plan options leave off), by name.
   std::vector<std::string> excluded_families;
   const CostCalibration* calibration = nullptr;  // may be null: the uncalibrated model
-  // The calibrated pick of each family for each region signature and bindings seen so far
-  // (identical layers are predicted once); may be null. Owned by the caller, for one
-  // calibration and target.
+  // The calibrated pick of each family's key seen so far (identical layers are predicted
+  // once); may be null. Owned by the caller, for one calibration, target and launch mode.
   struct CalibratedPick {
     kernels::Tactic tactic;
     CostEstimate estimate;
     TacticSource source;
   };
-  std::map<std::string, CalibratedPick>* calibrated_picks = nullptr;
+  std::map<TacticKey, CalibratedPick>* calibrated_picks = nullptr;
 };
 
 // FailedPrecondition naming the region and every family's reason when no family can

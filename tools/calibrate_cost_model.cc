@@ -11,7 +11,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -254,63 +253,77 @@ absl::StatusOr<int> Run() {
   // tactic each model picks (a pick that was not measured leaves the step out of all sums).
   std::cout << absl::StrFormat("%-18s %6s %14s %14s %14s %12s\n", "phase", "steps", "uncalibrated",
                                "held out", "calibrated", "tuned (best)");
-  std::set<int> listed;  // items --verbose has listed (identical layers share one)
+  // One step's figures: the measured times of the three models' picks and the best (0 when
+  // a pick or every candidate went unmeasured), and the picks as text.
+  struct StepFigures {
+    double times[4] = {0, 0, 0, 0};
+    std::string picks[3];
+    bool measured = false;
+  };
+  // By the step's first item: identical layers share their items, so each is evaluated once.
+  std::map<int, StepFigures> evaluated;
+  const planner::CostCalibration* models[3] = {nullptr, &held_out, &fitted};
+  auto evaluate = [&](const std::vector<int>& of_step, const planner::SelectionContext& base) {
+    StepFigures r;
+    planner::SelectionContext context = base;
+    const kernels::BoundRegion region = work.Region(work.items()[static_cast<size_t>(of_step[0])]);
+    bool ok = true;
+    for (int m = 0; m < 3 && ok; ++m) {
+      context.calibration = models[m];
+      absl::StatusOr<planner::TacticChoice> choice = planner::SelectTactic(region, context);
+      ok = choice.ok();
+      if (!ok) break;
+      std::optional<double> t;
+      for (int i : of_step) {
+        const tuner::TuningItem& item = work.items()[static_cast<size_t>(i)];
+        if (item.family == choice->family && key_of_item[static_cast<size_t>(i)] != nullptr) {
+          t = MeasuredTime(*key_of_item[static_cast<size_t>(i)], choice->tactic);
+        }
+      }
+      ok = t.has_value();
+      if (ok) r.times[m] = *t;
+      r.picks[m] = absl::StrCat(choice->family->name(), " ", choice->tactic.ParamsString(),
+                                t ? absl::StrFormat(" %.2f us", *t) : " (not measured)");
+    }
+    double& best = r.times[3];
+    for (int i : of_step) {
+      if (const tuner::proto::StoredKey* k = key_of_item[static_cast<size_t>(i)]) {
+        const double b = BestTime(*k);
+        if (b > 0 && (best == 0 || b < best)) best = b;
+      }
+    }
+    r.measured = ok && best > 0;
+    if (absl::GetFlag(FLAGS_verbose) && best > 0 &&
+        (!ok || r.times[1] > 1.1 * best || r.times[2] > 1.1 * best)) {
+      std::cout << absl::StrFormat(
+          "  %s: best %.2f us; uncalibrated %s; held out %s; "
+          "calibrated %s\n",
+          work.items()[static_cast<size_t>(of_step[0])].label, best, r.picks[0], r.picks[1],
+          r.picks[2]);
+    }
+    return r;
+  };
   for (size_t p = 0; p < work.step_items().size(); ++p) {
     const planner::proto::Phase& phase = work.plan().phases(static_cast<int>(p));
+    planner::SelectionContext context;
+    context.registry = &registry;
+    context.target = &target;
+    context.phase = phase.kind() == planner::proto::Phase::KIND_PREFILL ? ir::Phase::kPrefill
+                                                                        : ir::Phase::kDecode;
+    context.environment = options.environment;
     double sums[4] = {0, 0, 0, 0};
     int steps = 0, unmeasured = 0;
     for (const std::vector<int>& of_step : work.step_items()[p]) {
       if (of_step.empty()) continue;
-      const kernels::BoundRegion region =
-          work.Region(work.items()[static_cast<size_t>(of_step[0])]);
-      planner::SelectionContext context;
-      context.registry = &registry;
-      context.target = &target;
-      context.phase = phase.kind() == planner::proto::Phase::KIND_PREFILL ? ir::Phase::kPrefill
-                                                                          : ir::Phase::kDecode;
-      context.environment = options.environment;
-      const planner::CostCalibration* models[3] = {nullptr, &held_out, &fitted};
-      double times[4] = {0, 0, 0, 0};
-      std::string picks[3];
-      bool ok = true;
-      for (int m = 0; m < 3 && ok; ++m) {
-        context.calibration = models[m];
-        absl::StatusOr<planner::TacticChoice> choice = planner::SelectTactic(region, context);
-        ok = choice.ok();
-        if (!ok) break;
-        std::optional<double> t;
-        for (int i : of_step) {
-          const tuner::TuningItem& item = work.items()[static_cast<size_t>(i)];
-          if (item.family == choice->family && key_of_item[static_cast<size_t>(i)] != nullptr) {
-            t = MeasuredTime(*key_of_item[static_cast<size_t>(i)], choice->tactic);
-          }
-        }
-        ok = t.has_value();
-        if (ok) times[m] = *t;
-        picks[m] = absl::StrCat(choice->family->name(), " ", choice->tactic.ParamsString(),
-                                t ? absl::StrFormat(" %.2f us", *t) : " (not measured)");
-      }
-      double best = 0;
-      for (int i : of_step) {
-        if (const tuner::proto::StoredKey* k = key_of_item[static_cast<size_t>(i)]) {
-          const double b = BestTime(*k);
-          if (b > 0 && (best == 0 || b < best)) best = b;
-        }
-      }
-      if (absl::GetFlag(FLAGS_verbose) && best > 0 && listed.insert(of_step[0]).second &&
-          (!ok || times[1] > 1.1 * best || times[2] > 1.1 * best)) {
-        std::cout << absl::StrFormat(
-            "  %s: best %.2f us; uncalibrated %s; held out %s; "
-            "calibrated %s\n",
-            work.items()[static_cast<size_t>(of_step[0])].label, best, picks[0], picks[1],
-            picks[2]);
-      }
-      if (!ok || best == 0) {
+      auto it = evaluated.find(of_step[0]);
+      if (it == evaluated.end())
+        it = evaluated.emplace(of_step[0], evaluate(of_step, context)).first;
+      const StepFigures& r = it->second;
+      if (!r.measured) {
         ++unmeasured;
         continue;
       }
-      times[3] = best;
-      for (int m = 0; m < 4; ++m) sums[m] += times[m];
+      for (int m = 0; m < 4; ++m) sums[m] += r.times[m];
       ++steps;
     }
     std::cout << absl::StrFormat("%-18s %6d %14.1f %14.1f %14.1f %12.1f", phase.name(), steps,

@@ -37,6 +37,18 @@ std::vector<std::string> FamilyNames(const std::vector<const KernelFamily*>& fam
   return names;
 }
 
+// One attention region over a KV cache: q [B,T,heads,head_dim], k and v
+// [B,kv_heads,Smax,head_dim], all of `dtype`, no window.
+ir::Graph AttentionGraph(absl::string_view dtype, int heads, int kv_heads, int head_dim,
+                         double scale) {
+  const std::string q = absl::StrCat(dtype, "[B,T,", heads, ",", head_dim, "]");
+  const std::string kv = absl::StrCat(dtype, "[B,", kv_heads, ",Smax,", head_dim, "]");
+  return MustParseVerified(absl::StrCat(
+      "graph @g {\n  input %q: ", q, "\n  input %positions: i32[B,T]\n  state %k: ", kv,
+      "\n  state %v: ", kv, "\n  %a: ", q, " = attention(%q, %k, %v, %positions) {scale = ", scale,
+      ", sliding_window = 0}\n  output %a\n}"));
+}
+
 // Kinds the planner forms for decode phases only (docs/planner.md): fuse_norm_linear's GEMV
 // prologues for a few rows, the RoPE + KV-write attention and the fused MoE block; their
 // families serve a few new tokens per sequence, so the prefill binding of the typical graph
@@ -172,14 +184,7 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   EXPECT_THAT(s.message(), HasSubstr("M = 128 tokens exceed 16"));
 
   // head_dim 80 is not instantiated by the flash kernel; split-KV decode takes it.
-  const ir::Graph small = MustParseVerified(R"(graph @g {
-  input %q: bf16[B,T,4,80]
-  input %positions: i32[B,T]
-  state %k: bf16[B,2,Smax,80]
-  state %v: bf16[B,2,Smax,80]
-  %a: bf16[B,T,4,80] = attention(%q, %k, %v, %positions) {scale = 0.17, sliding_window = 0}
-  output %a
-})");
+  const ir::Graph small = AttentionGraph("bf16", 4, 2, 80, 0.17);
   const BoundGraph small_prefill = MustBind(small, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(small_prefill, 0), h200);
   EXPECT_THAT(
@@ -189,14 +194,7 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   EXPECT_TRUE(
       registry.Find("attention_decode")->CanImplement(BoundRegion(small_decode, 0), h200).ok());
 
-  const ir::Graph f32 = MustParseVerified(R"(graph @g {
-  input %q: f32[B,T,2,64]
-  input %positions: i32[B,T]
-  state %k: f32[B,1,Smax,64]
-  state %v: f32[B,1,Smax,64]
-  %a: f32[B,T,2,64] = attention(%q, %k, %v, %positions) {scale = 0.125, sliding_window = 0}
-  output %a
-})");
+  const ir::Graph f32 = AttentionGraph("f32", 2, 1, 64, 0.125);
   const BoundGraph f32_prefill = MustBind(f32, kPrefill, 128);
   s = registry.Find("attention_prefill")->CanImplement(BoundRegion(f32_prefill, 0), h200);
   EXPECT_THAT(s.message(), HasSubstr("dtype f32 has no tensor-core path"));
@@ -204,15 +202,7 @@ TEST(KernelFamiliesTest, RefusalsStateTheReason) {
   // Split-KV decode gives a key's 16-byte vectors to the lanes of one warp: f32 at head_dim
   // 256 would take 64 of them, bf16 at 256 takes 32.
   for (const auto& [dtype, ok] : {std::pair{"f32", false}, std::pair{"bf16", true}}) {
-    const ir::Graph wide = MustParseVerified(absl::StrReplaceAll(R"(graph @g {
-  input %q: DT[B,T,2,256]
-  input %positions: i32[B,T]
-  state %k: DT[B,1,Smax,256]
-  state %v: DT[B,1,Smax,256]
-  %a: DT[B,T,2,256] = attention(%q, %k, %v, %positions) {scale = 0.0625, sliding_window = 0}
-  output %a
-})",
-                                                                 {{"DT", dtype}}));
+    const ir::Graph wide = AttentionGraph(dtype, 2, 1, 256, 0.0625);
     s = registry.Find("attention_decode")
             ->CanImplement(BoundRegion(MustBind(wide, kDecode, 10), 0), h200);
     if (ok) {
@@ -388,14 +378,7 @@ TEST(KernelFamiliesTest, GemvNormPrologue) {
 }
 
 TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
-  const ir::Graph graph = MustParseVerified(R"(graph @g {
-  input %q: bf16[B,T,8,128]
-  input %positions: i32[B,T]
-  state %k: bf16[B,2,Smax,128]
-  state %v: bf16[B,2,Smax,128]
-  %a: bf16[B,T,8,128] = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}
-  output %a
-})");
+  const ir::Graph graph = AttentionGraph("bf16", 8, 2, 128, 0.088);
   const BoundGraph prefill = MustBind(graph, kPrefill, 128);
   const BoundRegion a(prefill, 0);
   const KernelFamily& flash = *GlobalKernelRegistry().Find("attention_prefill");
@@ -430,14 +413,7 @@ TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {
 // run over the keys by default; a split tactic sizes its workspace and counters per run and
 // row tile, and the tuner measures splits only up to the count that fills the GPU.
 TEST(KernelFamiliesTest, AttentionPrefillSplitTacticsAndWhichOnesAreMeasured) {
-  const ir::Graph graph = MustParseVerified(R"(graph @g {
-  input %q: bf16[B,T,28,128]
-  input %positions: i32[B,T]
-  state %k: bf16[B,4,Smax,128]
-  state %v: bf16[B,4,Smax,128]
-  %a: bf16[B,T,28,128] = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}
-  output %a
-})");
+  const ir::Graph graph = AttentionGraph("bf16", 28, 4, 128, 0.088);
   const BoundGraph decode = MustBind(graph, {{"B", 16}, {"T", 1}, {"Smax", 1024}}, 512);
   const BoundRegion a(decode, 0);
   const TargetDescription h200 = MustTarget("h200");
