@@ -59,17 +59,24 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
   const dim3 block(static_cast<unsigned>(config.block[0]), static_cast<unsigned>(config.block[1]),
                    static_cast<unsigned>(config.block[2]));
   absl::Status status;
-  if (config.programmatic) {
+  if (config.programmatic || config.cooperative) {
     cudaLaunchConfig_t launch = {};
     launch.gridDim = grid;
     launch.blockDim = block;
     launch.dynamicSmemBytes = static_cast<size_t>(config.dynamic_shared_memory_bytes);
     launch.stream = config.stream;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    launch.attrs = &attribute;
-    launch.numAttrs = 1;
+    cudaLaunchAttribute attributes[2] = {};
+    unsigned int count = 0;
+    if (config.programmatic) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (config.cooperative) {
+      attributes[count].id = cudaLaunchAttributeCooperative;
+      attributes[count++].val.cooperative = 1;
+    }
+    launch.attrs = attributes;
+    launch.numAttrs = count;
     status =
         TP_CUDA_STATUS(cudaLaunchKernelExC(&launch, reinterpret_cast<const void*>(handle_), args));
   } else {

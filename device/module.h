@@ -27,6 +27,9 @@ struct LaunchConfig {
   // grid in the stream finishes; it must wait for it in the kernel (every kernel template
   // calls grid_dependency_sync() first, kernels/core/primitives.cuh).
   bool programmatic = false;
+  // Every block of the grid resident at once, or the launch fails (a kernel whose blocks
+  // wait for one another: the persistent kernel).
+  bool cooperative = false;
 };
 
 // A kernel of a loaded Module; valid while the Module lives.

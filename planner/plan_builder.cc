@@ -10,6 +10,7 @@
 #include "kernels/families/registry.h"
 #include "models/lowering.h"
 #include "planner/memory_planner.h"
+#include "planner/persistent_schedule.h"
 #include "planner/pipelines.h"
 #include "planner/plan_text.h"
 #include "planner/tactic_selection.h"
@@ -109,6 +110,10 @@ absl::Status CheckOptions(const PlanOptions& o) {
   if (o.prefill_tokens.empty() && o.decode_batches.empty()) {
     return bad("prefill_tokens and decode_batches", "are both empty: nothing to plan");
   }
+  if (o.persistent_blocks_per_sm < 0 || o.persistent_blocks_per_sm > 32) {
+    return bad("persistent_blocks_per_sm",
+               absl::StrCat("is ", o.persistent_blocks_per_sm, ", outside [0, 32]"));
+  }
   return absl::OkStatus();
 }
 
@@ -183,13 +188,20 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   memory_options.workspace_bytes.resize(static_cast<size_t>(n));
   memory_options.counter_bytes.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
+    TP_ASSIGN_OR_RETURN(TacticChoice choice, SelectTactic(BoundRegion(g, i), context));
+    choices.push_back(std::move(choice));
+  }
+  std::vector<proto::PersistentRun> runs;
+  if (spec.kind == proto::Phase::KIND_DECODE) {
+    TP_ASSIGN_OR_RETURN(runs, PlanPersistentRuns(g, choices, target, spec.persistent));
+  }
+  for (int i = 0; i < n; ++i) {
     const BoundRegion region(g, i);
-    TP_ASSIGN_OR_RETURN(TacticChoice choice, SelectTactic(region, context));
+    const TacticChoice& choice = choices[static_cast<size_t>(i)];
     memory_options.workspace_bytes[static_cast<size_t>(i)] =
         choice.family->WorkspaceBytes(choice.tactic, region);
     memory_options.counter_bytes[static_cast<size_t>(i)] =
         choice.family->CounterBytes(choice.tactic, region);
-    choices.push_back(std::move(choice));
   }
   memory_options.may_overwrite = [&](int region, int result, int operand) {
     return choices[static_cast<size_t>(region)].family->MayOverwriteOperand(BoundRegion(g, region),
@@ -268,6 +280,15 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     bytes += c.estimate.bytes;
     estimated_us += c.estimate.us;
   }
+  for (proto::PersistentRun& run : runs) {
+    for (int i = run.first_step(); i <= run.last_step(); ++i) {
+      launches -= choices[static_cast<size_t>(i)].estimate.launches;
+      estimated_us -= choices[static_cast<size_t>(i)].estimate.us;
+    }
+    launches += 1;
+    estimated_us += run.estimated_us();
+    *phase.add_persistent() = std::move(run);
+  }
   phase.set_launches(static_cast<int32_t>(launches));
   phase.set_bytes(bytes);
   phase.set_estimated_us(estimated_us);
@@ -302,6 +323,8 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   const int64_t decode_context =
       options.decode_context > 0 ? options.decode_context : options.max_context;
   o->set_decode_context(decode_context);
+  o->set_decode_backend(options.decode_backend);
+  o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
   const CostCalibration* calibration = nullptr;
   if (options.calibrate) {
     calibration = options.calibration != nullptr ? options.calibration
@@ -331,6 +354,8 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.pipeline = pipeline->PassNames();
     spec.environment = options.environment;
     spec.calibration = calibration;
+    spec.persistent.backend = options.decode_backend;
+    spec.persistent.blocks_per_sm = options.persistent_blocks_per_sm;
     if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);

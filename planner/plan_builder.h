@@ -16,6 +16,7 @@
 #include "models/config.h"
 #include "planner/cost_calibration.h"
 #include "planner/pass.h"
+#include "planner/persistent_schedule.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_cache.h"
 #include "regions/ir.h"
@@ -53,6 +54,9 @@ struct PlanOptions {
   // with the uncalibrated model.
   const CostCalibration* calibration = nullptr;
   bool calibrate = true;
+  // Decode phases: runs of steps as one persistent kernel (persistent_schedule.h).
+  proto::PlanOptions::DecodeBackend decode_backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
+  int persistent_blocks_per_sm = 0;  // 0: the rule of persistent_schedule.h
 };
 
 // The ExecutionPlan.format_version this planner writes and this repository's runtime reads
@@ -77,6 +81,7 @@ struct PhaseSpec {
   std::string environment;                       // as PlanOptions::environment
   std::vector<std::string> excluded_families;    // SelectionContext::excluded_families
   const CostCalibration* calibration = nullptr;  // SelectionContext::calibration
+  PersistentOptions persistent;                  // decode phases (persistent_schedule.h)
 };
 
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked

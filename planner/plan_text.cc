@@ -329,6 +329,25 @@ std::string PlanHeader(const proto::ExecutionPlan& plan) {
                                              : absl::StrCat("calibrated (", calibration, ")"));
 }
 
+// One line per persistent run: its steps, stages, blocks, the per-SM spread of its tasks and
+// bytes, and its estimate against the same steps as kernels.
+std::string PersistentSummary(const proto::Phase& phase) {
+  std::string out;
+  for (const proto::PersistentRun& run : phase.persistent()) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat(
+            "persistent kernel: steps %d-%d as %d stages in one launch, %d blocks of %d threads "
+            "(%d per SM), %s shared memory; per SM %d-%d tasks, %s-%s; prefetch %d tasks "
+            "ahead; estimated %.2f us (as kernels %.2f us)\n",
+            run.first_step(), run.last_step(), run.stages_size(), run.blocks(), run.threads(),
+            run.blocks_per_sm(), HumanBytes(run.dynamic_shared_memory_bytes()), run.min_sm_tasks(),
+            run.max_sm_tasks(), HumanBytes(run.min_sm_bytes()), HumanBytes(run.max_sm_bytes()),
+            run.prefetch_tasks(), run.estimated_us(), run.kernels_us()));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers) {
@@ -351,6 +370,7 @@ std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers) {
                     " step: ", phase.launches(), "\n");
     absl::StrAppend(&out, absl::StrFormat("estimated %.2f us, %s moved\n", phase.estimated_us(),
                                           HumanBytes(phase.bytes())));
+    absl::StrAppend(&out, PersistentSummary(phase));
     const proto::Arena& a = phase.arena();
     absl::StrAppend(&out, "memory: arena ", HumanBytes(a.arena_bytes()), ", peak live ",
                     HumanBytes(a.peak_live_bytes()), ", intermediates ",

@@ -115,7 +115,8 @@ absl::Status CheckFlags() {
     }
   }
   TP_RETURN_IF_ERROR(tools::GpuOptionsFromFlags().status());
-  return tools::PlanOptionsFromFlags().status();
+  TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
+  return tools::ApplyDecodeBackendFlags(options);
 }
 
 struct Stats {
@@ -360,6 +361,7 @@ absl::StatusOr<int> Run() {
                       runtime::gpu::ChooseTarget(absl::GetFlag(FLAGS_target),
                                                  device.ok() ? device->get() : nullptr));
   TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
+  TP_RETURN_IF_ERROR(tools::ApplyDecodeBackendFlags(options));
   options.model_name = model.name;
   options.print = tools::PrintOptionsFromFlags();
 

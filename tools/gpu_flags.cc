@@ -9,6 +9,12 @@ ABSL_FLAG(std::string, pdl, "decode",
 ABSL_FLAG(bool, cuda_graphs, true,
           "replay the phases as CUDA Graphs; --no-cuda-graphs launches every kernel from the "
           "host");
+ABSL_FLAG(std::string, decode_backend, "kernels",
+          "how decode phases run their steps (docs/plan.md, \"Persistent decode\"): kernels "
+          "(one kernel per step), persistent (runs of steps as one persistent kernel wherever "
+          "their families allow) or auto (persistent where the cost model prefers it)");
+ABSL_FLAG(int, persistent_blocks_per_sm, 0,
+          "blocks per SM of the persistent kernel; 0: 256 threads' worth");
 
 namespace tileplan::tools {
 
@@ -20,6 +26,27 @@ absl::StatusOr<runtime::gpu::GpuOptions> GpuOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--pdl: ", s.message()));
   }
   return options;
+}
+
+absl::Status ApplyDecodeBackendFlags(planner::PlanOptions& options) {
+  const std::string backend = absl::GetFlag(FLAGS_decode_backend);
+  if (backend == "kernels") {
+    options.decode_backend = planner::proto::PlanOptions::DECODE_BACKEND_KERNELS;
+  } else if (backend == "persistent") {
+    options.decode_backend = planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT;
+  } else if (backend == "auto") {
+    options.decode_backend = planner::proto::PlanOptions::DECODE_BACKEND_AUTO;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--decode-backend takes kernels, persistent or auto, not '", backend, "'"));
+  }
+  const int blocks = absl::GetFlag(FLAGS_persistent_blocks_per_sm);
+  if (blocks < 0 || blocks > 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--persistent-blocks-per-sm takes 0 to 32, not ", blocks));
+  }
+  options.persistent_blocks_per_sm = blocks;
+  return absl::OkStatus();
 }
 
 }  // namespace tileplan::tools

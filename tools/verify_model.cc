@@ -467,6 +467,7 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
   plan_options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   plan_options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   plan_options.print = tools::PrintOptionsFromFlags();
+  TP_RETURN_IF_ERROR(tools::ApplyDecodeBackendFlags(plan_options));
   TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
                       planner::BuildExecutionPlan(config, target, plan_options, nullptr));
   TP_ASSIGN_OR_RETURN(const runtime::gpu::GpuOptions options, tools::GpuOptionsFromFlags());

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,16 @@ class KernelFamily {
   // The launch half of a template family: non-null exactly when launch_kind() is
   // kTemplates; it lives as long as the family.
   virtual const TemplateLauncher* templates() const { return nullptr; }
+  // True when every kernel the family launches also has a persistent task
+  // (`<kernel>_task`, kernels/core/kernel_params.h), so its steps may run inside the
+  // persistent kernel (kernels/launch/persistent.cuh).
+  virtual bool persistent_tasks() const { return false; }
+  // `tactic` changed only in what sets the block size, so that its launches have `threads`
+  // threads per block; nullopt when the family has no such parameter. The result still has
+  // to pass ValidateTactic.
+  virtual std::optional<Tactic> WithBlockThreads(const Tactic& tactic, int64_t threads) const {
+    return std::nullopt;
+  }
 
   // OK, or FailedPrecondition whose message is the reason (without the family's name).
   virtual absl::Status CanImplement(const BoundRegion& region,

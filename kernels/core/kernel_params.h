@@ -19,6 +19,33 @@
 #define TILEPLAN_KERNEL_PARAMETERS(LIST) \
   LIST(TILEPLAN_KERNEL_PARAM_FIRST_, TILEPLAN_KERNEL_PARAM_NEXT_)
 
+// The parameters' names, in order: a kernel passes its own parameters on to its body.
+#define TILEPLAN_KERNEL_ARG_FIRST_(host, kernel, name) name
+#define TILEPLAN_KERNEL_ARG_NEXT_(host, kernel, name) , name
+#define TILEPLAN_KERNEL_ARGUMENTS(LIST) LIST(TILEPLAN_KERNEL_ARG_FIRST_, TILEPLAN_KERNEL_ARG_NEXT_)
+
+// A kernel's task for the persistent kernel (kernels/launch/persistent.cuh), declared inside
+// a struct template with the kernel's template parameters: the parameters as a struct of
+// the kernel's types (laid out as the host's struct, which the persistent kernel keeps in
+// device memory), and `prefetch` and `run`, which call the kernel's two halves,
+// PREFETCH(cta, parameters...) and BODY(cta, parameters...) (each a parenthesized template
+// id), on one CTA of the launch.
+#define TILEPLAN_TASK_FIELD_(host, kernel, name) kernel name;
+#define TILEPLAN_TASK_ARG_FIRST_(host, kernel, name) p.name
+#define TILEPLAN_TASK_ARG_NEXT_(host, kernel, name) , p.name
+#define TILEPLAN_KERNEL_TASK(LIST, PREFETCH, BODY)                                   \
+  struct Params {                                                                    \
+    LIST(TILEPLAN_TASK_FIELD_, TILEPLAN_TASK_FIELD_)                                 \
+  };                                                                                 \
+  static __device__ __forceinline__ void prefetch(const Cta& cta, const void* raw) { \
+    const Params& p = *static_cast<const Params*>(raw);                              \
+    PREFETCH(cta, LIST(TILEPLAN_TASK_ARG_FIRST_, TILEPLAN_TASK_ARG_NEXT_));          \
+  }                                                                                  \
+  static __device__ __forceinline__ void run(const Cta& cta, const void* raw) {      \
+    const Params& p = *static_cast<const Params*>(raw);                              \
+    BODY(cta, LIST(TILEPLAN_TASK_ARG_FIRST_, TILEPLAN_TASK_ARG_NEXT_));              \
+  }
+
 #define TILEPLAN_PARAM_FIELD_(host, kernel, name) host name;
 #define TILEPLAN_PARAM_COUNT_(host, kernel, name) +1
 #define TILEPLAN_PARAM_ADDRESS_(host, kernel, name) \

@@ -38,6 +38,31 @@ __device__ __forceinline__ void grid_dependency_sync() {
 #endif
 }
 
+// The CTA a kernel body runs as: its index in the grid and the grid's extent. A kernel
+// launched on its own runs as the hardware's block (this_cta()); the persistent kernel
+// (kernels/launch/persistent.cuh) runs the bodies of many launches' CTAs, one after another,
+// in each of its blocks. Bodies read the CTA from here, never from blockIdx or gridDim.
+struct Cta {
+  unsigned int x, y, z;
+  unsigned int nx, ny, nz;
+};
+__device__ __forceinline__ Cta this_cta() {
+  return {blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z};
+}
+
+// Counters of the persistent kernel: a load that makes every write released before the
+// value it reads visible to this thread (and, by a following __syncthreads, to its block),
+// and an increment that releases this thread's earlier writes and those of its block that a
+// __syncthreads ordered before it.
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned int* p, unsigned int v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // Starts bringing the 128-byte line that holds `p` into L2; no result, no wait.
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));

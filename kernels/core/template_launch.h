@@ -52,6 +52,9 @@ std::vector<SourceFile> CoreTemplateSources();
 struct KernelInstance {
   std::string source;  // e.g. "gemv_split_k.cuh"
   std::vector<std::string> name_expressions;
+  // Template files included before `source`, whose templates the name expressions also
+  // instantiate (the persistent kernel's tasks, kernels/launch/persistent.cuh).
+  std::vector<std::string> includes;
 
   friend auto operator<=>(const KernelInstance&, const KernelInstance&) = default;
 };
@@ -80,6 +83,8 @@ class KernelParams {
     return k;
   }
   size_t size() const { return bytes_; }
+  // The struct's bytes (size() of them).
+  const void* data() const { return storage_.data(); }
   // REQUIRES: the struct was a P.
   template <typename P>
   P As() const {

@@ -14,6 +14,7 @@ CompileRequest RequestFor(const KernelInstance& instance, int sm) {
   CompileRequest request;
   request.source = instance.source;
   request.name_expressions = instance.name_expressions;
+  request.includes = instance.includes;
   request.sm = sm;
   return request;
 }
@@ -73,6 +74,7 @@ absl::Status KernelLoader::Launch(LoadedInstance& loaded, KernelLaunch& launch,
   config.dynamic_shared_memory_bytes = shared;
   config.stream = options.stream;
   config.programmatic = options.programmatic;
+  config.cooperative = options.cooperative;
   return loaded.kernels[k].Launch(config, launch.params.pointers());
 }
 
@@ -117,14 +119,39 @@ KernelInstance FillUniformInstance(ir::DType dtype) {
   const char* type = dtype == ir::DType::kBF16  ? "tileplan::bf16"
                      : dtype == ir::DType::kF16 ? "tileplan::f16"
                                                 : "float";
-  return {"runtime_support.cuh", {absl::StrCat("tileplan::fill_uniform<", type, ">")}};
+  return {"runtime_support.cuh", {absl::StrCat("tileplan::fill_uniform<", type, ">")}, {}};
 }
 
 KernelInstance DecodeAdvanceInstance() {
-  return {"runtime_support.cuh", {"tileplan::decode_advance"}};
+  return {"runtime_support.cuh", {"tileplan::decode_advance"}, {}};
 }
 
-KernelInstance TrapFaultInstance() { return {"runtime_support.cuh", {"tileplan::trap_fault"}}; }
+PersistentInstance PersistentKernelInstance(
+    int threads, int min_blocks_per_sm,
+    const std::vector<std::pair<const KernelInstance*, int>>& stages) {
+  PersistentInstance out;
+  out.instance.source = "persistent.cuh";
+  std::vector<std::string> ops;
+  for (const auto& [instance, kernel] : stages) {
+    // "ns::kernel<args>" runs as the task "ns::kernel_task<args>" (kernel_params.h).
+    const std::string& name = instance->name_expressions[static_cast<size_t>(kernel)];
+    const size_t open = std::min(name.find('<'), name.size());
+    const std::string op = absl::StrCat(name.substr(0, open), "_task", name.substr(open));
+    auto found = std::find(ops.begin(), ops.end(), op);
+    out.stage_ops.push_back(static_cast<int>(found - ops.begin()));
+    if (found == ops.end()) ops.push_back(op);
+    std::vector<std::string>& includes = out.instance.includes;
+    if (std::find(includes.begin(), includes.end(), instance->source) == includes.end()) {
+      includes.push_back(instance->source);
+    }
+  }
+  out.instance.name_expressions = {absl::StrCat("tileplan::persistent_kernel<", threads, ", ",
+                                                min_blocks_per_sm, ", ", absl::StrJoin(ops, ", "),
+                                                ">")};
+  return out;
+}
+
+KernelInstance TrapFaultInstance() { return {"runtime_support.cuh", {"tileplan::trap_fault"}, {}}; }
 
 KernelLaunch DecodeAdvanceLaunch(const DecodeAdvanceParams& params, int64_t batch) {
   KernelLaunch launch;

@@ -33,6 +33,8 @@ struct LaunchOptions {
   cudaStream_t stream = nullptr;  // null: the legacy default stream
   // Programmatic dependent launch (sm_90+, device::LaunchConfig::programmatic).
   bool programmatic = false;
+  // A cooperative launch (device::LaunchConfig::cooperative).
+  bool cooperative = false;
 };
 
 // The runtime's own kernels (runtime_support.cuh): random weights of a float dtype generated
@@ -43,6 +45,18 @@ KernelInstance DecodeAdvanceInstance();
 KernelInstance TrapFaultInstance();
 // decode_advance for `batch` sequences (one CTA).
 KernelLaunch DecodeAdvanceLaunch(const DecodeAdvanceParams& params, int64_t batch);
+
+// The persistent kernel (persistent.cuh) at `threads` threads per block and launch bounds of
+// `min_blocks_per_sm`, whose stage i runs kernel stages[i].second of instance stages[i].first
+// as a task: the instance (its tasks' files included, each task type once, in first-use
+// order) and each stage's op, the index of its task type.
+struct PersistentInstance {
+  KernelInstance instance;
+  std::vector<int> stage_ops;
+};
+PersistentInstance PersistentKernelInstance(
+    int threads, int min_blocks_per_sm,
+    const std::vector<std::pair<const KernelInstance*, int>>& stages);
 
 class KernelLoader {
  public:

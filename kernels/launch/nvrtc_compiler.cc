@@ -16,7 +16,8 @@
 
 namespace tileplan::kernels {
 
-// runtime_support.cuh and its params header, embedded in tileplan_kernel_launch.
+// runtime_support.cuh, persistent.cuh and their params headers, embedded in
+// tileplan_kernel_launch.
 const std::vector<std::pair<std::string_view, std::string_view>>& EmbeddedSupportKernels();
 
 namespace {
@@ -134,6 +135,7 @@ absl::StatusOr<std::unique_ptr<NvrtcCompiler>> NvrtcCompiler::Create(Options opt
 
 std::string NvrtcCompiler::CacheKey(const CompileRequest& request) const {
   return absl::StrCat("tileplan-module-v1\nsources=", sources_hash_, "\nsource=", request.source,
+                      "\nincludes=", absl::StrJoin(request.includes, " "),
                       "\narch=", ArchName(request.sm, request.arch_specific),
                       "\nnvrtc=", nvrtc_version_, "\noptions=", absl::StrJoin(BaseOptions(), " "),
                       "\nnames=", absl::StrJoin(request.name_expressions, "\n      "));
@@ -141,14 +143,17 @@ std::string NvrtcCompiler::CacheKey(const CompileRequest& request) const {
 
 absl::StatusOr<CompiledModule> NvrtcCompiler::Compile(const CompileRequest& request) const {
   const std::string arch = ArchName(request.sm, request.arch_specific);
-  const bool known_source = std::any_of(sources_.begin(), sources_.end(), [&](const SourceFile& f) {
-    return f.name == request.source;
-  });
-  if (!known_source) {
-    std::vector<std::string> names;
-    for (const SourceFile& f : sources_) names.push_back(f.name);
-    return absl::InvalidArgumentError(absl::StrCat("no kernel template named '", request.source,
-                                                   "'; templates: ", absl::StrJoin(names, ", ")));
+  std::vector<std::string> files = request.includes;
+  files.push_back(request.source);
+  for (const std::string& file : files) {
+    const bool known = std::any_of(sources_.begin(), sources_.end(),
+                                   [&](const SourceFile& f) { return f.name == file; });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const SourceFile& f : sources_) names.push_back(f.name);
+      return absl::InvalidArgumentError(absl::StrCat("no kernel template named '", file,
+                                                     "'; templates: ", absl::StrJoin(names, ", ")));
+    }
   }
   if (request.name_expressions.empty()) {
     return absl::InvalidArgumentError(
@@ -183,7 +188,11 @@ absl::StatusOr<CompiledModule> NvrtcCompiler::CompileUncached(const CompileReque
     header_names.push_back(file.name.c_str());
     header_contents.push_back(file.contents.c_str());
   }
-  const std::string program_text = absl::StrCat("#include \"", request.source, "\"\n");
+  std::string program_text;
+  for (const std::string& file : request.includes) {
+    absl::StrAppend(&program_text, "#include \"", file, "\"\n");
+  }
+  absl::StrAppend(&program_text, "#include \"", request.source, "\"\n");
   const std::string program_name = absl::StrCat("tileplan_", request.source, ".cu");
   nvrtcProgram program = nullptr;
   ProgramGuard guard(&program);

@@ -2,7 +2,8 @@
 //
 // A request names one template file and the instantiations wanted as C++ name expressions
 // ("tileplan::rms_norm<tileplan::bf16, tileplan::bf16, 256, 1, 8>"). The program is
-// `#include "<file>"` with every template file available as a header, compiled for a real
+// `#include "<file>"` (after any other files the request includes) with every template file
+// available as a header, compiled for a real
 // architecture (sm_XX, or sm_XXa where a template uses architecture-specific instructions)
 // to a cubin; the lowered (mangled) name of each instantiation comes back with it for
 // cudaLibraryGetKernel. NVRTC needs no GPU, so this runs on any machine with libnvrtc.
@@ -36,6 +37,7 @@ struct CompileRequest {
   std::vector<std::string> name_expressions;  // at least one
   int sm = 90;                                // compute capability, major * 10 + minor
   bool arch_specific = false;                 // compile for sm_XXa (wgmma, setmaxnreg, ...)
+  std::vector<std::string> includes;          // template files included before `source`
 };
 
 struct CompiledModule {

@@ -1,5 +1,7 @@
 #include "kernels/step/step_launcher.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <set>
 #include <utility>
 
@@ -8,6 +10,7 @@
 #include "base/status_macros.h"
 #include "device/cuda_status.h"
 #include "kernels/cublaslt/cublaslt_runner.h"
+#include "kernels/launch/persistent_params.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -15,6 +18,10 @@ namespace {
 absl::Status Prefixed(absl::string_view label, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(label, ": ", status.message()));
+}
+
+int64_t AlignTo(int64_t n, int64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
 }
 
 }  // namespace
@@ -57,9 +64,10 @@ absl::Status PreparedStep::Enqueue(int binding, cudaStream_t stream) {
         return absl::FailedPreconditionError(absl::StrCat(label_, ": not loaded"));
       }
       for (KernelLaunch& launch : launches_[b]) {
-        TP_RETURN_IF_ERROR(Prefixed(
-            label_,
-            loader_->Launch(*loaded_, launch, {.stream = stream, .programmatic = programmatic_})));
+        TP_RETURN_IF_ERROR(Prefixed(label_, loader_->Launch(*loaded_, launch,
+                                                            {.stream = stream,
+                                                             .programmatic = programmatic_,
+                                                             .cooperative = cooperative_})));
       }
       return absl::OkStatus();
     case LaunchKind::kLibrary:
@@ -166,6 +174,116 @@ absl::StatusOr<std::vector<Tactic>> StepLauncher::LibraryConfigs(const KernelFam
     return std::vector<Tactic>{};
   }
   return it->second->Configs(region, base, limit);
+}
+
+absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
+    const PersistentSpec& spec, std::string label) {
+  if (spec.stages.empty() || spec.blocks <= 0 || spec.threads <= 0 || spec.threads % 32 != 0 ||
+      spec.min_blocks_per_sm <= 0 || spec.prefetch_tasks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": a persistent kernel needs stages, blocks, threads (a multiple of 32), ",
+        "at least one block per SM and no negative prefetch"));
+  }
+  std::vector<std::pair<const KernelInstance*, int>> kernels;
+  std::vector<PersistentStage> stages;
+  std::vector<std::vector<PersistentTask>> per_block(static_cast<size_t>(spec.blocks));
+  std::string blob;
+  int64_t shared = 0;
+  for (size_t s = 0; s < spec.stages.size(); ++s) {
+    const PersistentSpec::Stage& st = spec.stages[s];
+    const std::string where = absl::StrCat(label, ": stage ", s);
+    const PreparedStep* step = st.step;
+    if (step == nullptr || step->kind_ != LaunchKind::kTemplates || step->launches_.empty() ||
+        st.launch < 0 || st.launch >= static_cast<int>(step->launches_[0].size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": not a bound template step with launch ", st.launch));
+    }
+    if (step->family_ == nullptr || !step->family_->persistent_tasks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (", step->label_, "): its family has no persistent tasks"));
+    }
+    const KernelLaunch& launch = step->launches_[0][static_cast<size_t>(st.launch)];
+    if (launch.block[0] != spec.threads || launch.block[1] != 1 || launch.block[2] != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (", step->label_, "): its block is ", launch.block[0], "x",
+                       launch.block[1], "x", launch.block[2], ", not the kernel's ", spec.threads));
+    }
+    if (st.wait >= static_cast<int>(s) || st.wait < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": waits for stage ", st.wait, ", which is not an earlier one"));
+    }
+    kernels.emplace_back(&step->instance_, launch.kernel);
+    const int64_t tasks = launch.grid[0] * launch.grid[1] * launch.grid[2];
+    PersistentStage record{};
+    record.wait = st.wait;
+    record.tasks = static_cast<unsigned int>(tasks);
+    record.wait_tasks = st.wait >= 0 ? stages[static_cast<size_t>(st.wait)].tasks : 0u;
+    record.grid_x = static_cast<unsigned int>(launch.grid[0]);
+    record.grid_y = static_cast<unsigned int>(launch.grid[1]);
+    record.grid_z = static_cast<unsigned int>(launch.grid[2]);
+    record.params = static_cast<long long>(blob.size());
+    blob.append(static_cast<const char*>(launch.params.data()), launch.params.size());
+    blob.resize(static_cast<size_t>(AlignTo(static_cast<int64_t>(blob.size()), 16)), '\0');
+    stages.push_back(record);
+    for (int64_t t = 0; t < tasks; ++t) {
+      per_block[static_cast<size_t>((st.first_block + t) % spec.blocks)].push_back(
+          {static_cast<int>(s), static_cast<unsigned int>(t)});
+    }
+    shared = std::max(shared, launch.dynamic_shared_memory_bytes);
+  }
+  PersistentInstance instance =
+      PersistentKernelInstance(spec.threads, spec.min_blocks_per_sm, kernels);
+  for (size_t s = 0; s < stages.size(); ++s) stages[s].op = instance.stage_ops[s];
+  std::vector<PersistentTask> tasks;
+  std::vector<int> block_tasks = {0};
+  for (const std::vector<PersistentTask>& b : per_block) {
+    tasks.insert(tasks.end(), b.begin(), b.end());
+    block_tasks.push_back(static_cast<int>(tasks.size()));
+  }
+
+  // One buffer: stages | tasks | block_tasks | parameters | done[stages], epoch, finished.
+  const int64_t stages_at = 0;
+  const int64_t tasks_at =
+      AlignTo(stages_at + static_cast<int64_t>(stages.size() * sizeof(PersistentStage)), 256);
+  const int64_t blocks_at =
+      AlignTo(tasks_at + static_cast<int64_t>(tasks.size() * sizeof(PersistentTask)), 256);
+  const int64_t params_at =
+      AlignTo(blocks_at + static_cast<int64_t>(block_tasks.size() * sizeof(int)), 256);
+  const int64_t counters_at = AlignTo(params_at + static_cast<int64_t>(blob.size()), 256);
+  const int64_t counters = static_cast<int64_t>(stages.size()) + 2;
+  TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer,
+                      device::DeviceBuffer::Allocate(*device_, counters_at + counters * 4));
+  TP_RETURN_IF_ERROR(buffer.Fill(0));
+  TP_RETURN_IF_ERROR(buffer.CopyFromHost(
+      stages.data(), static_cast<int64_t>(stages.size() * sizeof(PersistentStage)), stages_at));
+  TP_RETURN_IF_ERROR(buffer.CopyFromHost(
+      tasks.data(), static_cast<int64_t>(tasks.size() * sizeof(PersistentTask)), tasks_at));
+  TP_RETURN_IF_ERROR(buffer.CopyFromHost(
+      block_tasks.data(), static_cast<int64_t>(block_tasks.size() * sizeof(int)), blocks_at));
+  TP_RETURN_IF_ERROR(
+      buffer.CopyFromHost(blob.data(), static_cast<int64_t>(blob.size()), params_at));
+  std::byte* base = static_cast<std::byte*>(buffer.data());
+  auto* counter_base = reinterpret_cast<unsigned int*>(base + counters_at);
+  PersistentParams params{};
+  params.stages = base + stages_at;
+  params.tasks = base + tasks_at;
+  params.block_tasks = reinterpret_cast<const int*>(base + blocks_at);
+  params.params = base + params_at;
+  params.done = counter_base;
+  params.epoch = counter_base + stages.size();
+  params.finished = counter_base + stages.size() + 1;
+  params.prefetch_tasks = spec.prefetch_tasks;
+
+  KernelLaunch launch;
+  launch.grid = {spec.blocks, 1, 1};
+  launch.block = {spec.threads, 1, 1};
+  launch.dynamic_shared_memory_bytes = shared;
+  launch.params = KernelParams::Of(params);
+  std::unique_ptr<PreparedStep> step =
+      PrepareKernels(std::move(label), std::move(instance.instance), {std::move(launch)}, {});
+  step->cooperative_ = true;
+  step->schedule_ = std::move(buffer);
+  return step;
 }
 
 GraphExec::~GraphExec() {

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "device/device.h"
+#include "device/device_buffer.h"
 #include "kernels/core/bound_graph.h"
 #include "kernels/core/kernel_family.h"
 #include "kernels/core/template_launch.h"
@@ -73,12 +74,31 @@ class PreparedStep {
   std::unique_ptr<LibraryStep> library_;
   std::vector<RegionBuffers> buffers_;  // per binding
   int bindings_ = 0;
+  // The persistent kernel: its launch is cooperative, and it owns its schedule's memory.
+  bool cooperative_ = false;
+  std::optional<device::DeviceBuffer> schedule_;
 };
 
 struct StepOptions {
   // Template launches use programmatic dependent launch (sm_90+; each kernel waits for its
   // inputs in the kernel).
   bool programmatic = false;
+};
+
+// The launches of several prepared template steps run as one persistent kernel
+// (kernels/launch/persistent.cuh; the plan's PersistentRun says what to put here).
+struct PersistentSpec {
+  struct Stage {
+    const PreparedStep* step = nullptr;  // a template step, bound (binding 0 runs)
+    int launch = 0;                      // which of its launches
+    int64_t first_block = 0;             // its CTA t runs in block (first_block + t) % blocks
+    int wait = -1;                       // the earlier stage it waits for; -1: none
+  };
+  std::vector<Stage> stages;
+  int64_t blocks = 0;
+  int threads = 0;            // every stage's launch has this block
+  int min_blocks_per_sm = 1;  // the kernel's launch bounds
+  int prefetch_tasks = 4;     // tasks of a stage a block prefetches for on entering it
 };
 
 class StepLauncher {
@@ -109,6 +129,12 @@ class StepLauncher {
   std::unique_ptr<PreparedStep> PrepareKernels(std::string label, KernelInstance instance,
                                                std::vector<KernelLaunch> launches,
                                                const StepOptions& options);
+  // The persistent kernel running `spec`'s stages, with its schedule in device memory (one
+  // binding, loaded by Load like any template step, launched cooperatively). InvalidArgument
+  // naming the stage for a step that is not a bound template step, a launch whose block is
+  // not spec.threads, or a wait that does not name an earlier stage.
+  absl::StatusOr<std::unique_ptr<PreparedStep>> PreparePersistent(const PersistentSpec& spec,
+                                                                  std::string label);
 
   // Compiles the template instances of `steps` on all host cores at once (the disk cache),
   // then loads them; the first failure, carrying the NVRTC log.

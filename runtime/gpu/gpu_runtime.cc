@@ -73,7 +73,16 @@ struct GpuRuntime::Impl {
   absl::Status WarmUpAndCapture();
 
   absl::Status EnqueueProgram(Program& p, bool greedy, cudaStream_t s) {
-    for (auto& step : p.steps) TP_RETURN_IF_ERROR(step->Enqueue(0, s));
+    auto run = p.persistent.begin();
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      if (run != p.persistent.end() && static_cast<int>(i) == run->first_step) {
+        TP_RETURN_IF_ERROR(run->step->Enqueue(0, s));
+        i = static_cast<size_t>(run->last_step);
+        ++run;
+        continue;
+      }
+      TP_RETURN_IF_ERROR(p.steps[i]->Enqueue(0, s));
+    }
     if (greedy) {
       TP_RETURN_IF_ERROR(p.argmax->Enqueue(0, s));
       TP_RETURN_IF_ERROR(p.advance->Enqueue(0, s));
@@ -191,6 +200,7 @@ struct GpuRuntime::Impl {
     std::set<kernels::KernelInstance> unique;
     for (auto& p : programs) {
       for (auto& s : p->steps) steps.push_back(s.get());
+      for (auto& run : p->persistent) steps.push_back(run.step.get());
       if (p->decode) {
         steps.push_back(p->argmax.get());
         steps.push_back(p->advance.get());

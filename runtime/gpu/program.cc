@@ -273,12 +273,63 @@ struct ProgramBuilder::Impl {
                           PrepareStep(*family, region, tactic, p->decode, buffers, label));
       p->steps.push_back(std::move(prepared));
     }
+    TP_RETURN_IF_ERROR(BuildPersistent(*p));
     if (p->tokens_in == nullptr || p->positions_in == nullptr || p->logits == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           phase.name(), ": the phase must read %tokens and %positions and write %logits"));
     }
     if (p->decode) TP_RETURN_IF_ERROR(BuildDecodeLoop(*p));
     return p;
+  }
+
+  // The persistent kernels of the phase's runs, over its prepared steps.
+  absl::Status BuildPersistent(Program& p) {
+    const pp::Phase& phase = *p.phase;
+    int previous_last = -1;
+    for (const pp::PersistentRun& run : phase.persistent()) {
+      const std::string label = absl::StrCat(phase.name(), " persistent kernel (steps ",
+                                             run.first_step(), "-", run.last_step(), ")");
+      if (run.first_step() <= previous_last || run.first_step() > run.last_step() ||
+          run.last_step() >= static_cast<int>(p.steps.size()) || run.blocks() <= 0 ||
+          run.threads() <= 0 || run.blocks_per_sm() <= 0 || run.stages().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": the run's steps, blocks or stages are not a valid schedule"));
+      }
+      previous_last = run.last_step();
+      kernels::PersistentSpec spec;
+      spec.blocks = run.blocks();
+      spec.threads = run.threads();
+      spec.min_blocks_per_sm = run.blocks_per_sm();
+      spec.prefetch_tasks = run.prefetch_tasks();
+      int covered = 0;
+      for (const pp::PersistentStage& stage : run.stages()) {
+        if (stage.step() < run.first_step() || stage.step() > run.last_step()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(label, ": stage of step ", stage.step(), " outside the run"));
+        }
+        const pp::Step& step = phase.steps(stage.step());
+        if (step.launches() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              label, ": step ", stage.step(), " launches ", step.launches(), " kernels, not 1"));
+        }
+        spec.stages.push_back({p.steps[static_cast<size_t>(stage.step())].get(), 0,
+                               stage.first_block(), stage.wait()});
+        ++covered;
+      }
+      // Every launching step of the run is a stage: none may be skipped.
+      int launching = 0;
+      for (int i = run.first_step(); i <= run.last_step(); ++i) {
+        launching += phase.steps(i).launches() > 0 ? 1 : 0;
+      }
+      if (launching != covered) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            label, ": ", launching, " steps launch kernels but the run has ", covered, " stages"));
+      }
+      TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PreparedStep> step,
+                          launcher->PreparePersistent(spec, label));
+      p.persistent.push_back({run.first_step(), run.last_step(), std::move(step)});
+    }
+    return absl::OkStatus();
   }
 
   // The argmax of the decode logits into the token input, and the position advance.

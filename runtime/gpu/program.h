@@ -56,6 +56,13 @@ struct Program {
   std::unique_ptr<ir::Graph> graph;
   std::unique_ptr<kernels::BoundGraph> bound;
   std::vector<std::unique_ptr<kernels::PreparedStep>> steps;  // each bound once (binding 0)
+  // The phase's persistent runs (plan's Phase.persistent), each enqueued in place of its
+  // steps [first_step, last_step].
+  struct PersistentLaunch {
+    int first_step = 0, last_step = 0;
+    std::unique_ptr<kernels::PreparedStep> step;
+  };
+  std::vector<PersistentLaunch> persistent;
   int32_t* tokens_in = nullptr;
   int32_t* positions_in = nullptr;
   float* logits = nullptr;

@@ -58,7 +58,7 @@ std::unique_ptr<NvrtcCompiler> MakeCompiler(std::optional<std::string> cache_dir
 }
 
 CompileRequest ScaleRequest(int sm) {
-  return {"scale.cuh", {"demo::scale<float, 2>", "demo::scale<int, 3>"}, sm, false};
+  return {"scale.cuh", {"demo::scale<float, 2>", "demo::scale<int, 3>"}, sm, false, {}};
 }
 
 TEST(NvrtcCompilerTest, CompilesInstantiationsToACubin) {
@@ -79,14 +79,14 @@ TEST(NvrtcCompilerTest, FailureCarriesTheLogAndTheInstantiations) {
   std::unique_ptr<NvrtcCompiler> compiler = MakeCompiler(std::nullopt);
   ASSERT_NE(compiler, nullptr);
   absl::StatusOr<CompiledModule> module =
-      compiler->Compile({"scale.cuh", {"demo::scale<float, 0>"}, 90, false});
+      compiler->Compile({"scale.cuh", {"demo::scale<float, 0>"}, 90, false, {}});
   ASSERT_FALSE(module.ok());
   EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("scale.cuh for sm_90"));
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("demo::scale<float, 0>"));
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("kFactor must be positive"));
 
-  module = compiler->Compile({"broken.cuh", {"&broken"}, 90, false});
+  module = compiler->Compile({"broken.cuh", {"&broken"}, 90, false, {}});
   ASSERT_FALSE(module.ok());
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("undeclared_name"));
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("log:"));
@@ -95,16 +95,22 @@ TEST(NvrtcCompilerTest, FailureCarriesTheLogAndTheInstantiations) {
 TEST(NvrtcCompilerTest, RefusesUnknownTemplatesArchitecturesAndEmptyRequests) {
   std::unique_ptr<NvrtcCompiler> compiler = MakeCompiler(std::nullopt);
   ASSERT_NE(compiler, nullptr);
-  absl::StatusOr<CompiledModule> module = compiler->Compile({"nope.cuh", {"f"}, 90, false});
+  absl::StatusOr<CompiledModule> module = compiler->Compile({"nope.cuh", {"f"}, 90, false, {}});
   EXPECT_THAT(std::string(module.status().message()),
               HasSubstr("no kernel template named 'nope.cuh'"));
   EXPECT_THAT(std::string(module.status().message()),
               HasSubstr("broken.cuh, helper.cuh, scale.cuh"));
-  module = compiler->Compile({"scale.cuh", {"demo::scale<float, 2>"}, 10, false});
+  module = compiler->Compile({"scale.cuh", {"demo::scale<float, 2>"}, 10, false, {}});
   EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("cannot compile for sm_10"));
-  module = compiler->Compile({"scale.cuh", {}, 90, false});
+  module = compiler->Compile({"scale.cuh", {}, 90, false, {}});
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("no instantiation named"));
+  module = compiler->Compile({"scale.cuh", {"demo::scale<float, 2>"}, 90, false, {"nope.cuh"}});
+  EXPECT_THAT(std::string(module.status().message()),
+              HasSubstr("no kernel template named 'nope.cuh'"));
+  // An included file's templates are instantiated like the source's.
+  module = compiler->Compile({"helper.cuh", {"demo::scale<float, 2>"}, 90, false, {"scale.cuh"}});
+  EXPECT_TRUE(module.ok()) << module.status();
 }
 
 TEST(NvrtcCompilerTest, ReportsVersionAndArchitectures) {
@@ -164,6 +170,9 @@ TEST(NvrtcCompilerTest, CacheKeyCoversArchNamesSourcesAndVersion) {
   CompileRequest other_names = ScaleRequest(90);
   other_names.name_expressions.pop_back();
   EXPECT_NE(compiler->CacheKey(other_names), key);
+  CompileRequest with_include = ScaleRequest(90);
+  with_include.includes = {"helper.cuh"};
+  EXPECT_NE(compiler->CacheKey(with_include), key);
 
   NvrtcCompiler::Options options;
   options.sources = {{"scale.cuh", std::string(kScaleSource) + "\n// edited\n"},
@@ -182,10 +191,11 @@ TEST(NvrtcCompilerTest, EmbedsEveryKernelTemplate) {
     EXPECT_FALSE(file.contents.empty()) << file.name;
   }
   EXPECT_THAT(names,
-              ::testing::IsSupersetOf(
-                  {"argmax.cuh", "attention_decode_split_kv.cuh", "attention_prefill_flash.cuh",
-                   "elementwise.cuh", "embedding_gather.cuh", "gemv_split_k.cuh", "primitives.cuh",
-                   "rms_norm.cuh", "rope_kv_write.cuh", "runtime_support.cuh", "gemv_params.h"}));
+              ::testing::IsSupersetOf({"argmax.cuh", "attention_decode_split_kv.cuh",
+                                       "attention_prefill_flash.cuh", "elementwise.cuh",
+                                       "embedding_gather.cuh", "gemv_split_k.cuh", "primitives.cuh",
+                                       "rms_norm.cuh", "rope_kv_write.cuh", "runtime_support.cuh",
+                                       "gemv_params.h", "persistent.cuh", "persistent_params.h"}));
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "device/device.h"
 #include "device/device_buffer.h"
 #include "gmock/gmock.h"
@@ -51,8 +52,11 @@ class GpuRuntimeTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<GpuRuntime>> Make(
       std::vector<int64_t> prefill, int64_t max_context, bool graphs = true, int64_t batch = 1,
       GpuOptions::ProgrammaticLaunch programmatic = GpuOptions::ProgrammaticLaunch::kDecode,
-      bool last_token_logits = false) {
+      bool last_token_logits = false,
+      planner::proto::PlanOptions::DecodeBackend backend =
+          planner::proto::PlanOptions::DECODE_BACKEND_KERNELS) {
     planner::PlanOptions options;
+    options.decode_backend = backend;
     options.prefill_last_token_logits = last_token_logits;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;
@@ -65,6 +69,28 @@ class GpuRuntimeTest : public ::testing::Test {
     gpu.cuda_graphs = graphs;
     gpu.programmatic_launch = programmatic;
     return GpuRuntime::Create(*device_, *plan, checkpoint_.get(), gpu);
+  }
+
+  // The device greedy loop of `rt` (16 tokens after a 24-token prompt) against host-driven
+  // decode steps of the same runtime, which it must match token for token; `stepped` gets
+  // the host steps' tokens.
+  void ExpectGreedyLoopMatchesHostSteps(GpuRuntime& rt, std::vector<int32_t>& stepped) {
+    const std::vector<int32_t> prompt = Prompt(24, 3);
+    auto loop = rt.Generate(prompt, 1, 16);
+    ASSERT_TRUE(loop.ok()) << loop.status();
+    auto logits = rt.Prefill(prompt, 1);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    const int64_t v = config_.vocab_size;
+    auto argmax = [&](const float* row) {
+      return static_cast<int32_t>(std::max_element(row, row + v) - row);
+    };
+    stepped = {argmax(logits->data() + 23 * v)};
+    while (stepped.size() < 16) {
+      auto step = rt.Decode({stepped.back()}, {static_cast<int32_t>(24 + stepped.size() - 1)});
+      ASSERT_TRUE(step.ok()) << step.status();
+      stepped.push_back(argmax(step->data()));
+    }
+    EXPECT_EQ(*loop, stepped);
   }
 
   std::vector<int32_t> Prompt(int n, int salt = 0) const {
@@ -127,22 +153,8 @@ TEST_F(GpuRuntimeTest, ProgrammaticDependentLaunchChangesNoBit) {
 TEST_F(GpuRuntimeTest, DeviceGreedyLoopMatchesHostSteps) {
   auto rt = Make({24}, 48);
   ASSERT_TRUE(rt.ok()) << rt.status();
-  const std::vector<int32_t> prompt = Prompt(24, 3);
-  auto loop = (*rt)->Generate(prompt, 1, 16);
-  ASSERT_TRUE(loop.ok()) << loop.status();
-  auto logits = (*rt)->Prefill(prompt, 1);
-  ASSERT_TRUE(logits.ok()) << logits.status();
-  const int64_t v = config_.vocab_size;
-  auto argmax = [&](const float* row) {
-    return static_cast<int32_t>(std::max_element(row, row + v) - row);
-  };
-  std::vector<int32_t> stepped = {argmax(logits->data() + 23 * v)};
-  while (stepped.size() < 16) {
-    auto step = (*rt)->Decode({stepped.back()}, {static_cast<int32_t>(24 + stepped.size() - 1)});
-    ASSERT_TRUE(step.ok()) << step.status();
-    stepped.push_back(argmax(step->data()));
-  }
-  EXPECT_EQ(*loop, stepped);
+  std::vector<int32_t> stepped;
+  ExpectGreedyLoopMatchesHostSteps(**rt, stepped);
   // Lively: not one token repeated.
   EXPECT_GT(std::set<int32_t>(stepped.begin(), stepped.end()).size(), 3u);
 }
@@ -254,6 +266,57 @@ TEST_F(GpuRuntimeTest, BatchedPromptsMatchSinglePrompts) {
       EXPECT_LE(MaxAbsDiff(got, want[s][k + 1]), 2e-2 * max_ref) << "step " << k << " prompt " << s;
     }
   }
+}
+
+TEST_F(GpuRuntimeTest, PersistentDecodeMatchesKernels) {
+  // The persistent kernel runs the same bodies as the kernels, but its GEMVs at the run's
+  // block size (other reduction orders), so the logits agree at bf16 level; teacher-forced
+  // with the kernels' greedy tokens, step after step, at one and three sequences.
+  const size_t v = static_cast<size_t>(config_.vocab_size);
+  auto argmax = [&](const float* row) {
+    return static_cast<int32_t>(std::max_element(row, row + v) - row);
+  };
+  for (int64_t batch : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("batch ", batch));
+    auto kernels = Make({16}, 40, true, batch);
+    ASSERT_TRUE(kernels.ok()) << kernels.status();
+    auto persistent = Make({16}, 40, true, batch, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                           planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+    ASSERT_TRUE(persistent.ok()) << persistent.status();
+    std::vector<int32_t> prompts;
+    for (int64_t s = 0; s < batch; ++s) {
+      const std::vector<int32_t> p = Prompt(16, static_cast<int>(s) + 4);
+      prompts.insert(prompts.end(), p.begin(), p.end());
+    }
+    auto a = (*kernels)->Prefill(prompts, batch);
+    auto b = (*persistent)->Prefill(prompts, batch);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);  // prefill phases have no persistent runs
+    std::vector<int32_t> fed(static_cast<size_t>(batch));
+    for (int64_t s = 0; s < batch; ++s) {
+      fed[static_cast<size_t>(s)] = argmax(a->data() + ((s + 1) * 16 - 1) * v);
+    }
+    for (int k = 0; k < 16; ++k) {
+      const std::vector<int32_t> positions(static_cast<size_t>(batch), 16 + k);
+      auto want = (*kernels)->Decode(fed, positions);
+      auto got = (*persistent)->Decode(fed, positions);
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_TRUE(got.ok()) << got.status();
+      double max_ref = 0;
+      for (float x : *want) max_ref = std::max(max_ref, std::fabs(double{x}));
+      EXPECT_LE(MaxAbsDiff(*got, *want), 2e-2 * max_ref) << "step " << k;
+      for (int64_t s = 0; s < batch; ++s) {
+        fed[static_cast<size_t>(s)] = argmax(want->data() + s * static_cast<int64_t>(v));
+      }
+    }
+  }
+  // The device greedy loop replays the persistent kernel's graph step after step: the same
+  // tokens as host-driven steps of the same runtime.
+  auto rt = Make({24}, 48, true, 1, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                 planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  std::vector<int32_t> stepped;
+  ExpectGreedyLoopMatchesHostSteps(**rt, stepped);
 }
 
 TEST_F(GpuRuntimeTest, UserErrorsAreClearAndLeaveTheRuntimeUsable) {

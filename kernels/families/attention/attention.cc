@@ -523,6 +523,14 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
             {"head_split", "kv_chunk", "splits", "stages", "warps"}) {}
 
+  bool persistent_tasks() const override { return true; }
+  std::optional<Tactic> WithBlockThreads(const Tactic& t, int64_t threads) const override {
+    if (threads % 32 != 0) return std::nullopt;
+    Tactic out = t;
+    out.params["warps"] = threads / 32;
+    return out;
+  }
+
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
     LaunchGeometry g;

@@ -49,15 +49,20 @@ namespace tileplan {
 // bytes.
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
           int kStages, int kRopeVec, bool kNorm, bool kInterleaved>
-__global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
-  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+__device__ __forceinline__ void attention_decode_rope_prefetch(
+    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(cta, k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
-  grid_dependency_sync();
+}
+
+template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved>
+__device__ __forceinline__ void attention_decode_rope_body(
+    const Cta& this_cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   extern __shared__ float smem[];
   __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
 
-  const SplitKvCta cta(tokens, q_heads, kv_heads);
+  const SplitKvCta cta(this_cta, tokens, q_heads, kv_heads);
   const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -112,5 +117,31 @@ __global__ void __launch_bounds__(kWarps * 32)
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }
+
+template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
+  const Cta cta = this_cta();
+  attention_decode_rope_prefetch<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
+                                 kRopeVec, kNorm, kInterleaved>(
+      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS));
+  grid_dependency_sync();
+  attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kRopeVec,
+                             kNorm, kInterleaved>(
+      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS));
+}
+
+// attention_decode_rope as a task of the persistent kernel.
+template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved>
+struct attention_decode_rope_task {
+  TILEPLAN_KERNEL_TASK(
+      TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS,
+      (attention_decode_rope_prefetch<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
+                                      kRopeVec, kNorm, kInterleaved>),
+      (attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
+                                  kRopeVec, kNorm, kInterleaved>))
+};
 
 }  // namespace tileplan

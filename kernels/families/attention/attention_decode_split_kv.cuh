@@ -75,17 +75,18 @@ __device__ __forceinline__ void decode_key_range(int p, int capacity, int window
 // lines, never wrong data. The read bypasses L1 so that no stale line stays there for the
 // kernel's own read of the positions after the wait.
 template <typename T, int kHeadDim, int kKvChunk>
-__device__ __forceinline__ void prefetch_first_chunk(const T* k_cache, const T* v_cache,
+__device__ __forceinline__ void prefetch_first_chunk(const Cta& cta, const T* k_cache,
+                                                     const T* v_cache,
                                                      const int* positions, int tokens,
                                                      int kv_heads, int capacity) {
   constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;
-  const int first = blockIdx.x * kKvChunk;
-  const int p = load_cg(positions + blockIdx.z * tokens + tokens - 1);
+  const int first = cta.x * kKvChunk;
+  const int p = load_cg(positions + cta.z * tokens + tokens - 1);
   const int rows = min(kKvChunk, min(capacity - 1, p) - first + 1);
   if (rows <= 0) return;
-  const int kvh = blockIdx.y / (gridDim.y / kv_heads);
+  const int kvh = cta.y / (cta.ny / kv_heads);
   const long long base =
-      ((static_cast<long long>(blockIdx.z) * kv_heads + kvh) * capacity + first) * kHeadDim;
+      ((static_cast<long long>(cta.z) * kv_heads + kvh) * capacity + first) * kHeadDim;
   for (int i = threadIdx.x; i < 2 * rows * kRowLines; i += blockDim.x) {
     const int line = i % (rows * kRowLines);
     const T* cache = i < rows * kRowLines ? k_cache : v_cache;
@@ -103,15 +104,15 @@ struct SplitKvCta {
   int head0;  // the first of them
   int num_q;  // tokens * group
   int pair;   // this CTA's (b, kvh, part): its workspace slice and counter
-  __device__ SplitKvCta(int tokens, int q_heads, int kv_heads)
-      : split(blockIdx.x),
-        kvh(blockIdx.y / (gridDim.y / kv_heads)),
-        b(blockIdx.z),
-        part(blockIdx.y % (gridDim.y / kv_heads)),
-        group(q_heads / static_cast<int>(gridDim.y)),
-        head0(kvh * (q_heads / kv_heads) + part * (q_heads / static_cast<int>(gridDim.y))),
-        num_q(tokens * (q_heads / static_cast<int>(gridDim.y))),
-        pair(blockIdx.z * gridDim.y + blockIdx.y) {}
+  __device__ SplitKvCta(const Cta& cta, int tokens, int q_heads, int kv_heads)
+      : split(cta.x),
+        kvh(cta.y / (cta.ny / kv_heads)),
+        b(cta.z),
+        part(cta.y % (cta.ny / kv_heads)),
+        group(q_heads / static_cast<int>(cta.ny)),
+        head0(kvh * (q_heads / kv_heads) + part * (q_heads / static_cast<int>(cta.ny))),
+        num_q(tokens * (q_heads / static_cast<int>(cta.ny))),
+        pair(cta.z * cta.ny + cta.y) {}
 };
 
 // One step of a lane group's online softmax over the kInFlight keys key[u] (valid[u]) whose K
@@ -418,17 +419,22 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // two; 1 <= kStages <= 4; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
           int kStages>
-__global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
-  prefetch_first_chunk<T, kHeadDim, kKvChunk>(k_cache, v_cache, positions, tokens, kv_heads,
+__device__ __forceinline__ void attention_decode_split_kv_prefetch(
+    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
+  prefetch_first_chunk<T, kHeadDim, kKvChunk>(cta, k_cache, v_cache, positions, tokens, kv_heads,
                                               capacity);
-  grid_dependency_sync();
+}
+
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages>
+__device__ __forceinline__ void attention_decode_split_kv_body(
+    const Cta& this_cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHeadVecs = kHeadDim / kVec;
   extern __shared__ float smem[];
   __shared__ int s_first[kDecodeMaxTokens], s_last[kDecodeMaxTokens];
 
-  const SplitKvCta cta(tokens, q_heads, kv_heads);
+  const SplitKvCta cta(this_cta, tokens, q_heads, kv_heads);
   const int b = cta.b, group = cta.group, num_q = cta.num_q;
   float* q_s = smem;  // [num_q][kHeadDim], scaled
 
@@ -454,5 +460,28 @@ __global__ void __launch_bounds__(kWarps * 32)
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }
+
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
+  const Cta cta = this_cta();
+  attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
+      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
+  grid_dependency_sync();
+  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
+      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
+}
+
+// attention_decode_split_kv as a task of the persistent kernel.
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
+          int kStages>
+struct attention_decode_split_kv_task {
+  TILEPLAN_KERNEL_TASK(TILEPLAN_ATTENTION_PARAMS,
+                       (attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps,
+                                                           kQueries, kStages>),
+                       (attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps,
+                                                       kQueries, kStages>))
+};
 
 }  // namespace tileplan

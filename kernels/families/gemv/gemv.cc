@@ -70,6 +70,13 @@ class GemvFamily final : public TemplateFamilyBase {
                             "rms_norm_linear", "rms_norm_linear_swiglu"},
                            {"rows_per_cta", "split_k", "threads", "vec"}) {}
 
+  bool persistent_tasks() const override { return true; }
+  std::optional<Tactic> WithBlockThreads(const Tactic& t, int64_t threads) const override {
+    Tactic out = t;
+    out.params["threads"] = threads;
+    return out;
+  }
+
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemvShape s = ShapeOf(r);
     LaunchGeometry g;

@@ -80,10 +80,38 @@ __device__ __forceinline__ void gemv_store(float g, float u, float scale, int r,
 // (kThreads / 32) * (kRowsPerCta * (swiglu ? 2 : 1) + (norm ? 1 : 0)) * rows floats.
 // REQUIRES: 1 <= rows <= kMaxRows; depth % kVec == 0; x_stride % kVec == 0; x, w and norm_w
 // aligned to kVec elements.
+// The weights never depend on an earlier kernel: CTA `cta` starts its rows of them on their
+// way into L2 before waiting for that kernel. Under programmatic dependent launch the CTA
+// runs while its predecessor finishes, so the weight stream overlaps the predecessor's tail
+// (in the persistent kernel, the wait for the step before).
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
           int kSplitK, int kVec, int kEpilogue, typename NormW>
-__global__ void __launch_bounds__(kThreads)
-    gemv_split_k(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+__device__ __forceinline__ void gemv_split_k_prefetch(
+    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
+  constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
+  const int col0 = cta.x * kRowsPerCta;
+  const int vecs = depth / kVec;
+  const int per_split = (vecs + kSplitK - 1) / kSplitK;
+  const int v_begin = cta.y * per_split;
+  const int v_end = min(vecs, v_begin + per_split);
+  const long long k_begin = static_cast<long long>(v_begin) * kVec;
+  const int lines =
+      static_cast<int>((static_cast<long long>(v_end) * kVec - k_begin + kLine - 1) / kLine);
+  for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
+    const int c = col0 + i / (kWRows * lines);
+    if (c >= cols) break;
+    const int part = (i / lines) % kWRows;
+    const long long wrow = part == 0 ? c : cols + c;
+    prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
+  }
+}
+
+// CTA `cta`'s share of the product, once its inputs are ready.
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW>
+__device__ __forceinline__ void gemv_split_k_body(
+    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
   constexpr bool kNorm = !is_same<NormW, void>::value;
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
@@ -98,29 +126,12 @@ __global__ void __launch_bounds__(kThreads)
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int col0 = blockIdx.x * kRowsPerCta;
+  const int col0 = cta.x * kRowsPerCta;
   const int weight_rows = cols * kWRows;
   const int vecs = depth / kVec;
   const int per_split = (vecs + kSplitK - 1) / kSplitK;
-  const int v_begin = blockIdx.y * per_split;
+  const int v_begin = cta.y * per_split;
   const int v_end = min(vecs, v_begin + per_split);
-  // The weights never depend on an earlier kernel: start this CTA's rows of them on their way
-  // into L2 before waiting for that kernel. Under programmatic dependent launch the CTA runs
-  // while its predecessor finishes, so the weight stream overlaps the predecessor's tail.
-  {
-    constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
-    const long long k_begin = static_cast<long long>(v_begin) * kVec;
-    const int lines =
-        static_cast<int>((static_cast<long long>(v_end) * kVec - k_begin + kLine - 1) / kLine);
-    for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
-      const int c = col0 + i / (kWRows * lines);
-      if (c >= cols) break;
-      const int part = (i / lines) % kWRows;
-      const long long wrow = part == 0 ? c : cols + c;
-      prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
-    }
-  }
-  grid_dependency_sync();
   // Offsets into the slice a thread visits: with the norm prologue all of a slice's, even
   // past the end of this CTA's own (shorter last slice), because the same offsets of the
   // other slices complete the sums of squares.
@@ -155,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int s = 0; s < kSplitK; ++s) {
             const int vs = s * per_split + off;
-            if (s == static_cast<int>(blockIdx.y) || vs >= vecs) continue;
+            if (s == static_cast<int>(cta.y) || vs >= vecs) continue;
 #pragma unroll
             for (int r = 0; r < kMaxRows; ++r) {
               if (r < rows) {
@@ -262,7 +273,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   } else {
     const long long slice_floats = static_cast<long long>(rows) * weight_rows;
-    float* part = workspace + blockIdx.y * slice_floats;
+    float* part = workspace + cta.y * slice_floats;
     for (int i = threadIdx.x; i < items; i += kThreads) {
       const int c = i / rows, r = i % rows;
       if (col0 + c >= cols) continue;
@@ -271,7 +282,7 @@ __global__ void __launch_bounds__(kThreads)
         part[static_cast<long long>(r) * weight_rows + cols + col0 + c] = warp_total(c, r, 1);
       }
     }
-    if (!last_to_arrive(&counters[blockIdx.x], kSplitK)) return;
+    if (!last_to_arrive(&counters[cta.x], kSplitK)) return;
     for (int i = threadIdx.x; i < items; i += kThreads) {
       const int c = i / rows, r = i % rows;
       const int col = col0 + c;
@@ -285,8 +296,31 @@ __global__ void __launch_bounds__(kThreads)
       gemv_store<T, W, OutT, kEpilogue>(g, u, row_scale(r), r, col, cols, bias, residual,
                                         residual_stride, out);
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+    if (threadIdx.x == 0) counters[cta.x] = 0u;
   }
 }
+
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW>
+__global__ void __launch_bounds__(kThreads)
+    gemv_split_k(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  const Cta cta = this_cta();
+  gemv_split_k_prefetch<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue,
+                        NormW>(cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_GEMV_SPLIT_K_PARAMS));
+  grid_dependency_sync();
+  gemv_split_k_body<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue, NormW>(
+      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_GEMV_SPLIT_K_PARAMS));
+}
+
+// gemv_split_k as a task of the persistent kernel.
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW>
+struct gemv_split_k_task {
+  TILEPLAN_KERNEL_TASK(TILEPLAN_GEMV_SPLIT_K_PARAMS,
+                       (gemv_split_k_prefetch<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK,
+                                              kVec, kEpilogue, NormW>),
+                       (gemv_split_k_body<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK,
+                                          kVec, kEpilogue, NormW>))
+};
 
 }  // namespace tileplan

@@ -1,0 +1,215 @@
+#include "planner/persistent_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "planner/cost_model.h"
+
+namespace tileplan::planner {
+namespace {
+
+using kernels::BoundRegion;
+
+// What a step can be in a run: nothing to launch, one launch of a family with persistent
+// tasks (and its block size), or a step that ends runs.
+struct StepRole {
+  enum Kind { kView, kTask, kOther } kind = kOther;
+  int64_t threads = 0;
+};
+
+StepRole RoleOf(const TacticChoice& c, const BoundRegion& region) {
+  if (c.estimate.launches == 0) return {StepRole::kView, 0};
+  if (c.estimate.launches != 1 || !c.family->persistent_tasks() ||
+      c.family->launch_kind() != kernels::LaunchKind::kTemplates) {
+    return {};
+  }
+  const kernels::LaunchGeometry g = c.family->Geometry(c.tactic, region);
+  if (g.block[1] != 1 || g.block[2] != 1 || g.block[0] <= 0) return {};
+  return {StepRole::kTask, g.block[0]};
+}
+
+// The block size most of the steps' launches have (the smaller on a tie).
+int64_t CommonThreads(const std::vector<StepRole>& roles, int first, int last) {
+  std::map<int64_t, int> count;
+  for (int i = first; i <= last; ++i) {
+    if (roles[static_cast<size_t>(i)].kind == StepRole::kTask)
+      ++count[roles[static_cast<size_t>(i)].threads];
+  }
+  int64_t best = 0;
+  int most = 0;
+  for (const auto& [threads, n] : count) {
+    if (n > most) best = threads, most = n;
+  }
+  return best;
+}
+
+// `choice` at `threads` threads per block: the family's tactic changed in its block size,
+// validated and estimated; nullopt when the family has none that validates.
+absl::StatusOr<std::optional<TacticChoice>> AtThreads(const TacticChoice& choice,
+                                                      const BoundRegion& region, int64_t threads,
+                                                      const targets::TargetDescription& target) {
+  std::optional<kernels::Tactic> tactic = choice.family->WithBlockThreads(choice.tactic, threads);
+  if (!tactic.has_value() || !choice.family->ValidateTactic(*tactic, region, target).ok() ||
+      choice.family->Geometry(*tactic, region).block[0] != threads) {
+    return std::nullopt;
+  }
+  TacticChoice out = choice;
+  out.tactic = *std::move(tactic);
+  TP_ASSIGN_OR_RETURN(out.estimate,
+                      EstimateStep(*out.family, out.tactic, region, target, LaunchMode::kGraph));
+  out.source = TacticSource::kCostModel;
+  out.measured_us.reset();
+  out.considered.push_back(
+      absl::StrCat("persistent kernel: ", choice.family->name(), " at ", threads,
+                   " threads per block, as every stage of its run: ", out.estimate.us, " us"));
+  return std::optional<TacticChoice>(std::move(out));
+}
+
+// A stage's estimate in a kernel of `blocks` blocks (persistent_schedule.h), from the
+// uncalibrated cost model for every tactic alike (the calibration's samples are of kernels).
+absl::StatusOr<double> StageMicros(const TacticChoice& c, const BoundRegion& region, int64_t blocks,
+                                   const targets::TargetDescription& target) {
+  TP_ASSIGN_OR_RETURN(const CostEstimate kernel,
+                      EstimateStep(*c.family, c.tactic, region, target, LaunchMode::kGraph));
+  const double ideal = IdealMicros(c.family->Work(c.tactic, region), target);
+  const int64_t tasks = c.family->Geometry(c.tactic, region).ctas();
+  const double rounds = static_cast<double>((tasks + blocks - 1) / blocks);
+  return std::max({ideal, kernel.us - LaunchMicros(target, LaunchMode::kGraph),
+                   rounds * kTaskRoundMicros}) +
+         kStageSyncMicros;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
+    const kernels::BoundGraph& graph, std::vector<TacticChoice>& choices,
+    const targets::TargetDescription& target, const PersistentOptions& options) {
+  std::vector<proto::PersistentRun> runs;
+  if (options.backend == proto::PlanOptions::DECODE_BACKEND_KERNELS) return runs;
+  const int n = static_cast<int>(choices.size());
+  std::vector<StepRole> roles;
+  for (int i = 0; i < n; ++i)
+    roles.push_back(RoleOf(choices[static_cast<size_t>(i)], BoundRegion(graph, i)));
+
+  int i = 0;
+  while (i < n) {
+    // A candidate run: steps [first, last] of tasks and views.
+    if (roles[static_cast<size_t>(i)].kind != StepRole::kTask) {
+      ++i;
+      continue;
+    }
+    const int first = i;
+    int last = i;
+    while (last + 1 < n && roles[static_cast<size_t>(last + 1)].kind != StepRole::kOther) ++last;
+    const int64_t threads = CommonThreads(roles, first, last);
+    // The choices as they were, for the steps as kernels and for a run given up.
+    const std::vector<TacticChoice> before(choices.begin() + first, choices.begin() + last + 1);
+    auto give_up = [&] { std::copy(before.begin(), before.end(), choices.begin() + first); };
+    // Steps at another block size move to the run's, or end it.
+    int end = first;
+    for (; end <= last; ++end) {
+      StepRole& role = roles[static_cast<size_t>(end)];
+      if (role.kind != StepRole::kTask || role.threads == threads) continue;
+      const BoundRegion region(graph, end);
+      TP_ASSIGN_OR_RETURN(std::optional<TacticChoice> moved,
+                          AtThreads(choices[static_cast<size_t>(end)], region, threads, target));
+      if (!moved.has_value()) break;
+      choices[static_cast<size_t>(end)] = *std::move(moved);
+      role.threads = threads;
+    }
+    // Trailing views do not belong to the run.
+    int run_last = end - 1;
+    while (run_last > first && roles[static_cast<size_t>(run_last)].kind == StepRole::kView)
+      --run_last;
+    i = end;
+
+    proto::PersistentRun run;
+    run.set_first_step(first);
+    run.set_last_step(run_last);
+    run.set_threads(static_cast<int32_t>(threads));
+    int64_t shared = 0;
+    double kernels_us = 0, stages_us = 0;
+    for (int s = first; s <= run_last; ++s) {
+      const TacticChoice& c = choices[static_cast<size_t>(s)];
+      {
+        // The steps as kernels in the same frame as the stages: the uncalibrated model.
+        const TacticChoice& k = before[static_cast<size_t>(s - first)];
+        TP_ASSIGN_OR_RETURN(
+            const CostEstimate e,
+            EstimateStep(*k.family, k.tactic, BoundRegion(graph, s), target, LaunchMode::kGraph));
+        kernels_us += e.us;
+      }
+      if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
+      const BoundRegion region(graph, s);
+      const kernels::LaunchGeometry g = c.family->Geometry(c.tactic, region);
+      shared = std::max(shared, g.dynamic_shared_memory_bytes);
+      proto::PersistentStage* stage = run.add_stages();
+      stage->set_step(s);
+      stage->set_tasks(g.grid[0] * g.grid[1] * g.grid[2]);
+      stage->set_wait(run.stages_size() - 2);
+    }
+    if (run.stages_size() < 2) {
+      give_up();
+      continue;
+    }
+    // Blocks per SM: the option, else 512 threads' worth; fewer where shared memory runs out
+    // (1 KiB per block kept for the bodies' static shared memory).
+    int per_sm = options.blocks_per_sm > 0 ? options.blocks_per_sm
+                                           : std::max<int>(1, static_cast<int>(512 / threads));
+    while (per_sm > 0 && per_sm * (shared + 1024) > target.shared_memory_per_sm_bytes()) --per_sm;
+    if (per_sm == 0) {
+      give_up();
+      continue;
+    }
+    const int64_t blocks = int64_t{target.sm_count()} * per_sm;
+    for (proto::PersistentStage& stage : *run.mutable_stages()) {
+      TP_ASSIGN_OR_RETURN(const double stage_us,
+                          StageMicros(choices[static_cast<size_t>(stage.step())],
+                                      BoundRegion(graph, stage.step()), blocks, target));
+      stage.set_estimated_us(stage_us);
+      stages_us += stage_us;
+    }
+    run.set_blocks_per_sm(per_sm);
+    run.set_blocks(blocks);
+    run.set_dynamic_shared_memory_bytes(shared);
+    run.set_prefetch_tasks(options.prefetch_tasks);
+    run.set_kernels_us(kernels_us);
+    run.set_estimated_us(stages_us + LaunchMicros(target, LaunchMode::kGraph));
+    if (options.backend == proto::PlanOptions::DECODE_BACKEND_AUTO &&
+        run.estimated_us() >= run.kernels_us()) {
+      give_up();
+      continue;
+    }
+    // Deal the tasks: stage s starts at the block after stage s - 1's last task. Block b runs
+    // on SM b % sm_count (blocks are placed round-robin), so per-SM figures sum its blocks.
+    std::vector<int64_t> sm_tasks(static_cast<size_t>(target.sm_count()), 0);
+    std::vector<double> sm_bytes(static_cast<size_t>(target.sm_count()), 0);
+    int64_t next = 0;
+    for (proto::PersistentStage& stage : *run.mutable_stages()) {
+      stage.set_first_block(next);
+      const TacticChoice& c = choices[static_cast<size_t>(stage.step())];
+      const double per_task =
+          static_cast<double>(c.estimate.bytes) / static_cast<double>(stage.tasks());
+      for (int64_t t = 0; t < stage.tasks(); ++t) {
+        const size_t sm = static_cast<size_t>((next + t) % run.blocks() % target.sm_count());
+        ++sm_tasks[sm];
+        sm_bytes[sm] += per_task;
+      }
+      next = (next + stage.tasks()) % run.blocks();
+    }
+    const auto [min_t, max_t] = std::minmax_element(sm_tasks.begin(), sm_tasks.end());
+    const auto [min_b, max_b] = std::minmax_element(sm_bytes.begin(), sm_bytes.end());
+    run.set_min_sm_tasks(*min_t);
+    run.set_max_sm_tasks(*max_t);
+    run.set_min_sm_bytes(static_cast<int64_t>(*min_b));
+    run.set_max_sm_bytes(static_cast<int64_t>(*max_b));
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+}  // namespace tileplan::planner

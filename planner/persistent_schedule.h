@@ -1,0 +1,59 @@
+// The persistent decode schedule (docs/plan.md, "Persistent decode"): which runs of a decode
+// phase's steps execute as one persistent kernel (kernels/launch/persistent.cuh), and how
+// their CTAs are dealt to the kernel's blocks.
+//
+// A run is a maximal sequence of consecutive steps that each launch one kernel of a family
+// with persistent tasks (KernelFamily::persistent_tasks) or launch nothing (views), holding
+// at least two launching steps. Every stage of a run has the run's block size: the size most
+// of its steps' tactics have; a step whose tactic has another is given the family's same
+// tactic at the run's size (KernelFamily::WithBlockThreads, re-validated and re-estimated,
+// source COST_MODEL), or, if the family cannot, ends the run. Stage s waits for stage s - 1
+// (the stream order the steps had as kernels, so buffers the arena shares between steps are
+// never read and written at once), and its CTAs are dealt round-robin to the blocks from
+// where stage s - 1's ended, spreading every stage over all SMs.
+//
+// Estimate, from the uncalibrated cost model alike for stages and kernels (the calibration's
+// samples are of kernels): a stage costs the larger of its ideal time, the step's estimate
+// less one graph node, and kTaskRoundMicros for each round of tasks a block runs one after
+// another (ceil(tasks / blocks)), plus kStageSyncMicros, the handover through a counter
+// instead of a kernel boundary; the run costs its stages plus one graph node, and
+// PersistentRun.kernels_us is the same steps' estimate as kernels. DECODE_BACKEND_AUTO keeps
+// a run only where it is the lower.
+#ifndef TILEPLAN_PLANNER_PERSISTENT_SCHEDULE_H_
+#define TILEPLAN_PLANNER_PERSISTENT_SCHEDULE_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/core/bound_graph.h"
+#include "planner/plan.pb.h"
+#include "planner/tactic_selection.h"
+#include "targets/target.pb.h"
+
+namespace tileplan::planner {
+
+// The assumed cost of one stage's handover inside the persistent kernel (a release, an
+// acquire spin, a block barrier), in microseconds.
+inline constexpr double kStageSyncMicros = 0.5;
+// The time of one task in a block, from loading its inputs to releasing its counter: the
+// measured Qwen3-0.6B decode step at 4 blocks per SM (docs/PERF.md, "A persistent decode
+// kernel": 0.99 ms for 28 layers of 9 rounds) spends about 3.9 us per round of tasks,
+// handover included, since a block has one task's loads in flight at a time.
+inline constexpr double kTaskRoundMicros = 3.4;
+
+struct PersistentOptions {
+  proto::PlanOptions::DecodeBackend backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
+  int blocks_per_sm = 0;   // 0: 512 threads' worth of blocks per SM, at least one
+  int prefetch_tasks = 4;  // PersistentRun.prefetch_tasks
+};
+
+// The runs of a decode phase whose region i was given choices[i]; the choices of steps whose
+// block size changed are updated. An empty list for DECODE_BACKEND_KERNELS. Errors from
+// re-estimating a step name its region.
+absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
+    const kernels::BoundGraph& graph, std::vector<TacticChoice>& choices,
+    const targets::TargetDescription& target, const PersistentOptions& options);
+
+}  // namespace tileplan::planner
+
+#endif  // TILEPLAN_PLANNER_PERSISTENT_SCHEDULE_H_

@@ -1,0 +1,182 @@
+// The persistent decode schedule (planner/persistent_schedule.h) as the plan builder emits it.
+#include "planner/persistent_schedule.h"
+
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/families/registry.h"
+#include "models/config.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_text.h"
+#include "tests/kernels/kernels_testing.h"
+
+namespace tileplan::planner {
+namespace {
+
+using kernels::testing::MustTarget;
+
+proto::ExecutionPlan MustPlan(const std::string& model, proto::PlanOptions::DecodeBackend backend,
+                              std::vector<int64_t> batches = {1, 2}, int blocks_per_sm = 0) {
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
+  EXPECT_TRUE(config.ok()) << config.status();
+  PlanOptions options;
+  options.prefill_tokens = {};
+  options.decode_batches = std::move(batches);
+  options.max_context = 1024;
+  options.decode_backend = backend;
+  options.persistent_blocks_per_sm = blocks_per_sm;
+  absl::StatusOr<proto::ExecutionPlan> plan =
+      BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *std::move(plan) : proto::ExecutionPlan();
+}
+
+// What every run must be, whatever the model: stages in step order covering every launching
+// step of the run once, one family with persistent tasks and one block size throughout, a
+// chain of waits, the tasks dealt on from where the previous stage ended, and per-SM
+// figures that add up.
+void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription& target) {
+  const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  int previous_last = -1;
+  for (const proto::PersistentRun& run : phase.persistent()) {
+    SCOPED_TRACE(absl::StrCat(phase.name(), " run ", run.first_step(), "-", run.last_step()));
+    EXPECT_GT(run.first_step(), previous_last);
+    previous_last = run.last_step();
+    ASSERT_GE(run.stages_size(), 2);
+    EXPECT_EQ(run.blocks(), int64_t{target.sm_count()} * run.blocks_per_sm());
+    EXPECT_LE(run.blocks_per_sm() * (run.dynamic_shared_memory_bytes() + 1024),
+              target.shared_memory_per_sm_bytes());
+    int stage = 0;
+    int64_t next_block = 0, total_tasks = 0;
+    for (int i = run.first_step(); i <= run.last_step(); ++i) {
+      const proto::Step& step = phase.steps(i);
+      if (step.launches() == 0) continue;
+      ASSERT_LT(stage, run.stages_size());
+      const proto::PersistentStage& s = run.stages(stage);
+      EXPECT_EQ(s.step(), i);
+      EXPECT_EQ(step.launches(), 1);
+      const kernels::KernelFamily* family = registry.Find(step.tactic().family());
+      ASSERT_NE(family, nullptr);
+      EXPECT_TRUE(family->persistent_tasks()) << step.tactic().family();
+      EXPECT_EQ(step.launch().block(0), run.threads()) << step.name();
+      EXPECT_EQ(s.tasks(), step.launch().grid(0) * step.launch().grid(1) * step.launch().grid(2));
+      EXPECT_EQ(s.wait(), stage - 1);
+      EXPECT_EQ(s.first_block(), next_block);
+      next_block = (next_block + s.tasks()) % run.blocks();
+      total_tasks += s.tasks();
+      ++stage;
+    }
+    EXPECT_EQ(stage, run.stages_size());
+    EXPECT_GT(phase.steps(run.last_step()).launches(), 0) << "a run ends on a launching step";
+    // Every SM gets an even share, to within one task per block and stage.
+    EXPECT_LE(run.min_sm_tasks() * target.sm_count(), total_tasks);
+    EXPECT_GE(run.max_sm_tasks() * target.sm_count(), total_tasks);
+    EXPECT_LE(run.max_sm_tasks() - run.min_sm_tasks(),
+              int64_t{run.stages_size()} * run.blocks_per_sm());
+  }
+}
+
+TEST(PersistentScheduleTest, DenseDecodeLayersRunAsOneKernel) {
+  const proto::ExecutionPlan plan =
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+  const targets::TargetDescription target = MustTarget("h200");
+  ASSERT_EQ(plan.phases_size(), 2);
+  for (const proto::Phase& phase : plan.phases()) {
+    ASSERT_EQ(phase.persistent_size(), 1) << phase.name();
+    const proto::PersistentRun& run = phase.persistent(0);
+    // 28 layers of five launching steps (and a view each), between the embedding and the
+    // final norm, which have no persistent tasks.
+    EXPECT_EQ(run.stages_size(), 28 * 5);
+    EXPECT_EQ(phase.steps(run.first_step() - 1).kind(), "embedding");
+    EXPECT_EQ(phase.steps(run.last_step() + 1).kind(), "rms_norm");
+    EXPECT_EQ(run.threads(), 128);
+    EXPECT_EQ(run.blocks_per_sm(), 4);
+    EXPECT_EQ(run.prefetch_tasks(), 4);
+    ExpectValidRuns(phase, target);
+    // One launch for the run: embedding, the run, the final norm and the LM head.
+    EXPECT_EQ(phase.launches(), 4);
+  }
+  const std::string text = PlanTable(plan, /*fold_layers=*/true);
+  EXPECT_NE(text.find("persistent kernel: steps 1-168 as 140 stages in one launch, 528 blocks "
+                      "of 128 threads (4 per SM)"),
+            std::string::npos)
+      << text;
+}
+
+TEST(PersistentScheduleTest, StepsRetunedForTheRunAreReestimated) {
+  const proto::ExecutionPlan kernels =
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_KERNELS, {1});
+  const proto::ExecutionPlan persistent =
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1});
+  const proto::Phase& k = kernels.phases(0);
+  const proto::Phase& p = persistent.phases(0);
+  EXPECT_EQ(k.persistent_size(), 0);
+  ASSERT_EQ(k.steps_size(), p.steps_size());
+  int moved = 0;
+  for (int i = 0; i < k.steps_size(); ++i) {
+    if (k.steps(i).tactic().SerializeAsString() == p.steps(i).tactic().SerializeAsString()) {
+      EXPECT_EQ(k.steps(i).source(), p.steps(i).source());
+      continue;
+    }
+    ++moved;
+    EXPECT_EQ(p.steps(i).source(), proto::Step::SOURCE_COST_MODEL) << p.steps(i).name();
+    bool noted = false;
+    for (const std::string& line : p.steps(i).provenance().considered()) {
+      noted = noted || line.find("persistent kernel: ") == 0;
+    }
+    EXPECT_TRUE(noted) << p.steps(i).name();
+  }
+  // The o-projection and down GEMVs pick 256 threads as kernels; the run's block is 128.
+  EXPECT_EQ(moved, 2 * 28);
+}
+
+TEST(PersistentScheduleTest, AutoKeepsARunOnlyWhereItIsEstimatedFaster) {
+  for (const char* model : {"qwen3-0.6b", "llama-3.2-1b", "qwen2-7b"}) {
+    SCOPED_TRACE(model);
+    const proto::ExecutionPlan plan = MustPlan(model, proto::PlanOptions::DECODE_BACKEND_AUTO);
+    for (const proto::Phase& phase : plan.phases()) {
+      ExpectValidRuns(phase, MustTarget("h200"));
+      for (const proto::PersistentRun& run : phase.persistent()) {
+        EXPECT_LT(run.estimated_us(), run.kernels_us());
+      }
+    }
+  }
+}
+
+TEST(PersistentScheduleTest, MixtureOfExpertsStepsEndRuns) {
+  const proto::ExecutionPlan plan =
+      MustPlan("qwen3-30b-a3b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1});
+  const proto::Phase& phase = plan.phases(0);
+  EXPECT_GT(phase.persistent_size(), 1);
+  ExpectValidRuns(phase, MustTarget("h200"));
+}
+
+TEST(PersistentScheduleTest, BlocksPerSmOptionAndPrefillPhasesUntouched) {
+  const proto::ExecutionPlan plan =
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1}, 3);
+  ASSERT_EQ(plan.phases(0).persistent_size(), 1);
+  EXPECT_EQ(plan.phases(0).persistent(0).blocks_per_sm(), 3);
+  EXPECT_EQ(plan.phases(0).persistent(0).blocks(), 3 * MustTarget("h200").sm_count());
+  EXPECT_EQ(plan.options().persistent_blocks_per_sm(), 3);
+  EXPECT_EQ(plan.options().decode_backend(), proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig("qwen3-0.6b");
+  ASSERT_TRUE(config.ok());
+  PlanOptions options;
+  options.prefill_tokens = {16};
+  options.decode_batches = {};
+  options.max_context = 64;
+  options.decode_backend = proto::PlanOptions::DECODE_BACKEND_PERSISTENT;
+  absl::StatusOr<proto::ExecutionPlan> prefill =
+      BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  EXPECT_EQ(prefill->phases(0).persistent_size(), 0);
+
+  options.persistent_blocks_per_sm = 33;
+  EXPECT_EQ(BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tileplan::planner
