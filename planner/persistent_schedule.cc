@@ -121,6 +121,12 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       choices[static_cast<size_t>(end)] = *std::move(moved);
       role.threads = threads;
     }
+    if (end == first) {
+      // The first step itself cannot take the block size the others have: it stays a kernel,
+      // and a run may start after it.
+      i = first + 1;
+      continue;
+    }
     // Trailing views do not belong to the run.
     int run_last = end - 1;
     while (run_last > first && roles[static_cast<size_t>(run_last)].kind == StepRole::kView)
