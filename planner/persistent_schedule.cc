@@ -155,7 +155,7 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       shared = std::max(shared, g.dynamic_shared_memory_bytes);
       proto::PersistentStage* stage = run.add_stages();
       stage->set_step(s);
-      stage->set_tasks(g.grid[0] * g.grid[1] * g.grid[2]);
+      stage->set_tasks(g.ctas());
       stage->set_wait(run.stages_size() - 2);
     }
     if (run.stages_size() < 2) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 #include "device/cuda_status.h"
 #include "kernels/cublaslt/cublaslt_runner.h"
@@ -18,10 +19,6 @@ namespace {
 absl::Status Prefixed(absl::string_view label, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(label, ": ", status.message()));
-}
-
-int64_t AlignTo(int64_t n, int64_t alignment) {
-  return (n + alignment - 1) / alignment * alignment;
 }
 
 }  // namespace
@@ -223,7 +220,7 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
     record.grid_z = static_cast<unsigned int>(launch.grid[2]);
     record.params = static_cast<long long>(blob.size());
     blob.append(static_cast<const char*>(launch.params.data()), launch.params.size());
-    blob.resize(static_cast<size_t>(AlignTo(static_cast<int64_t>(blob.size()), 16)), '\0');
+    blob.resize(static_cast<size_t>(AlignUp(static_cast<int64_t>(blob.size()), 16)), '\0');
     stages.push_back(record);
     for (int64_t t = 0; t < tasks; ++t) {
       per_block[static_cast<size_t>((st.first_block + t) % spec.blocks)].push_back(
@@ -244,12 +241,12 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
   // One buffer: stages | tasks | block_tasks | parameters | done[stages], epoch, finished.
   const int64_t stages_at = 0;
   const int64_t tasks_at =
-      AlignTo(stages_at + static_cast<int64_t>(stages.size() * sizeof(PersistentStage)), 256);
+      AlignUp(stages_at + static_cast<int64_t>(stages.size() * sizeof(PersistentStage)), 256);
   const int64_t blocks_at =
-      AlignTo(tasks_at + static_cast<int64_t>(tasks.size() * sizeof(PersistentTask)), 256);
+      AlignUp(tasks_at + static_cast<int64_t>(tasks.size() * sizeof(PersistentTask)), 256);
   const int64_t params_at =
-      AlignTo(blocks_at + static_cast<int64_t>(block_tasks.size() * sizeof(int)), 256);
-  const int64_t counters_at = AlignTo(params_at + static_cast<int64_t>(blob.size()), 256);
+      AlignUp(blocks_at + static_cast<int64_t>(block_tasks.size() * sizeof(int)), 256);
+  const int64_t counters_at = AlignUp(params_at + static_cast<int64_t>(blob.size()), 256);
   const int64_t counters = static_cast<int64_t>(stages.size()) + 2;
   TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer,
                       device::DeviceBuffer::Allocate(*device_, counters_at + counters * 4));

@@ -301,12 +301,13 @@ struct ProgramBuilder::Impl {
       spec.threads = run.threads();
       spec.min_blocks_per_sm = run.blocks_per_sm();
       spec.prefetch_tasks = run.prefetch_tasks();
-      int covered = 0;
+      int previous_step = run.first_step() - 1;
       for (const pp::PersistentStage& stage : run.stages()) {
-        if (stage.step() < run.first_step() || stage.step() > run.last_step()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(label, ": stage of step ", stage.step(), " outside the run"));
+        if (stage.step() <= previous_step || stage.step() > run.last_step()) {
+          return absl::InvalidArgumentError(absl::StrCat(label, ": stage of step ", stage.step(),
+                                                         " outside the run or out of step order"));
         }
+        previous_step = stage.step();
         const pp::Step& step = phase.steps(stage.step());
         if (step.launches() != 1) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -314,16 +315,16 @@ struct ProgramBuilder::Impl {
         }
         spec.stages.push_back({p.steps[static_cast<size_t>(stage.step())].get(), 0,
                                stage.first_block(), stage.wait()});
-        ++covered;
       }
-      // Every launching step of the run is a stage: none may be skipped.
+      // Every launching step of the run is a stage (the stages are distinct steps in order).
       int launching = 0;
       for (int i = run.first_step(); i <= run.last_step(); ++i) {
         launching += phase.steps(i).launches() > 0 ? 1 : 0;
       }
-      if (launching != covered) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            label, ": ", launching, " steps launch kernels but the run has ", covered, " stages"));
+      if (launching != run.stages_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(label, ": ", launching,
+                                                       " steps launch kernels but the run has ",
+                                                       run.stages_size(), " stages"));
       }
       TP_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PreparedStep> step,
                           launcher->PreparePersistent(spec, label));
