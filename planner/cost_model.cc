@@ -14,6 +14,14 @@ namespace {
 double BytesPerMicro(const targets::TargetDescription& target) {
   return target.achievable_memory_bandwidth_gbps() * 1e3;
 }
+// The time of `work`'s memory traffic with the whole machine: its DRAM bytes at the
+// bandwidth, or its reads through L2 at the L2's rate where the target knows it.
+double MemoryMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
+  const double dram = static_cast<double>(work.bytes) / BytesPerMicro(target);
+  if (work.cache_bytes <= 0 || !(target.achievable_l2_bandwidth_gbps() > 0)) return dram;
+  return std::max(
+      dram, static_cast<double>(work.cache_bytes) / (target.achievable_l2_bandwidth_gbps() * 1e3));
+}
 double FlopsPerMicro(bool tensor_core, const targets::TargetDescription& target) {
   const double achievable_share = target.achievable_bf16_tflops() / target.peak_bf16_tflops();
   const double tflops =
@@ -28,7 +36,7 @@ double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode) {
 }
 
 double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
-  return std::max({static_cast<double>(work.bytes) / BytesPerMicro(target),
+  return std::max({MemoryMicros(work, target),
                    static_cast<double>(work.flops) / FlopsPerMicro(work.tensor_core, target),
                    1e-6});
 }
@@ -44,7 +52,7 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
   if (ctas > 0 && ctas < target.sm_count()) {
     e.utilization = static_cast<double>(ctas) / static_cast<double>(target.sm_count());
   }
-  e.memory_us = static_cast<double>(work.bytes) / (BytesPerMicro(target) * e.utilization);
+  e.memory_us = MemoryMicros(work, target) / e.utilization;
   e.compute_us =
       static_cast<double>(work.flops) / (FlopsPerMicro(work.tensor_core, target) * e.utilization);
   e.us = e.launch_us + std::max(e.memory_us, e.compute_us);

@@ -29,7 +29,7 @@ enum class LaunchMode { kHost, kGraph };
 struct CostEstimate {
   double us = 0;           // the total
   double launch_us = 0;    // launches × per-launch cost
-  double memory_us = 0;    // bytes / (bandwidth × utilization)
+  double memory_us = 0;    // max(bytes / bandwidth, cache_bytes / L2 rate) / utilization
   double compute_us = 0;   // flops / (rate × utilization)
   double utilization = 1;  // min(1, CTAs / SMs); 1 for a step that launches nothing
   int64_t bytes = 0;
@@ -41,7 +41,8 @@ struct CostEstimate {
 double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode);
 
 // The time `work` would take at the target's achievable rates with its whole grid busy (u =
-// 1): the larger of bytes at the bandwidth and flops at the rate of its kind (at least 1e-6).
+// 1): the larger of its memory time (bytes at the bandwidth, or cache_bytes at the L2's rate
+// where the target gives one) and flops at the rate of its kind (at least 1e-6).
 double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target);
 
 // The formula above for `work` done by `launches` kernels whose main grid has `ctas` CTAs.

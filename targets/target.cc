@@ -50,6 +50,9 @@ absl::Status Validate(const TargetDescription& t, absl::string_view label) {
   if (!(t.peak_fp32_tflops() > 0)) return bad("peak_fp32_tflops", "must be positive");
   if (!(t.launch_overhead_us() > 0)) return bad("launch_overhead_us", "must be positive");
   if (!(t.graph_node_overhead_us() > 0)) return bad("graph_node_overhead_us", "must be positive");
+  if (!(t.achievable_l2_bandwidth_gbps() >= 0)) {
+    return bad("achievable_l2_bandwidth_gbps", "must be 0 (not known) or positive");
+  }
   if (t.provenance().empty()) return bad("provenance", "is empty: say where the figures come from");
   return absl::OkStatus();
 }

@@ -111,6 +111,9 @@ struct WorkEstimate {
   // tile of 64 rows on a 1-row input executes 64 rows).
   int64_t flops = 0;
   bool tensor_core = false;  // flops run at the matrix rate (else at the CUDA-core rate)
+  // Bytes the CTAs read in all where that is far more than `bytes`: data read again by other
+  // CTAs, from L2 rather than DRAM (0: every byte once, as `bytes` counts it).
+  int64_t cache_bytes = 0;
 };
 
 // How the steps of a family run.

@@ -58,6 +58,25 @@ TEST(CostModelTest, SmallGridsReachOnlyTheirShareOfTheMachine) {
   EXPECT_DOUBLE_EQ(e.us, 1.2 + 4.0);
 }
 
+// Reads through L2 beyond the DRAM bytes (the H200's 10000 GB/s): bounded by the L2's rate
+// where they take longer than the DRAM bytes, and left out by a target that gives no rate.
+TEST(CostModelTest, RereadsThroughL2AreBoundedByItsRate) {
+  targets::TargetDescription h200 = MustTarget("h200");
+  kernels::WorkEstimate work;
+  work.bytes = 4'200'000;         // 1 us at 4200 GB/s
+  work.cache_bytes = 30'000'000;  // 3 us at 10000 GB/s
+  CostEstimate e = EstimateCost(work, 1, 132, h200, LaunchMode::kGraph);
+  EXPECT_DOUBLE_EQ(e.memory_us, 3.0);
+  EXPECT_DOUBLE_EQ(e.us, 3.6);
+  EXPECT_DOUBLE_EQ(EstimateCost(work, 1, 66, h200, LaunchMode::kGraph).memory_us, 6.0);
+  EXPECT_DOUBLE_EQ(IdealMicros(work, h200), 3.0);
+  work.cache_bytes = 5'000'000;  // 0.5 us: the DRAM bytes bind
+  EXPECT_DOUBLE_EQ(EstimateCost(work, 1, 132, h200, LaunchMode::kGraph).memory_us, 1.0);
+  work.cache_bytes = 30'000'000;
+  h200.set_achievable_l2_bandwidth_gbps(0);
+  EXPECT_DOUBLE_EQ(EstimateCost(work, 1, 132, h200, LaunchMode::kGraph).memory_us, 1.0);
+}
+
 TEST(CostModelTest, ViewsCostNothing) {
   const CostEstimate e = EstimateCost({}, 0, 0, MustTarget("h200"), LaunchMode::kGraph);
   EXPECT_EQ(e.us, 0.0);

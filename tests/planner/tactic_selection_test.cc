@@ -207,10 +207,6 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
   EXPECT_EQ(choice->family->name(), "attention_decode");
 }
 
-// Qwen3-30B-A3B's routed experts (128 experts of [768, 2048], top 8): a decode step's few
-// selections stream their experts' weights on expert_gemv in one launch; a 2048-token prefill
-// (16384 selections, every expert used) is a grouped GEMM on tensor cores. Either way the
-// bytes are the weights of the experts the step can select, min(E, tokens·K) of them.
 // A prompt's latent attention takes the un-absorbed family by the cost model, unless the
 // plan options leave it off; then the absorbed kernels serve it, and the reason is listed.
 TEST_F(TacticSelectionTest, ExcludedFamiliesAreNeverChosen) {
@@ -233,6 +229,12 @@ TEST_F(TacticSelectionTest, ExcludedFamiliesAreNeverChosen) {
   EXPECT_THAT(none.status().message(), HasSubstr("left off by the plan options"));
 }
 
+// Qwen3-30B-A3B's routed experts (128 experts of [768, 2048], top 8): a decode step's few
+// selections stream their experts' weights on expert_gemv in one launch; a prefill of 128
+// tokens (1024 selections, each expert read by about 8 of them) or 2048 is a grouped GEMM on
+// tensor cores: the GEMV would read each expert once per selection, 3.2 GB through L2 at 128
+// tokens, though its DRAM bytes are the same. Either way the bytes are the weights of the
+// experts the step can select, min(E, tokens·K) of them.
 TEST_F(TacticSelectionTest, ExpertLinearsAreGemvForDecodeAndGroupedGemmForPrefill) {
   const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
   input %x: bf16[B,T,2048]
@@ -242,7 +244,7 @@ TEST_F(TacticSelectionTest, ExpertLinearsAreGemvForDecodeAndGroupedGemmForPrefil
   output %y
 })");
   const int64_t weight = 768 * 2048 * 2;
-  for (const int64_t tokens : {1, 2048}) {
+  for (const int64_t tokens : {1, 128, 2048}) {
     SCOPED_TRACE(tokens);
     const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", tokens}}, tokens);
     context_.phase = tokens == 1 ? ir::Phase::kDecode : ir::Phase::kPrefill;

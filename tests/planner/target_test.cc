@@ -61,6 +61,17 @@ TEST(TargetTest, InvalidValueNamesField) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_NE(parsed.status().message().find("achievable_memory_bandwidth_gbps"), std::string::npos)
       << parsed.status();
+  // The L2's rate may be unknown (0), not negative.
+  t = *good;
+  t.set_achievable_l2_bandwidth_gbps(-1);
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
+  parsed = targets::ParseTarget(text, "edited");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("achievable_l2_bandwidth_gbps"), std::string::npos)
+      << parsed.status();
+  t.set_achievable_l2_bandwidth_gbps(0);
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
+  EXPECT_TRUE(targets::ParseTarget(text, "edited").ok());
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 // The cost model picks it over expert_gemv when the flops outweigh the second launch
 // (prefill).
 //
-// Both count each selected expert's weight once: min(E, selections) distinct experts.
+// Both count each selected expert's weight once in DRAM bytes: min(E, selections) distinct
+// experts. expert_gemv also counts what its CTAs read through L2, once per selection, which
+// the cost model bounds by the target's L2 rate: at prefill sizes that, not DRAM, is its cost.
 #include <algorithm>
 #include <iterator>
 #include <utility>
@@ -164,11 +166,19 @@ class ExpertGemvFamily final : public TemplateFamilyBase {
     g.block = {t.params.at("threads"), 1, 1};
     return g;
   }
-  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
+  // Reads: every CTA streams its rows of its selection's expert and its selection's input
+  // row, so an expert chosen by n selections is read n times, from L2 after the first (the
+  // selections of one row tile run side by side): cache_bytes, which bounds prefill-sized
+  // steps.
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const ExpertShape s = ShapeOf(r);
     WorkEstimate w;
     w.bytes = ExpertBytes(r);
     w.flops = 2 * s.selections * s.cols * s.depth;
+    w.cache_bytes =
+        s.selections * s.depth *
+        (s.cols * ir::DTypeSize(r.operand_dtype(2)) +
+         CeilDiv(s.cols, t.params.at("rows_per_cta")) * ir::DTypeSize(r.operand_dtype(0)));
     return w;
   }
 
