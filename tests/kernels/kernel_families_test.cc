@@ -232,6 +232,8 @@ TEST(KernelFamiliesTest, MoeGemvCountsTheSelectableExpertsOnly) {
     const BoundRegion region(bound, RegionNamed(graph, "fmoe"));
     absl::StatusOr<Tactic> tactic = moe->DefaultTactic(region, h200);
     ASSERT_TRUE(tactic.ok()) << tactic.status();
+    // The sm_90 row's block size: 256 threads for a step of one token, else 128.
+    EXPECT_EQ(tactic->params.at("threads"), batch == 1 ? 256 : 128);
     EXPECT_EQ(moe->Work(*tactic, region).bytes, bytes);
     EXPECT_FALSE(moe->Work(*tactic, region).tensor_core);
     EXPECT_EQ(moe->Launches(*tactic, region), 3);

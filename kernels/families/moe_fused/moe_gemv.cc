@@ -323,17 +323,19 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   return std::move(b).Finish();
 }
 
+// `one_token_threads`: the block size of a step of one token (a batch-1 decode step).
 struct Row {
   absl::string_view arch;
   int64_t threads;
+  int64_t one_token_threads;
   int64_t gate_rows;
   int64_t down_rows;
 };
-constexpr Row kRows[] = {{"sm_80", 128, 8, 8},
-                         {"sm_90", 128, 8, 8},
-                         {"sm_100", 256, 16, 16},
-                         {"sm_120", 128, 8, 8},
-                         {"default", 128, 4, 4}};
+constexpr Row kRows[] = {{"sm_80", 128, 128, 8, 8},
+                         {"sm_90", 128, 256, 8, 8},
+                         {"sm_100", 256, 256, 16, 16},
+                         {"sm_120", 128, 128, 8, 8},
+                         {"default", 128, 128, 4, 4}};
 
 class MoeGemvFamily final : public TemplateFamilyBase {
  public:
@@ -430,7 +432,8 @@ class MoeGemvFamily final : public TemplateFamilyBase {
       if (candidate.arch == arch) row = candidate;
     }
     const MoeShape s = ShapeOf(r);
-    const int64_t warps = row.threads / 32;
+    const int64_t threads = s.tokens == 1 ? row.one_token_threads : row.threads;
+    const int64_t warps = threads / 32;
     // The router: one expert per CTA (its warps split H) while the grid stays within two
     // CTAs per SM; the down projection unsplit (its CTA's warps already share the slots).
     int64_t router_rows = 1;
@@ -442,7 +445,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
                            {"down_splits", 1},
                            {"gate_rows", row.gate_rows},
                            {"router_rows", router_rows},
-                           {"threads", row.threads},
+                           {"threads", threads},
                            {"vec", MoeVec(r)}});
     // Fewer rows per CTA, down to one per warp, while the gate/up grid leaves SMs idle, and
     // down to one while the down grid has fewer than two CTAs per SM.
