@@ -11,8 +11,8 @@
 // of up to `tile_m` rows of one expert each, and the sorted selections); then CTA (x, y) runs
 // tile y against `tile_n` output features x of its expert's weight, `warps_m` x `warps_n`
 // warps of mma.sync m16n8k16 over a `stages`-deep cp.async pipeline of `tile_k`-wide H slices.
-// The cost model picks it over expert_gemv when the flops outweigh the second launch
-// (prefill).
+// The cost model picks it over expert_gemv when the GEMV's reads through L2 (below) outweigh
+// the second launch (prompts of a few dozen tokens and more).
 //
 // Both count each selected expert's weight once in DRAM bytes: min(E, selections) distinct
 // experts. expert_gemv also counts what its CTAs read through L2, once per selection, which
