@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/families/registry.h"
@@ -244,17 +245,22 @@ TEST_F(TacticSelectionTest, ExpertLinearsAreGemvForDecodeAndGroupedGemmForPrefil
   output %y
 })");
   const int64_t weight = 768 * 2048 * 2;
-  for (const int64_t tokens : {1, 128, 2048}) {
-    SCOPED_TRACE(tokens);
-    const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", tokens}}, tokens);
-    context_.phase = tokens == 1 ? ir::Phase::kDecode : ir::Phase::kPrefill;
-    absl::StatusOr<TacticChoice> choice = SelectTactic(BoundRegion(bound, 0), context_);
-    ASSERT_TRUE(choice.ok()) << choice.status();
-    EXPECT_EQ(choice->family->name(), tokens == 1 ? "expert_gemv" : "expert_gemm");
-    ASSERT_EQ(choice->considered.size(), 2u);
-    const int64_t activations = tokens * 2048 * 2 + tokens * 8 * 4 + tokens * 8 * 768 * 2;
-    EXPECT_EQ(choice->estimate.bytes, activations + std::min<int64_t>(128, tokens * 8) * weight);
+  for (const char* name : {"h200", "h100"}) {
+    const targets::TargetDescription target = MustTarget(name);
+    context_.target = &target;
+    for (const int64_t tokens : {1, 128, 2048}) {
+      SCOPED_TRACE(absl::StrCat(name, ", ", tokens, " tokens"));
+      const BoundGraph bound = MustBind(graph, {{"B", 1}, {"T", tokens}}, tokens);
+      context_.phase = tokens == 1 ? ir::Phase::kDecode : ir::Phase::kPrefill;
+      absl::StatusOr<TacticChoice> choice = SelectTactic(BoundRegion(bound, 0), context_);
+      ASSERT_TRUE(choice.ok()) << choice.status();
+      EXPECT_EQ(choice->family->name(), tokens == 1 ? "expert_gemv" : "expert_gemm");
+      ASSERT_EQ(choice->considered.size(), 2u);
+      const int64_t activations = tokens * 2048 * 2 + tokens * 8 * 4 + tokens * 8 * 768 * 2;
+      EXPECT_EQ(choice->estimate.bytes, activations + std::min<int64_t>(128, tokens * 8) * weight);
+    }
   }
+  context_.target = &target_;
 }
 
 }  // namespace
