@@ -493,11 +493,9 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     // A walk of one chunk per split loads into registers.
     EXPECT_EQ(*t->default_tactic.Param("stages"), 1);
   }
-  // At context 30000 the default doubles its splits while each keeps 64 rows and the grid
-  // stays within 8 CTAs per SM: 66 (one CTA per SM for the 2 heads) -> 264, 114 rows each, in
-  // 32-row chunks, loading into registers. Streamed through shared memory (stages 4) the
-  // block adds four stages of K and V tiles of 32 rows (one chunk; 4 KiB each at head_dim 64,
-  // bf16) after the partials.
+  // At context 30000 the H200's default walks on tensor cores: a CTA per split holds the kv
+  // head's two queries, 132 splits (one CTA per SM) of 128-row chunks, 8 warps. The 4-row
+  // window keeps the CUDA-core walk: one CTA per SM.
   const BoundGraph long_decode = MustBind(graph, {{"B", 1}, {"Smax", 32768}, {"T", 1}}, 30000);
   for (int i : {0, 1}) {
     const BoundRegion r(long_decode, i);
@@ -505,15 +503,29 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(*t->default_tactic.Param("stages"), 1);
     if (i == 1) {
-      // A 4-row window: one CTA per SM.
       EXPECT_EQ(*t->default_tactic.Param("splits"), 66);
+      EXPECT_EQ(t->default_tactic.params.count("mma"), 0u);
       continue;
     }
-    EXPECT_EQ(*t->default_tactic.Param("splits"), 264);
-    EXPECT_EQ(*t->default_tactic.Param("kv_chunk"), 32);
+    EXPECT_EQ(t->default_tactic.ParamsString(),
+              "head_split=1,kv_chunk=128,mma=1,splits=132,stages=1,warps=8");
+    EXPECT_TRUE(decode_family.Work(t->default_tactic, r).tensor_core);
+  }
+  // The A100's row keeps the CUDA-core walk, whose default doubles its splits while each
+  // keeps 64 rows and the grid stays within 8 CTAs per SM: 54 (one CTA per SM for the 2 parts
+  // of the group) -> 432, 70 rows each, in 32-row chunks, loading into registers. Streamed
+  // through shared memory (stages 4) the block adds four stages of K and V tiles of 32 rows
+  // (one chunk; 4 KiB each at head_dim 64, bf16) after the partials.
+  {
+    const BoundRegion r(long_decode, 0);
+    const TargetDescription a100 = MustTarget("a100");
+    absl::StatusOr<CandidateTable> t = decode_family.Candidates(r, a100);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->default_tactic.ParamsString(),
+              "head_split=2,kv_chunk=32,splits=432,stages=1,warps=4");
     Tactic streamed = t->default_tactic;
     streamed.params["stages"] = 4;
-    EXPECT_TRUE(decode_family.ValidateTactic(streamed, r, MustTarget("h200")).ok());
+    EXPECT_TRUE(decode_family.ValidateTactic(streamed, r, a100).ok());
     const int64_t partials =
         decode_family.Geometry(t->default_tactic, r).dynamic_shared_memory_bytes;
     EXPECT_EQ(decode_family.Geometry(streamed, r).dynamic_shared_memory_bytes,
@@ -521,8 +533,7 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     // Five stages are refused by name.
     Tactic five = streamed;
     five.params["stages"] = 5;
-    EXPECT_THAT(decode_family.ValidateTactic(five, r, MustTarget("h200")).message(),
-                HasSubstr("stages"));
+    EXPECT_THAT(decode_family.ValidateTactic(five, r, a100).message(), HasSubstr("stages"));
   }
 }
 
@@ -564,6 +575,74 @@ TEST(KernelFamiliesTest, RopeKvWriteAttentionRunsOnTheSplitKvGrid) {
   const absl::Status s = family.CanImplement(BoundRegion(prefill, RegionNamed(graph, "ha")), h200);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("T = 128 new tokens exceed 16"));
+}
+
+int MeasuredTactics(const KernelFamily& family, const BoundRegion& region,
+                    const TargetDescription& target);
+
+// Decode attention of Hq query heads over Hkv kv heads of head_dim D in `dtype`, a cache of
+// Smax rows.
+ir::Graph DecodeAttentionGraph(int q_heads, int kv_heads, int dim, absl::string_view dtype) {
+  const std::string q = absl::StrCat(dtype, "[B,T,", q_heads, ",", dim, "]");
+  const std::string cache = absl::StrCat(dtype, "[B,", kv_heads, ",Smax,", dim, "]");
+  return MustParseVerified(
+      absl::StrCat("graph @g {\n  input %q: ", q, "\n  state %k: ", cache, "\n  state %v: ", cache,
+                   "\n  input %positions: i32[B,T]\n  %o: ", q,
+                   " = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}\n"
+                   "  output %o\n}\n"));
+}
+
+// The tensor-core walk (mma 1) serves bf16 and f16 at head_dim 64 and 128 with its rows in
+// registers (stages 1); it is a tunable there only, measured unsplit (head_split 1) with a
+// 16-key step per warp in every chunk, and the product stays within the tuner's 255 after
+// the default at the decode buckets of Qwen3-0.6B, Qwen3-30B-A3B and Qwen2-7B batch 16.
+TEST(KernelFamiliesTest, AttentionDecodeTensorCoreWalk) {
+  const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
+  const TargetDescription h200 = MustTarget("h200");
+  struct Case {
+    int q_heads, kv_heads, dim;
+    const char* dtype;
+    int batch, context;
+    bool tunable;
+  };
+  for (const Case& c :
+       {Case{16, 8, 128, "bf16", 1, 512, true}, Case{16, 8, 128, "bf16", 1, 16384, true},
+        Case{32, 4, 128, "bf16", 1, 512, true}, Case{28, 4, 128, "bf16", 16, 512, true},
+        Case{8, 2, 64, "f16", 1, 2048, true}, Case{32, 32, 96, "bf16", 1, 512, false},
+        Case{8, 2, 128, "f32", 1, 512, false}}) {
+    SCOPED_TRACE(absl::StrCat(c.q_heads, "/", c.kv_heads, " D=", c.dim, " ", c.dtype,
+                              " B=", c.batch, " C=", c.context));
+    const ir::Graph graph = DecodeAttentionGraph(c.q_heads, c.kv_heads, c.dim, c.dtype);
+    const BoundGraph bound =
+        MustBind(graph, {{"B", c.batch}, {"Smax", c.context}, {"T", 1}}, c.context);
+    const BoundRegion region(bound, 0);
+    absl::StatusOr<CandidateTable> table = family.Candidates(region, h200);
+    ASSERT_TRUE(table.ok()) << table.status();
+    const bool listed = std::any_of(table->tunables.begin(), table->tunables.end(),
+                                    [](const TunableParam& p) { return p.name == "mma"; });
+    EXPECT_EQ(listed, c.tunable);
+    Tactic mma = table->default_tactic;
+    mma.params["mma"] = 1;
+    mma.params["head_split"] = 1;
+    mma.params["stages"] = 1;
+    const absl::Status valid = family.ValidateTactic(mma, region, h200);
+    if (!c.tunable) {
+      EXPECT_THAT(valid.message(), HasSubstr("the tensor-core walk serves bf16 and f16"));
+      continue;
+    }
+    EXPECT_TRUE(valid.ok()) << valid;
+    EXPECT_TRUE(family.Work(mma, region).tensor_core);
+    Tactic streamed = mma;
+    streamed.params["stages"] = 2;
+    EXPECT_THAT(family.ValidateTactic(streamed, region, h200).message(), HasSubstr("stages"));
+    Tactic split = mma;
+    split.params["head_split"] = 2;
+    if (family.ValidateTactic(split, region, h200).ok()) {
+      EXPECT_FALSE(family.WorthMeasuring(split, region, h200));
+    }
+    const int measured = MeasuredTactics(family, region, h200);
+    EXPECT_LE(measured, 255);
+  }
 }
 
 // DeepSeek-V2-Lite's latent attention (16 heads, C = 512, Dr = 64) in `dtype`.

@@ -11,7 +11,8 @@
 // merges: decode steps and short prompts fill the GPU, and long causal row tiles share
 // their walk. It is instantiated for head_dim 16, 32, 64, 96 and 128, in bf16 and f16.
 //
-// attention_decode is split-KV on CUDA cores for up to 16 new tokens: CTA (s, h, b) handles
+// attention_decode is split-KV for up to 16 new tokens, its keys walked on CUDA cores or (`mma`
+// 1, bf16 and f16 at head_dim 64 and 128) on tensor cores: CTA (s, h, b) handles
 // every `splits`-th chunk of `kv_chunk` cache rows of kv head h for the queries that share it
 // (T · Hq/Hkv, or a `head_split`-th of them: a GQA group split among that many CTAs when the
 // kv heads are few), reading the live context length from device memory so that one grid serves
@@ -155,6 +156,35 @@ absl::StatusOr<SplitKvGroup> SplitKvGroupOf(LaunchBuilder& b, int64_t tokens, in
   return SplitKvGroup{head_split, tokens * (q_heads / kv_heads / head_split)};
 }
 
+// The split-KV decode tactic's engine: `mma` 1 walks the keys on tensor cores
+// (attention_decode_mma.cuh: bf16 or f16, head_dim 64 or 128, K and V loaded into registers),
+// absent or 0 on CUDA cores.
+bool MmaServes(ir::DType dtype, int64_t head_dim) {
+  return (dtype == ir::DType::kBF16 || dtype == ir::DType::kF16) &&
+         (head_dim == 64 || head_dim == 128);
+}
+int64_t MmaParam(const Tactic& t) {
+  const auto it = t.params.find("mma");
+  return it == t.params.end() ? 0 : it->second;
+}
+absl::StatusOr<bool> MmaEngine(const LaunchBuilder& b, const Tactic& t, ir::DType dtype,
+                               int64_t head_dim, int64_t stages) {
+  const int64_t mma = MmaParam(t);
+  if (mma == 0) return false;
+  if (!MmaServes(dtype, head_dim)) {
+    return b.Error("the tensor-core walk (mma 1) serves bf16 and f16 at head_dim 64 and 128, not ",
+                   ir::DTypeName(dtype), " at ", head_dim);
+  }
+  if (stages != 1) return b.Error("the tensor-core walk (mma 1) loads into registers: stages 1");
+  return true;
+}
+
+// The CUDA-core walk's queries per pass (a template parameter); the tensor-core walk takes
+// 16 rows a pass whatever it is, so it gets 1 (one instantiation).
+int64_t WalkQueries(int64_t queries, bool mma) {
+  return mma ? 1 : std::min<int64_t>(8, NextPowerOfTwo(queries));
+}
+
 // attention on the split-KV decode grid (`decode`) or the flash prefill grid.
 absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tactic& t,
                                                const RegionBuffers* buffers, bool decode) {
@@ -203,14 +233,15 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
     TP_ASSIGN_OR_RETURN(const int64_t warps, b.Param("warps"));
     if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
     TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
+    TP_ASSIGN_OR_RETURN(const bool mma, MmaEngine(b, t, dtype, dim, stages));
     TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
                         b.SplitBuffers(splits, "split-KV"));
     p.workspace = static_cast<float*>(split.workspace);
     p.counters = static_cast<unsigned int*>(split.counters);
     b.Launch("attention_decode_split_kv.cuh",
              absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk,
-                          ", ", splits, ", ", warps, ", ",
-                          std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", stages, ">"),
+                          ", ", splits, ", ", warps, ", ", WalkQueries(group.queries, mma), ", ",
+                          stages, ", ", mma ? "true" : "false", ">"),
              {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
              SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
     return std::move(b).Finish();
@@ -268,6 +299,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   }
   if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
   TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
+  TP_ASSIGN_OR_RETURN(const bool mma, MmaEngine(b, t, dtype, dim, stages));
   const int64_t es = ir::DTypeSize(dtype);
   if ((dim * es) % 16 != 0 || dim > 256) {
     return b.Error("head dim ", dim, " must be whole 16-byte vectors, at most 256");
@@ -320,10 +352,9 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   p.error = b.error();
   b.Launch("attention_decode_rope.cuh",
            absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
-                        kv_chunk, ", ", splits, ", ", warps, ", ",
-                        std::min<int64_t>(8, NextPowerOfTwo(group.queries)), ", ", stages, ", ",
-                        rope_vec, ", ", norm ? "true" : "false", ", ",
-                        rope->interleaved ? "true" : "false", ">"),
+                        kv_chunk, ", ", splits, ", ", warps, ", ", WalkQueries(group.queries, mma),
+                        ", ", stages, ", ", rope_vec, ", ", norm ? "true" : "false", ", ",
+                        rope->interleaved ? "true" : "false", ", ", mma ? "true" : "false", ">"),
            {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
            SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
   return std::move(b).Finish();
@@ -519,9 +550,9 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  public:
   AttentionDecodeFamily()
       : TemplateFamilyBase(
-            "attention_decode", 6,
+            "attention_decode", 7,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
-            {"head_split", "kv_chunk", "splits", "stages", "warps"}) {}
+            {"head_split", "kv_chunk", "splits", "stages", "warps"}, {"mma"}) {}
 
   bool persistent_tasks() const override { return true; }
   std::optional<Tactic> WithBlockThreads(const Tactic& t, int64_t threads) const override {
@@ -539,16 +570,17 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     g.dynamic_shared_memory_bytes = SharedMemory(t, s);
     return g;
   }
-  WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
-    return AttentionWork(r, false);
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    return AttentionWork(r, MmaParam(t) != 0);
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
-    // Per (b, kv head, part) and split, the part's queries' partials.
+    // Per (b, kv head, part) and split, the part's queries' partials (o, m, l, padded to 16
+    // bytes).
     const int64_t head_split = t.params.at("head_split");
     const int64_t pairs = s.batch * s.kv_heads * head_split;
     const int64_t queries = s.tokens * (s.group() / head_split);
-    return pairs * t.params.at("splits") * queries * (s.head_dim + 2) * 4;
+    return pairs * t.params.at("splits") * queries * (s.head_dim + 4) * 4;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
@@ -587,7 +619,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     return CheckLayouts(r);
   }
   Tactic RowTactic(absl::string_view arch, const BoundRegion& r, const TargetDescription& target,
-                   int64_t) const override {
+                   int64_t shared_memory) const override {
     DecodeRow row = kDecodeRows[4];
     for (const DecodeRow& candidate : kDecodeRows) {
       if (candidate.arch == arch) row = candidate;
@@ -625,6 +657,16 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     while (chunk > 32 && context < 2 * wanted * chunk) chunk /= 2;
     const int64_t splits =
         std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    // The tensor-core walk where the CUDA-core CTAs would each score more than
+    // kMmaMinQueries queries per key, or where its 16-key steps of every (b, kv head) are at
+    // least as many as the SMs (the CUDA-core walk is left the short contexts of few kv heads,
+    // whose group it splits among more CTAs than the tensor-core walk has steps); measured on
+    // sm_90 only, so the other rows keep the CUDA-core walk.
+    if (row.arch == "sm_90" && MmaServes(r.operand_dtype(0), s.head_dim) &&
+        (s.tokens * (s.group() / head_split) > kMmaMinQueries ||
+         s.batch * s.kv_heads * CeilDiv(s.keys(), kMmaStepKeys) >= target.sm_count())) {
+      if (std::optional<Tactic> mma = MmaTactic(s, target, shared_memory)) return *mma;
+    }
     // Registers: streaming the rows through shared memory (stages >= 2) measured slower at
     // contexts 2048 to 16384 with one CTA per SM (docs/PERF.md), so it is left to the tuner.
     const int64_t stages = 1;
@@ -634,23 +676,67 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
                        {"stages", stages},
                        {"warps", row.warps}});
   }
-  std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
-    return {{"head_split", {1, 2, 4, 8}},
-            {"kv_chunk", {32, 64, 128, 256, 512}},
-            {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
-            {"stages", {1, 2, 4}},
-            {"warps", {2, 4, 8}}};
+  // The tensor-core walk's default: a CTA per (b, kv head) and split holds the whole group
+  // (head_split 1), and a chunk is one 16-key step per warp: 8 warps over 128-row chunks
+  // where the keys give at least half the SMs' CTAs a whole chunk, else 4 warps over 64 rows
+  // (more, shorter splits), fewer where the warps' records outgrow the shared memory (none fitting:
+  // the CUDA-core walk); as many splits as give every SM one CTA without a second wave (8
+  // warps take most of an SM's registers), at most one per chunk of the keys. Measured on the H200
+  // (docs/PERF.md): Qwen3-0.6B at context 512 and 8192, Qwen2-7B batch 16, Qwen3-30B-A3B at 4096
+  // tuned to these.
+  std::optional<Tactic> MmaTactic(const AttentionShape& s, const TargetDescription& target,
+                                  int64_t shared_memory) const {
+    const int64_t pairs = std::max<int64_t>(1, s.batch * s.kv_heads);
+    const int64_t per_sm = std::max<int64_t>(1, target.sm_count() / pairs);
+    int64_t warps = 2 * CeilDiv(s.keys(), kMmaStepKeys * 8) >= per_sm ? 8 : 4;
+    while (warps > 1 && SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) {
+      warps /= 2;
+    }
+    if (SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) return std::nullopt;
+    const int64_t chunk = std::max<int64_t>(32, kMmaStepKeys * warps);
+    const int64_t limit = std::min(std::max<int64_t>(1, CeilDiv(s.keys(), chunk)),
+                                   std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    return MakeTactic({{"head_split", 1},
+                       {"kv_chunk", chunk},
+                       {"mma", 1},
+                       {"splits", std::clamp<int64_t>(per_sm, 1, limit)},
+                       {"stages", 1},
+                       {"warps", warps}});
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    const AttentionShape s = ShapeOf(r);
+    std::vector<TunableParam> out = {{"head_split", {1, 2, 4, 8}},
+                                     {"kv_chunk", {32, 64, 128, 256, 512}},
+                                     {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
+                                     {"stages", {1, 2, 4}},
+                                     {"warps", {2, 4, 8}}};
+    if (MmaServes(r.operand_dtype(0), s.head_dim)) out.push_back({"mma", {0, 1}});
+    return out;
   }
   // Streaming pays only for walks of several tiles: stages >= 2 are measured where a split
   // holds at least kStreamedTiles tiles at the planned context; splits past the chunks the
-  // planned context fills would stay empty.
+  // planned context fills would stay empty, and a grid that leaves half the SMs without a
+  // CTA while more splits would still find keys, or that holds more than kMaxCtasPerSm CTAs
+  // per SM, is not measured. Streamed and tensor-core walks are measured unsplit
+  // (head_split 1: a CTA serves its kv head's whole group, so the rows it brings in serve
+  // every query of it once), the tensor-core walk with chunks that give every warp a 16-key
+  // step.
   bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
-                      const TargetDescription&) const override {
+                      const TargetDescription& target) const override {
     const AttentionShape s = ShapeOf(r);
     const int64_t keys = std::max<int64_t>(1, s.keys());
     const int64_t chunk = t.params.at("kv_chunk");
     const int64_t splits = t.params.at("splits");
-    if (splits > 1 && splits > CeilDiv(keys, chunk)) return false;
+    const int64_t filled = CeilDiv(keys, chunk);  // chunks the planned context reaches
+    if (splits > 1 && splits > filled) return false;
+    const int64_t ctas = splits * s.batch * s.kv_heads * t.params.at("head_split");
+    if (2 * ctas < target.sm_count() && 2 * splits <= filled) return false;
+    if (ctas > kMaxCtasPerSm * target.sm_count()) return false;
+    if (MmaParam(t) != 0) {
+      return t.params.at("head_split") == 1 && chunk >= kMmaStepKeys * t.params.at("warps");
+    }
+    if (t.params.at("stages") > 1 && t.params.at("head_split") > 1) return false;
     return t.params.at("stages") == 1 ||
            CeilDiv(keys, splits) >= kStreamedTiles * SplitKvTileRows(s.head_dim, s.es, chunk);
   }
@@ -676,6 +762,17 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     if (!IsPowerOfTwo(warps) || warps > 16) return BadParam("warps", warps, "a power of two <= 16");
     const int64_t stages = t.params.at("stages");
     if (stages < 1 || stages > 4) return BadParam("stages", stages, "in [1, 4]");
+    const int64_t mma = MmaParam(t);
+    if (mma != 0 && mma != 1) return BadParam("mma", mma, "0 or 1");
+    if (mma == 1 && !MmaServes(r.operand_dtype(0), s.head_dim)) {
+      return BadParam("mma", mma,
+                      absl::StrCat("0: the tensor-core walk serves bf16 and f16 at head_dim 64 "
+                                   "and 128, not ",
+                                   ir::DTypeName(r.operand_dtype(0)), " at ", s.head_dim));
+    }
+    if (mma == 1 && stages != 1) {
+      return BadParam("stages", stages, "1 with mma 1 (the tensor-core walk loads into registers)");
+    }
     const int64_t smem = SharedMemory(t, s);
     if (smem > target.shared_memory_per_block_bytes()) {
       return BadParam(stages > 1 ? "stages" : "warps", stages > 1 ? stages : warps,
@@ -689,6 +786,10 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  private:
   // Tiles a split walks before streaming them is measured.
   static constexpr int64_t kStreamedTiles = 4;
+  // Keys a warp of the tensor-core walk takes per step.
+  static constexpr int64_t kMmaStepKeys = 16;
+  // Queries per CUDA-core CTA above which the default takes the tensor-core walk.
+  static constexpr int64_t kMmaMinQueries = 2;
   // The default's split count: rows per split, CTAs per SM.
   static constexpr int64_t kMinSplitRows = 64;
   static constexpr int64_t kMaxCtasPerSm = 8;

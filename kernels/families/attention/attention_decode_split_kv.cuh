@@ -30,11 +30,16 @@
 // log-sum-exp weights in one pass over them (a running max, rescaling the sums as it rises)
 // and writes the output: one launch per step. Workspace and counters are per (b, kvh, part).
 //
+// With kMma the keys are walked on tensor cores instead (split_kv_mma_walk,
+// attention_decode_mma.cuh: the CTA's queries in passes of 16 rows, K and V loaded into the
+// mma's registers), writing the same per-warp records, merged the same way.
+//
 // The body after the queries are staged (split_kv_attend) is shared with
 // attention_decode_rope.cuh, whose CTAs stage RoPE-rotated queries and write the new cache
 // rows themselves.
 #pragma once
 
+#include "attention_decode_mma.cuh"
 #include "attention_params.h"
 #include "primitives.cuh"
 
@@ -221,7 +226,7 @@ __device__ __forceinline__ void split_kv_walk(const T* k_rows, const T* v_rows, 
 // REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
 // write of q_s, s_first and s_last.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages>
+          int kStages, bool kMma>
 __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s, const int* s_first,
                                                 const int* s_last, const T* k_cache,
                                                 const T* v_cache, T* __restrict__ out,
@@ -232,6 +237,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kLanes = ceil_pow2(kHeadDim / kVec);
   constexpr int kPart = kHeadDim + 2;  // o[kHeadDim], m, l
+  constexpr int kWsPart = kHeadDim + 4;  // ... in the workspace, 16-byte aligned records
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
   static_assert(kStages >= 1 && kStages <= 4, "stages");
   static_assert((kKvChunk & (kKvChunk - 1)) == 0, "kv_chunk: a power of two");
@@ -252,7 +258,14 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   }
   const long long head_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity;
 
-  for (int q0 = 0; q0 < num_q; q0 += kQueries) {
+  if constexpr (kMma) {
+    static_assert(kStages == 1, "the tensor-core walk loads into registers");
+    split_kv_mma_walk<T, kHeadDim, kKvChunk, kSplits, kWarps>(
+        q_s, part_s, s_first, s_last, k_cache + head_base * kHeadDim,
+        v_cache + head_base * kHeadDim, split, lo, hi, num_q, group);
+  }
+  // The CUDA-core walk (no passes with kMma).
+  for (int q0 = 0; !kMma && q0 < num_q; q0 += kQueries) {
     float m[kQueries], l[kQueries], o[kQueries][kVec];
 #pragma unroll
     for (int qq = 0; qq < kQueries; ++qq) {
@@ -361,7 +374,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   // Merge the warps: this CTA's (o, m, l) per query and dim.
   const int pair = cta.pair;
   float* ws =
-      kSplits > 1 ? workspace + static_cast<long long>(pair) * kSplits * num_q * kPart : nullptr;
+      kSplits > 1 ? workspace + static_cast<long long>(pair) * kSplits * num_q * kWsPart : nullptr;
   for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
     const int qi = i / kHeadDim, d = i % kHeadDim;
     float mx = neg_inf(), sum = 0.f, acc = 0.f;
@@ -375,7 +388,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
       out[((static_cast<long long>(b) * tokens + t) * q_heads + head0 + g) * kHeadDim + d] =
           from_float<T>(sum > 0.f ? acc / sum : 0.f);
     } else {
-      float* slot_out = ws + (static_cast<long long>(split) * num_q + qi) * kPart;
+      float* slot_out = ws + (static_cast<long long>(split) * num_q + qi) * kWsPart;
       slot_out[d] = acc;
       if (d == 0) {
         slot_out[kHeadDim] = mx;
@@ -385,20 +398,36 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   }
   if constexpr (kSplits > 1) {
     if (!last_to_arrive(&counters[pair], kSplits)) return;
-    // One pass over the splits: every load is independent of the merge before it, so the
-    // unrolled loop keeps several splits' loads in flight.
-    for (int i = threadIdx.x; i < num_q * kHeadDim; i += kWarps * 32) {
-      const int qi = i / kHeadDim, d = i % kHeadDim;
-      float mx = neg_inf(), sum = 0.f, acc = 0.f;
+    // One pass over the splits, four dims of a query per thread: every load is independent
+    // of the merge before it, so the unrolled loop keeps several splits' loads in flight;
+    // the lanes of a query read its splits' (m, l) from the same addresses (one request a
+    // warp), and the rescaling factors serve the four dims.
+    for (int i = threadIdx.x; i < num_q * (kHeadDim / 4); i += kWarps * 32) {
+      const int qi = i / (kHeadDim / 4), d = (i % (kHeadDim / 4)) * 4;
+      float mx = neg_inf(), sum = 0.f;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 8
       for (int s = 0; s < kSplits; ++s) {
-        const float* part = ws + (static_cast<long long>(s) * num_q + qi) * kPart;
-        merge_softmax_state(mx, sum, acc, load_cg(part + kHeadDim), load_cg(part + kHeadDim + 1),
-                            load_cg(part + d));
+        const float* rec = ws + (static_cast<long long>(s) * num_q + qi) * kWsPart;
+        const float2 ml = load_cg(reinterpret_cast<const float2*>(rec + kHeadDim));
+        const float4 v = load_cg(reinterpret_cast<const float4*>(rec + d));
+        const float m2 = fmaxf(mx, ml.x);
+        if (m2 == neg_inf()) continue;  // nothing visible yet
+        const float c1 = exp2f(mx - m2), c2 = exp2f(ml.x - m2);
+        sum = sum * c1 + ml.y * c2;
+        acc[0] = acc[0] * c1 + v.x * c2;
+        acc[1] = acc[1] * c1 + v.y * c2;
+        acc[2] = acc[2] * c1 + v.z * c2;
+        acc[3] = acc[3] * c1 + v.w * c2;
+        mx = m2;
       }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] *= inv;
       const int t = qi / group, g = qi % group;
-      out[((static_cast<long long>(b) * tokens + t) * q_heads + head0 + g) * kHeadDim + d] =
-          from_float<T>(sum > 0.f ? acc / sum : 0.f);
+      store_floats<T, 4>(
+          out + ((static_cast<long long>(b) * tokens + t) * q_heads + head0 + g) * kHeadDim + d,
+          acc);
     }
     if (threadIdx.x == 0) counters[pair] = 0u;
   }
@@ -407,7 +436,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // q: token bt's heads at q + bt * q_stride (bt = b * tokens + t, heads contiguous);
 // out: contiguous [batch * tokens, q_heads, kHeadDim]; caches: [batch, kv_heads, capacity,
 // kHeadDim]; positions: [batch * tokens]. workspace (kSplits > 1, else null):
-// batch * kv_heads * head_split * kSplits * Q * (kHeadDim + 2) floats; counters (kSplits > 1,
+// batch * kv_heads * head_split * kSplits * Q * (kHeadDim + 4) floats; counters (kSplits > 1,
 // else null): batch * kv_heads * head_split unsigned completion counters, zero before the first launch and left zero
 // by every launch. A position outside [0, capacity) gives a zero output row.
 //
@@ -418,7 +447,7 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk a power of
 // two; 1 <= kStages <= 4; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages>
+          int kStages, bool kMma>
 __device__ __forceinline__ void attention_decode_split_kv_prefetch(
     const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(cta, k_cache, v_cache, positions, tokens, kv_heads,
@@ -426,7 +455,7 @@ __device__ __forceinline__ void attention_decode_split_kv_prefetch(
 }
 
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages>
+          int kStages, bool kMma>
 __device__ __forceinline__ void attention_decode_split_kv_body(
     const Cta& this_cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
@@ -456,32 +485,33 @@ __device__ __forceinline__ void attention_decode_split_kv_body(
     decode_key_range(p, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
   }
   __syncthreads();
-  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }
 
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages>
+          int kStages, bool kMma>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   const Cta cta = this_cta();
-  attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
-      cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
+  attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
+                                     kMma>(cta,
+                                           TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
   grid_dependency_sync();
-  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages>(
+  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma>(
       cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
 }
 
 // attention_decode_split_kv as a task of the persistent kernel.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages>
+          int kStages, bool kMma>
 struct attention_decode_split_kv_task {
   TILEPLAN_KERNEL_TASK(TILEPLAN_ATTENTION_PARAMS,
                        (attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps,
-                                                           kQueries, kStages>),
+                                                           kQueries, kStages, kMma>),
                        (attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps,
-                                                       kQueries, kStages>))
+                                                       kQueries, kStages, kMma>))
 };
 
 }  // namespace tileplan

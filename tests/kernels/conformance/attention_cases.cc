@@ -440,6 +440,81 @@ std::vector<Case> AttentionDecodeStreamedCases() {
   return cases;
 }
 
+// The tensor-core walk (mma 1): a kv head's queries in passes of 16 rows, warps on 16-key
+// steps with K and V loaded into the mma's registers. GQA groups of 2 (Qwen3-0.6B), 7
+// (Qwen2-7B: rows past the group are zero), 8 (Qwen3-30B-A3B) and 1 (no GQA); 16 tokens of
+// a group of 2 (two passes); f16 at head_dim 64; contexts that end inside a step, a chunk
+// and a split, long ones with and without a window; the fused kinds with QK-norm, with
+// DeepSeek's interleaved YaRN RoPE, and two tokens across chunks.
+std::vector<Case> AttentionDecodeMmaCases() {
+  std::vector<Case> cases;
+  const std::vector<Params> tactics = {
+      {{"head_split", 1}, {"kv_chunk", 64}, {"mma", 1}, {"splits", 3}, {"stages", 1}, {"warps", 4}},
+      {{"head_split", 1},
+       {"kv_chunk", 32},
+       {"mma", 1},
+       {"splits", 16},
+       {"stages", 1},
+       {"warps", 2}},
+      {{"head_split", 1},
+       {"kv_chunk", 256},
+       {"mma", 1},
+       {"splits", 1},
+       {"stages", 1},
+       {"warps", 8}},
+      {{"head_split", 2},
+       {"kv_chunk", 128},
+       {"mma", 1},
+       {"splits", 5},
+       {"stages", 1},
+       {"warps", 4}}};
+  struct Shape {
+    int batch, tokens, q_heads, kv_heads, dim, capacity, context, window;
+    const char* dtype;
+  };
+  for (const Shape& s :
+       {Shape{2, 1, 16, 8, 128, 640, 37, 0, "bf16"}, Shape{2, 1, 16, 8, 128, 640, 600, 0, "bf16"},
+        Shape{2, 1, 28, 4, 128, 640, 517, 0, "bf16"}, Shape{1, 1, 32, 4, 128, 640, 512, 0, "bf16"},
+        Shape{2, 1, 4, 4, 128, 640, 300, 0, "bf16"}, Shape{1, 16, 4, 2, 128, 640, 333, 0, "bf16"},
+        Shape{2, 2, 8, 2, 64, 640, 401, 0, "f16"}, Shape{2, 1, 16, 8, 128, 4160, 4100, 0, "bf16"},
+        Shape{2, 1, 16, 8, 128, 4160, 4100, 1000, "bf16"}}) {
+    Case c;
+    c.graph = AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, s.capacity, s.dim, s.dtype,
+                             s.window);
+    c.family = "attention_decode";
+    c.context = s.context;
+    // The last sequence's tokens end at the context; the first's in the middle of it.
+    std::vector<int32_t> positions;
+    for (int b = 0; b < s.batch; ++b) {
+      const int end = b + 1 == s.batch ? s.context : s.context / 2 + 5;
+      const std::vector<int32_t> p = Iota(s.tokens, end - s.tokens);
+      positions.insert(positions.end(), p.begin(), p.end());
+    }
+    c.ints["positions"] = positions;
+    for (const Params& t : tactics) {
+      if ((s.q_heads / s.kv_heads) % t.at("head_split") == 0) c.tactics.push_back(t);
+    }
+    cases.push_back(std::move(c));
+  }
+  constexpr char kYarnInterleaved[] =
+      R"(attention_factor = 1.1, beta_fast = 32.0, beta_slow = 1.0, factor = 40.0, interleaved = true, original_max_position_embeddings = 4096, rope_type = "yarn", theta = 10000.0, truncate = true)";
+  auto fused = [&](std::string graph, int context, std::vector<int32_t> positions) {
+    Case c;
+    c.graph = std::move(graph);
+    c.family = "attention_decode";
+    c.context = context;
+    c.ints["positions"] = std::move(positions);
+    c.tactics = tactics;
+    cases.push_back(std::move(c));
+  };
+  fused(RopeAttentionGraph(true, 1, 1, 32, 4, 640, 128, "bf16", 0, kQwenRope), 600, {599});
+  fused(RopeAttentionGraph(true, 2, 2, 16, 8, 640, 128, "bf16", 0, kQwenRope), 600,
+        {63, 64, 598, 599});
+  fused(RopeAttentionGraph(false, 2, 2, 4, 2, 640, 64, "bf16", 0, kYarnInterleaved), 130,
+        {63, 64, 128, 129});
+  return cases;
+}
+
 }  // namespace
 
 std::vector<CaseGroup> AttentionCaseGroups() {
@@ -455,6 +530,7 @@ std::vector<CaseGroup> AttentionCaseGroups() {
       {"RopeKvWriteAttentionYarnInterleaved", RopeKvWriteAttentionYarnInterleavedCases()},
       {"AttentionDecodeHeadSplit", AttentionDecodeHeadSplitCases()},
       {"AttentionDecodeStreamed", AttentionDecodeStreamedCases()},
+      {"AttentionDecodeMma", AttentionDecodeMmaCases()},
   };
 }
 
