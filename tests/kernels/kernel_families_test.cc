@@ -645,6 +645,52 @@ TEST(KernelFamiliesTest, AttentionDecodeTensorCoreWalk) {
   }
 }
 
+// The H200's default picks the walk and its tactic as measured (docs/PERF.md, "Decode
+// attention on tensor cores"): the tensor-core walk for Qwen3-0.6B at 512 (8 kv heads x 32
+// steps of 16 keys outnumber the SMs: 4 warps over 64-row chunks, 8 splits) and at 2048 (8
+// warps over 128 rows, 16 splits), Qwen2-7B batch 16 (a group of 7 per CUDA-core CTA: 2
+// splits of 64 pairs) and Qwen3-30B-A3B at 4096 (32 splits); the CUDA-core walk, its group in
+// 8 parts, for Qwen3-30B-A3B at 512 (4 kv heads x 32 steps: fewer than the SMs) and for
+// head_dim 96. Sixteen tokens of a group of 7 at head_dim 64 and context 8192 would take 8
+// warps, whose records of 112 queries outgrow the shared memory: 4 warps over 64-row chunks,
+// 66 splits. The A100's row keeps the CUDA-core walk.
+TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
+  const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
+  struct Case {
+    int q_heads, kv_heads, dim, batch, tokens, context;
+    std::string h200, a100;
+  };
+  for (const Case& c : {
+           Case{16, 8, 128, 1, 1, 512, "head_split=1,kv_chunk=64,mma=1,splits=8,stages=1,warps=4",
+                "head_split=2,kv_chunk=32,splits=7,stages=1,warps=4"},
+           Case{16, 8, 128, 1, 1, 2048,
+                "head_split=1,kv_chunk=128,mma=1,splits=16,stages=1,warps=8", ""},
+           Case{28, 4, 128, 16, 1, 512, "head_split=1,kv_chunk=128,mma=1,splits=2,stages=1,warps=8",
+                ""},
+           Case{32, 4, 128, 1, 1, 4096,
+                "head_split=1,kv_chunk=128,mma=1,splits=32,stages=1,warps=8", ""},
+           Case{32, 4, 128, 1, 1, 512, "head_split=8,kv_chunk=32,splits=5,stages=1,warps=4", ""},
+           Case{32, 32, 96, 1, 1, 4096, "head_split=1,kv_chunk=64,splits=20,stages=1,warps=4", ""},
+           Case{14, 2, 64, 1, 16, 8192, "head_split=1,kv_chunk=64,mma=1,splits=66,stages=1,warps=4",
+                ""},
+       }) {
+    SCOPED_TRACE(absl::StrCat(c.q_heads, "/", c.kv_heads, " D=", c.dim, " B=", c.batch,
+                              " T=", c.tokens, " C=", c.context));
+    const ir::Graph graph = DecodeAttentionGraph(c.q_heads, c.kv_heads, c.dim, "bf16");
+    const BoundGraph bound =
+        MustBind(graph, {{"B", c.batch}, {"Smax", c.context}, {"T", c.tokens}}, c.context);
+    const BoundRegion region(bound, 0);
+    absl::StatusOr<Tactic> t = family.DefaultTactic(region, MustTarget("h200"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->ParamsString(), c.h200);
+    if (!c.a100.empty()) {
+      absl::StatusOr<Tactic> a = family.DefaultTactic(region, MustTarget("a100"));
+      ASSERT_TRUE(a.ok()) << a.status();
+      EXPECT_EQ(a->ParamsString(), c.a100);
+    }
+  }
+}
+
 // DeepSeek-V2-Lite's latent attention (16 heads, C = 512, Dr = 64) in `dtype`.
 ir::Graph MlaGraph(absl::string_view dtype, int latent = 512, int rope = 64) {
   return MustParseVerified(
