@@ -3,7 +3,7 @@
 // its new tokens fill them, zero rows past the CTA's queries), every K and V row read once
 // per pass for all of them. Warp w takes the 16-key steps j0 = jb + 16 w, jb + 16 (w +
 // kWarps), ... of each chunk of the split, keeps its own online softmax for the 16 rows and
-// writes its (o, m, l) record per query to shared memory, where split_kv_finish merges the
+// writes its (o, m, l) record per query to shared memory, where split_kv_attend merges the
 // warps as it does for the CUDA-core walk. No shared memory and no barrier inside the walk:
 // the lanes load K and V from global memory straight into the mma's operand registers.
 //
@@ -37,7 +37,7 @@ namespace tileplan {
 // q_s: [num_q][kHeadDim] float queries (query qi = t * group + member, of token t), scaled;
 // s_first / s_last: token t's visible rows; k_rows / v_rows: the kv head's cache rows (row r at
 // r * kHeadDim); [lo, hi]: the union of the tokens' rows; part_s: the records
-// [kWarps][num_q][kHeadDim + 2] (o, m, l) split_kv_finish merges.
+// [kWarps][num_q][kHeadDim + 2] (o, m, l) that split_kv_attend merges.
 // REQUIRES: every thread of the block calls it; T bf16 or f16; kHeadDim 64 or 128.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps>
 __device__ __forceinline__ void split_kv_mma_walk(const float* q_s, float* part_s,
