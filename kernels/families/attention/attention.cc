@@ -689,10 +689,10 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t pairs = std::max<int64_t>(1, s.batch * s.kv_heads);
     const int64_t per_sm = std::max<int64_t>(1, target.sm_count() / pairs);
     int64_t warps = 2 * CeilDiv(s.keys(), kMmaStepKeys * 8) >= per_sm ? 8 : 4;
-    while (warps > 1 && SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) {
+    while (SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) {
+      if (warps == 1) return std::nullopt;
       warps /= 2;
     }
-    if (SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) return std::nullopt;
     const int64_t chunk = std::max<int64_t>(32, kMmaStepKeys * warps);
     const int64_t limit = std::min(std::max<int64_t>(1, CeilDiv(s.keys(), chunk)),
                                    std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));

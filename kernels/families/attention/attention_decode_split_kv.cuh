@@ -51,16 +51,27 @@ constexpr int kDecodeMaxTokens = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Folds the online-softmax state (m2, l2, acc2) into (m, l, acc), log2 domain: m the running
-// max score, l the sum of exp2(score - m), acc the matching weighted sum of one output dim.
+// max score, l the sum of exp2(score - m), acc the matching weighted sums of N output dims.
 // A state that has seen no visible key has m = -inf, l = 0 and acc = 0.
-__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
-                                                    float l2, float acc2) {
+template <int N>
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float (&acc)[N], float m2,
+                                                    float l2, const float (&acc2)[N]) {
   const float mx = fmaxf(m, m2);
   if (mx == neg_inf()) return;
   const float c1 = exp2f(m - mx), c2 = exp2f(m2 - mx);
   l = l * c1 + l2 * c2;
-  acc = acc * c1 + acc2 * c2;
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = acc[i] * c1 + acc2[i] * c2;
   m = mx;
+}
+
+// ... of one output dim.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float& acc, float m2,
+                                                    float l2, float acc2) {
+  float a[1] = {acc};
+  const float a2[1] = {acc2};
+  merge_softmax_state<1>(m, l, a, m2, l2, a2);
+  acc = a[0];
 }
 
 // The cache rows [first, last] a token at position p sees (window 0: no window); an empty
@@ -411,15 +422,8 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
         const float* rec = ws + (static_cast<long long>(s) * num_q + qi) * kWsPart;
         const float2 ml = load_cg(reinterpret_cast<const float2*>(rec + kHeadDim));
         const float4 v = load_cg(reinterpret_cast<const float4*>(rec + d));
-        const float m2 = fmaxf(mx, ml.x);
-        if (m2 == neg_inf()) continue;  // nothing visible yet
-        const float c1 = exp2f(mx - m2), c2 = exp2f(ml.x - m2);
-        sum = sum * c1 + ml.y * c2;
-        acc[0] = acc[0] * c1 + v.x * c2;
-        acc[1] = acc[1] * c1 + v.y * c2;
-        acc[2] = acc[2] * c1 + v.z * c2;
-        acc[3] = acc[3] * c1 + v.w * c2;
-        mx = m2;
+        const float v4[4] = {v.x, v.y, v.z, v.w};
+        merge_softmax_state(mx, sum, acc, ml.x, ml.y, v4);
       }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
