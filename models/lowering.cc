@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -161,8 +162,12 @@ Dim Ext(int64_t extent) { return Dim::Static(extent); }
 // Builds the graph for one config. Every helper returns the ValueId of its (first) result.
 class Lowerer {
  public:
-  explicit Lowerer(const ModelConfig& config)
-      : c_(config), x_(config.dtype), graph_(std::string(ArchitectureName(config.arch))) {}
+  Lowerer(const ModelConfig& config, const TensorParallel& tp)
+      : c_(config),
+        x_(config.dtype),
+        ranks_(tp.ranks),
+        rank_(tp.rank),
+        graph_(std::string(ArchitectureName(config.arch))) {}
 
   absl::StatusOr<ir::Graph> Lower() {
     const TensorType ids_type = ir::MakeType(DType::kI32, {Sym("B"), Sym("T")});
@@ -178,12 +183,26 @@ class Lowerer {
     TP_ASSIGN_OR_RETURN(ValueId final_norm,
                         RmsNorm(h, "model.norm.weight", "final_norm", Act(c_.hidden_size)));
     ValueId head_w = embed_w;
-    if (!c_.tie_word_embeddings) {
-      TP_ASSIGN_OR_RETURN(head_w, Weight("lm_head.weight", {c_.vocab_size, c_.hidden_size}));
+    const std::string head_tensor =
+        c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    if (ranks_ > 1) {
+      // Vocab-parallel: this rank's rows of the head (a slice of the embedding table when
+      // they are tied), its logits gathered from every rank.
+      TP_ASSIGN_OR_RETURN(head_w, Sharded(head_tensor, "lm_head.weight",
+                                          {c_.vocab_size, c_.hidden_size}, 0, {c_.vocab_size}));
+    } else if (!c_.tie_word_embeddings) {
+      TP_ASSIGN_OR_RETURN(head_w, Weight(head_tensor, {c_.vocab_size, c_.hidden_size}));
     }
+    const int64_t local_vocab = c_.vocab_size / ranks_;
     TP_ASSIGN_OR_RETURN(ValueId logits,
-                        Op("lm_head", {final_norm, head_w}, "logits",
-                           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(c_.vocab_size)})));
+                        Op("lm_head", {final_norm, head_w}, ranks_ > 1 ? "logits_shard" : "logits",
+                           ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(local_vocab)})));
+    if (ranks_ > 1) {
+      TP_ASSIGN_OR_RETURN(
+          logits,
+          Op("all_gather", {logits}, "logits",
+             ir::MakeType(DType::kF32, {Sym("B"), Sym("T"), Ext(c_.vocab_size)}), RanksAttrs()));
+    }
     TP_RETURN_IF_ERROR(graph_.AddOutput(logits));
     return std::move(graph_);
   }
@@ -195,7 +214,7 @@ class Lowerer {
   TensorType Heads(int64_t heads) const {
     return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(heads), Ext(c_.head_dim)});
   }
-  TensorType Cache() const { return CacheOf(c_.num_kv_heads, c_.head_dim); }
+  TensorType Cache() const { return CacheOf(c_.num_kv_heads / ranks_, c_.head_dim); }
   // X[B,T,heads,dim]
   TensorType HeadsOf(int64_t heads, int64_t dim) const {
     return ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(heads), Ext(dim)});
@@ -215,6 +234,47 @@ class Lowerer {
     for (int64_t e : shape) dims.push_back(Ext(e));
     std::string name = tensor;
     return graph_.AddWeight(std::move(name), ir::MakeType(x_, std::move(dims)), std::move(tensor));
+  }
+
+  Attributes RanksAttrs() const {
+    Attributes attrs;
+    attrs.Set("ranks", ranks_);
+    return attrs;
+  }
+
+  // This rank's share of checkpoint tensor `tensor` (of shape `shape`), as weight `name`:
+  // dim `dim` is cut into consecutive `segments` (summing to its extent), and the rank
+  // takes the rank-th of `ranks` equal pieces of each, in order (a fused QKV projection's
+  // q, k and v rows each split across the ranks). The whole tensor when there is one rank.
+  absl::StatusOr<ValueId> Sharded(const std::string& tensor, std::string name,
+                                  const std::vector<int64_t>& shape, int dim,
+                                  const std::vector<int64_t>& segments) {
+    std::vector<Dim> dims;
+    for (int64_t e : shape) dims.push_back(Ext(e));
+    if (ranks_ == 1) {
+      return graph_.AddWeight(std::move(name), ir::MakeType(x_, std::move(dims)), tensor);
+    }
+    std::vector<std::string> parts;
+    std::vector<ir::TensorSlice> slices;
+    int64_t offset = 0, local = 0;
+    for (int64_t segment : segments) {
+      const int64_t piece = segment / ranks_;
+      parts.push_back(tensor);
+      slices.push_back(ir::TensorSlice::Of(dim, offset + rank_ * piece, piece));
+      offset += segment;
+      local += piece;
+    }
+    dims[static_cast<size_t>(dim)] = Ext(local);
+    return graph_.AddWeight(std::move(name), ir::MakeType(x_, std::move(dims)), std::move(parts),
+                            std::move(slices));
+  }
+
+  // The sum over the ranks of `partial` (plus `bias` once, when given), named `name`.
+  absl::StatusOr<ValueId> AllReduce(ValueId partial, ValueId bias, std::string name) {
+    std::vector<ValueId> operands = {partial};
+    if (bias != ir::kNoValue) operands.push_back(bias);
+    return Op("all_reduce", std::move(operands), std::move(name), graph_.value(partial).type,
+              RanksAttrs());
   }
 
   absl::StatusOr<ValueId> Op(std::string kind, std::vector<ValueId> operands, std::string name,
@@ -261,6 +321,49 @@ class Lowerer {
       operands.push_back(b);
     }
     return Op("linear", std::move(operands), std::move(name), Act(out));
+  }
+
+  // A column-parallel linear: this rank's share of each of the output `segments` (their sum
+  // is the projection's width), from the whole input.
+  absl::StatusOr<ValueId> ColumnLinear(ValueId x, const std::string& prefix, int64_t in,
+                                       const std::vector<int64_t>& segments, bool bias,
+                                       std::string name) {
+    int64_t out = 0;
+    for (int64_t segment : segments) out += segment;
+    TP_ASSIGN_OR_RETURN(ValueId w,
+                        Sharded(prefix + ".weight", prefix + ".weight", {out, in}, 0, segments));
+    std::vector<ValueId> operands = {x, w};
+    if (bias) {
+      TP_ASSIGN_OR_RETURN(ValueId b,
+                          Sharded(prefix + ".bias", prefix + ".bias", {out}, 0, segments));
+      operands.push_back(b);
+    }
+    return Op("linear", std::move(operands), std::move(name), Act(out / ranks_));
+  }
+
+  // A row-parallel linear: this rank's share of the input columns (`in` wide in all), the
+  // partial products summed over the ranks by an all_reduce, which adds the bias once.
+  // Returns the reduced output; with `reduce` false, the partial product, and the bias it
+  // still owes in `owed_bias` (kNoValue when none), for the caller to reduce.
+  absl::StatusOr<ValueId> RowLinear(ValueId x, const std::string& prefix, int64_t in, int64_t out,
+                                    bool bias, std::string name, bool reduce = true,
+                                    ValueId* owed_bias = nullptr) {
+    if (ranks_ == 1) {
+      if (owed_bias != nullptr) *owed_bias = ir::kNoValue;
+      return Linear(x, prefix, in, out, bias, std::move(name));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId w,
+                        Sharded(prefix + ".weight", prefix + ".weight", {out, in}, 1, {in}));
+    ValueId b = ir::kNoValue;
+    if (bias) {
+      TP_ASSIGN_OR_RETURN(b, Weight(prefix + ".bias", {out}));
+    }
+    if (!reduce) {
+      *owed_bias = b;
+      return Op("linear", {x, w}, std::move(name), Act(out));
+    }
+    TP_ASSIGN_OR_RETURN(ValueId partial, Op("linear", {x, w}, name + "_partial", Act(out)));
+    return AllReduce(partial, b, std::move(name));
   }
 
   // RMSNorm over the last dim of `x`; `type` is x's (and the result's) type; `eps` the
@@ -330,34 +433,38 @@ class Lowerer {
     const int64_t hidden = c_.hidden_size;
     const int64_t q_size = c_.num_heads * c_.head_dim;
     const int64_t kv_size = c_.num_kv_heads * c_.head_dim;
+    // This rank's heads (all of them with one rank).
+    const int64_t heads = c_.num_heads / ranks_, kv_heads = c_.num_kv_heads / ranks_;
     ValueId q, k, v;
     if (c_.fused_qkv) {
-      TP_ASSIGN_OR_RETURN(ValueId qkv, Linear(attn_norm, p + "self_attn.qkv_proj", hidden,
-                                              q_size + 2 * kv_size, c_.qkv_bias, l + "qkv"));
-      TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts,
-                          Split(qkv, {{l + "q", q_size}, {l + "k", kv_size}, {l + "v", kv_size}}));
+      TP_ASSIGN_OR_RETURN(ValueId qkv,
+                          ColumnLinear(attn_norm, p + "self_attn.qkv_proj", hidden,
+                                       {q_size, kv_size, kv_size}, c_.qkv_bias, l + "qkv"));
+      TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts, Split(qkv, {{l + "q", q_size / ranks_},
+                                                                  {l + "k", kv_size / ranks_},
+                                                                  {l + "v", kv_size / ranks_}}));
       q = parts[0];
       k = parts[1];
       v = parts[2];
     } else {
-      TP_ASSIGN_OR_RETURN(
-          q, Linear(attn_norm, p + "self_attn.q_proj", hidden, q_size, c_.qkv_bias, l + "q"));
-      TP_ASSIGN_OR_RETURN(
-          k, Linear(attn_norm, p + "self_attn.k_proj", hidden, kv_size, c_.qkv_bias, l + "k"));
-      TP_ASSIGN_OR_RETURN(
-          v, Linear(attn_norm, p + "self_attn.v_proj", hidden, kv_size, c_.qkv_bias, l + "v"));
+      TP_ASSIGN_OR_RETURN(q, ColumnLinear(attn_norm, p + "self_attn.q_proj", hidden, {q_size},
+                                          c_.qkv_bias, l + "q"));
+      TP_ASSIGN_OR_RETURN(k, ColumnLinear(attn_norm, p + "self_attn.k_proj", hidden, {kv_size},
+                                          c_.qkv_bias, l + "k"));
+      TP_ASSIGN_OR_RETURN(v, ColumnLinear(attn_norm, p + "self_attn.v_proj", hidden, {kv_size},
+                                          c_.qkv_bias, l + "v"));
     }
-    TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", Heads(c_.num_heads)));
-    TP_ASSIGN_OR_RETURN(ValueId k_heads, Reshape(k, l + "k_heads", Heads(c_.num_kv_heads)));
-    TP_ASSIGN_OR_RETURN(ValueId v_heads, Reshape(v, l + "v_heads", Heads(c_.num_kv_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", Heads(heads)));
+    TP_ASSIGN_OR_RETURN(ValueId k_heads, Reshape(k, l + "k_heads", Heads(kv_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId v_heads, Reshape(v, l + "v_heads", Heads(kv_heads)));
     if (c_.qk_norm) {
-      TP_ASSIGN_OR_RETURN(q_heads, RmsNorm(q_heads, p + "self_attn.q_norm.weight", l + "q_normed",
-                                           Heads(c_.num_heads)));
+      TP_ASSIGN_OR_RETURN(
+          q_heads, RmsNorm(q_heads, p + "self_attn.q_norm.weight", l + "q_normed", Heads(heads)));
       TP_ASSIGN_OR_RETURN(k_heads, RmsNorm(k_heads, p + "self_attn.k_norm.weight", l + "k_normed",
-                                           Heads(c_.num_kv_heads)));
+                                           Heads(kv_heads)));
     }
-    TP_ASSIGN_OR_RETURN(ValueId q_rope, Rope(q_heads, l + "q_rope", Heads(c_.num_heads)));
-    TP_ASSIGN_OR_RETURN(ValueId k_rope, Rope(k_heads, l + "k_rope", Heads(c_.num_kv_heads)));
+    TP_ASSIGN_OR_RETURN(ValueId q_rope, Rope(q_heads, l + "q_rope", Heads(heads)));
+    TP_ASSIGN_OR_RETURN(ValueId k_rope, Rope(k_heads, l + "k_rope", Heads(kv_heads)));
 
     TP_ASSIGN_OR_RETURN(ValueId k_state, graph_.AddState(absl::StrCat("k_cache.", layer), Cache()));
     TP_ASSIGN_OR_RETURN(ValueId v_state, graph_.AddState(absl::StrCat("v_cache.", layer), Cache()));
@@ -370,9 +477,10 @@ class Lowerer {
     attn_attrs.Set("scale", Scale(c_.head_dim));
     attn_attrs.Set("sliding_window", c_.sliding_window[static_cast<size_t>(layer)]);
     TP_ASSIGN_OR_RETURN(ValueId attn, Op("attention", {q_rope, k_cache, v_cache, positions_},
-                                         l + "attn", Heads(c_.num_heads), std::move(attn_attrs)));
-    TP_ASSIGN_OR_RETURN(ValueId attn_flat, Reshape(attn, l + "attn_flat", Act(q_size)));
-    return Linear(attn_flat, p + "self_attn.o_proj", q_size, hidden, c_.o_bias, l + "attn_out");
+                                         l + "attn", Heads(heads), std::move(attn_attrs)));
+    TP_ASSIGN_OR_RETURN(ValueId attn_flat,
+                        Reshape(attn, l + "attn_flat", Act(heads * c_.head_dim)));
+    return RowLinear(attn_flat, p + "self_attn.o_proj", q_size, hidden, c_.o_bias, l + "attn_out");
   }
 
   // Multi-head latent attention (docs/ir.md `mla_attention`); returns o_proj's output. The
@@ -382,18 +490,19 @@ class Lowerer {
     const std::string p = absl::StrCat("model.layers.", layer, ".self_attn.");
     const MlaConfig& m = c_.mla;
     const int64_t hidden = c_.hidden_size;
-    const int64_t heads = c_.num_heads;
+    const int64_t heads = c_.num_heads / ranks_;  // this rank's
     const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
     ValueId q;
     if (m.q_lora_rank == 0) {
-      TP_ASSIGN_OR_RETURN(q, Linear(attn_norm, p + "q_proj", hidden, heads * qk, false, l + "q"));
+      TP_ASSIGN_OR_RETURN(
+          q, ColumnLinear(attn_norm, p + "q_proj", hidden, {c_.num_heads * qk}, false, l + "q"));
     } else {
       TP_ASSIGN_OR_RETURN(
           ValueId q_a, Linear(attn_norm, p + "q_a_proj", hidden, m.q_lora_rank, false, l + "q_a"));
       TP_ASSIGN_OR_RETURN(ValueId q_a_norm, RmsNorm(q_a, p + "q_a_layernorm.weight", l + "q_a_norm",
                                                     Act(m.q_lora_rank), kLatentNormEps));
-      TP_ASSIGN_OR_RETURN(
-          q, Linear(q_a_norm, p + "q_b_proj", m.q_lora_rank, heads * qk, false, l + "q"));
+      TP_ASSIGN_OR_RETURN(q, ColumnLinear(q_a_norm, p + "q_b_proj", m.q_lora_rank,
+                                          {c_.num_heads * qk}, false, l + "q"));
     }
     TP_ASSIGN_OR_RETURN(ValueId q_heads, Reshape(q, l + "q_heads", HeadsOf(heads, qk)));
     TP_ASSIGN_OR_RETURN(
@@ -430,40 +539,49 @@ class Lowerer {
                            latent_type, {}, in_place));
     TP_ASSIGN_OR_RETURN(ValueId rope_cache, Op("kv_write", {rope_state, k_rope, positions_},
                                                l + "rope_cache", rope_type, {}, in_place));
-    TP_ASSIGN_OR_RETURN(ValueId kv_b,
-                        Weight(p + "kv_b_proj.weight",
-                               {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}));
+    const int64_t kv_b_rows = c_.num_heads * (m.qk_nope_head_dim + m.v_head_dim);
+    TP_ASSIGN_OR_RETURN(ValueId kv_b, Sharded(p + "kv_b_proj.weight", p + "kv_b_proj.weight",
+                                              {kv_b_rows, m.kv_lora_rank}, 0, {kv_b_rows}));
     Attributes attrs;
     attrs.Set("scale", Scale(qk));
     TP_ASSIGN_OR_RETURN(
         ValueId attn,
         Op("mla_attention", {q_parts[0], q_rope, latent_cache, rope_cache, kv_b, positions_},
            l + "attn", HeadsOf(heads, m.v_head_dim), std::move(attrs)));
-    const int64_t out_size = heads * m.v_head_dim;
-    TP_ASSIGN_OR_RETURN(ValueId attn_flat, Reshape(attn, l + "attn_flat", Act(out_size)));
-    return Linear(attn_flat, p + "o_proj", out_size, hidden, false, l + "attn_out");
+    TP_ASSIGN_OR_RETURN(ValueId attn_flat,
+                        Reshape(attn, l + "attn_flat", Act(heads * m.v_head_dim)));
+    return RowLinear(attn_flat, p + "o_proj", c_.num_heads * m.v_head_dim, hidden, false,
+                     l + "attn_out");
   }
 
   // A SwiGLU MLP of width `inter` on `x` whose weights live under module path `p` (ending in
-  // '.'); value names start with `l`; the result is named `out_name`.
+  // '.'); value names start with `l`; the result is named `out_name`. With several ranks each
+  // holds a share of the width and the result is reduced over them, or, with `reduce` false,
+  // left partial with the bias it owes in `owed_bias` (RowLinear).
   absl::StatusOr<ValueId> Mlp(ValueId x, const std::string& p, const std::string& l, int64_t inter,
-                              bool fused, std::string out_name) {
+                              bool fused, std::string out_name, bool reduce = true,
+                              ValueId* owed_bias = nullptr) {
     const int64_t hidden = c_.hidden_size;
+    const int64_t local = inter / ranks_;
     ValueId gate, up;
     if (fused) {
-      TP_ASSIGN_OR_RETURN(ValueId gate_up, Linear(x, p + "gate_up_proj", hidden, 2 * inter,
-                                                  c_.mlp_bias, l + "gate_up"));
+      TP_ASSIGN_OR_RETURN(
+          ValueId gate_up,
+          ColumnLinear(x, p + "gate_up_proj", hidden, {inter, inter}, c_.mlp_bias, l + "gate_up"));
       TP_ASSIGN_OR_RETURN(std::vector<ValueId> parts,
-                          Split(gate_up, {{l + "gate", inter}, {l + "up", inter}}));
+                          Split(gate_up, {{l + "gate", local}, {l + "up", local}}));
       gate = parts[0];
       up = parts[1];
     } else {
-      TP_ASSIGN_OR_RETURN(gate, Linear(x, p + "gate_proj", hidden, inter, c_.mlp_bias, l + "gate"));
-      TP_ASSIGN_OR_RETURN(up, Linear(x, p + "up_proj", hidden, inter, c_.mlp_bias, l + "up"));
+      TP_ASSIGN_OR_RETURN(
+          gate, ColumnLinear(x, p + "gate_proj", hidden, {inter}, c_.mlp_bias, l + "gate"));
+      TP_ASSIGN_OR_RETURN(up,
+                          ColumnLinear(x, p + "up_proj", hidden, {inter}, c_.mlp_bias, l + "up"));
     }
-    TP_ASSIGN_OR_RETURN(ValueId gate_act, Op("silu", {gate}, l + "gate_act", Act(inter)));
-    TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "swiglu", Act(inter)));
-    return Linear(swiglu, p + "down_proj", inter, hidden, c_.mlp_bias, std::move(out_name));
+    TP_ASSIGN_OR_RETURN(ValueId gate_act, Op("silu", {gate}, l + "gate_act", Act(local)));
+    TP_ASSIGN_OR_RETURN(ValueId swiglu, Op("mul", {gate_act, up}, l + "swiglu", Act(local)));
+    return RowLinear(swiglu, p + "down_proj", inter, hidden, c_.mlp_bias, std::move(out_name),
+                     reduce, owed_bias);
   }
 
   // The routed experts (plus the shared experts, when the config has them) of one layer.
@@ -472,7 +590,7 @@ class Lowerer {
     const std::string p = absl::StrCat("model.layers.", layer, ".mlp.");
     const MoeConfig& m = c_.moe;
     const int64_t hidden = c_.hidden_size;
-    const int64_t inter = m.moe_intermediate_size;
+    const int64_t inter = m.moe_intermediate_size / ranks_;  // this rank's share of each expert
     TP_ASSIGN_OR_RETURN(ValueId router_w, Weight(p + "gate.weight", {m.num_experts, hidden}));
     TP_ASSIGN_OR_RETURN(
         ValueId logits,
@@ -508,13 +626,22 @@ class Lowerer {
     TP_ASSIGN_OR_RETURN(ValueId down, ExpertLinear(swiglu, ids, p + "experts.", "down_proj", hidden,
                                                    inter, l + "expert_out"));
     const bool shared = m.shared_intermediate_size > 0;
-    TP_ASSIGN_OR_RETURN(ValueId combined, Op("moe_combine", {down, route[1]},
-                                             shared ? l + "moe_out" : l + "mlp_out", Act(hidden)));
-    if (!shared) return combined;
-    TP_ASSIGN_OR_RETURN(ValueId shared_out,
-                        Mlp(x, p + "shared_experts.", l + "shared_", m.shared_intermediate_size,
-                            /*fused=*/false, l + "shared_out"));
-    return Op("add", {combined, shared_out}, l + "mlp_out", Act(hidden));
+    // With several ranks every output below is partial (each rank holds a share of every
+    // expert's width) until the one all_reduce at the end.
+    const bool reduce = ranks_ > 1;
+    TP_ASSIGN_OR_RETURN(ValueId combined,
+                        Op("moe_combine", {down, route[1]},
+                           shared || reduce ? l + "moe_out" : l + "mlp_out", Act(hidden)));
+    ValueId sum = combined, owed_bias = ir::kNoValue;
+    if (shared) {
+      TP_ASSIGN_OR_RETURN(ValueId shared_out,
+                          Mlp(x, p + "shared_experts.", l + "shared_", m.shared_intermediate_size,
+                              /*fused=*/false, l + "shared_out", /*reduce=*/false, &owed_bias));
+      TP_ASSIGN_OR_RETURN(sum, Op("add", {combined, shared_out},
+                                  reduce ? l + "mlp_out_partial" : l + "mlp_out", Act(hidden)));
+    }
+    if (!reduce) return sum;
+    return AllReduce(sum, owed_bias, l + "mlp_out");
   }
 
   // expert_linear of `x` with the experts' `proj` weights ([out, in] each), stacked into
@@ -524,19 +651,29 @@ class Lowerer {
                                        std::string name) {
     const MoeConfig& m = c_.moe;
     std::vector<std::string> parts;
+    std::vector<ir::TensorSlice> slices;
     for (int64_t e = 0; e < m.num_experts; ++e) {
       parts.push_back(absl::StrCat(p, e, ".", proj, ".weight"));
+      // Several ranks: this rank's share of the expert's width, the rows of gate_proj and
+      // up_proj ([out, in], out = the width) or the columns of down_proj (in = the width).
+      if (ranks_ > 1) {
+        const bool rows = proj != "down_proj";
+        const int64_t share = rows ? out : in;
+        slices.push_back(ir::TensorSlice::Of(rows ? 0 : 1, rank_ * share, share));
+      }
     }
     TP_ASSIGN_OR_RETURN(
         ValueId w,
         graph_.AddWeight(p + proj, ir::MakeType(x_, {Ext(m.num_experts), Ext(out), Ext(in)}),
-                         std::move(parts)));
+                         std::move(parts), std::move(slices)));
     return Op("expert_linear", {x, ids, w}, std::move(name),
               ir::MakeType(x_, {Sym("B"), Sym("T"), Ext(m.top_k), Ext(out)}));
   }
 
   const ModelConfig& c_;
   const DType x_;
+  const int64_t ranks_;  // tensor-parallel ranks (1: the whole model)
+  const int64_t rank_;   // this graph's
   ir::Graph graph_;
   ValueId positions_ = ir::kNoValue;
 };
@@ -577,8 +714,49 @@ int64_t PackedPartRows(const std::vector<int64_t>& part, const std::vector<int64
 }
 
 absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config) {
+  return LowerModel(config, TensorParallel{});
+}
+
+absl::Status CheckTensorParallel(const ModelConfig& config, const TensorParallel& tp) {
+  if (tp.ranks < 1 || tp.ranks > kMaxTensorParallelRanks || tp.rank < 0 || tp.rank >= tp.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism: rank ", tp.rank, " of ", tp.ranks,
+        " ranks; needs 1 <= ranks <= ", kMaxTensorParallelRanks, " and 0 <= rank < ranks"));
+  }
+  if (tp.ranks == 1) return absl::OkStatus();
+  std::vector<std::pair<std::string, int64_t>> divided = {
+      {"num_attention_heads", config.num_heads},
+      {"vocab_size", config.vocab_size},
+  };
+  if (!config.is_mla) divided.push_back({"num_key_value_heads", config.num_kv_heads});
+  const MoeConfig& m = config.moe;
+  const bool any_dense =
+      m.sparse_layers.empty() ||
+      std::find(m.sparse_layers.begin(), m.sparse_layers.end(), false) != m.sparse_layers.end();
+  const bool any_sparse =
+      std::find(m.sparse_layers.begin(), m.sparse_layers.end(), true) != m.sparse_layers.end();
+  if (any_dense) divided.push_back({"intermediate_size", config.intermediate_size});
+  if (any_sparse) {
+    divided.push_back({"moe_intermediate_size", m.moe_intermediate_size});
+    if (m.shared_intermediate_size > 0) {
+      divided.push_back({"the shared experts' width (n_shared_experts * moe_intermediate_size)",
+                         m.shared_intermediate_size});
+    }
+  }
+  for (const auto& [field, value] : divided) {
+    if (value % tp.ranks != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor parallelism over ", tp.ranks, " ranks: ", field, " (", value,
+          ") is not a multiple of ", tp.ranks, "; each rank needs an equal share of it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Graph> LowerModel(const ModelConfig& config, const TensorParallel& tp) {
   TP_RETURN_IF_ERROR(CheckConfig(config));
-  return Lowerer(config).Lower();
+  TP_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  return Lowerer(config, tp).Lower();
 }
 
 absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
@@ -587,6 +765,7 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
   // Checkpoint tensor name -> the weight binding it, or kNoValue while unbound.
   std::map<absl::string_view, ValueId> bound_by;
   for (const absl::string_view name : checkpoint.TensorNames()) bound_by[name] = ir::kNoValue;
+  std::set<std::string> whole_bound;  // tensors some weight binds whole
   for (ValueId id : graph.weights()) {
     const ir::Value& w = graph.value(id);
     const StDType want_dtype = StDTypeFor(w.type.dtype);
@@ -621,35 +800,52 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
     const std::string role =
         num_parts == 1 ? std::string() : absl::StrCat(" (a part of packed weight '%", w.name, "')");
     std::vector<const TensorView*> parts;
+    std::vector<std::vector<int64_t>> part_shapes;  // after slicing
     int64_t rows = 0;
-    for (const std::string& name : w.checkpoint_tensors) {
+    for (size_t k = 0; k < num_parts; ++k) {
+      const std::string& name = w.checkpoint_tensors[k];
       const TensorView* t = checkpoint.Find(name);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
                                                 " has no tensor ", QuoteUntrusted(name), role,
                                                 " (expected ", expected, ")"));
       }
-      const int64_t part_rows = PackedPartRows(t->shape, want_shape, num_parts);
+      const ir::TensorSlice slice = w.slice(k);
+      const std::optional<std::vector<int64_t>> part_shape = SlicedShape(t->shape, slice);
+      if (!part_shape.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight '%", w.name, "' binds elements [", slice.start, ", ",
+                         slice.start + slice.size, ") of dim ", slice.dim, " of checkpoint tensor ",
+                         QuoteUntrusted(name), ", which is ", TypeString(t->dtype, t->shape)));
+      }
+      const std::vector<int64_t>& shape = *part_shape;
+      const std::string sliced =
+          slice.whole() ? std::string()
+                        : absl::StrCat(" (sliced to ", TypeString(t->dtype, shape), ")");
+      const int64_t part_rows = PackedPartRows(shape, want_shape, num_parts);
       if (t->dtype != want_dtype || part_rows < 0) {
         return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(name),
                                                        role, " is ", TypeString(t->dtype, t->shape),
-                                                       ", expected ", expected));
+                                                       sliced, ", expected ", expected));
       }
       auto it = bound_by.find(name);
-      if (it->second != ir::kNoValue) {
+      // A tensor is bound whole once; slices may read it again (docs/ir.md, "Sliced weights").
+      if (it->second != ir::kNoValue && slice.whole() && whole_bound.count(name) > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "checkpoint tensor ", QuoteUntrusted(name), " is bound twice (by weight '%",
             graph.value(it->second).name, "' and by weight '%", w.name, "')"));
       }
+      if (slice.whole()) whole_bound.insert(name);
       it->second = id;
       rows += part_rows;
       parts.push_back(t);
+      part_shapes.push_back(std::move(shape));
     }
     if (num_parts > 1 && rows != want_shape[0]) {
       std::vector<std::string> extents;
       for (size_t k = 0; k < num_parts; ++k) {
         extents.push_back(absl::StrCat(QuoteUntrusted(w.checkpoint_tensors[k]), " ",
-                                       PackedPartRows(parts[k]->shape, want_shape, num_parts)));
+                                       PackedPartRows(part_shapes[k], want_shape, num_parts)));
       }
       return absl::InvalidArgumentError(absl::StrCat(
           "packed weight '%", w.name, "' is ", w.type.ToString(), " but its parts have dim-0 ",
@@ -668,6 +864,45 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
                      " graph (unexpected for this architecture and config)"));
   }
   return bound;
+}
+
+std::optional<std::vector<int64_t>> SlicedShape(const std::vector<int64_t>& shape,
+                                                const ir::TensorSlice& slice) {
+  if (slice.whole()) return shape;
+  const size_t dim = static_cast<size_t>(slice.dim);
+  if (slice.dim < 0 || dim >= shape.size() || slice.start < 0 || slice.size < 0 ||
+      slice.start > shape[dim] || slice.size > shape[dim] - slice.start) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> out = shape;
+  out[dim] = slice.size;
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> PartToFloat32(const TensorView& tensor,
+                                                 const ir::TensorSlice& slice) {
+  TP_ASSIGN_OR_RETURN(std::vector<float> all, ToFloat32(tensor));
+  if (slice.whole()) return all;
+  const std::vector<int64_t>& shape = tensor.shape;
+  const size_t dim = static_cast<size_t>(slice.dim);
+  if (!SlicedShape(shape, slice).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice [", slice.start, ", ", slice.start + slice.size, ") of dim ", slice.dim,
+                     " is outside checkpoint tensor ", QuoteUntrusted(tensor.name), ", which is ",
+                     TypeString(tensor.dtype, shape)));
+  }
+  // Row-major: `outer` blocks of (extent of dim) x `inner` elements; keep each block's rows
+  // [start, start + size).
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(outer * slice.size * inner));
+  for (int64_t o = 0; o < outer; ++o) {
+    const auto begin = all.begin() + (o * shape[dim] + slice.start) * inner;
+    out.insert(out.end(), begin, begin + slice.size * inner);
+  }
+  return out;
 }
 
 }  // namespace tileplan::models

@@ -31,6 +31,13 @@ double FlopsPerMicro(bool tensor_core, const targets::TargetDescription& target)
 
 }  // namespace
 
+double LinkMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
+  if (work.link_bytes <= 0 && work.link_steps <= 0) return 0;
+  const double rate = target.achievable_interconnect_bandwidth_gbps() * 1e3;
+  const double transfer = rate > 0 ? static_cast<double>(work.link_bytes) / rate : 0;
+  return transfer + work.link_steps * target.interconnect_step_latency_us();
+}
+
 double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode) {
   return mode == LaunchMode::kGraph ? target.graph_node_overhead_us() : target.launch_overhead_us();
 }
@@ -38,7 +45,8 @@ double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode) {
 double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
   return std::max({MemoryMicros(work, target),
                    static_cast<double>(work.flops) / FlopsPerMicro(work.tensor_core, target),
-                   1e-6});
+                   1e-6}) +
+         LinkMicros(work, target);
 }
 
 CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64_t ctas,
@@ -55,7 +63,8 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
   e.memory_us = MemoryMicros(work, target) / e.utilization;
   e.compute_us =
       static_cast<double>(work.flops) / (FlopsPerMicro(work.tensor_core, target) * e.utilization);
-  e.us = e.launch_us + std::max(e.memory_us, e.compute_us);
+  e.link_us = LinkMicros(work, target);
+  e.us = e.launch_us + std::max(e.memory_us, e.compute_us) + e.link_us;
   return e;
 }
 

@@ -3,6 +3,7 @@
 //
 //   us = launches × per-launch cost
 //      + max(bytes / (bandwidth × u), flops / (rate × u))
+//      + link_bytes / link bandwidth + link_steps × link latency
 //
 // The per-launch cost is the target's graph-node cost for phases replayed as CUDA Graphs
 // (prefill and decode both are) and its host launch cost otherwise. bandwidth is the
@@ -10,7 +11,9 @@
 // and the fp32 peak scaled by the same achievable/peak ratio for CUDA-core work. u =
 // min(1, CTAs / SMs) charges a grid too small to occupy every SM: such a kernel reaches only
 // that share of the machine. Memory and compute overlap inside a kernel (the roofline), so
-// the larger term counts, not their sum; launches do not overlap the work they start.
+// the larger term counts, not their sum; launches do not overlap the work they start. The
+// link terms are a collective's (tensor parallelism): the achievable interconnect bandwidth
+// and per-step latency of the target, added since a collective waits on the other GPUs.
 #ifndef TILEPLAN_PLANNER_COST_MODEL_H_
 #define TILEPLAN_PLANNER_COST_MODEL_H_
 
@@ -31,11 +34,16 @@ struct CostEstimate {
   double launch_us = 0;    // launches × per-launch cost
   double memory_us = 0;    // max(bytes / bandwidth, cache_bytes / L2 rate) / utilization
   double compute_us = 0;   // flops / (rate × utilization)
+  double link_us = 0;      // a collective's time on the link between GPUs
   double utilization = 1;  // min(1, CTAs / SMs); 1 for a step that launches nothing
   int64_t bytes = 0;
   int64_t flops = 0;
   int launches = 0;
 };
+
+// The time of `work`'s link traffic: link_bytes at the target's achievable interconnect
+// bandwidth plus link_steps times its step latency (0 for work that uses no link).
+double LinkMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target);
 
 // The per-launch cost of `mode` on `target`.
 double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode);

@@ -130,12 +130,14 @@ absl::Status CheckFitsTarget(const proto::ExecutionPlan& plan,
   }
   const int64_t needed = weights + kv + arena;
   if (needed <= target.memory_bytes()) return absl::OkStatus();
+  const int64_t ranks = std::max<int64_t>(1, plan.options().tensor_parallel_ranks());
   return absl::ResourceExhaustedError(absl::StrCat(
       "the plan needs ", HumanBytes(needed), " (", needed, " bytes: weights ", HumanBytes(weights),
       ", KV cache ", HumanBytes(kv), " for max_context ", plan.options().max_context(),
-      ", arena ", HumanBytes(arena), ") but ", target.name(), " has ",
-      HumanBytes(target.memory_bytes()), ": lower the context or the batch, or plan for a larger "
-      "GPU"));
+      ", arena ", HumanBytes(arena), ")", ranks > 1 ? " per rank" : "", " but ", target.name(),
+      " has ", HumanBytes(target.memory_bytes()),
+      ": lower the context or the batch, plan for a larger GPU, or split the model over more "
+      "GPUs (--tp ", ranks * 2, ")"));
 }
 
 // Records the graph's packed weights; a name packed differently by two phases is an error.
@@ -144,11 +146,13 @@ absl::Status CollectPackedWeights(const ir::Graph& graph,
   TP_ASSIGN_OR_RETURN(ir::proto::Graph as_proto, ir::GraphToProto(graph));
   for (ir::ValueId id : graph.weights()) {
     const ir::Value& w = graph.value(id);
-    if (w.checkpoint_tensors.size() < 2) continue;
+    if (w.checkpoint_tensors.size() < 2 && !w.sliced()) continue;
     proto::PackedWeight m;
     m.set_weight(w.name);
     for (const ir::proto::Declaration& d : as_proto.declarations()) {
-      if (d.name() == w.name) *m.mutable_type() = d.type();
+      if (d.name() != w.name) continue;
+      *m.mutable_type() = d.type();
+      *m.mutable_checkpoint_slices() = d.checkpoint_slices();
     }
     for (const std::string& t : w.checkpoint_tensors) m.add_checkpoint_tensors(t);
     auto [it, inserted] = packed->emplace(w.name, m);
@@ -252,9 +256,11 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     s->set_launches(c.estimate.launches);
     if (c.estimate.launches > 0) {
       const CostEstimate& e = c.estimate;
-      s->set_bound(e.launch_us > std::max(e.memory_us, e.compute_us) ? proto::Step::BOUND_LAUNCH
-                   : e.compute_us > e.memory_us                      ? proto::Step::BOUND_MATH
-                                                                     : proto::Step::BOUND_MEMORY);
+      s->set_bound(e.link_us > std::max({e.launch_us, e.memory_us, e.compute_us})
+                       ? proto::Step::BOUND_LINK
+                   : e.launch_us > std::max(e.memory_us, e.compute_us) ? proto::Step::BOUND_LAUNCH
+                   : e.compute_us > e.memory_us                        ? proto::Step::BOUND_MATH
+                                                                       : proto::Step::BOUND_MEMORY);
     }
     const kernels::LaunchGeometry geometry = c.family->Geometry(c.tactic, region);
     proto::Launch* launch = s->mutable_launch();
@@ -307,7 +313,14 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
         " exceeds the model's max_position_embeddings ", config.max_position_embeddings,
         " (config.json): positions past it are outside what the model was made for"));
   }
-  TP_ASSIGN_OR_RETURN(ir::Graph primitive, models::LowerModel(config));
+  if (options.tensor_parallel > 1 && !(target.achievable_interconnect_bandwidth_gbps() > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan options: tensor parallelism over ", options.tensor_parallel, " ranks, but target ",
+        target.name(), " describes no interconnect between its GPUs (docs/targets.md)"));
+  }
+  TP_ASSIGN_OR_RETURN(
+      ir::Graph primitive,
+      models::LowerModel(config, models::TensorParallel{options.tensor_parallel, options.rank}));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
 
   proto::ExecutionPlan plan;
@@ -325,6 +338,10 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_context(decode_context);
   o->set_decode_backend(options.decode_backend);
   o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
+  if (options.tensor_parallel > 1) {
+    o->set_tensor_parallel_ranks(options.tensor_parallel);
+    o->set_tensor_parallel_rank(options.rank);
+  }
   const CostCalibration* calibration = nullptr;
   if (options.calibrate) {
     calibration = options.calibration != nullptr ? options.calibration

@@ -57,6 +57,11 @@ struct PlanOptions {
   // Decode phases: runs of steps as one persistent kernel (persistent_schedule.h).
   proto::PlanOptions::DecodeBackend decode_backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
   int persistent_blocks_per_sm = 0;  // 0: the rule of persistent_schedule.h
+  // Tensor parallelism: plan rank `rank` of `tensor_parallel` ranks (models::TensorParallel;
+  // docs/plan.md, "Tensor parallelism"). More than one rank needs a target that describes
+  // its interconnect.
+  int64_t tensor_parallel = 1;
+  int64_t rank = 0;
 };
 
 // The ExecutionPlan.format_version this planner writes and this repository's runtime reads

@@ -181,6 +181,8 @@ absl::string_view BoundText(proto::Step::Bound b) {
       return "math";
     case proto::Step::BOUND_LAUNCH:
       return "launch";
+    case proto::Step::BOUND_LINK:
+      return "link";
     default:
       return "-";
   }
@@ -323,10 +325,21 @@ std::string PhaseHeader(const proto::Phase& phase) {
 std::string PlanHeader(const proto::ExecutionPlan& plan) {
   const targets::TargetDescription& t = plan.target();
   const std::string& calibration = plan.options().cost_calibration();
-  return absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases; cost model %s\n",
-                         plan.model(), t.name(), t.gpu(), t.sm(), t.sm_count(), plan.phases_size(),
-                         calibration.empty() ? std::string("uncalibrated")
-                                             : absl::StrCat("calibrated (", calibration, ")"));
+  std::string header =
+      absl::StrFormat("plan %s on %s (%s, sm_%d, %d SMs): %d phases; cost model %s\n", plan.model(),
+                      t.name(), t.gpu(), t.sm(), t.sm_count(), plan.phases_size(),
+                      calibration.empty() ? std::string("uncalibrated")
+                                          : absl::StrCat("calibrated (", calibration, ")"));
+  if (const int64_t ranks = plan.options().tensor_parallel_ranks(); ranks > 1) {
+    absl::StrAppendFormat(
+        &header,
+        "tensor parallel: rank %d of %d over %s (%.0f GB/s achievable per direction); every "
+        "rank runs these steps on its slices of the weights, the collectives (family "
+        "collective) meeting the other ranks; memory below is per rank\n",
+        plan.options().tensor_parallel_rank(), ranks, t.interconnect(),
+        t.achievable_interconnect_bandwidth_gbps());
+  }
+  return header;
 }
 
 // One line per persistent run: its steps, stages, blocks, the per-SM spread of its tasks and

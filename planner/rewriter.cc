@@ -164,7 +164,8 @@ GraphRewriter::GraphRewriter(const ir::Graph& source) : source_(source) {}
 
 absl::StatusOr<int> GraphRewriter::ReplaceWeights(const std::vector<ir::ValueId>& parts,
                                                   std::string name, ir::TensorType type,
-                                                  std::vector<std::string> checkpoint_tensors) {
+                                                  std::vector<std::string> checkpoint_tensors,
+                                                  std::vector<ir::TensorSlice> checkpoint_slices) {
   if (parts.empty()) return absl::InvalidArgumentError("a weight replacement needs parts");
   const int key = static_cast<int>(weight_replacements_.size());
   for (ir::ValueId part : parts) {
@@ -177,8 +178,9 @@ absl::StatusOr<int> GraphRewriter::ReplaceWeights(const std::vector<ir::ValueId>
     }
   }
   for (ir::ValueId part : parts) replaced_weights_[part] = key;
-  weight_replacements_.push_back(
-      WeightReplacement{parts, std::move(name), std::move(type), std::move(checkpoint_tensors)});
+  weight_replacements_.push_back(WeightReplacement{parts, std::move(name), std::move(type),
+                                                   std::move(checkpoint_tensors),
+                                                   std::move(checkpoint_slices)});
   return key;
 }
 
@@ -225,12 +227,13 @@ absl::Status GraphRewriter::CopyDeclarations() {
       case ir::ValueKind::kWeight: {
         auto it = replaced_weights_.find(id);
         if (it == replaced_weights_.end()) {
-          copy = target_->AddWeight(v.name, v.type, v.checkpoint_tensors);
+          copy = target_->AddWeight(v.name, v.type, v.checkpoint_tensors, v.checkpoint_slices);
           break;
         }
         WeightReplacement& r = weight_replacements_[static_cast<size_t>(it->second)];
         if (r.parts.front() == id) {
-          TP_ASSIGN_OR_RETURN(r.new_id, target_->AddWeight(r.name, r.type, r.checkpoint_tensors));
+          TP_ASSIGN_OR_RETURN(r.new_id, target_->AddWeight(r.name, r.type, r.checkpoint_tensors,
+                                                           r.checkpoint_slices));
         }
         continue;
       }

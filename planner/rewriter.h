@@ -130,14 +130,16 @@ class GraphRewriter {
 
   const ir::Graph& source() const { return source_; }
 
-  // Declares a weight `name` of `type` bound to `checkpoint_tensors` (in order) in place of
+  // Declares a weight `name` of `type` bound to `checkpoint_tensors` (in order; each part the
+  // slice of `checkpoint_slices` at its index, or whole when that list is empty) in place of
   // the source weights `parts`, which the new graph no longer declares; it takes the
   // position of the first part among the declarations. Returns the key for
   // RegionEmitter::NewWeight. `name` should come from UniqueName. InvalidArgument when a
   // part is not a weight or is already replaced.
   absl::StatusOr<int> ReplaceWeights(const std::vector<ir::ValueId>& parts, std::string name,
                                      ir::TensorType type,
-                                     std::vector<std::string> checkpoint_tensors);
+                                     std::vector<std::string> checkpoint_tensors,
+                                     std::vector<ir::TensorSlice> checkpoint_slices = {});
 
   // Source region `index` is replaced by what `emit` emits, at its position. InvalidArgument
   // when the region is already replaced or dropped.
@@ -166,6 +168,7 @@ class GraphRewriter {
     std::string name;
     ir::TensorType type;
     std::vector<std::string> checkpoint_tensors;
+    std::vector<ir::TensorSlice> checkpoint_slices;
     ir::ValueId new_id = ir::kNoValue;
   };
   struct Action {

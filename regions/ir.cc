@@ -149,6 +149,43 @@ absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
 
 absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
                                          std::vector<std::string> checkpoint_tensors) {
+  return AddWeight(std::move(name), std::move(type), std::move(checkpoint_tensors), {});
+}
+
+bool Value::sliced() const {
+  for (const TensorSlice& s : checkpoint_slices) {
+    if (!s.whole()) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
+                                         std::vector<std::string> checkpoint_tensors,
+                                         std::vector<TensorSlice> slices) {
+  if (!slices.empty() && slices.size() != checkpoint_tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("weight '%", name, "' has ", slices.size(),
+                                                   " slices for ", checkpoint_tensors.size(),
+                                                   " checkpoint tensors"));
+  }
+  bool any_slice = false;
+  for (size_t k = 0; k < slices.size(); ++k) {
+    const TensorSlice& s = slices[k];
+    if (s.whole()) {
+      if (s.dim != -1 || s.start != 0 || s.size != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight '%", name, "': part ", k, " has a malformed whole slice"));
+      }
+      continue;
+    }
+    any_slice = true;
+    if (s.start < 0 || s.size <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weight '%", name, "': part ", k,
+                                                     " slices dim ", s.dim, " from ", s.start,
+                                                     " for ", s.size,
+                                                     " elements; needs start >= 0, size > 0"));
+    }
+  }
+  if (!any_slice) slices.clear();
   if (checkpoint_tensors.empty() || checkpoint_tensors[0].empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight '%", name, "' names no checkpoint tensor"));
@@ -162,6 +199,7 @@ absl::StatusOr<ValueId> Graph::AddWeight(std::string name, TensorType type,
   auto id = NewValue(std::move(name), std::move(type), ValueKind::kWeight);
   if (id.ok()) {
     values_[*id].checkpoint_tensors = std::move(checkpoint_tensors);
+    values_[*id].checkpoint_slices = std::move(slices);
     weights_.push_back(*id);
   }
   return id;

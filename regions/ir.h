@@ -20,12 +20,13 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <tuple>
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tileplan::ir {
 
@@ -79,6 +80,27 @@ inline constexpr ValueId kNoValue = -1;
 
 enum class ValueKind : uint8_t { kInput, kWeight, kState, kResult };
 
+// The part of a checkpoint tensor a weight binds: the whole tensor, or the elements
+// [start, start + size) of one dim (a rank's share of a tensor-parallel weight; docs/ir.md,
+// "Sliced weights").
+struct TensorSlice {
+  int32_t dim = -1;  // -1: the whole tensor
+  int64_t start = 0;
+  int64_t size = 0;
+
+  bool whole() const { return dim < 0; }
+  static TensorSlice Whole() { return TensorSlice{}; }
+  static TensorSlice Of(int32_t dim, int64_t start, int64_t size) {
+    return TensorSlice{dim, start, size};
+  }
+  friend bool operator==(const TensorSlice& a, const TensorSlice& b) {
+    return a.dim == b.dim && a.start == b.start && a.size == b.size;
+  }
+  friend bool operator<(const TensorSlice& a, const TensorSlice& b) {
+    return std::tie(a.dim, a.start, a.size) < std::tie(b.dim, b.start, b.size);
+  }
+};
+
 struct Value {
   std::string name;  // without the leading '%'; unique in the graph
   TensorType type;
@@ -87,6 +109,14 @@ struct Value {
   // weight; several for a packed weight, which is their concatenation along dim 0
   // (docs/ir.md, "Packed weights").
   std::vector<std::string> checkpoint_tensors;
+  // kWeight only: empty when every part is a whole tensor; otherwise parallel to
+  // checkpoint_tensors, the slice of each part (TensorSlice::Whole() for a whole one).
+  std::vector<TensorSlice> checkpoint_slices;
+  // The slice of part k (whole when checkpoint_slices is empty).
+  TensorSlice slice(size_t k) const {
+    return checkpoint_slices.empty() ? TensorSlice::Whole() : checkpoint_slices[k];
+  }
+  bool sliced() const;
   int32_t producer = -1;      // kResult only: index of the producing region
   int32_t result_index = -1;  // kResult only: which result of the producer
 };
@@ -177,6 +207,12 @@ class Graph {
                                     absl::string_view checkpoint_tensor);
   absl::StatusOr<ValueId> AddWeight(std::string name, TensorType type,
                                     std::vector<std::string> checkpoint_tensors);
+  // As above, each part a slice of its tensor (`slices` parallel to `checkpoint_tensors`, or
+  // empty for whole tensors). A slice must be whole or have dim >= 0, start >= 0 and
+  // size > 0; when every part is whole the weight is stored with no slices.
+  absl::StatusOr<ValueId> AddWeight(std::string name, TensorType type,
+                                    std::vector<std::string> checkpoint_tensors,
+                                    std::vector<TensorSlice> slices);
   absl::StatusOr<ValueId> AddState(std::string name, TensorType type);
   // Appends a region and creates its result values. Operands must already exist.
   // `fused_from` is Region::fused_from (empty for a region that is not a fusion).

@@ -48,8 +48,11 @@ class Parser {
 
   absl::StatusOr<TensorType> ParseType();
   absl::Status ParseDeclaration();
-  // A weight's binding after '=': "name" or concat("a", "b", ...).
-  absl::StatusOr<std::vector<std::string>> ParseCheckpointTensors();
+  // A weight's binding after '=': a part, or concat(part, part, ...), where a part is
+  // "name" or slice("name", dim, start, size).
+  absl::Status ParseCheckpointTensors(std::vector<std::string>& tensors,
+                                      std::vector<TensorSlice>& slices);
+  absl::StatusOr<int64_t> ParseIntArgument(absl::string_view what);
   // The kinds of "fused(linear, add)", from the 'fused' keyword on.
   absl::StatusOr<std::vector<std::string>> ParseFusedFrom();
   absl::Status ParseOutput();
@@ -180,9 +183,11 @@ absl::Status Parser::ParseDeclaration() {
   absl::StatusOr<ValueId> added;
   if (keyword == "weight") {
     TP_RETURN_IF_ERROR(ExpectPunct('=', "'=' and the checkpoint tensor name"));
-    TP_ASSIGN_OR_RETURN(std::vector<std::string> tensors, ParseCheckpointTensors());
+    std::vector<std::string> tensors;
+    std::vector<TensorSlice> slices;
+    TP_RETURN_IF_ERROR(ParseCheckpointTensors(tensors, slices));
     TP_RETURN_IF_ERROR(ExpectEndOfLine());
-    added = graph_.AddWeight(name.text, std::move(type), std::move(tensors));
+    added = graph_.AddWeight(name.text, std::move(type), std::move(tensors), std::move(slices));
   } else {
     TP_RETURN_IF_ERROR(ExpectEndOfLine());
     added = keyword == "input" ? graph_.AddInput(name.text, std::move(type))
@@ -193,26 +198,56 @@ absl::Status Parser::ParseDeclaration() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> Parser::ParseCheckpointTensors() {
-  std::vector<std::string> tensors;
+absl::StatusOr<int64_t> Parser::ParseIntArgument(absl::string_view what) {
+  TP_RETURN_IF_ERROR(ExpectPunct(',', absl::StrCat("',' and the slice's ", what)));
+  if (tok_.kind != TokenKind::kInt)
+    return Unexpected(absl::StrCat("the slice's ", what, " (an int)"));
+  const int64_t value = tok_.int_value;
+  TP_RETURN_IF_ERROR(Advance());
+  return value;
+}
+
+absl::Status Parser::ParseCheckpointTensors(std::vector<std::string>& tensors,
+                                            std::vector<TensorSlice>& slices) {
   const bool packed = tok_.IsIdent("concat");
   if (packed) {
     TP_RETURN_IF_ERROR(Advance());
     TP_RETURN_IF_ERROR(ExpectPunct('(', "'(' and the checkpoint tensor names"));
   }
   while (true) {
+    const bool sliced = tok_.IsIdent("slice");
+    if (sliced) {
+      TP_RETURN_IF_ERROR(Advance());
+      TP_RETURN_IF_ERROR(ExpectPunct('(', "'(' and the sliced checkpoint tensor's name"));
+    }
     if (tok_.kind != TokenKind::kString) {
-      return Unexpected(packed ? "a checkpoint tensor name (a string)"
-                               : "the checkpoint tensor name (a string or concat(...))");
+      return Unexpected(packed || sliced
+                            ? "a checkpoint tensor name (a string)"
+                            : "the checkpoint tensor name (a string, slice(...) or concat(...))");
     }
     if (tok_.text.empty()) return ErrorAt(tok_, "the checkpoint tensor name is empty");
     tensors.push_back(tok_.text);
     TP_RETURN_IF_ERROR(Advance());
+    TensorSlice slice;
+    if (sliced) {
+      const Token at = tok_;
+      TP_ASSIGN_OR_RETURN(const int64_t dim, ParseIntArgument("dim"));
+      TP_ASSIGN_OR_RETURN(slice.start, ParseIntArgument("start"));
+      TP_ASSIGN_OR_RETURN(slice.size, ParseIntArgument("size"));
+      if (dim < 0 || dim > 64 || slice.start < 0 || slice.size <= 0) {
+        return ErrorAt(
+            at, absl::StrCat("slice(\"", tensors.back(), "\", ", dim, ", ", slice.start, ", ",
+                             slice.size, ") needs 0 <= dim, 0 <= start and 0 < size"));
+      }
+      slice.dim = static_cast<int32_t>(dim);
+      TP_RETURN_IF_ERROR(ExpectPunct(')', "')' after the slice's size"));
+    }
+    slices.push_back(slice);
     if (!packed || !tok_.Is(',')) break;
     TP_RETURN_IF_ERROR(Advance());
   }
   if (packed) TP_RETURN_IF_ERROR(ExpectPunct(')', "',' or ')'"));
-  return tensors;
+  return absl::OkStatus();
 }
 
 absl::Status Parser::ParseOutput() {

@@ -202,6 +202,43 @@ Results InferArgmax(const KindArgs& a) {
   return One(MakeType(DType::kI32, {logits.dims[0], logits.dims[1]}));
 }
 
+// The `ranks` attribute of the collective kinds: the size of the tensor-parallel group.
+absl::StatusOr<int64_t> RanksAttr(const Attributes& attrs) {
+  TP_ASSIGN_OR_RETURN(const int64_t ranks, attrs.GetInt("ranks"));
+  if (ranks < 1 || ranks > 1024) {
+    return AttrError("ranks", absl::StrCat(ranks), "an int in [1, 1024]");
+  }
+  return ranks;
+}
+
+Results InferAllReduce(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,N]"));
+  if (a.operands.size() == 2) {
+    TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 1, "[N]"));
+    TP_RETURN_IF_ERROR(ExpectDim(a, 1, 0, a.operands[0].dims.back(), "[N]", "N"));
+  }
+  TP_RETURN_IF_ERROR(RanksAttr(a.attrs).status());
+  return One(a.operands[0]);
+}
+
+Results InferAllGather(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectMinRank(a, 0, Element::kFloat, 1, "[...,n]"));
+  TP_ASSIGN_OR_RETURN(const int64_t ranks, RanksAttr(a.attrs));
+  const TensorType& x = a.operands[0];
+  if (!x.dims.back().is_static()) return a.OperandError(0, "[...,n] with n static");
+  return One(MakeType(x.dtype, WithLast(x.dims, Dim::Static(x.dims.back().extent() * ranks))));
+}
+
+Results InferShardedArgmax(const KindArgs& a) {
+  TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kF32, 3, "[B,T,V]"));
+  TP_RETURN_IF_ERROR(RanksAttr(a.attrs).status());
+  const TensorType& logits = a.operands[0];
+  if (!logits.dims[2].is_static() || logits.dims[2].extent() == 0) {
+    return a.OperandError(0, "f32[B,T,V] with V static and > 0");
+  }
+  return One(MakeType(DType::kI32, {logits.dims[0], logits.dims[1]}));
+}
+
 Results InferMoeRouter(const KindArgs& a) {
   TP_RETURN_IF_ERROR(ExpectRank(a, 0, Element::kFloat, 3, "[B,T,H]"));
   TP_RETURN_IF_ERROR(ExpectRank(a, 1, Element::kFloat, 2, "[E,H]"));
@@ -311,6 +348,19 @@ absl::Status RegisterPrimitiveKinds(KindRegistry& registry) {
        .operands = {"q_nope", "q_rope", "latent_cache", "rope_cache", "w_kv_b", "positions"},
        .attrs = {{"scale", AttrType::kFloat}},
        .infer = InferMlaAttention},
+      {.name = "all_reduce",
+       .operands = {"x", "bias"},
+       .optional_operands = 1,
+       .attrs = {{"ranks", AttrType::kInt}},
+       .infer = InferAllReduce},
+      {.name = "all_gather",
+       .operands = {"x"},
+       .attrs = {{"ranks", AttrType::kInt}},
+       .infer = InferAllGather},
+      {.name = "sharded_argmax",
+       .operands = {"logits"},
+       .attrs = {{"ranks", AttrType::kInt}},
+       .infer = InferShardedArgmax},
   };
   for (KindSpec& spec : specs) TP_RETURN_IF_ERROR(registry.Register(std::move(spec)));
   return absl::OkStatus();

@@ -2,7 +2,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <string>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -42,16 +44,19 @@ struct AttrPrinter {
   }
 };
 
-// "name" for a plain weight, concat("a", "b") for a packed one (and for the malformed empty
-// list, which the parser rejects).
+// "name" for a plain weight, slice("name", dim, start, size) for a part of one,
+// concat(part, ...) for a packed one (and for the malformed empty list, which the parser
+// rejects).
 std::string PrintCheckpointTensors(const Value& v) {
-  if (v.checkpoint_tensors.size() == 1) return QuoteString(v.checkpoint_tensors[0]);
-  return absl::StrCat("concat(",
-                      absl::StrJoin(v.checkpoint_tensors, ", ",
-                                    [](std::string* out, const std::string& name) {
-                                      out->append(QuoteString(name));
-                                    }),
-                      ")");
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < v.checkpoint_tensors.size(); ++k) {
+    const TensorSlice s = v.slice(k);
+    parts.push_back(s.whole() ? QuoteString(v.checkpoint_tensors[k])
+                              : absl::StrCat("slice(", QuoteString(v.checkpoint_tensors[k]), ", ",
+                                             s.dim, ", ", s.start, ", ", s.size, ")"));
+  }
+  if (parts.size() == 1) return parts[0];
+  return absl::StrCat("concat(", absl::StrJoin(parts, ", "), ")");
 }
 
 }  // namespace

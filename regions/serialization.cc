@@ -142,8 +142,26 @@ absl::Status DeclarationFromProto(const proto::Declaration& in, absl::string_vie
                                   Graph& graph) {
   TP_RETURN_IF_ERROR(CheckName(in.name(), absl::StrCat(path, ".name")));
   TP_ASSIGN_OR_RETURN(TensorType type, TypeFromProto(in.type(), absl::StrCat(path, ".type")));
-  if (in.kind() != proto::Declaration::KIND_WEIGHT && in.checkpoint_tensors_size() > 0) {
+  if (in.kind() != proto::Declaration::KIND_WEIGHT &&
+      (in.checkpoint_tensors_size() > 0 || in.checkpoint_slices_size() > 0)) {
     return FieldError(path, "checkpoint_tensors is set on a declaration that is not a weight");
+  }
+  std::vector<TensorSlice> slices;
+  for (int k = 0; k < in.checkpoint_slices_size(); ++k) {
+    const proto::TensorSlice& s = in.checkpoint_slices(k);
+    if (s.whole()) {
+      if (s.dim() != 0 || s.start() != 0 || s.size() != 0) {
+        return FieldError(absl::StrCat(path, ".checkpoint_slices[", k, "]"),
+                          "a whole slice sets no dim, start or size");
+      }
+      slices.push_back(TensorSlice::Whole());
+    } else {
+      if (s.dim() < 0) {
+        return FieldError(absl::StrCat(path, ".checkpoint_slices[", k, "]"),
+                          absl::StrCat("dim ", s.dim(), " is negative"));
+      }
+      slices.push_back(TensorSlice::Of(s.dim(), s.start(), s.size()));
+    }
   }
   absl::StatusOr<ValueId> added;
   switch (in.kind()) {
@@ -153,7 +171,8 @@ absl::Status DeclarationFromProto(const proto::Declaration& in, absl::string_vie
     case proto::Declaration::KIND_WEIGHT:
       added = graph.AddWeight(
           in.name(), std::move(type),
-          std::vector<std::string>(in.checkpoint_tensors().begin(), in.checkpoint_tensors().end()));
+          std::vector<std::string>(in.checkpoint_tensors().begin(), in.checkpoint_tensors().end()),
+          std::move(slices));
       break;
     case proto::Declaration::KIND_STATE:
       added = graph.AddState(in.name(), std::move(type));
@@ -286,6 +305,16 @@ absl::StatusOr<proto::Graph> GraphToProto(const Graph& graph) {
     d->set_kind(kind);
     d->set_name(v.name);
     for (const std::string& tensor : v.checkpoint_tensors) d->add_checkpoint_tensors(tensor);
+    for (const TensorSlice& slice : v.checkpoint_slices) {
+      proto::TensorSlice* s = d->add_checkpoint_slices();
+      if (slice.whole()) {
+        s->set_whole(true);
+      } else {
+        s->set_dim(slice.dim);
+        s->set_start(slice.start);
+        s->set_size(slice.size);
+      }
+    }
     TP_ASSIGN_OR_RETURN(*d->mutable_type(), TypeToProto(v.type));
     proto_id[id] = next++;
   }

@@ -134,7 +134,9 @@ class Verifier {
   }
 
   // Every weight binds at least one non-empty checkpoint tensor, and no tensor is bound
-  // twice, within a packed weight or across weights.
+  // whole twice, within a packed weight or across weights (slices of a tensor may repeat what
+  // another binding reads: a tied, vocab-parallel LM head reads a slice of the embedding table
+  // the embedding reads whole).
   absl::Status CheckWeights() {
     std::map<std::string, ValueId> bound;
     for (ValueId id : g_.weights()) {
@@ -148,6 +150,14 @@ class Verifier {
         if (tensor.empty()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "weight ", Ref(id), " binds an empty checkpoint tensor name (part ", k, ")"));
+        }
+        if (const TensorSlice slice = w.slice(k); !slice.whole()) {
+          if (slice.dim >= w.type.rank()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "weight ", Ref(id), " slices dim ", slice.dim, " of checkpoint tensor \"", tensor,
+                "\", but its type ", w.type.ToString(), " has rank ", w.type.rank()));
+          }
+          continue;
         }
         auto [it, inserted] = bound.emplace(tensor, id);
         if (!inserted) {

@@ -1,6 +1,7 @@
 #include "targets/target.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string_view>
 #include <utility>
 
@@ -54,6 +55,28 @@ absl::Status Validate(const TargetDescription& t, absl::string_view label) {
     return bad("achievable_l2_bandwidth_gbps", "must be 0 (not known) or positive");
   }
   if (t.provenance().empty()) return bad("provenance", "is empty: say where the figures come from");
+  const bool link = !t.interconnect().empty() || t.peak_interconnect_bandwidth_gbps() != 0 ||
+                    t.achievable_interconnect_bandwidth_gbps() != 0 ||
+                    t.interconnect_step_latency_us() != 0 || !t.interconnect_provenance().empty();
+  if (link) {
+    if (t.interconnect().empty()) {
+      return bad("interconnect", "is empty but other interconnect fields are set");
+    }
+    if (!(t.peak_interconnect_bandwidth_gbps() > 0)) {
+      return bad("peak_interconnect_bandwidth_gbps", "must be positive");
+    }
+    if (!(t.achievable_interconnect_bandwidth_gbps() > 0) ||
+        t.achievable_interconnect_bandwidth_gbps() > t.peak_interconnect_bandwidth_gbps()) {
+      return bad("achievable_interconnect_bandwidth_gbps", "must be in (0, peak]");
+    }
+    if (!(t.interconnect_step_latency_us() >= 0) ||
+        !std::isfinite(t.interconnect_step_latency_us())) {
+      return bad("interconnect_step_latency_us", "must be finite and >= 0");
+    }
+    if (t.interconnect_provenance().empty()) {
+      return bad("interconnect_provenance", "is empty: say where the link figures come from");
+    }
+  }
   return absl::OkStatus();
 }
 

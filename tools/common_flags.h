@@ -28,13 +28,17 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "models/lowering.h"
 #include "planner/pass.h"
 #include "planner/plan_builder.h"
 #include "tools/flag_types.h"
 #include "tools/tool_support.h"
 
-// model: a checkpoint directory, its config.json, or a bundled config name.
+// model: a checkpoint directory, its config.json, or a bundled config name; tensor
+// parallelism's ranks and which rank a tool shows.
 ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(tileplan::tools::PositiveInt, tp);
+ABSL_DECLARE_FLAG(int64_t, rank);
 
 // buckets: the prefill token buckets T and the batch B.
 ABSL_DECLARE_FLAG(tileplan::tools::PositiveList, prefill);
@@ -60,6 +64,9 @@ namespace tileplan::tools {
 
 // model: LoadModelArgument(--model). InvalidArgument "--model is required" when it is empty.
 absl::StatusOr<ModelArgument> ModelFromFlags();
+// model: --tp and --rank as models::TensorParallel; InvalidArgument naming --rank when it is
+// not in [0, --tp).
+absl::StatusOr<models::TensorParallel> TensorParallelFromFlags();
 
 // plan (and buckets): BenchmarkPlanOptions of --prefill, --decode, --batch, --prefill-logits
 // and --max-context, the plans benchmark_transformer runs and autotune_regions tunes for.

@@ -52,6 +52,9 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
   options.decode_fuse_rope_attention = absl::GetFlag(FLAGS_fuse_rope_attention);
   options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
+  TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, TensorParallelFromFlags());
+  options.tensor_parallel = tp.ranks;
+  options.rank = tp.rank;
   const std::string calibration = absl::GetFlag(FLAGS_calibration);
   if (calibration == "none") {
     options.calibrate = false;

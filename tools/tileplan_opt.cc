@@ -55,9 +55,10 @@ constexpr char kUsage[] =
     "--batch configure specialize_phase: --pipeline=prefill and --phase=prefill specialize for\n"
     "the one token bucket --prefill=T, decode binds T = 1; --batch binds B (default 1). The IR\n"
     "printed by --print-after-all and --print-after goes to stderr (format in planner/pass.h),\n"
-    "the final graph to stdout.\n"
+    "the final graph to stdout. With --tp N, --model lowers rank --rank of N tensor-parallel\n"
+    "ranks (sliced weights, all_reduce and all_gather regions; docs/ir.md).\n"
     "\n"
-    "usage: tileplan-opt FILE|- | --model DIR|FILE|NAME\n"
+    "usage: tileplan-opt FILE|- | --model DIR|FILE|NAME [--tp N --rank R]\n"
     "                    [--pass NAME,... | --pipeline prefill|decode]\n"
     "                    [--phase prefill|decode] [--prefill T] [--batch B]\n"
     "                    [--print-after-all] [--print-after NAME,...] [--emit text|proto]\n"
@@ -70,7 +71,8 @@ constexpr char kUsage[] =
     "Examples:\n"
     "  tileplan-opt tests/regions/testdata/tiny_llama.tpir --emit=proto\n"
     "  tileplan-opt --model qwen3-0.6b --pipeline=decode --print-after=fuse_swiglu\n"
-    "  tileplan-opt --model qwen3-0.6b --pipeline=prefill --prefill=128 --batch=4\n";
+    "  tileplan-opt --model qwen3-0.6b --pipeline=prefill --prefill=128 --batch=4\n"
+    "  tileplan-opt --model qwen2-7b --tp 2 --rank 1 --pipeline=decode\n";
 
 constexpr int kExitError = 2;
 
@@ -222,7 +224,12 @@ int Run(const Options& o) {
       std::cerr << "tileplan-opt: " << model.status().message() << "\n";
       return kExitError;
     }
-    graph = model.ok() ? tileplan::models::LowerModel(model->config)
+    absl::StatusOr<tileplan::models::TensorParallel> tp = tools::TensorParallelFromFlags();
+    if (!tp.ok()) {
+      std::cerr << "tileplan-opt: " << tp.status().message() << "\n";
+      return kExitError;
+    }
+    graph = model.ok() ? tileplan::models::LowerModel(model->config, *tp)
                        : absl::StatusOr<Graph>(model.status());
   }
   absl::Status status = graph.status();

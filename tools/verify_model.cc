@@ -51,6 +51,7 @@
 #include "planner/phase_graphs.h"
 #include "planner/plan_builder.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/tensor_parallel.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
 #include "tools/common_flags.h"
@@ -120,9 +121,11 @@ constexpr char kUsage[] =
     "greedy continuation. --model must be a checkpoint directory (config.json and safetensors): a\n"
     "bundled config has no weights. The cpu backend is float32 (limit 1e-4 relative); the gpu\n"
     "backend plans for the device and runs the plan in bf16 (limits from the reference's\n"
-    "bf16_relative).\n"
+    "bf16_relative). --tp N (cpu backend) runs the model as N tensor-parallel ranks, each on\n"
+    "its slices of the weights, meeting in-process at every collective; the limits are the\n"
+    "same.\n"
     "\n"
-    "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N]\n"
+    "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N] [--tp N]\n"
     "                    [--no-plan] [--fuse-moe] [--no-cuda-graphs] [--pdl never|decode|always]\n"
     "                    [--print-after-all] [--print-after PASS,...]\n"
     "\n"
@@ -148,6 +151,15 @@ absl::Status CheckFlags() {
   const bool plan = absl::GetFlag(FLAGS_plan);
   if (backend == "gpu" && !plan) {
     return absl::InvalidArgumentError("--backend gpu runs planned graphs; --no-plan is cpu only");
+  }
+  if (backend == "gpu" && absl::GetFlag(FLAGS_tp).value > 1) {
+    return absl::InvalidArgumentError(
+        "--tp runs on the cpu backend only: the gpu runtime does not run tensor-parallel plans "
+        "yet (it needs NCCL communicators and a GPU per rank)");
+  }
+  if (tools::Given("rank")) {
+    return absl::InvalidArgumentError(
+        "--rank selects a rank to show; verify_model --tp N runs every rank");
   }
   if (backend == "cpu" && (tools::Given("cuda_graphs") || tools::Given("pdl"))) {
     return absl::InvalidArgumentError("--no-cuda-graphs and --pdl apply to --backend gpu");
@@ -400,52 +412,100 @@ struct Outputs {
   std::vector<float> forced;
 };
 
-absl::StatusOr<Outputs> RunCpu(const ir::Graph& graph, const models::Checkpoint& checkpoint,
-                               const Reference& ref, int64_t vocab) {
+// The cpu backend of one rank graph, or of every rank's under --tp (TensorParallelCpu).
+struct CpuRunner {
+  std::function<absl::StatusOr<std::vector<float>>(const std::vector<int32_t>&,
+                                                   const std::vector<int32_t>&)>
+      run;
+  std::function<void()> reset;
+};
+
+absl::StatusOr<Outputs> RunCpu(const models::ModelConfig& config,
+                               const models::Checkpoint& checkpoint, const Reference& ref,
+                               int64_t vocab) {
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
+  TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, tools::TensorParallelFromFlags());
   runtime::cpu::CpuBackend::Options options;
   options.batch = 1;
   options.max_seq = prompt_len + num_greedy;
   if (const auto threads = absl::GetFlag(FLAGS_threads)) {
     options.threads = static_cast<int>(std::min<int64_t>(threads->value, 1 << 16));
   }
-  std::unique_ptr<runtime::cpu::CpuBackend> backend;
+  const bool plan = absl::GetFlag(FLAGS_plan);
+  planner::PipelineOptions plan_options;
+  plan_options.tokens = prompt_len;
+  plan_options.batch = options.batch;
+  plan_options.cache_capacity = options.max_seq;
+  plan_options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
+  plan_options.fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
+  // Every rank's graphs (one rank without --tp): planned per phase, or primitive.
+  std::vector<runtime::cpu::TensorParallelCpu::RankGraphs> ranks;
   std::string graph_line;
-  if (absl::GetFlag(FLAGS_plan)) {
-    planner::PipelineOptions plan_options;
-    plan_options.tokens = prompt_len;
-    plan_options.batch = options.batch;
-    plan_options.cache_capacity = options.max_seq;
-    plan_options.fuse_moe = absl::GetFlag(FLAGS_fuse_moe);
-    plan_options.fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
-    TP_ASSIGN_OR_RETURN(planner::PhaseGraphs planned,
-                        planner::PlanPhases(graph, plan_options, tools::PrintOptionsFromFlags()));
-    TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
-                                     planned.prefill, planned.decode, checkpoint, options));
-    graph_line = absl::StrCat("planned (prefill ", planned.prefill.regions().size(),
-                              " regions for T = ", prompt_len, ", decode ",
-                              planned.decode.regions().size(), " regions for T = 1)");
-  } else {
-    TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::Create(graph, checkpoint, options));
-    graph_line = absl::StrCat("primitive (", graph.regions().size(), " regions)");
+  for (int64_t rank = 0; rank < tp.ranks; ++rank) {
+    TP_ASSIGN_OR_RETURN(ir::Graph graph,
+                        models::LowerModel(config, models::TensorParallel{tp.ranks, rank}));
+    if (plan) {
+      // The IR after the passes is printed for the first rank only.
+      TP_ASSIGN_OR_RETURN(
+          planner::PhaseGraphs planned,
+          planner::PlanPhases(graph, plan_options,
+                              rank == 0 ? tools::PrintOptionsFromFlags() : planner::PrintOptions{}));
+      graph_line = absl::StrCat("planned (prefill ", planned.prefill.regions().size(),
+                                " regions for T = ", prompt_len, ", decode ",
+                                planned.decode.regions().size(), " regions for T = 1)");
+      ranks.push_back({std::move(planned.prefill), std::move(planned.decode)});
+    } else {
+      graph_line = absl::StrCat("primitive (", graph.regions().size(), " regions)");
+      ranks.push_back({std::move(graph), std::nullopt});
+    }
   }
-  std::cout << "backend: cpu (" << backend->num_threads()
-            << (backend->num_threads() == 1 ? " thread)\n" : " threads)\n")
-            << "graph: " << graph_line << "\n";
+  CpuRunner runner;
+  int threads = 0;
+  if (tp.ranks == 1) {
+    std::shared_ptr<runtime::cpu::CpuBackend> backend;
+    if (plan) {
+      TP_ASSIGN_OR_RETURN(backend, runtime::cpu::CpuBackend::CreatePhased(
+                                       ranks[0].prefill, *ranks[0].decode, checkpoint, options));
+    } else {
+      TP_ASSIGN_OR_RETURN(backend,
+                          runtime::cpu::CpuBackend::Create(ranks[0].prefill, checkpoint, options));
+    }
+    threads = backend->num_threads();
+    runner.run = [backend](const std::vector<int32_t>& t, const std::vector<int32_t>& p) {
+      return backend->Run(t, p);
+    };
+    runner.reset = [backend] { backend->Reset(); };
+  } else {
+    TP_ASSIGN_OR_RETURN(std::shared_ptr<runtime::cpu::TensorParallelCpu> group,
+                        runtime::cpu::TensorParallelCpu::Create(std::move(ranks), checkpoint,
+                                                                options));
+    threads = group->threads_per_rank();
+    runner.run = [group](const std::vector<int32_t>& t, const std::vector<int32_t>& p) {
+      return group->Run(t, p);
+    };
+    runner.reset = [group] { group->Reset(); };
+  }
+  std::cout << "backend: cpu (" << threads << (threads == 1 ? " thread" : " threads")
+            << (tp.ranks > 1 ? absl::StrCat(" per rank; tensor parallel: ", tp.ranks,
+                                            " ranks, each on its slices of the weights, meeting "
+                                            "in-process at every all_reduce and all_gather")
+                             : std::string())
+            << ")\n"
+            << "graph: " << graph_line << (tp.ranks > 1 ? " per rank" : "") << "\n";
   std::vector<int32_t> positions(static_cast<size_t>(prompt_len));
   for (int64_t t = 0; t < prompt_len; ++t) positions[t] = static_cast<int32_t>(t);
   Outputs out;
-  TP_ASSIGN_OR_RETURN(out.logits, backend->Run(ref.input_ids, positions));
+  TP_ASSIGN_OR_RETURN(out.logits, runner.run(ref.input_ids, positions));
   const DecodeStep step = [&](int32_t token, int32_t position) {
-    return backend->Run({token}, {position});
+    return runner.run({token}, {position});
   };
   TP_ASSIGN_OR_RETURN(std::vector<int32_t> greedy, GreedySteps(out.logits, ref, vocab, step));
   out.greedy.push_back(std::move(greedy));
   out.greedy_names.push_back("greedy");
   if (!ref.greedy_logits.empty()) {
-    backend->Reset();
-    TP_RETURN_IF_ERROR(backend->Run(ref.input_ids, positions).status());
+    runner.reset();
+    TP_RETURN_IF_ERROR(runner.run(ref.input_ids, positions).status());
     TP_ASSIGN_OR_RETURN(out.forced, ForcedSteps(ref, step));
   }
   return out;
@@ -517,7 +577,9 @@ absl::StatusOr<int> Verify() {
   TP_ASSIGN_OR_RETURN(std::unique_ptr<models::Checkpoint> checkpoint,
                       models::Checkpoint::Open(model.directory));
   const std::string reference = absl::GetFlag(FLAGS_reference);
-  TP_ASSIGN_OR_RETURN(ir::Graph graph, models::LowerModel(config));
+  TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, tools::TensorParallelFromFlags());
+  // Lowered here so that a model tensor parallelism cannot split is refused before any run.
+  TP_RETURN_IF_ERROR(models::LowerModel(config, tp).status());
   TP_ASSIGN_OR_RETURN(Reference ref, LoadReference(reference, config.vocab_size));
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
@@ -551,7 +613,7 @@ absl::StatusOr<int> Verify() {
   if (gpu) {
     TP_ASSIGN_OR_RETURN(outputs, RunGpu(config, *checkpoint, ref, vocab));
   } else {
-    TP_ASSIGN_OR_RETURN(outputs, RunCpu(graph, *checkpoint, ref, vocab));
+    TP_ASSIGN_OR_RETURN(outputs, RunCpu(config, *checkpoint, ref, vocab));
   }
   const std::vector<float>& logits = outputs.logits;
   if (const std::string path = absl::GetFlag(FLAGS_logits_out); !path.empty()) {

@@ -106,7 +106,7 @@ std::string WhyNoHits(const std::vector<planner::TacticKey>& keys, const TacticS
 }  // namespace
 
 bool HasTacticsToMeasure(const kernels::KernelFamily& family) {
-  return family.launch_kind() != kernels::LaunchKind::kNothing;
+  return family.launch_kind() != kernels::LaunchKind::kNothing && !family.spans_devices();
 }
 
 std::vector<planner::TacticKey> MeasurableKeys(const Records& records) {

@@ -14,7 +14,9 @@
 namespace tileplan::tuner {
 
 // Whether a tuning run measures `family`: every family but the views, which launch nothing
-// and have one tactic. The planner looks up views too; nothing ever answers for them.
+// and have one tactic, and the collectives, which run across the GPUs of a tensor-parallel
+// group (KernelFamily::spans_devices) and have one configuration. The planner looks them up
+// too; nothing ever answers for them.
 bool HasTacticsToMeasure(const kernels::KernelFamily& family);
 
 // The keys of `records` whose family (in the global kernel registry) has tactics to

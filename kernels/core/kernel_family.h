@@ -114,6 +114,11 @@ struct WorkEstimate {
   // Bytes the CTAs read in all where that is far more than `bytes`: data read again by other
   // CTAs, from L2 rather than DRAM (0: every byte once, as `bytes` counts it).
   int64_t cache_bytes = 0;
+  // Collectives (tensor parallelism): bytes each GPU sends over the link between the GPUs,
+  // and the steps of the algorithm that each pay the link's latency. Their time does not
+  // overlap the DRAM traffic's or the flops' (the cost model adds it).
+  int64_t link_bytes = 0;
+  int link_steps = 0;
 };
 
 // How the steps of a family run.
@@ -142,6 +147,9 @@ class KernelFamily {
   // (`<kernel>_task`, kernels/core/kernel_params.h), so its steps may run inside the
   // persistent kernel (kernels/launch/persistent.cuh).
   virtual bool persistent_tasks() const { return false; }
+  // True for a family whose steps run across the GPUs of a tensor-parallel group (the
+  // collectives): one GPU cannot run or measure them alone.
+  virtual bool spans_devices() const { return false; }
   // `tactic` changed only in what sets the block size, so that its launches have `threads`
   // threads per block; nullopt when the family has no such parameter. The result still has
   // to pass ValidateTactic.

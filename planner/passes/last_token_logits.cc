@@ -10,8 +10,9 @@
 // The reshapes and the split are views, so the last rows are read in place (rows T*H
 // elements apart); the LM head, whose cost grows with the vocabulary, shrinks from B*T rows to
 // B. Applies to the graph output produced by lm_head (through an rms_norm read only by it,
-// or directly) when T is static and above 1; anything else is left unchanged. Runs after
-// specialize_phase, which makes T static.
+// or directly), or by the all_gather of a tensor-parallel rank's lm_head shard (read only by
+// it; the all_gather then gathers the last token's shards), when T is static and above 1;
+// anything else is left unchanged. Runs after specialize_phase, which makes T static.
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,6 +34,15 @@ class LastTokenLogitsPass : public Pass {
     const UseMap uses(graph);
     GraphRewriter rewriter(graph);
     for (ir::ValueId output : graph.outputs()) {
+      int gather_index = -1;
+      if (IsResultOf(graph, output, "all_gather")) {
+        const int gather = graph.value(output).producer;
+        const ir::ValueId shard = graph.regions()[static_cast<size_t>(gather)].operands[0];
+        if (IsResultOf(graph, shard, "lm_head") && uses.SoleUser(shard) == gather) {
+          gather_index = gather;
+          output = shard;
+        }
+      }
       if (!IsResultOf(graph, output, "lm_head")) continue;
       const int head_index = graph.value(output).producer;
       const ir::Region& head = graph.regions()[static_cast<size_t>(head_index)];
@@ -48,10 +58,12 @@ class LastTokenLogitsPass : public Pass {
           type.dims[1].extent() <= 1) {
         continue;
       }
-      if (rewriter.claimed(head_index) || (norm_index >= 0 && rewriter.claimed(norm_index))) {
+      if (rewriter.claimed(head_index) || (norm_index >= 0 && rewriter.claimed(norm_index)) ||
+          (gather_index >= 0 && rewriter.claimed(gather_index))) {
         continue;
       }
       TP_RETURN_IF_ERROR(Rewrite(graph, rows, norm_index, head_index, rewriter));
+      if (gather_index >= 0) TP_RETURN_IF_ERROR(RewriteGather(gather_index, rewriter));
     }
     if (rewriter.empty()) return false;
     TP_ASSIGN_OR_RETURN(graph, rewriter.Rebuild());
@@ -59,6 +71,23 @@ class LastTokenLogitsPass : public Pass {
   }
 
  private:
+  // The all_gather of the rewritten head's shard, over the last token only.
+  static absl::Status RewriteGather(int gather_index, GraphRewriter& rewriter) {
+    return rewriter.Replace(gather_index, [=](RegionEmitter& out) -> absl::Status {
+      const ir::Region& gather = out.source().regions()[static_cast<size_t>(gather_index)];
+      TP_ASSIGN_OR_RETURN(ir::ValueId shard, out.Map(gather.operands[0]));
+      const ir::Value& logits = out.source().value(gather.results[0]);
+      ir::TensorType type = logits.type;
+      type.dims[1] = ir::Dim::Static(1);
+      TP_ASSIGN_OR_RETURN(
+          std::vector<ir::ValueId> result,
+          out.Emit("all_gather", {shard}, {ir::ResultSpec{logits.name, std::move(type), {}}},
+                   gather.attrs));
+      out.Bind(gather.results[0], result[0]);
+      return absl::OkStatus();
+    });
+  }
+
   static absl::Status Rewrite(const ir::Graph& graph, ir::ValueId rows, int norm_index,
                               int head_index, GraphRewriter& rewriter) {
     const ir::Value& h = graph.value(rows);

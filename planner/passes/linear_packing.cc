@@ -115,23 +115,34 @@ std::string PackedName(const std::vector<std::string>& names) {
                       names[0].substr(names[0].size() - suffix));
 }
 
+// Appends weight `w`'s checkpoint tensors and their slices (docs/ir.md, "Sliced weights") to a
+// packed weight's lists.
+void AppendParts(const ir::Value& w, std::vector<std::string>& parts,
+                 std::vector<ir::TensorSlice>& slices) {
+  for (size_t k = 0; k < w.checkpoint_tensors.size(); ++k) {
+    parts.push_back(w.checkpoint_tensors[k]);
+    slices.push_back(w.slice(k));
+  }
+}
+
 absl::StatusOr<int> PackGroupWeights(const std::vector<int>& group, GraphRewriter& rewriter) {
   const ir::Graph& g = rewriter.source();
   std::vector<ir::ValueId> weights;
   std::vector<std::string> names, parts;
+  std::vector<ir::TensorSlice> slices;
   int64_t rows = 0;
   for (int index : group) {
     const ir::ValueId id = g.regions()[static_cast<size_t>(index)].operands[1];
     const ir::Value& w = g.value(id);
     weights.push_back(id);
     names.push_back(w.name);
-    parts.insert(parts.end(), w.checkpoint_tensors.begin(), w.checkpoint_tensors.end());
+    AppendParts(w, parts, slices);
     rows += w.type.dims[0].extent();
   }
   ir::TensorType type = g.value(weights[0]).type;
   type.dims[0] = ir::Dim::Static(rows);
   return rewriter.ReplaceWeights(weights, rewriter.UniqueName(PackedName(names)), type,
-                                 std::move(parts));
+                                 std::move(parts), std::move(slices));
 }
 
 absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewriter) {
@@ -141,6 +152,7 @@ absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewri
 
   std::vector<ir::ValueId> biases, results;
   std::vector<std::string> bias_names, result_names, bias_parts;
+  std::vector<ir::TensorSlice> bias_slices;
   std::vector<int64_t> sizes;
   int64_t rows = 0;
   for (int index : group) {
@@ -150,7 +162,7 @@ absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewri
       const ir::Value& b = g.value(r.operands[2]);
       biases.push_back(r.operands[2]);
       bias_names.push_back(b.name);
-      bias_parts.insert(bias_parts.end(), b.checkpoint_tensors.begin(), b.checkpoint_tensors.end());
+      AppendParts(b, bias_parts, bias_slices);
     }
     results.push_back(r.results[0]);
     result_names.push_back(g.value(r.results[0]).name);
@@ -163,9 +175,9 @@ absl::Status PackLinearGroup(const std::vector<int>& group, GraphRewriter& rewri
   if (biased) {
     ir::TensorType bias_type = g.value(first.operands[2]).type;
     bias_type.dims[0] = ir::Dim::Static(rows);
-    TP_ASSIGN_OR_RETURN(bias_key,
-                        rewriter.ReplaceWeights(biases, rewriter.UniqueName(PackedName(bias_names)),
-                                                bias_type, std::move(bias_parts)));
+    TP_ASSIGN_OR_RETURN(bias_key, rewriter.ReplaceWeights(
+                                      biases, rewriter.UniqueName(PackedName(bias_names)),
+                                      bias_type, std::move(bias_parts), std::move(bias_slices)));
   }
   ir::TensorType packed_type = g.value(first.results[0]).type;
   packed_type.dims.back() = ir::Dim::Static(rows);

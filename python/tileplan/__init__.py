@@ -106,7 +106,8 @@ def _phase(p: dict) -> Phase:
                 bytes=_int(s.get("bytes")),
                 flops=_int(s.get("flops")),
                 launches=_int(s.get("launches")),
-                bound={"BOUND_MEMORY": "memory", "BOUND_MATH": "math", "BOUND_LAUNCH": "launch"}.get(
+                bound={"BOUND_MEMORY": "memory", "BOUND_MATH": "math", "BOUND_LAUNCH": "launch",
+                       "BOUND_LINK": "link"}.get(
                     s.get("bound", ""), ""
                 ),
             )

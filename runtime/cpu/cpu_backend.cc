@@ -11,6 +11,7 @@
 #include "base/text.h"
 #include "models/lowering.h"
 #include "regions/verifier.h"
+#include "runtime/cpu/collectives.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/thread_pool.h"
 
@@ -157,6 +158,11 @@ int CpuBackend::num_threads() const { return pool_->num_threads(); }
 namespace {
 
 absl::Status CheckOptions(const CpuBackend::Options& options) {
+  if (options.group != nullptr && (options.rank < 0 || options.rank >= options.group->ranks())) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu backend options: rank ", options.rank,
+                                                   " is outside the group of ",
+                                                   options.group->ranks(), " ranks"));
+  }
   if (options.batch < 1 || options.max_seq < 1 || options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cpu backend options: batch and max_seq must be >= 1 and threads >= 0; got batch ",
@@ -165,9 +171,10 @@ absl::Status CheckOptions(const CpuBackend::Options& options) {
   return absl::OkStatus();
 }
 
-// Weights loaded as float32, keyed by the checkpoint tensors they bind (so two graphs of one
-// model share each weight).
-using LoadedWeights = std::map<std::vector<std::string>, std::shared_ptr<HostTensor>>;
+// Weights loaded as float32, keyed by the checkpoint tensors (and slices of them) they bind,
+// so two graphs of one model share each weight.
+using LoadedWeights = std::map<std::pair<std::vector<std::string>, std::vector<ir::TensorSlice>>,
+                               std::shared_ptr<HostTensor>>;
 
 // The weights of `graph` by value name, read from `checkpoint` (models::BindCheckpoint) or
 // found in `loaded`, which this extends.
@@ -178,15 +185,17 @@ absl::StatusOr<std::map<std::string, std::shared_ptr<HostTensor>>> LoadWeights(
   std::map<std::string, std::shared_ptr<HostTensor>> weights;
   for (size_t k = 0; k < bound.size(); ++k) {
     const ir::Value& w = graph.value(graph.weights()[k]);
-    std::shared_ptr<HostTensor>& tensor = loaded[w.checkpoint_tensors];
+    std::shared_ptr<HostTensor>& tensor = loaded[{w.checkpoint_tensors, w.checkpoint_slices}];
     if (tensor == nullptr) {
       // A packed weight is its parts concatenated along dim 0: with row-major data, their
       // element sequences one after the other (BindCheckpoint checked the trailing dims).
       // A stacked part is one slice of dim 0; either way the data is the parts' in order.
+      // A sliced part contributes the elements of its slice.
       TP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ResolveShape(w.type, {}, w.name));
       std::vector<float> data;
       for (size_t part = 0; part < bound[k].size(); ++part) {
-        TP_ASSIGN_OR_RETURN(std::vector<float> values, models::ToFloat32(*bound[k][part]));
+        TP_ASSIGN_OR_RETURN(std::vector<float> values,
+                            models::PartToFloat32(*bound[k][part], w.slice(part)));
         data.insert(data.end(), values.begin(), values.end());
       }
       tensor = std::make_shared<HostTensor>(HostTensor::Float(std::move(shape), std::move(data)));
@@ -411,6 +420,8 @@ absl::StatusOr<std::vector<HostTensor>> CpuBackend::Execute(
     ctx.region = &r;
     ctx.label = RegionLabel(g, ri);
     ctx.pool = pool_.get();
+    ctx.group = options_.group;
+    ctx.rank = options_.rank;
     for (ValueId u : r.operands) ctx.operands.push_back(ArgFor(env[u], g.value(u).type.dtype));
     for (size_t j = 0; j < r.results.size(); ++j) {
       const ir::Value& v = g.value(r.results[j]);

@@ -44,6 +44,7 @@
 
 namespace tileplan::runtime::cpu {
 
+class InProcessGroup;
 class ThreadPool;
 
 // A host tensor in the backend's representation: floating-point dtypes (f32, bf16, f16)
@@ -68,6 +69,11 @@ class CpuBackend {
     int64_t batch = 1;    // binds symbol B
     int64_t max_seq = 0;  // binds symbol Smax, the KV-cache capacity in positions
     int threads = 0;      // worker threads including the caller; 0 = hardware concurrency
+    // Tensor parallelism: the group the graph's collective regions meet (not owned; it must
+    // outlive the backend) and this backend's rank in it. Null runs a graph whose
+    // collectives all have ranks 1 (or none).
+    InProcessGroup* group = nullptr;
+    int rank = 0;
   };
 
   // Binds the graph's weights to `checkpoint` (models::BindCheckpoint: exact names, shapes

@@ -451,6 +451,104 @@ absl::Status Argmax(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// The contributions of every rank of the region's group to a collective (ranks attribute R):
+// this rank's `data` alone when R is 1, an error when the backend has no group of R ranks.
+absl::StatusOr<InProcessGroup::Contributions> Gather(KernelContext& ctx, const float* data,
+                                                     int64_t n) {
+  TP_ASSIGN_OR_RETURN(const int64_t ranks, ctx.region->attrs.GetInt("ranks"));
+  std::vector<float> mine(data, data + n);
+  if (ranks == 1 && ctx.group == nullptr) {
+    return std::make_shared<const std::vector<std::vector<float>>>(
+        std::vector<std::vector<float>>{std::move(mine)});
+  }
+  if (ctx.group == nullptr || ctx.group->ranks() != ranks) {
+    return Error(ctx, absl::StrCat("needs a group of ", ranks, " ranks; the backend runs ",
+                                   ctx.group == nullptr
+                                       ? std::string("alone")
+                                       : absl::StrCat("in a group of ", ctx.group->ranks())));
+  }
+  return ctx.group->Exchange(ctx.rank, ctx.label, std::move(mine));
+}
+
+// all_reduce: the sum over the ranks of x, in rank order in double, plus the bias.
+absl::Status AllReduce(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, x.shape, "result"));
+  const int64_t n = x.num_elements(), width = x.shape.back();
+  const float* bias = nullptr;
+  if (ctx.operands.size() == 2) {
+    TP_RETURN_IF_ERROR(ExpectShape(ctx, ctx.operands[1], {width}, "bias"));
+    bias = ctx.operands[1].f;
+  }
+  TP_ASSIGN_OR_RETURN(const InProcessGroup::Contributions all, Gather(ctx, x.f, n));
+  for (int64_t e = 0; e < n; ++e) {
+    double sum = 0;
+    for (const std::vector<float>& part : *all) sum += part[static_cast<size_t>(e)];
+    if (bias != nullptr) sum += bias[e % width];
+    out.f[e] = static_cast<float>(sum);
+  }
+  return absl::OkStatus();
+}
+
+// all_gather: the ranks' x concatenated along the last dim, in rank order.
+absl::Status AllGather(KernelContext& ctx) {
+  const TensorArg& x = ctx.operands[0];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, x, "x"));
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, x, 1, "x"));
+  TP_ASSIGN_OR_RETURN(const InProcessGroup::Contributions all, Gather(ctx, x.f, x.num_elements()));
+  const int64_t ranks = static_cast<int64_t>(all->size()), n = x.shape.back();
+  std::vector<int64_t> shape = x.shape;
+  shape.back() *= ranks;
+  TP_RETURN_IF_ERROR(ExpectShape(ctx, out, shape, "result"));
+  const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const float* part = (*all)[static_cast<size_t>(r)].data();
+    for (int64_t row = 0; row < rows; ++row) {
+      std::copy(part + row * n, part + (row + 1) * n, out.f + (row * ranks + r) * n);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// sharded_argmax: the index of the largest logit over every rank's shard (rank r's shard holds
+// the logits r * V ... r * V + V - 1); ties go to the lowest index.
+absl::Status ShardedArgmax(KernelContext& ctx) {
+  const TensorArg& logits = ctx.operands[0];
+  TensorArg& out = ctx.results[0];
+  TP_RETURN_IF_ERROR(ExpectFloat(ctx, logits, "logits"));
+  TP_RETURN_IF_ERROR(ExpectInt(ctx, out, "result"));
+  TP_RETURN_IF_ERROR(ExpectMinRank(ctx, logits, 1, "logits"));
+  const int64_t shard = logits.shape.back();
+  if (shard == 0) return Error(ctx, "logits have an empty last dim");
+  TP_RETURN_IF_ERROR(ExpectShape(
+      ctx, out, std::vector<int64_t>(logits.shape.begin(), logits.shape.end() - 1), "result"));
+  TP_ASSIGN_OR_RETURN(const InProcessGroup::Contributions all,
+                      Gather(ctx, logits.f, logits.num_elements()));
+  const int64_t rows = logits.num_elements() / shard;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t best = 0;
+    float best_value = (*all)[0][static_cast<size_t>(row * shard)];
+    for (size_t r = 0; r < all->size(); ++r) {
+      const float* values = (*all)[r].data() + row * shard;
+      for (int64_t j = 0; j < shard; ++j) {
+        if (values[j] > best_value) {
+          best_value = values[j];
+          best = static_cast<int64_t>(r) * shard + j;
+        }
+      }
+    }
+    if (best > std::numeric_limits<int32_t>::max()) return Error(ctx, "index past int32");
+    out.i[row] = static_cast<int32_t>(best);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MoeRouter(KernelContext& ctx) {
   TP_RETURN_IF_ERROR(ExpectRank(ctx, ctx.operands[0], 3, "x"));
   TP_RETURN_IF_ERROR(CheckMatMulShapes(ctx));
@@ -1026,6 +1124,8 @@ absl::Status RmsNormMoe(KernelContext& ctx) {
 constexpr KindInfo kKinds[] = {
     {"add", 2, 2, 1, &Add},
     {"add_rms_norm", 3, 3, 2, &AddRmsNorm},
+    {"all_gather", 1, 1, 1, &AllGather},
+    {"all_reduce", 1, 2, 1, &AllReduce},
     {"argmax", 1, 1, 1, &Argmax},
     {"attention", 4, 4, 1, &Attention},
     {"embedding", 2, 2, 1, &Embedding},
@@ -1053,6 +1153,7 @@ constexpr KindInfo kKinds[] = {
     {"rope", 2, 2, 1, &Rope},
     {"rope_kv_write", 4, 4, 3, &RopeKvWrite},
     {"rope_kv_write_attention", 4, 4, 3, &RopeKvWriteAttention},
+    {"sharded_argmax", 1, 1, 1, &ShardedArgmax},
     {"silu", 1, 1, 1, &Silu},
     {"split", 1, 1, -1, &Split},
     {"swiglu", 1, 1, 1, &Swiglu},

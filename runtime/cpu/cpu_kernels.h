@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "regions/ir.h"
 #include "regions/rope.h"
+#include "runtime/cpu/collectives.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace tileplan::runtime::cpu {
@@ -36,6 +37,10 @@ struct KernelContext {
   std::vector<TensorArg> operands;
   std::vector<TensorArg> results;
   ThreadPool* pool = nullptr;
+  // The collective regions' group of tensor-parallel ranks and this backend's rank in it;
+  // null when the backend runs the whole model.
+  InProcessGroup* group = nullptr;
+  int rank = 0;
 };
 
 using Kernel = absl::Status (*)(KernelContext& ctx);

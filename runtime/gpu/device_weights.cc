@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,53 @@ class PinnedBuffer {
   void* p_;
 };
 
+// A run of consecutive elements of a row-major tensor: `count` elements from `first`.
+struct ElementRun {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// The runs a part reads, in order: the whole tensor as one run, or for a slice of dim d one
+// run per index of the dims before d (each `size` rows of the dims after d, contiguous).
+std::vector<ElementRun> SliceRuns(const std::vector<int64_t>& shape, const ir::TensorSlice& slice) {
+  if (slice.whole()) return {ElementRun{0, Product(shape)}};
+  const size_t dim = static_cast<size_t>(slice.dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  std::vector<ElementRun> runs;
+  runs.reserve(static_cast<size_t>(outer));
+  for (int64_t o = 0; o < outer; ++o) {
+    runs.push_back(ElementRun{(o * shape[dim] + slice.start) * inner, slice.size * inner});
+  }
+  return runs;
+}
+
+// Copies `n` elements of dtype `from` at `data` to the device at base + dst as dtype `to`,
+// through `staging` in chunks of `chunk` elements; returns the byte offset after them.
+absl::StatusOr<int64_t> CopyRun(const std::byte* data, int64_t n, ir::DType from, ir::DType to,
+                                int64_t chunk, PinnedBuffer& staging, std::byte* base,
+                                int64_t dst) {
+  const int64_t es = ir::DTypeSize(to), from_size = ir::DTypeSize(from);
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t m = std::min(chunk, n - i);
+    const std::byte* src = data + i * from_size;
+    if (from == to) {
+      std::memcpy(staging.data(), src, static_cast<size_t>(m * es));
+    } else {
+      const std::vector<float> values =
+          kernels::DecodeFloats(from, absl::string_view(reinterpret_cast<const char*>(src),
+                                                        static_cast<size_t>(m * from_size)));
+      const std::string encoded = kernels::EncodeFloats(to, values);
+      std::memcpy(staging.data(), encoded.data(), encoded.size());
+    }
+    TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + dst, staging.data(), static_cast<size_t>(m * es),
+                                       cudaMemcpyHostToDevice));
+    dst += m * es;
+  }
+  return dst;
+}
+
 }  // namespace
 
 absl::StatusOr<WeightLayout> WeightLayout::ForGraphs(const std::vector<const ir::Graph*>& graphs) {
@@ -88,7 +136,9 @@ absl::StatusOr<WeightLayout> WeightLayout::ForGraphs(const std::vector<const ir:
         it->second.name = v.name;
         it->second.type = v.type;
         it->second.checkpoint_tensors = std::move(parts);
-      } else if (!(it->second.type == v.type) || it->second.checkpoint_tensors != parts) {
+        it->second.checkpoint_slices = v.checkpoint_slices;
+      } else if (!(it->second.type == v.type) || it->second.checkpoint_tensors != parts ||
+                 it->second.checkpoint_slices != v.checkpoint_slices) {
         return absl::InvalidArgumentError(absl::StrCat(
             "weight %", v.name, " is ", v.type.ToString(), " of [", absl::StrJoin(parts, ", "),
             "] in one graph and ", it->second.type.ToString(), " of [",
@@ -124,33 +174,46 @@ absl::Status DeviceWeights::CheckCheckpoint(const WeightLayout& layout,
                                             const models::Checkpoint& checkpoint) {
   // Check every tensor first, so nothing is allocated or copied for a checkpoint that does
   // not fit the layout.
-  std::set<std::string, std::less<>> bound;
+  std::set<std::string, std::less<>> bound, bound_whole;
   for (const WeightSlot& slot : layout.slots()) {
     const std::vector<int64_t> shape = *StaticShape(slot.name, slot.type);
     int64_t rows = 0;
-    for (const std::string& part : slot.checkpoint_tensors) {
+    for (size_t k = 0; k < slot.checkpoint_tensors.size(); ++k) {
+      const std::string& part = slot.checkpoint_tensors[k];
       const models::TensorView* t = checkpoint.Find(part);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint.dir().string(),
                                                 " has no tensor ", QuoteUntrusted(part),
                                                 " (weight %", slot.name, ")"));
       }
-      if (!bound.insert(part).second) {
+      // A tensor is bound whole once; slices may read it again (docs/ir.md, "Sliced weights").
+      const ir::TensorSlice slice = slot.slice(k);
+      if (slice.whole() && !bound_whole.insert(part).second) {
         return absl::InvalidArgumentError(
             absl::StrCat("checkpoint tensor ", QuoteUntrusted(part), " is bound twice"));
       }
+      bound.insert(part);
+      const std::optional<std::vector<int64_t>> sliced = models::SlicedShape(t->shape, slice);
+      if (!sliced.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "weight %", slot.name, " binds elements [", slice.start, ", ", slice.start + slice.size,
+            ") of dim ", slice.dim, " of checkpoint tensor ", QuoteUntrusted(part),
+            ", which has shape [", absl::StrJoin(t->shape, ","), "]"));
+      }
+      const std::vector<int64_t>& part_shape = *sliced;
       if (!FloatDType(t->dtype)) {
         return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(part),
                                                        " is ", models::StDTypeName(t->dtype),
                                                        "; weights must be F32, BF16 or F16"));
       }
       const int64_t part_rows =
-          models::PackedPartRows(t->shape, shape, slot.checkpoint_tensors.size());
+          models::PackedPartRows(part_shape, shape, slot.checkpoint_tensors.size());
       if (part_rows < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", QuoteUntrusted(part),
-                                                       " has shape [", absl::StrJoin(t->shape, ","),
-                                                       "], which does not fit weight %", slot.name,
-                                                       " ", slot.type.ToString()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint tensor ", QuoteUntrusted(part), " has shape [",
+            absl::StrJoin(t->shape, ","), "]",
+            slice.whole() ? "" : absl::StrCat(" (sliced: [", absl::StrJoin(part_shape, ","), "])"),
+            ", which does not fit weight %", slot.name, " ", slot.type.ToString()));
       }
       rows += shape.empty() ? 1 : part_rows;
     }
@@ -179,27 +242,14 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
   for (const WeightSlot& slot : layout.slots()) {
     int64_t dst = slot.offset;
     const int64_t es = ir::DTypeSize(slot.type.dtype);
-    for (const std::string& part : slot.checkpoint_tensors) {
-      const models::TensorView& t = *checkpoint.Find(part);
+    for (size_t k = 0; k < slot.checkpoint_tensors.size(); ++k) {
+      const models::TensorView& t = *checkpoint.Find(slot.checkpoint_tensors[k]);
       const ir::DType from = *FloatDType(t.dtype);
-      const int64_t n = t.num_elements();
       const int64_t from_size = ir::DTypeSize(from);
       const int64_t chunk = kStagingBytes / std::max(es, from_size);
-      for (int64_t i = 0; i < n; i += chunk) {
-        const int64_t m = std::min(chunk, n - i);
-        const std::byte* src = t.data + i * from_size;
-        if (from == slot.type.dtype) {
-          std::memcpy(staging.data(), src, static_cast<size_t>(m * es));
-        } else {
-          const std::vector<float> values =
-              kernels::DecodeFloats(from, absl::string_view(reinterpret_cast<const char*>(src),
-                                                            static_cast<size_t>(m * from_size)));
-          const std::string encoded = kernels::EncodeFloats(slot.type.dtype, values);
-          std::memcpy(staging.data(), encoded.data(), encoded.size());
-        }
-        TP_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + dst, staging.data(), static_cast<size_t>(m * es),
-                                           cudaMemcpyHostToDevice));
-        dst += m * es;
+      for (const ElementRun& run : SliceRuns(t.shape, slot.slice(k))) {
+        TP_ASSIGN_OR_RETURN(dst, CopyRun(t.data + run.first * from_size, run.count, from,
+                                         slot.type.dtype, chunk, staging, base, dst));
       }
     }
   }

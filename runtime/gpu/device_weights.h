@@ -4,8 +4,10 @@
 // From a checkpoint, each weight's checkpoint tensors are streamed from the memory-mapped
 // files through a pinned staging buffer, converted to the weight's dtype when the checkpoint
 // stores another floating-point dtype, and packed (QKV, gate/up: parts concatenated along
-// dim 0) in the same pass, so no packed copy ever exists on the host. Random weights are
-// generated on the device (for benchmarks at real size without a checkpoint).
+// dim 0) in the same pass, so no packed copy ever exists on the host; a part that is a slice
+// of its tensor (a tensor-parallel rank's share, docs/ir.md "Sliced weights") streams only the
+// slice's elements. Random weights are generated on the device (for benchmarks at real size
+// without a checkpoint).
 #ifndef TILEPLAN_RUNTIME_GPU_DEVICE_WEIGHTS_H_
 #define TILEPLAN_RUNTIME_GPU_DEVICE_WEIGHTS_H_
 
@@ -30,7 +32,12 @@ struct WeightSlot {
   std::string name;  // the graph's weight name (without '%')
   ir::TensorType type;
   std::vector<std::string> checkpoint_tensors;  // in concatenation order
-  int64_t offset = 0;                           // bytes into the allocation
+  // Empty when every part is whole; otherwise the slice of each part (ir::Value).
+  std::vector<ir::TensorSlice> checkpoint_slices;
+  ir::TensorSlice slice(size_t k) const {
+    return checkpoint_slices.empty() ? ir::TensorSlice::Whole() : checkpoint_slices[k];
+  }
+  int64_t offset = 0;  // bytes into the allocation
   int64_t bytes = 0;
 };
 
@@ -55,12 +62,12 @@ class DeviceWeights {
  public:
   // Allocates the layout on `device` and fills it from `checkpoint`, which must hold exactly
   // the weights' checkpoint tensors with their shapes (the rules of models::BindCheckpoint:
-  // every tensor bound once, packed parts with the weight's trailing dims, dim-0 extents
-  // summing to the weight's). A floating-point tensor of another dtype (f32, f16, bf16) is
-  // converted, rounding to nearest even. Errors name the tensor; ResourceExhausted gives
-  // the sizes asked and available.
-  // The checks Load makes before it allocates anything: every checkpoint tensor of every
-  // weight present with a fitting float dtype and shape, none bound twice, none left over.
+  // every tensor bound, whole once or by slices inside it, packed parts with the weight's
+  // trailing dims, dim-0 extents summing to the weight's). A floating-point tensor of another dtype
+  // (f32, f16, bf16) is converted, rounding to nearest even. Errors name the tensor;
+  // ResourceExhausted gives the sizes asked and available. The checks Load makes before it
+  // allocates anything: every checkpoint tensor of every weight present with a fitting float dtype
+  // and shape, none bound twice, none left over.
   static absl::Status CheckCheckpoint(const WeightLayout& layout,
                                       const models::Checkpoint& checkpoint);
 

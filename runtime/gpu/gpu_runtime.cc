@@ -467,6 +467,14 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
         "the plan targets ", plan.target().name(), " (sm_", plan.target().sm(), ") but ",
         device.Label(), " is sm_", device.sm(), "; plan for this device's target"));
   }
+  if (plan.options().tensor_parallel_ranks() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the plan is rank ", plan.options().tensor_parallel_rank(), " of ",
+        plan.options().tensor_parallel_ranks(),
+        " tensor-parallel ranks: the GPU runtime does not run tensor-parallel plans yet (its "
+        "collectives need NCCL communicators across the ranks' GPUs); the CPU backend does "
+        "(verify_model --backend cpu --tp N)"));
+  }
   TP_RETURN_IF_ERROR(device.MakeCurrent());
   auto impl = std::make_unique<Impl>();
   GpuRuntimeInfo info;

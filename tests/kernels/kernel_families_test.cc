@@ -106,11 +106,11 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
 
 TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   const KernelRegistry& registry = GlobalKernelRegistry();
-  EXPECT_THAT(
-      FamilyNames(registry.families()),
-      ElementsAre("argmax", "attention_decode", "attention_prefill", "cublaslt_gemm", "elementwise",
-                  "embedding_gather", "expert_gemm", "expert_gemv", "gemv", "mla_attention",
-                  "mla_prefill", "moe_gemv", "moe_routing", "rms_norm", "rope_kv_write", "view"));
+  EXPECT_THAT(FamilyNames(registry.families()),
+              ElementsAre("argmax", "attention_decode", "attention_prefill", "collective",
+                          "cublaslt_gemm", "elementwise", "embedding_gather", "expert_gemm",
+                          "expert_gemv", "gemv", "mla_attention", "mla_prefill", "moe_gemv",
+                          "moe_routing", "rms_norm", "rope_kv_write", "view"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();
@@ -143,6 +143,8 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")), ElementsAre("gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("moe")), ElementsAre("moe_gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_moe")), ElementsAre("moe_gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("all_reduce")), ElementsAre("collective"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("sharded_argmax")), ElementsAre("collective"));
   EXPECT_TRUE(registry.FamiliesFor("no_such_kind").empty());
 }
 

@@ -134,7 +134,8 @@ std::string FullAttention(int layers) {
 
 TEST(BundledConfigTest, ListsEveryBundledModel) {
   EXPECT_THAT(BundledConfigNames(), ElementsAre("deepseek-v2-lite", "llama-3.2-1b", "mistral-7b",
-                                                "phi-3-mini-4k", "qwen2-7b", "qwen2.5-0.5b",
+                                                "phi-3-mini-4k", "qwen2-72b", "qwen2-7b",
+                                                "qwen2.5-0.5b",
                                                 "qwen3-0.6b", "qwen3-30b-a3b", "smollm2-360m"));
   for (const std::string& name : BundledConfigNames()) {
     absl::StatusOr<std::string> json = BundledConfigJson(name);

@@ -574,5 +574,161 @@ TEST(BindCheckpoint, EveryTensorIsBoundExactlyOnce) {
               HasSubstr("checkpoint tensor \"extra\" is not used by the packed graph"));
 }
 
+// A tiny config of `arch` whose heads, KV heads, widths and vocabulary divide by 2.
+ModelConfig DivisibleByTwo(Architecture arch) {
+  ModelConfig c = TinyModelConfig(arch);
+  c.vocab_size = 64;
+  if (c.num_kv_heads % 2 != 0) c.num_kv_heads = 2;
+  return c;
+}
+
+ir::Graph LowerRank(const ModelConfig& c, int64_t ranks, int64_t rank) {
+  auto graph = LowerModel(c, TensorParallel{ranks, rank});
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? std::move(*graph) : ir::Graph();
+}
+
+TEST(TensorParallelLowering, OneRankIsTheWholeModel) {
+  for (Architecture arch : testing::EveryArchitecture()) {
+    const ModelConfig c = TinyModelConfig(arch);
+    EXPECT_EQ(ir::PrintGraph(LowerRank(c, 1, 0)), ir::PrintGraph(Lower(c)))
+        << ArchitectureName(arch);
+  }
+}
+
+TEST(TensorParallelLowering, EachRankHoldsAShareOfTheHeadsAndWidths) {
+  for (Architecture arch : testing::EveryArchitecture()) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    const ModelConfig c = DivisibleByTwo(arch);
+    const ir::Graph whole = Lower(c);
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      const ir::Graph g = LowerRank(c, 2, rank);
+      ASSERT_TRUE(ir::Verify(g).ok()) << ir::Verify(g);
+      std::map<std::string, int> kinds = KindCounts(g);
+      // Per layer one all_reduce after the attention and one after the MLP (or experts), and
+      // the logits gathered once.
+      EXPECT_EQ(kinds["all_reduce"], 2 * c.num_layers);
+      EXPECT_EQ(kinds["all_gather"], 1);
+      EXPECT_EQ(TypeOf(g, "logits"), TypeOf(whole, "logits"));
+      EXPECT_EQ(TypeOf(g, "logits_shard"), "f32[B,T,32]");
+      // Every other region is the whole model's, with the same kinds in the same order.
+      std::map<std::string, int> whole_kinds = KindCounts(whole);
+      kinds.erase("all_reduce");
+      kinds.erase("all_gather");
+      EXPECT_EQ(kinds, whole_kinds);
+      // Attention outputs and caches hold half the heads.
+      const std::string attn = c.is_mla ? "l0.attn" : "l0.attn";
+      const ir::TensorType local = g.value(g.FindValue(attn)).type;
+      const ir::TensorType full = whole.value(whole.FindValue(attn)).type;
+      EXPECT_EQ(local.dims[2].extent() * 2, full.dims[2].extent());
+      if (!c.is_mla) {
+        const ir::TensorType cache = g.value(g.FindValue("k_cache.0")).type;
+        EXPECT_EQ(cache.dims[1].extent(), c.num_kv_heads / 2);
+      } else {
+        // The latent cache is shared by every head: each rank holds it whole.
+        EXPECT_EQ(TypeOf(g, "latent_cache.0"), TypeOf(whole, "latent_cache.0"));
+      }
+    }
+  }
+}
+
+// The ranks' slices of every sliced tensor partition it: along their dim, the ranges of the
+// two ranks (and of the segments of a fused projection) cover it exactly once.
+TEST(TensorParallelLowering, RankSlicesPartitionEveryTensor) {
+  for (Architecture arch : testing::EveryArchitecture()) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    const ModelConfig c = DivisibleByTwo(arch);
+    const ir::Graph whole = Lower(c);
+    const testing::WeightMap tensors = testing::RandomWeights(whole, 3);
+    // tensor -> dim -> covered flags
+    std::map<std::string, std::vector<int>> covered;
+    std::map<std::string, int> sliced_dim;
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      const ir::Graph g = LowerRank(c, 2, rank);
+      for (ir::ValueId id : g.weights()) {
+        const ir::Value& w = g.value(id);
+        for (size_t k = 0; k < w.checkpoint_tensors.size(); ++k) {
+          const ir::TensorSlice s = w.slice(k);
+          if (s.whole()) continue;
+          const std::string& name = w.checkpoint_tensors[k];
+          // The tied LM head of a rank reads the embedding table it also reads whole.
+          if (name == "model.embed_tokens.weight") continue;
+          const auto it = tensors.find(name);
+          ASSERT_NE(it, tensors.end()) << name;
+          std::vector<int>& flags = covered[name];
+          flags.resize(static_cast<size_t>(it->second.shape[static_cast<size_t>(s.dim)]));
+          auto [dim, inserted] = sliced_dim.emplace(name, s.dim);
+          EXPECT_EQ(dim->second, s.dim) << name;
+          for (int64_t e = s.start; e < s.start + s.size; ++e) ++flags[static_cast<size_t>(e)];
+        }
+      }
+    }
+    EXPECT_FALSE(covered.empty());
+    for (const auto& [name, flags] : covered) {
+      EXPECT_EQ(flags, std::vector<int>(flags.size(), 1)) << name;
+    }
+  }
+}
+
+// Each rank's graph binds to the whole model's checkpoint: its slices lie inside the tensors
+// and have the weights' shapes, and every tensor is read by some weight.
+TEST(TensorParallelLowering, RankGraphsBindTheWholeCheckpoint) {
+  for (Architecture arch : testing::EveryArchitecture()) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    const ModelConfig c = DivisibleByTwo(arch);
+    const testing::WeightMap tensors = testing::RandomWeights(Lower(c), 5);
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      auto shapes = BindShapes(LowerRank(c, 2, rank), tensors);
+      EXPECT_TRUE(shapes.ok()) << shapes.status();
+    }
+  }
+}
+
+TEST(TensorParallelLowering, IndivisibleGeometryIsRefusedNamingTheField) {
+  const ModelConfig c = DivisibleByTwo(Architecture::kLlama);  // 4 heads, 2 KV heads
+  auto three = LowerModel(c, TensorParallel{3, 0});
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().message(),
+            "tensor parallelism over 3 ranks: num_attention_heads (4) is not a multiple of 3; "
+            "each rank needs an equal share of it");
+  auto four = LowerModel(c, TensorParallel{4, 1});
+  ASSERT_FALSE(four.ok());
+  EXPECT_THAT(std::string(four.status().message()),
+              HasSubstr("num_key_value_heads (2) is not a multiple of 4"));
+  ModelConfig odd_vocab = c;
+  odd_vocab.vocab_size = 63;
+  EXPECT_THAT(std::string(LowerModel(odd_vocab, TensorParallel{2, 0}).status().message()),
+              HasSubstr("vocab_size (63) is not a multiple of 2"));
+  ModelConfig moe = DivisibleByTwo(Architecture::kDeepseekV2);  // experts 8 wide
+  EXPECT_TRUE(LowerModel(moe, TensorParallel{4, 3}).ok());
+  moe.moe.moe_intermediate_size = 6;
+  EXPECT_THAT(std::string(LowerModel(moe, TensorParallel{4, 0}).status().message()),
+              HasSubstr("moe_intermediate_size (6) is not a multiple of 4"));
+  for (TensorParallel bad : {TensorParallel{2, 2}, TensorParallel{2, -1}, TensorParallel{0, 0},
+                             TensorParallel{kMaxTensorParallelRanks + 1, 0}}) {
+    auto refused = LowerModel(c, bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("0 <= rank < ranks"));
+  }
+}
+
+TEST(BindCheckpoint, SlicesOutsideTheirTensorAreRefused) {
+  const ModelConfig c = DivisibleByTwo(Architecture::kLlama);
+  const testing::WeightMap tensors = testing::RandomWeights(Lower(c), 1);
+  auto parsed = ir::ParseGraph(
+      "graph @g {\n"
+      "  input %tokens: i32[B,T]\n"
+      "  weight %w: bf16[40,32] = slice(\"model.layers.0.self_attn.q_proj.weight\", 0, 30, 40)\n"
+      "  %x: bf16[B,T,32] = embedding(%tokens, %w)\n"
+      "  output %x\n"
+      "}\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto shapes = BindShapes(*parsed, tensors);
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_THAT(std::string(shapes.status().message()),
+              HasSubstr("weight '%w' binds elements [30, 70) of dim 0 of checkpoint tensor "
+                        "\"model.layers.0.self_attn.q_proj.weight\", which is BF16[32,32]"));
+}
+
 }  // namespace
 }  // namespace tileplan::models

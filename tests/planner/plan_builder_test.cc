@@ -544,5 +544,54 @@ TEST(PlanBuilderTest, UnplannableRegionNamesThePhaseAndTheReasons) {
   EXPECT_THAT(plan.status().message(), HasSubstr("attention_prefill: head_dim 80"));
 }
 
+// A tensor-parallel rank's plan: the same phases on a share of the heads and widths, one
+// all_reduce after each attention and MLP and the logits gathered, all run by the collective
+// family and priced by the target's link; a target without one is refused.
+TEST(PlanBuilder, TensorParallelRankPlansCollectivesOnTheLink) {
+  PlanOptions options = SmallOptions();
+  options.tensor_parallel = 2;
+  options.rank = 1;
+  const proto::ExecutionPlan plan = MustPlan("qwen2-7b", "h200", options);
+  EXPECT_EQ(plan.options().tensor_parallel_ranks(), 2);
+  EXPECT_EQ(plan.options().tensor_parallel_rank(), 1);
+  const proto::ExecutionPlan whole = MustPlan("qwen2-7b", "h200", SmallOptions());
+  EXPECT_EQ(whole.options().tensor_parallel_ranks(), 0);
+  const proto::Phase* decode = FindPhase(plan, "decode B=4");
+  ASSERT_NE(decode, nullptr);
+  int reduces = 0, gathers = 0;
+  for (const proto::Step& s : decode->steps()) {
+    if (s.kind() == "all_reduce" || s.kind() == "all_gather") {
+      EXPECT_EQ(s.tactic().family(), "collective") << s.name();
+      EXPECT_GT(s.estimated_us(), 0) << s.name();
+      (s.kind() == "all_reduce" ? reduces : gathers) += 1;
+    }
+  }
+  EXPECT_EQ(reduces, 2 * 28);
+  EXPECT_EQ(gathers, 1);
+  absl::StatusOr<std::string> text = FormatPlan(plan, PlanFormat::kTable);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, ::testing::HasSubstr("tensor parallel: rank 1 of 2 over NVLink"));
+  // Sliced weights are listed with their slices, for the runtime that loads them.
+  bool sliced = false;
+  for (const proto::PackedWeight& w : plan.weight_packing()) {
+    sliced = sliced || w.checkpoint_slices_size() > 0;
+  }
+  EXPECT_TRUE(sliced);
+
+  targets::TargetDescription no_link = MustTarget("h200");
+  no_link.clear_interconnect();
+  no_link.clear_achievable_interconnect_bandwidth_gbps();
+  auto refused = BuildExecutionPlan(MustConfig("qwen2-7b"), no_link, options, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("describes no interconnect between its GPUs"));
+  options.tensor_parallel = 3;
+  options.rank = 0;
+  refused = BuildExecutionPlan(MustConfig("qwen2-7b"), MustTarget("h200"), options, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("num_attention_heads (28) is not a multiple of 3"));
+}
+
 }  // namespace
 }  // namespace tileplan::planner

@@ -74,5 +74,39 @@ TEST(TargetTest, InvalidValueNamesField) {
   EXPECT_TRUE(targets::ParseTarget(text, "edited").ok());
 }
 
+// The interconnect is all described or not at all; achievable within the datasheet's.
+TEST(TargetTest, InterconnectIsWholeOrAbsent) {
+  auto good = targets::FindTarget("h200");
+  ASSERT_TRUE(good.ok());
+  EXPECT_GT(good->achievable_interconnect_bandwidth_gbps(), 0);
+  auto parse = [](const targets::TargetDescription& t) {
+    std::string text;
+    EXPECT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
+    return targets::ParseTarget(text, "edited");
+  };
+  targets::TargetDescription t = *good;
+  t.clear_interconnect();
+  t.clear_peak_interconnect_bandwidth_gbps();
+  t.clear_achievable_interconnect_bandwidth_gbps();
+  t.clear_interconnect_step_latency_us();
+  t.clear_interconnect_provenance();
+  EXPECT_TRUE(parse(t).ok());
+  t.set_interconnect("NVLink");
+  auto partial = parse(t);
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.status().message().find("peak_interconnect_bandwidth_gbps"), std::string::npos)
+      << partial.status();
+  t = *good;
+  t.set_achievable_interconnect_bandwidth_gbps(t.peak_interconnect_bandwidth_gbps() + 1);
+  auto over = parse(t);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("achievable_interconnect_bandwidth_gbps"),
+            std::string::npos)
+      << over.status();
+  t = *good;
+  t.clear_interconnect_provenance();
+  EXPECT_FALSE(parse(t).ok());
+}
+
 }  // namespace
 }  // namespace tileplan::planner

@@ -65,12 +65,16 @@ Attributes Attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
 
 TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
   EXPECT_EQ(PrimitiveKindNames(),
-            (std::vector<std::string>{"add", "argmax", "attention", "embedding", "expert_linear",
-                                      "kv_write", "linear", "lm_head", "mla_attention",
-                                      "moe_combine", "moe_router", "moe_topk", "mul", "reshape",
-                                      "rms_norm", "rope", "silu", "split"}));
+            (std::vector<std::string>{
+                "add",           "all_gather",    "all_reduce", "argmax",         "attention",
+                "embedding",     "expert_linear", "kv_write",   "linear",         "lm_head",
+                "mla_attention", "moe_combine",   "moe_router", "moe_topk",       "mul",
+                "reshape",       "rms_norm",      "rope",       "sharded_argmax", "silu",
+                "split"}));
   EXPECT_EQ(KindNames(), (std::vector<std::string>{"add",
                                                    "add_rms_norm",
+                                                   "all_gather",
+                                                   "all_reduce",
                                                    "argmax",
                                                    "attention",
                                                    "embedding",
@@ -98,6 +102,7 @@ TEST(KindsTest, RegistryHoldsThePrimitiveAndFusedKindsSorted) {
                                                    "rope",
                                                    "rope_kv_write",
                                                    "rope_kv_write_attention",
+                                                   "sharded_argmax",
                                                    "silu",
                                                    "split",
                                                    "swiglu"}));

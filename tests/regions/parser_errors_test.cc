@@ -138,8 +138,8 @@ TEST(ParserErrorsTest, Strings) {
 
 TEST(ParserErrorsTest, PackedWeights) {
   EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = pack(\"a\")\n")),
-            "3:23: expected the checkpoint tensor name (a string or concat(...)), found "
-            "identifier 'pack'");
+            "3:23: expected the checkpoint tensor name (a string, slice(...) or concat(...)), "
+            "found identifier 'pack'");
   EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat()\n")),
             "3:30: expected a checkpoint tensor name (a string), found ')'");
   EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = concat(\"a\", \"\")\n")),
@@ -150,6 +150,21 @@ TEST(ParserErrorsTest, PackedWeights) {
             "3:33: expected ',' or ')', found end of line");
   EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = \"a\", \"b\"\n")),
             "3:26: expected end of line, found ','");
+}
+
+TEST(ParserErrorsTest, SlicedWeights) {
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(\"a\", 0, 4)\n")),
+            "3:38: expected ',' and the slice's size, found ')'");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(\"a\", 0, -1, 4)\n")),
+            "3:32: slice(\"a\", 0, -1, 4) needs 0 <= dim, 0 <= start and 0 < size");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(\"a\", 0, 0, 0)\n")),
+            "3:32: slice(\"a\", 0, 0, 0) needs 0 <= dim, 0 <= start and 0 < size");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(\"a\", x, 0, 4)\n")),
+            "3:34: expected the slice's dim (an int), found identifier 'x'");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(\"a\", 0, 0, 4\n")),
+            "3:41: expected ')' after the slice's size, found end of line");
+  EXPECT_EQ(ParseError(Body("  weight %w: f32[4] = slice(a)\n")),
+            "3:29: expected a checkpoint tensor name (a string), found identifier 'a'");
 }
 
 }  // namespace

@@ -43,11 +43,12 @@ void ExpectRoundTrips(const Graph& g) {
   EXPECT_EQ(again->SerializeAsString(), message->SerializeAsString());
 }
 
-// The dense golden graph and the latent-attention MoE one (stacked expert weights, yarn
-// interleaved RoPE) together use every primitive kind.
+// The dense golden graph, the latent-attention MoE one (stacked expert weights, yarn
+// interleaved RoPE) and a tensor-parallel rank's (sliced weights, the collectives; phi3's
+// fused projections as concatenated slices) together use every primitive kind.
 TEST(TextFormatTest, GoldenGraphsCoverEveryPrimitiveKindAndRoundTrip) {
   std::set<std::string> kinds;
-  for (const char* file : {"tiny_llama.tpir", "tiny_moe_mla.tpir"}) {
+  for (const char* file : {"tiny_llama.tpir", "tiny_moe_mla.tpir", "tiny_phi3_tp.tpir"}) {
     SCOPED_TRACE(file);
     const std::string text = testing::ReadTestData(file);
     Graph g = MustParse(text);

@@ -10,6 +10,7 @@
 #include "models/safetensors.h"
 #include "planner/plan_builder.h"
 #include "regions/parser.h"
+#include "regions/printer.h"
 #include "runtime/gpu/device_weights.h"
 #include "runtime/gpu/program.h"
 #include "targets/target.h"
@@ -97,11 +98,11 @@ TEST(WeightLayoutTest, GraphsThatDisagreeOnAWeightAreRefused) {
 class DeviceWeightsLoadTest : public ::testing::Test {
  protected:
   // Writes `weights` as a checkpoint and tries to load it for kGraph's layout.
-  absl::Status Load(const testing::WeightMap& weights) {
+  absl::Status Load(const testing::WeightMap& weights, absl::string_view graph = kGraph) {
     testing::WriteWeights(dir_ / "model.safetensors", weights);
     absl::StatusOr<std::unique_ptr<models::Checkpoint>> checkpoint = models::Checkpoint::Open(dir_);
     if (!checkpoint.ok()) return checkpoint.status();
-    const ir::Graph g = Parse(kGraph);
+    const ir::Graph g = Parse(graph);
     absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&g});
     if (!layout.ok()) return layout.status();
     return DeviceWeights::CheckCheckpoint(*layout, **checkpoint);
@@ -148,6 +149,49 @@ TEST_F(DeviceWeightsLoadTest, ACheckpointThatDoesNotFitIsRefusedByName) {
   w["v.weight"] = Tensor({16, 8});
   s = Load(w);
   EXPECT_THAT(s.message(), HasSubstr("the parts of weight %qkv have 32 rows; the weight has 24"));
+}
+
+// A tensor-parallel rank's weights: each slices its tensors (a row-parallel projection by
+// columns, q/k/v by rows into one packed weight, a tied head rows of the embedding table the
+// embedding reads whole). Slices must lie inside their tensors and fit the weight.
+TEST_F(DeviceWeightsLoadTest, RankSlicesAreCheckedAgainstTheirTensors) {
+  const ir::Graph g = Parse(R"(graph @g {
+  input %tokens: i32[B,T]
+  weight %embed: bf16[16,8] = "model.embed.weight"
+  weight %head: bf16[8,8] = slice("model.embed.weight", 0, 8, 8)
+  weight %qkv: bf16[12,8] = concat(slice("q.weight", 0, 4, 4), slice("k.weight", 0, 4, 4), slice("v.weight", 0, 4, 4))
+  weight %o: bf16[8,4] = slice("o.weight", 1, 4, 4)
+  %x: bf16[B,T,8] = embedding(%tokens, %embed)
+  %y: bf16[B,T,12] = linear(%x, %qkv)
+  %l: f32[B,T,8] = lm_head(%x, %head)
+  output %y
+  output %l
+})");
+  absl::StatusOr<WeightLayout> layout = WeightLayout::ForGraphs({&g});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const WeightSlot* qkv = layout->Find("qkv");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->slice(1), ir::TensorSlice::Of(0, 4, 4));
+  EXPECT_EQ(qkv->bytes, 12 * 8 * 2);
+  std::string text = ir::PrintGraph(g);
+  testing::WeightMap w = {{"model.embed.weight", Tensor({16, 8})},
+                          {"q.weight", Tensor({8, 8})},
+                          {"k.weight", Tensor({8, 8})},
+                          {"v.weight", Tensor({8, 8})},
+                          {"o.weight", Tensor({8, 8})}};
+  EXPECT_TRUE(Load(w, text).ok()) << Load(w, text);
+  w["o.weight"] = Tensor({8, 6});
+  absl::Status s = Load(w, text);
+  EXPECT_THAT(s.message(), HasSubstr("weight %o binds elements [4, 8) of dim 1 of checkpoint "
+                                     "tensor \"o.weight\", which has shape [8,6]"));
+  w["o.weight"] = Tensor({8, 8});
+  w["k.weight"] = Tensor({10, 8});
+  s = Load(w, text);
+  EXPECT_TRUE(s.ok()) << s;  // rows 4..7 of a taller k still fit
+  w["k.weight"] = Tensor({8, 6});
+  s = Load(w, text);
+  EXPECT_THAT(s.message(), HasSubstr("\"k.weight\" has shape [8,6] (sliced: [4,6]), which does "
+                                     "not fit weight %qkv"));
 }
 
 }  // namespace

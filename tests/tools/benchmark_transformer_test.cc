@@ -119,6 +119,26 @@ TEST(BenchmarkTransformerTest, EveryBundledConfigShowsAPlan) {
   }
 }
 
+// Qwen2-72B's 135 GiB of weights leave an H200 (140 GiB) no room for batch 16 at 512 tokens:
+// refused with the sizes and the ways out, it plans split over two GPUs, each rank's memory
+// half of the weights and its collectives on the link.
+TEST(BenchmarkTransformerTest, AModelTooLargeForOneGpuPlansOverTwo) {
+  const std::string args = "--model qwen2-72b --batch 16 --prefill 512 --decode 512 --show-plan";
+  const Result one = RunTool(args);
+  EXPECT_EQ(one.exit_code, 2) << one.output;
+  EXPECT_THAT(one.output, HasSubstr("weights 135.43 GiB"));
+  EXPECT_THAT(one.output, HasSubstr("or split the model over more GPUs (--tp 2)"));
+  const Result two = RunTool(args + " --tp 2");
+  EXPECT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr("tensor parallel: rank 0 of 2 over NVLink 4"));
+  EXPECT_THAT(two.output, HasSubstr("weights 68.87 GiB"));
+  EXPECT_THAT(two.output, HasSubstr(" all_reduce "));
+  EXPECT_THAT(two.output, HasSubstr(" link "));
+  const Result bad = RunTool(args + " --tp 2 --rank 2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--rank is 2; with --tp 2 it must be in [0, 2)"));
+}
+
 // A committed two-layer fixture keeps the machine forms small.
 std::string TinyModel() { return testing::SourcePath("tests/data/qwen3-tiny").string(); }
 

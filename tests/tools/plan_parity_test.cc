@@ -18,6 +18,7 @@
 #include "models/safetensors.h"
 #include "planner/phase_graphs.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/tensor_parallel.h"
 #include "tests/testing/paths.h"
 
 namespace tileplan {
@@ -195,6 +196,52 @@ TEST_P(PlanParityTest, LastTokenLogitsWithThePaddingFirst) {
   const std::vector<float> want_last(want->end() - vocab, want->end());
   EXPECT_LE(RelativeDiff(*got, want_last), kTolerance) << "the prompt's last token";
   ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
+}
+
+// Two tensor-parallel ranks, each planned with last_token_logits (the all_gather then
+// gathers only the last token's shards) and run on the CPU backend in-process: the prompt's
+// last-token logits and a decode step are the primitive whole model's.
+TEST_P(PlanParityTest, TensorParallelRanksWithLastTokenLogits) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(LoadFixture(GetParam(), 0, f));
+  if (!models::CheckTensorParallel(f.config, {2, 0}).ok()) {
+    GTEST_SKIP() << "the fixture's geometry does not split over 2 ranks: "
+                 << models::CheckTensorParallel(f.config, {2, 0});
+  }
+  planner::PipelineOptions plan_options;
+  plan_options.tokens = f.prompt_len();
+  plan_options.batch = f.options.batch;
+  plan_options.cache_capacity = f.options.max_seq;
+  plan_options.last_token_logits = true;
+  std::vector<runtime::cpu::TensorParallelCpu::RankGraphs> ranks;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    auto graph = models::LowerModel(f.config, {2, rank});
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto planned = planner::PlanPhases(*graph, plan_options);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    const ir::Value& logits = planned->prefill.value(planned->prefill.outputs()[0]);
+    EXPECT_EQ(logits.type.dims[1], ir::Dim::Static(1)) << logits.type.ToString();
+    ranks.push_back({std::move(planned->prefill), std::move(planned->decode)});
+  }
+  auto tp = runtime::cpu::TensorParallelCpu::Create(std::move(ranks), *f.checkpoint, f.options);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  auto primitive_graph = models::LowerModel(f.config);
+  ASSERT_TRUE(primitive_graph.ok()) << primitive_graph.status();
+  auto primitive = runtime::cpu::CpuBackend::Create(*primitive_graph, *f.checkpoint, f.options);
+  ASSERT_TRUE(primitive.ok()) << primitive.status();
+  auto want = (*primitive)->Run(f.prompt, Iota(f.prompt_len()));
+  auto got = (*tp)->Run(f.prompt, Iota(f.prompt_len()));
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  const int64_t vocab = f.config.vocab_size;
+  ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
+  EXPECT_LE(RelativeDiff(*got, std::vector<float>(want->end() - vocab, want->end())), kTolerance);
+  const int32_t position = static_cast<int32_t>(f.prompt_len());
+  want = (*primitive)->Run({f.prompt[0]}, {position});
+  got = (*tp)->Run({f.prompt[0]}, {position});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "decode step";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanParityTest, ::testing::ValuesIn(Fixtures()),

@@ -38,6 +38,27 @@ TuningWork Work(const std::string& environment = "env") {
   return *std::move(work);
 }
 
+// A tensor-parallel rank's plan is tuned on one GPU like any other, except its collectives,
+// which need every rank's GPU.
+TEST(TuningWorkTest, ARanksCollectivesAreNotMeasured) {
+  const targets::TargetDescription target = *targets::FindTarget("h200");
+  planner::PlanOptions options;
+  options.prefill_tokens = {16};
+  options.max_context = 32;
+  options.tensor_parallel = 2;
+  absl::StatusOr<planner::proto::ExecutionPlan> plan = planner::BuildExecutionPlan(
+      *models::BundledModelConfig("qwen3-0.6b"), target, options, nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<TuningWork> work = TuningWork::Collect(*std::move(plan), target, "env");
+  ASSERT_TRUE(work.ok()) << work.status();
+  bool linear = false;
+  for (const TuningItem& item : work->items()) {
+    EXPECT_NE(item.family->name(), "collective") << item.label;
+    linear = linear || item.family->name() == "gemv";
+  }
+  EXPECT_TRUE(linear);
+}
+
 TEST(TuningWorkTest, OneItemPerDistinctKeyOfEveryFamilyThatCanImplementAStep) {
   const TuningWork work = Work();
   ASSERT_FALSE(work.items().empty());
