@@ -101,6 +101,12 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   if (v.batch < 0 || v.max_context < 0) {
     return absl::InvalidArgumentError("options.batch and options.max_context must not be negative");
   }
+  const int64_t ranks = v.tensor_parallel > 0 ? v.tensor_parallel : 1;
+  if (v.tensor_parallel < 0 || v.rank < 0 || v.rank >= ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.tensor_parallel (", v.tensor_parallel, ") and options.rank (", v.rank,
+        "): need tensor_parallel >= 0 and 0 <= rank < ranks"));
+  }
   if (v.freeze && (v.tactic_cache == nullptr || v.tactic_cache[0] == '\0')) {
     return absl::InvalidArgumentError("options.freeze needs options.tactic_cache");
   }
@@ -125,6 +131,8 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   planner::PlanOptions options = tools::BenchmarkPlanOptions(
       prefill, decode, v.batch > 0 ? v.batch : 1, v.prefill_last_token_logits != 0, v.max_context);
   options.model_name = model->name;
+  options.tensor_parallel = ranks;
+  options.rank = v.rank;
   std::unique_ptr<tuner::TacticStore> store;
   if (v.tactic_cache != nullptr && v.tactic_cache[0] != '\0') {
     tuner::TacticStore::Options store_options;

@@ -365,7 +365,14 @@ std::string PersistentSummary(const proto::Phase& phase) {
 
 std::string PlanTable(const proto::ExecutionPlan& plan, bool fold_layers) {
   std::string out = PlanHeader(plan);
-  absl::StrAppend(&out, "packed weights: ", plan.weight_packing_size(), "\n");
+  int packed = 0, sliced = 0;
+  for (const proto::PackedWeight& w : plan.weight_packing()) {
+    if (w.checkpoint_tensors_size() > 1) ++packed;
+    if (w.checkpoint_slices_size() > 0) ++sliced;
+  }
+  absl::StrAppend(&out, "packed weights: ", packed);
+  if (sliced > 0) absl::StrAppend(&out, "; weights sliced for this rank: ", sliced);
+  absl::StrAppend(&out, "\n");
   for (const proto::Phase& phase : plan.phases()) {
     absl::StrAppend(&out, PhaseHeader(phase));
     std::map<size_t, std::string> notes;

@@ -101,6 +101,12 @@ typedef struct tileplan_plan_options {
   /* Nonzero (with tactic_cache): fail with FAILED_PRECONDITION when a lookup finds no
    * measured tactic. */
   int freeze;
+  /* Tensor parallelism (docs/plan.md): plan rank `rank` of `tensor_parallel` GPUs of one
+   * host, each on its share of the heads, widths and vocabulary, with all_reduce and
+   * all_gather steps; 0: one GPU, the whole model. INVALID_ARGUMENT naming the field when a
+   * count does not divide or rank is outside [0, tensor_parallel). */
+  int64_t tensor_parallel;
+  int64_t rank;
 } tileplan_plan_options;
 
 /* Sets struct_size and the defaults above (everything else zero or NULL). Any thread. */

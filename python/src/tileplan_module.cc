@@ -71,7 +71,8 @@ class Plan {
 Plan* CreatePlan(const std::string& model, const std::optional<std::string>& target,
                  const std::vector<int64_t>& prefill, const std::vector<int64_t>& decode,
                  int64_t batch, int64_t max_context, bool last_token_logits,
-                 const std::optional<std::string>& tactic_cache, bool freeze) {
+                 const std::optional<std::string>& tactic_cache, bool freeze, int64_t tp,
+                 int64_t rank) {
   tileplan_plan_options o;
   tileplan_plan_options_init(&o);
   o.model = model.c_str();
@@ -85,6 +86,8 @@ Plan* CreatePlan(const std::string& model, const std::optional<std::string>& tar
   o.prefill_last_token_logits = last_token_logits ? 1 : 0;
   o.tactic_cache = tactic_cache ? tactic_cache->c_str() : nullptr;
   o.freeze = freeze ? 1 : 0;
+  o.tensor_parallel = tp;
+  o.rank = rank;
   tileplan_plan* plan = nullptr;
   CheckWithoutGil([&] { return tileplan_plan_create(&o, &plan); });
   return new Plan(plan);
@@ -198,7 +201,8 @@ NB_MODULE(_tileplan, m) {
       .def("phase_estimated_us", &Plan::phase_estimated_us);
   m.def("plan_create", &CreatePlan, nb::arg("model"), nb::arg("target").none(), nb::arg("prefill"),
         nb::arg("decode"), nb::arg("batch"), nb::arg("max_context"), nb::arg("last_token_logits"),
-        nb::arg("tactic_cache").none(), nb::arg("freeze"), nb::rv_policy::take_ownership);
+        nb::arg("tactic_cache").none(), nb::arg("freeze"), nb::arg("tp"), nb::arg("rank"),
+        nb::rv_policy::take_ownership);
 
   nb::class_<Runtime>(m, "Runtime")
       .def(nb::init<const Plan&, const std::optional<std::string>&, uint64_t, int, bool>(),

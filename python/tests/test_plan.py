@@ -58,6 +58,16 @@ def test_options_reach_the_planner():
     assert int(p.data["options"]["prefill_batch"]) == 4
 
 
+def test_tensor_parallel_rank():
+    p = tileplan.plan("qwen2-7b", target="h200", prefill=[32], decode=[128], tp=2, rank=1)
+    assert int(p.data["options"]["tensor_parallel_ranks"]) == 2
+    assert int(p.data["options"]["tensor_parallel_rank"]) == 1
+    decode = p.phases[-1]
+    assert any(s.kind == "all_reduce" and s.family == "collective" for s in decode.steps)
+    with pytest.raises(tileplan.Error, match="not a multiple of 3"):
+        tileplan.plan("qwen2-7b", target="h200", prefill=[32], decode=[128], tp=3)
+
+
 def test_checkpoint_directory():
     p = tileplan.plan(FIXTURE, target="h200", prefill=[8], decode=[16])
     assert [ph.name for ph in p.phases] == ["prefill T=8", "decode B=1"]

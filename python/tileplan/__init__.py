@@ -164,18 +164,21 @@ def plan(
     max_context: int = 0,
     prefill_last_token_logits: bool = False,
     freeze: bool = False,
+    tp: int = 1,
+    rank: int = 0,
 ) -> Plan:
     """Plans `model` (a bundled config name such as "qwen3-0.6b", a checkpoint directory or
     its config.json) for `target` (a bundled target name or alias such as "h200" or "sm_90";
     None: this machine's GPU, or h200 without one). `prefill`: the token count of each prefill
     phase; `decode`: decode contexts (the longest sets where decode steps are estimated);
     `max_context`: KV-cache rows per sequence (0: the longest bucket). `tactic_cache`: a
-    tactic store whose measured tactics the plan takes (`freeze`: fail on a miss). Needs no
-    GPU. Raises tileplan.Error with the planner's message."""
+    tactic store whose measured tactics the plan takes (`freeze`: fail on a miss). `tp`,
+    `rank`: plan rank `rank` of `tp` tensor-parallel GPUs (docs/plan.md). Needs no GPU.
+    Raises tileplan.Error with the planner's message."""
     handle = _tileplan.plan_create(
         str(model), target, [int(x) for x in prefill], [int(x) for x in decode], int(batch),
         int(max_context), bool(prefill_last_token_logits),
-        None if tactic_cache is None else str(tactic_cache), bool(freeze),
+        None if tactic_cache is None else str(tactic_cache), bool(freeze), int(tp), int(rank),
     )
     p = Plan(handle)
     p.prefill_last_token_logits = bool(prefill_last_token_logits)

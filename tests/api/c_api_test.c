@@ -168,6 +168,14 @@ int main(void) {
   expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT,
                "options.freeze needs options.tactic_cache");
   o.freeze = 0;
+  o.tensor_parallel = 3; /* Qwen3-0.6B's 16 heads do not split over 3 GPUs */
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT,
+               "num_attention_heads (16) is not a multiple of 3");
+  o.tensor_parallel = 2;
+  o.rank = 2;
+  expect_error(tileplan_plan_create(&o, &none), TILEPLAN_INVALID_ARGUMENT, "options.rank (2)");
+  o.tensor_parallel = 0;
+  o.rank = 0;
   o.tactic_cache = "/nonexistent/tactics.db";
   expect_error(tileplan_plan_create(&o, &none), TILEPLAN_NOT_FOUND, "/nonexistent/tactics.db");
   o.tactic_cache = NULL;
