@@ -83,9 +83,13 @@ absl::StatusOr<std::unique_ptr<StepLauncher>> StepLauncher::Create(const device:
   TP_ASSIGN_OR_RETURN(l->loader_, KernelLoader::Create(device, *l->compiler_));
   TP_ASSIGN_OR_RETURN(
       l->cublaslt_, CublasLtRunner::Create(device, *l->loader_, options.cublaslt_workspace_bytes));
+  if (options.communicator != nullptr) {
+    l->nccl_ = std::make_unique<NcclLauncher>(*options.communicator);
+  }
   // The library launchers, one line each.
-  for (LibraryLauncher* library : {static_cast<LibraryLauncher*>(l->cublaslt_.get())}) {
-    l->libraries_.emplace(std::string(library->family()), library);
+  for (LibraryLauncher* library : {static_cast<LibraryLauncher*>(l->cublaslt_.get()),
+                                   static_cast<LibraryLauncher*>(l->nccl_.get())}) {
+    if (library != nullptr) l->libraries_.emplace(std::string(library->family()), library);
   }
   return l;
 }

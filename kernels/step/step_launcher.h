@@ -21,12 +21,14 @@
 #include "absl/strings/string_view.h"
 #include "device/device.h"
 #include "device/device_buffer.h"
+#include "device/nccl.h"
 #include "kernels/core/bound_graph.h"
 #include "kernels/core/kernel_family.h"
 #include "kernels/core/template_launch.h"
 #include "kernels/launch/kernel_loader.h"
 #include "kernels/launch/library_launcher.h"
 #include "kernels/launch/nvrtc_compiler.h"
+#include "kernels/nccl/nccl_launcher.h"
 
 namespace tileplan::kernels {
 
@@ -107,6 +109,10 @@ class StepLauncher {
     NvrtcCompiler::Options compiler;
     // Device memory for cuBLASLt's workspace, shared by every library step.
     int64_t cublaslt_workspace_bytes = 32 << 20;
+    // A tensor-parallel rank's communicator (must outlive the launcher): the collective
+    // family's steps run on it (kernels/nccl/nccl_launcher.h). Null: no collective step can
+    // be prepared.
+    const device::Communicator* communicator = nullptr;
   };
   // The compiler, the kernel loader and the library launchers of `device` (which must outlive
   // the launcher). FailedPrecondition when NVRTC cannot compile for the device.
@@ -159,6 +165,7 @@ class StepLauncher {
   std::unique_ptr<NvrtcCompiler> compiler_;
   std::unique_ptr<KernelLoader> loader_;
   std::unique_ptr<CublasLtRunner> cublaslt_;
+  std::unique_ptr<NcclLauncher> nccl_;
   std::map<std::string, LibraryLauncher*, std::less<>> libraries_;  // by family name
 };
 

@@ -25,6 +25,14 @@ class CollectiveFamily final : public FamilyBase {
     return g;
   }
   int Launches(const Tactic&, const BoundRegion&) const override { return 1; }
+  // An all_gather of several rows gathers the ranks' rows stacked, then places them side by
+  // side in the result: the stacked copy, the result's size.
+  int64_t WorkspaceBytes(const Tactic&, const BoundRegion& r) const override {
+    if (r.kind() != "all_gather" || Ranks(r) <= 1) return 0;
+    const Layout& x = r.operand(0);
+    const int64_t n = x.shape.empty() ? 0 : x.shape.back();
+    return n > 0 && x.NumElements() / n > 1 ? r.result_bytes(0) : 0;
+  }
   WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
     const int64_t ranks = Ranks(r);
