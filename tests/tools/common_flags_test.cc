@@ -83,7 +83,8 @@ const std::map<std::string, std::set<std::string>>& CommonFlags() {
       {"--decode", plans},     {"--max-context", plans},      {"--prefill-logits", plans},
       {"--target", plans},     {"--tactic-cache", plans},     {"--freeze", plans},
       {"--print-keys", plans}, {"--print-after-all", passes}, {"--print-after", passes},
-      {"--pdl", gpu},          {"--cuda-graphs", gpu},
+      {"--pdl", gpu},          {"--cuda-graphs", gpu},        {"--tp", all},
+      {"--rank", all},
   };
   return *flags;
 }
