@@ -54,6 +54,7 @@
 #include "runtime/cpu/tensor_parallel.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "runtime/gpu/tensor_parallel.h"
 #include "tools/common_flags.h"
 #include "tools/flags.h"
 #include "tools/gpu_flags.h"
@@ -121,9 +122,9 @@ constexpr char kUsage[] =
     "greedy continuation. --model must be a checkpoint directory (config.json and safetensors): a\n"
     "bundled config has no weights. The cpu backend is float32 (limit 1e-4 relative); the gpu\n"
     "backend plans for the device and runs the plan in bf16 (limits from the reference's\n"
-    "bf16_relative). --tp N (cpu backend) runs the model as N tensor-parallel ranks, each on\n"
-    "its slices of the weights, meeting in-process at every collective; the limits are the\n"
-    "same.\n"
+    "bf16_relative). --tp N runs the model as N tensor-parallel ranks, each on its slices of\n"
+    "the weights: on the cpu backend meeting in-process at every collective, on the gpu\n"
+    "backend one GPU per rank (devices 0..N-1) over NCCL; the limits are the same.\n"
     "\n"
     "usage: verify_model --model DIR --reference FILE --backend cpu|gpu [--threads N] [--tp N]\n"
     "                    [--no-plan] [--fuse-moe] [--no-cuda-graphs] [--pdl never|decode|always]\n"
@@ -151,11 +152,6 @@ absl::Status CheckFlags() {
   const bool plan = absl::GetFlag(FLAGS_plan);
   if (backend == "gpu" && !plan) {
     return absl::InvalidArgumentError("--backend gpu runs planned graphs; --no-plan is cpu only");
-  }
-  if (backend == "gpu" && absl::GetFlag(FLAGS_tp).value > 1) {
-    return absl::InvalidArgumentError(
-        "--tp runs on the cpu backend only: the gpu runtime does not run tensor-parallel plans "
-        "yet (it needs NCCL communicators and a GPU per rank)");
   }
   if (tools::Given("rank")) {
     return absl::InvalidArgumentError(
@@ -516,6 +512,7 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
                                int64_t vocab) {
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());
+  TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, tools::TensorParallelFromFlags());
   TP_ASSIGN_OR_RETURN(std::unique_ptr<device::Device> device, device::Device::Open(0));
   TP_ASSIGN_OR_RETURN(targets::TargetDescription target, runtime::gpu::TargetForDevice(*device));
   planner::PlanOptions plan_options;
@@ -527,38 +524,67 @@ absl::StatusOr<Outputs> RunGpu(const models::ModelConfig& config,
   plan_options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   plan_options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   plan_options.print = tools::PrintOptionsFromFlags();
+  plan_options.tensor_parallel = tp.ranks;
   TP_RETURN_IF_ERROR(tools::ApplyDecodeBackendFlags(plan_options));
-  TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
-                      planner::BuildExecutionPlan(config, target, plan_options, nullptr));
+  // One plan per rank (the IR after the passes is printed for rank 0 only).
+  std::vector<planner::proto::ExecutionPlan> plans;
+  for (int64_t rank = 0; rank < tp.ranks; ++rank) {
+    plan_options.rank = rank;
+    if (rank > 0) plan_options.print = {};
+    TP_ASSIGN_OR_RETURN(planner::proto::ExecutionPlan plan,
+                        planner::BuildExecutionPlan(config, target, plan_options, nullptr));
+    plans.push_back(std::move(plan));
+  }
   TP_ASSIGN_OR_RETURN(const runtime::gpu::GpuOptions options, tools::GpuOptionsFromFlags());
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
-                      runtime::gpu::GpuRuntime::Create(*device, plan, &checkpoint, options));
-  const runtime::gpu::GpuRuntimeInfo& info = rt->info();
-  std::cout << "backend: gpu (" << device->Label() << ", target " << target.name() << ", "
+  // The runtime calls, on one GPU or on every rank's.
+  std::function<absl::StatusOr<std::vector<float>>(const std::vector<int32_t>&)> prefill;
+  std::function<absl::StatusOr<std::vector<int32_t>>(const std::vector<int32_t>&, int)> generate;
+  DecodeStep step;
+  std::unique_ptr<runtime::gpu::GpuRuntime> rt;
+  std::unique_ptr<runtime::gpu::TensorParallelGpu> ranks;
+  const runtime::gpu::GpuRuntimeInfo* info = nullptr;
+  if (tp.ranks == 1) {
+    TP_ASSIGN_OR_RETURN(rt, runtime::gpu::GpuRuntime::Create(*device, plans[0], &checkpoint,
+                                                             options));
+    info = &rt->info();
+    prefill = [&](const std::vector<int32_t>& t) { return rt->Prefill(t, 1); };
+    generate = [&](const std::vector<int32_t>& t, int n) { return rt->Generate(t, 1, n); };
+    step = [&](int32_t token, int32_t position) { return rt->Decode({token}, {position}); };
+  } else {
+    device.reset();  // the ranks open their own devices
+    TP_ASSIGN_OR_RETURN(ranks,
+                        runtime::gpu::TensorParallelGpu::Create(plans, &checkpoint, options));
+    info = &ranks->runtime(0).info();
+    prefill = [&](const std::vector<int32_t>& t) { return ranks->Prefill(t, 1); };
+    generate = [&](const std::vector<int32_t>& t, int n) { return ranks->Generate(t, 1, n); };
+    step = [&](int32_t token, int32_t position) { return ranks->Decode({token}, {position}); };
+  }
+  const std::string label =
+      tp.ranks == 1 ? device->Label()
+                    : absl::StrCat(tp.ranks, " tensor-parallel ranks on ",
+                                   ranks->device(0).Label(), " and others");
+  std::cout << "backend: gpu (" << label << ", target " << target.name() << ", "
             << (options.cuda_graphs ? "CUDA graphs" : "host launches")
             << ", programmatic dependent launch: " << absl::GetFlag(FLAGS_pdl) << "; setup "
             << absl::StrFormat("%.2f s: %d kernels in %.2f s, weights in %.2f s",
-                               info.setup_seconds, info.kernels_compiled, info.compile_seconds,
-                               info.weights_seconds)
-            << ")\n"
-            << "graph: planned (" << plan.phases(0).steps_size()
-            << " prefill steps for T = " << prompt_len << ", " << plan.phases(1).steps_size()
-            << " decode steps for B = 1)\n";
+                               info->setup_seconds, info->kernels_compiled, info->compile_seconds,
+                               info->weights_seconds)
+            << (tp.ranks > 1 ? " (rank 0)" : "") << ")\n"
+            << "graph: planned (" << plans[0].phases(0).steps_size()
+            << " prefill steps for T = " << prompt_len << ", " << plans[0].phases(1).steps_size()
+            << " decode steps for B = 1" << (tp.ranks > 1 ? ", per rank" : "") << ")\n";
   Outputs out;
-  TP_ASSIGN_OR_RETURN(out.logits, rt->Prefill(ref.input_ids, 1));
+  TP_ASSIGN_OR_RETURN(out.logits, prefill(ref.input_ids));
   TP_ASSIGN_OR_RETURN(std::vector<int32_t> loop,
-                      rt->Generate(ref.input_ids, 1, static_cast<int>(num_greedy)));
+                      generate(ref.input_ids, static_cast<int>(num_greedy)));
   out.greedy.push_back(std::move(loop));
   out.greedy_names.push_back("greedy (device loop)");
-  const DecodeStep step = [&](int32_t token, int32_t position) {
-    return rt->Decode({token}, {position});
-  };
-  TP_ASSIGN_OR_RETURN(std::vector<float> again, rt->Prefill(ref.input_ids, 1));
+  TP_ASSIGN_OR_RETURN(std::vector<float> again, prefill(ref.input_ids));
   TP_ASSIGN_OR_RETURN(std::vector<int32_t> stepped, GreedySteps(again, ref, vocab, step));
   out.greedy.push_back(std::move(stepped));
   out.greedy_names.push_back("greedy (host steps)");
   if (!ref.greedy_logits.empty()) {
-    TP_RETURN_IF_ERROR(rt->Prefill(ref.input_ids, 1).status());
+    TP_RETURN_IF_ERROR(prefill(ref.input_ids).status());
     TP_ASSIGN_OR_RETURN(out.forced, ForcedSteps(ref, step));
   }
   return out;

@@ -401,6 +401,7 @@ absl::Status GpuRuntime::Impl::Allocate(PlanLayout& layout, const models::Checkp
   TP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kernels::StepLauncher::Options launcher_options;
   launcher_options.cublaslt_workspace_bytes = options.cublaslt_workspace_bytes;
+  launcher_options.communicator = options.communicator;
   TP_ASSIGN_OR_RETURN(launcher,
                       kernels::StepLauncher::Create(*device, std::move(launcher_options)));
 
@@ -467,13 +468,21 @@ absl::StatusOr<std::unique_ptr<GpuRuntime>> GpuRuntime::Create(const device::Dev
         "the plan targets ", plan.target().name(), " (sm_", plan.target().sm(), ") but ",
         device.Label(), " is sm_", device.sm(), "; plan for this device's target"));
   }
-  if (plan.options().tensor_parallel_ranks() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the plan is rank ", plan.options().tensor_parallel_rank(), " of ",
-        plan.options().tensor_parallel_ranks(),
-        " tensor-parallel ranks: the GPU runtime does not run tensor-parallel plans yet (its "
-        "collectives need NCCL communicators across the ranks' GPUs); the CPU backend does "
-        "(verify_model --backend cpu --tp N)"));
+  const int64_t ranks = std::max<int64_t>(1, plan.options().tensor_parallel_ranks());
+  const device::Communicator* communicator = options.communicator;
+  if (ranks > 1 && communicator == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the plan is rank ", plan.options().tensor_parallel_rank(), " of ", ranks,
+                     " tensor-parallel ranks: it runs with a communicator of its ranks "
+                     "(GpuOptions::communicator; runtime/gpu/tensor_parallel.h runs every rank)"));
+  }
+  if (communicator != nullptr && (communicator->ranks() != ranks ||
+                                  communicator->rank() != plan.options().tensor_parallel_rank() ||
+                                  communicator->ordinal() != device.ordinal())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the communicator is rank ", communicator->rank(), " of ", communicator->ranks(),
+        " on device ", communicator->ordinal(), " but the plan is rank ",
+        plan.options().tensor_parallel_rank(), " of ", ranks, " on device ", device.ordinal()));
   }
   TP_RETURN_IF_ERROR(device.MakeCurrent());
   auto impl = std::make_unique<Impl>();

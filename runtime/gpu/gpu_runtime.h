@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "device/device.h"
+#include "device/nccl.h"
 #include "models/safetensors.h"
 #include "planner/plan.pb.h"
 
@@ -57,6 +58,11 @@ struct GpuOptions {
   uint64_t seed = 1;
   // Device memory for cuBLASLt's workspace, shared by every GEMM step.
   int64_t cublaslt_workspace_bytes = 32 << 20;
+  // A tensor-parallel rank's communicator (device/nccl.h; it must outlive the runtime): a
+  // plan of several ranks runs only with one of that many ranks, of the plan's rank, on the
+  // runtime's device; its collective steps run on it. runtime/gpu/tensor_parallel.h makes
+  // the communicators and runs every rank.
+  const device::Communicator* communicator = nullptr;
 };
 
 // What Create set up, for reports.

@@ -20,6 +20,7 @@
 #include "planner/plan_builder.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "runtime/gpu/tensor_parallel.h"
 #include "targets/target.h"
 #include "tests/testing/paths.h"
 
@@ -354,6 +355,48 @@ TEST_F(GpuRuntimeTest, PlanForAnotherArchitectureIsRefused) {
   auto rt = GpuRuntime::Create(*device_, *plan, checkpoint_.get(), {});
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(rt.status().message(), HasSubstr("plan for this device's target"));
+}
+
+// A tensor-parallel rank's plan runs only with a communicator of its ranks; over two GPUs
+// (skipped with fewer) the ranks' prefill and greedy loop match one GPU's.
+TEST_F(GpuRuntimeTest, TensorParallelRanksNeedACommunicatorAndMatchOneGpu) {
+  planner::PlanOptions options;
+  options.prefill_tokens = {24};
+  options.max_context = 40;
+  options.tensor_parallel = 2;
+  std::vector<planner::proto::ExecutionPlan> plans;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    options.rank = rank;
+    auto plan = planner::BuildExecutionPlan(config_, target_, options, nullptr);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plans.push_back(*std::move(plan));
+  }
+  auto alone = GpuRuntime::Create(*device_, plans[0], checkpoint_.get(), {});
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(alone.status().message(), HasSubstr("it runs with a communicator of its ranks"));
+
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2) GTEST_SKIP() << "the two-rank run needs 2 GPUs; this machine has " << devices;
+  auto one = Make({24}, 40);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto two = TensorParallelGpu::Create(plans, checkpoint_.get(), {});
+  ASSERT_TRUE(two.ok()) << two.status();
+  const std::vector<int32_t> prompt = Prompt(24, 3);
+  auto want = (*one)->Prefill(prompt, 1);
+  auto got = (*two)->Prefill(prompt, 1);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  double diff = 0, scale = 0;
+  for (size_t k = 0; k < want->size(); ++k) {
+    diff = std::max(diff, std::fabs(double{(*got)[k]} - (*want)[k]));
+    scale = std::max(scale, std::fabs(double{(*want)[k]}));
+  }
+  EXPECT_LE(diff, 2e-2 * scale);  // bf16 activations, summed in another order
+  auto loop = (*two)->Generate(prompt, 1, 16);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  EXPECT_EQ(loop->size(), 16u);
 }
 
 // A plan the target's memory holds but the device's free memory does not (here most of it is

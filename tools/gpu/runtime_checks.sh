@@ -5,7 +5,7 @@
 # PyTorch references. Logs go to WORK_DIR; the summary, the benchmark JSON files and the
 # failing logs are copied to OUT_DIR.
 #
-#   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--q06]
+#   tools/gpu/runtime_checks.sh STAGED_DIR OUT_DIR [--tests] [--fixtures] [--fixtures-tp2] [--q06]
 #       [--random NAME ARGS] [--spread] [--autotune ARGS] [--bench ARGS] [--bench-tuned ARGS]
 #       [--bench-as NAME ARGS] [--torch ARGS] [--table] [--ncu ARGS PHASES] [--embedding]
 #       [--cache-faults FIXTURE] [--soak]
@@ -61,6 +61,23 @@ while (($#)); do
         note "verify_model gpu ${extra[*]} $name: rc=$rc"
         ((rc == 0)) || cat "$work/verify.$name.log" >> "$summary"
         grep -E 'logits|argmax|greedy|row' "$work/verify.$name.log" | sed 's/^/    /' >> "$summary"
+      done ;;
+    --fixtures-tp2)
+      # Tensor parallelism over 2 GPUs (the nvidia-h200-x2 machine): every fixture whose heads
+      # divide; the others are refused naming the field, which is no failure.
+      for dir in tests/data/*/; do
+        name=$(basename "$dir")
+        "$staged/verify_model" --model "$dir" --reference "$dir/reference.safetensors" \
+          --backend gpu --tp 2 > "$work/verify_tp2.$name.log" 2>&1
+        rc=$?
+        if ((rc == 2)) && grep -q 'is not a multiple of 2' "$work/verify_tp2.$name.log"; then
+          note "verify_model gpu --tp 2 $name: refused (geometry)"
+          continue
+        fi
+        ((rc == 0)) || status=1
+        note "verify_model gpu --tp 2 $name: rc=$rc"
+        ((rc == 0)) || cat "$work/verify_tp2.$name.log" >> "$summary"
+        grep -E 'logits|argmax|greedy|row' "$work/verify_tp2.$name.log" | sed 's/^/    /' >> "$summary"
       done ;;
     --q06)
       start=$SECONDS
