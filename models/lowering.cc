@@ -879,28 +879,41 @@ std::optional<std::vector<int64_t>> SlicedShape(const std::vector<int64_t>& shap
   return out;
 }
 
-absl::StatusOr<std::vector<float>> PartToFloat32(const TensorView& tensor,
-                                                 const ir::TensorSlice& slice) {
-  TP_ASSIGN_OR_RETURN(std::vector<float> all, ToFloat32(tensor));
-  if (slice.whole()) return all;
-  const std::vector<int64_t>& shape = tensor.shape;
+std::vector<ElementRun> SliceRuns(const std::vector<int64_t>& shape, const ir::TensorSlice& slice) {
+  int64_t total = 1;
+  for (int64_t e : shape) total *= e;
+  if (slice.whole()) return {ElementRun{0, total}};
   const size_t dim = static_cast<size_t>(slice.dim);
-  if (!SlicedShape(shape, slice).has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice [", slice.start, ", ", slice.start + slice.size, ") of dim ", slice.dim,
-                     " is outside checkpoint tensor ", QuoteUntrusted(tensor.name), ", which is ",
-                     TypeString(tensor.dtype, shape)));
-  }
-  // Row-major: `outer` blocks of (extent of dim) x `inner` elements; keep each block's rows
-  // [start, start + size).
   int64_t outer = 1, inner = 1;
   for (size_t d = 0; d < dim; ++d) outer *= shape[d];
   for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
-  std::vector<float> out;
-  out.reserve(static_cast<size_t>(outer * slice.size * inner));
+  std::vector<ElementRun> runs;
+  runs.reserve(static_cast<size_t>(outer));
   for (int64_t o = 0; o < outer; ++o) {
-    const auto begin = all.begin() + (o * shape[dim] + slice.start) * inner;
-    out.insert(out.end(), begin, begin + slice.size * inner);
+    runs.push_back(ElementRun{(o * shape[dim] + slice.start) * inner, slice.size * inner});
+  }
+  return runs;
+}
+
+absl::StatusOr<std::vector<float>> PartToFloat32(const TensorView& tensor,
+                                                 const ir::TensorSlice& slice) {
+  if (slice.whole()) return ToFloat32(tensor);
+  if (!SlicedShape(tensor.shape, slice).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice [", slice.start, ", ", slice.start + slice.size, ") of dim ", slice.dim,
+                     " is outside checkpoint tensor ", QuoteUntrusted(tensor.name), ", which is ",
+                     TypeString(tensor.dtype, tensor.shape)));
+  }
+  // Only the slice's runs are converted, each as a one-dimensional view of the tensor.
+  const int64_t element_bytes = StDTypeSize(tensor.dtype);
+  std::vector<float> out;
+  for (const ElementRun& run : SliceRuns(tensor.shape, slice)) {
+    TensorView part = tensor;
+    part.shape = {run.count};
+    part.data = tensor.data + run.first * element_bytes;
+    part.nbytes = static_cast<size_t>(run.count * element_bytes);
+    TP_ASSIGN_OR_RETURN(std::vector<float> values, ToFloat32(part));
+    out.insert(out.end(), values.begin(), values.end());
   }
   return out;
 }

@@ -77,6 +77,16 @@ absl::StatusOr<std::vector<std::vector<const TensorView*>>> BindCheckpoint(
 std::optional<std::vector<int64_t>> SlicedShape(const std::vector<int64_t>& shape,
                                                 const ir::TensorSlice& slice);
 
+// A run of consecutive elements of a row-major tensor: `count` elements from `first`.
+struct ElementRun {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+// The runs of a tensor of `shape` that `slice` (inside it: SlicedShape) selects, in row-major
+// order: the whole tensor as one run, or for a slice of dim d one run per index of the dims
+// before d (the slice's rows of the dims from d on are contiguous).
+std::vector<ElementRun> SliceRuns(const std::vector<int64_t>& shape, const ir::TensorSlice& slice);
+
 // The float32 elements of the part of `tensor` that `slice` selects (ir::TensorSlice: the
 // whole tensor, or a range of one dim), row-major. InvalidArgument when the slice is outside
 // the tensor.

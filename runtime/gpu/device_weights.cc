@@ -74,28 +74,6 @@ class PinnedBuffer {
   void* p_;
 };
 
-// A run of consecutive elements of a row-major tensor: `count` elements from `first`.
-struct ElementRun {
-  int64_t first = 0;
-  int64_t count = 0;
-};
-
-// The runs a part reads, in order: the whole tensor as one run, or for a slice of dim d one
-// run per index of the dims before d (each `size` rows of the dims after d, contiguous).
-std::vector<ElementRun> SliceRuns(const std::vector<int64_t>& shape, const ir::TensorSlice& slice) {
-  if (slice.whole()) return {ElementRun{0, Product(shape)}};
-  const size_t dim = static_cast<size_t>(slice.dim);
-  int64_t outer = 1, inner = 1;
-  for (size_t d = 0; d < dim; ++d) outer *= shape[d];
-  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
-  std::vector<ElementRun> runs;
-  runs.reserve(static_cast<size_t>(outer));
-  for (int64_t o = 0; o < outer; ++o) {
-    runs.push_back(ElementRun{(o * shape[dim] + slice.start) * inner, slice.size * inner});
-  }
-  return runs;
-}
-
 // Copies `n` elements of dtype `from` at `data` to the device at base + dst as dtype `to`,
 // through `staging` in chunks of `chunk` elements; returns the byte offset after them.
 absl::StatusOr<int64_t> CopyRun(const std::byte* data, int64_t n, ir::DType from, ir::DType to,
@@ -247,7 +225,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(
       const ir::DType from = *FloatDType(t.dtype);
       const int64_t from_size = ir::DTypeSize(from);
       const int64_t chunk = kStagingBytes / std::max(es, from_size);
-      for (const ElementRun& run : SliceRuns(t.shape, slot.slice(k))) {
+      for (const models::ElementRun& run : models::SliceRuns(t.shape, slot.slice(k))) {
         TP_ASSIGN_OR_RETURN(dst, CopyRun(t.data + run.first * from_size, run.count, from,
                                          slot.type.dtype, chunk, staging, base, dst));
       }
