@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 #include "planner/cost_model.h"
 
@@ -72,14 +73,14 @@ absl::StatusOr<std::optional<TacticChoice>> AtThreads(const TacticChoice& choice
 // A stage's estimate in a kernel of `blocks` blocks (persistent_schedule.h), from the
 // uncalibrated cost model for every tactic alike (the calibration's samples are of kernels).
 absl::StatusOr<double> StageMicros(const TacticChoice& c, const BoundRegion& region, int64_t blocks,
-                                   const targets::TargetDescription& target) {
+                                   bool streamed, const targets::TargetDescription& target) {
   TP_ASSIGN_OR_RETURN(const CostEstimate kernel,
                       EstimateStep(*c.family, c.tactic, region, target, LaunchMode::kGraph));
   const double ideal = IdealMicros(c.family->Work(c.tactic, region), target);
   const int64_t tasks = c.family->Geometry(c.tactic, region).ctas();
   const double rounds = static_cast<double>((tasks + blocks - 1) / blocks);
   return std::max({ideal, kernel.us - LaunchMicros(target, LaunchMode::kGraph),
-                   rounds * kTaskRoundMicros}) +
+                   rounds * (streamed ? kStreamedTaskMicros : kTaskRoundMicros)}) +
          kStageSyncMicros;
 }
 
@@ -133,14 +134,80 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       --run_last;
     i = end;
 
+    // Blocks per SM: the option, else one with the weight stream (its ring takes the shared
+    // memory), 512 threads' worth without.
+    const bool stream = options.stream_slots > 0;
+    int per_sm = options.blocks_per_sm > 0 ? options.blocks_per_sm
+                 : stream                  ? 1
+                                           : std::max<int>(1, static_cast<int>(512 / threads));
+    auto run_shared = [&] {
+      int64_t shared = 0;
+      for (int s = first; s <= run_last; ++s) {
+        if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
+        const TacticChoice& c = choices[static_cast<size_t>(s)];
+        shared = std::max(shared,
+                          c.family->Geometry(c.tactic, BoundRegion(graph, s)).dynamic_shared_memory_bytes);
+      }
+      return shared;
+    };
+    int64_t shared = run_shared();
+    // 1 KiB per block kept for the bodies' static shared memory and the slots' barriers.
+    while (per_sm > 0 && per_sm * (shared + 1024) > target.shared_memory_per_sm_bytes()) --per_sm;
+    if (per_sm == 0) {
+      give_up();
+      continue;
+    }
+    const int64_t blocks = int64_t{target.sm_count()} * per_sm;
+    // The weight stream's slots: what a block's shared memory has left after the stages' own.
+    auto slot_bytes_for = [&](int64_t stage_shared) -> int64_t {
+      // A block's dynamic and static shared memory together stay within the opt-in limit.
+      const int64_t block = std::min<int64_t>(target.shared_memory_per_block_bytes(),
+                                              target.shared_memory_per_sm_bytes() / per_sm) -
+                            1024;
+      const int64_t ring = block - AlignUp(stage_shared, kStreamAlignment);
+      return ring <= 0 ? 0 : ring / options.stream_slots / kStreamAlignment * kStreamAlignment;
+    };
+    int64_t slot_bytes = stream ? slot_bytes_for(shared) : 0;
+    int64_t streamed_stages = 0;
+    if (slot_bytes > 0) {
+      // Steps whose family streams its tiles take the tactic that fits the slots.
+      for (int s = first; s <= run_last; ++s) {
+        if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
+        const BoundRegion region(graph, s);
+        TacticChoice& c = choices[static_cast<size_t>(s)];
+        std::optional<kernels::Tactic> tiled =
+            c.family->ForStream(c.tactic, region, slot_bytes, blocks);
+        if (!tiled.has_value() || *tiled == c.tactic ||
+            !c.family->ValidateTactic(*tiled, region, target).ok() ||
+            c.family->Geometry(*tiled, region).block[0] != threads) {
+          continue;
+        }
+        c.tactic = *std::move(tiled);
+        TP_ASSIGN_OR_RETURN(c.estimate,
+                            EstimateStep(*c.family, c.tactic, region, target, LaunchMode::kGraph));
+        c.source = TacticSource::kCostModel;
+        c.measured_us.reset();
+        c.considered.push_back(absl::StrCat(
+            "persistent kernel: ", c.family->name(), " with tiles of ",
+            c.family->StreamTileBytes(c.tactic, region), " bytes, streamed through slots of ",
+            slot_bytes, ": ", c.estimate.us, " us"));
+      }
+      shared = run_shared();
+      slot_bytes = slot_bytes_for(shared);
+      for (int s = first; s <= run_last; ++s) {
+        if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
+        const TacticChoice& c = choices[static_cast<size_t>(s)];
+        const int64_t tile = c.family->StreamTileBytes(c.tactic, BoundRegion(graph, s));
+        if (tile > 0 && tile <= slot_bytes) ++streamed_stages;
+      }
+    }
+
     proto::PersistentRun run;
     run.set_first_step(first);
     run.set_last_step(run_last);
     run.set_threads(static_cast<int32_t>(threads));
-    int64_t shared = 0;
     double kernels_us = 0, stages_us = 0;
     for (int s = first; s <= run_last; ++s) {
-      const TacticChoice& c = choices[static_cast<size_t>(s)];
       {
         // The steps as kernels in the same frame as the stages: the uncalibrated model.
         const TacticChoice& k = before[static_cast<size_t>(s - first)];
@@ -150,34 +217,30 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
         kernels_us += e.us;
       }
       if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
-      const BoundRegion region(graph, s);
-      const kernels::LaunchGeometry g = c.family->Geometry(c.tactic, region);
-      shared = std::max(shared, g.dynamic_shared_memory_bytes);
+      const TacticChoice& c = choices[static_cast<size_t>(s)];
       proto::PersistentStage* stage = run.add_stages();
       stage->set_step(s);
-      stage->set_tasks(g.ctas());
+      stage->set_tasks(c.family->Geometry(c.tactic, BoundRegion(graph, s)).ctas());
       stage->set_wait(run.stages_size() - 2);
     }
     if (run.stages_size() < 2) {
       give_up();
       continue;
     }
-    // Blocks per SM: the option, else 512 threads' worth; fewer where shared memory runs out
-    // (1 KiB per block kept for the bodies' static shared memory).
-    int per_sm = options.blocks_per_sm > 0 ? options.blocks_per_sm
-                                           : std::max<int>(1, static_cast<int>(512 / threads));
-    while (per_sm > 0 && per_sm * (shared + 1024) > target.shared_memory_per_sm_bytes()) --per_sm;
-    if (per_sm == 0) {
-      give_up();
-      continue;
-    }
-    const int64_t blocks = int64_t{target.sm_count()} * per_sm;
     for (proto::PersistentStage& stage : *run.mutable_stages()) {
-      TP_ASSIGN_OR_RETURN(const double stage_us,
-                          StageMicros(choices[static_cast<size_t>(stage.step())],
-                                      BoundRegion(graph, stage.step()), blocks, target));
+      const TacticChoice& c = choices[static_cast<size_t>(stage.step())];
+      const BoundRegion region(graph, stage.step());
+      const int64_t tile = c.family->StreamTileBytes(c.tactic, region);
+      TP_ASSIGN_OR_RETURN(
+          const double stage_us,
+          StageMicros(c, region, blocks, slot_bytes > 0 && tile > 0 && tile <= slot_bytes, target));
       stage.set_estimated_us(stage_us);
       stages_us += stage_us;
+    }
+    if (slot_bytes > 0) {
+      run.set_stream_slots(options.stream_slots);
+      run.set_stream_slot_bytes(slot_bytes);
+      run.set_streamed_stages(streamed_stages);
     }
     run.set_blocks_per_sm(per_sm);
     run.set_blocks(blocks);

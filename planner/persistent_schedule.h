@@ -40,10 +40,23 @@ inline constexpr double kStageSyncMicros = 0.5;
 // kernel": 0.99 ms for 28 layers of 9 rounds) spends about 3.9 us per round of tasks,
 // handover included, since a block has one task's loads in flight at a time.
 inline constexpr double kTaskRoundMicros = 3.4;
+// The same for a task whose weights were streamed into shared memory ahead of it: its loads
+// no longer wait on memory, but its inputs from the step before, the block's barriers and the
+// release remain. Fitted to the measured Qwen3-0.6B step on the H100 (docs/PERF.md, "The
+// persistent kernel's weight stream": 1.10 ms with one round of tasks per stage, 140 stages,
+// less the steps around the run).
+inline constexpr double kStreamedTaskMicros = 6.8;
+// Slots and the ring's start are multiples of this many bytes.
+inline constexpr int64_t kStreamAlignment = 128;
+
+// The weight stream's slots (PersistentOptions::stream_slots): by default, and at most.
+inline constexpr int kDefaultStreamSlots = 2;
+inline constexpr int kMaxStreamSlots = 8;
 
 struct PersistentOptions {
   proto::PlanOptions::DecodeBackend backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
-  int blocks_per_sm = 0;   // 0: 512 threads' worth of blocks per SM, at least one
+  int blocks_per_sm = 0;   // 0: the rule (one block per SM with the weight stream)
+  int stream_slots = kDefaultStreamSlots;  // the weight stream's slots; 0: no stream
   int prefetch_tasks = 4;  // PersistentRun.prefetch_tasks
 };
 

@@ -114,6 +114,10 @@ absl::Status CheckOptions(const PlanOptions& o) {
     return bad("persistent_blocks_per_sm",
                absl::StrCat("is ", o.persistent_blocks_per_sm, ", outside [0, 32]"));
   }
+  if (o.persistent_stream_slots < 0 || o.persistent_stream_slots > kMaxStreamSlots) {
+    return bad("persistent_stream_slots", absl::StrCat("is ", o.persistent_stream_slots,
+                                                       ", outside [0, ", kMaxStreamSlots, "]"));
+  }
   return absl::OkStatus();
 }
 
@@ -181,6 +185,7 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   context.environment =
       spec.environment.empty() ? EnvironmentFingerprint(target) : spec.environment;
   context.excluded_families = spec.excluded_families;
+  context.tensor_parallel = spec.tensor_parallel;
   context.calibration = spec.calibration;
   std::map<TacticKey, SelectionContext::CalibratedPick> calibrated_picks;
   context.calibrated_picks = &calibrated_picks;
@@ -338,6 +343,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_context(decode_context);
   o->set_decode_backend(options.decode_backend);
   o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
+  o->set_persistent_stream_slots(options.persistent_stream_slots);
   if (options.tensor_parallel > 1) {
     o->set_tensor_parallel_ranks(options.tensor_parallel);
     o->set_tensor_parallel_rank(options.rank);
@@ -370,9 +376,11 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     }
     spec.pipeline = pipeline->PassNames();
     spec.environment = options.environment;
+    spec.tensor_parallel = options.tensor_parallel;
     spec.calibration = calibration;
     spec.persistent.backend = options.decode_backend;
     spec.persistent.blocks_per_sm = options.persistent_blocks_per_sm;
+    spec.persistent.stream_slots = options.persistent_stream_slots;
     if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);

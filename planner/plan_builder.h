@@ -57,6 +57,8 @@ struct PlanOptions {
   // Decode phases: runs of steps as one persistent kernel (persistent_schedule.h).
   proto::PlanOptions::DecodeBackend decode_backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
   int persistent_blocks_per_sm = 0;  // 0: the rule of persistent_schedule.h
+  // Weight-stream slots of the persistent kernel (persistent_schedule.h), 0 to 8; 0: none.
+  int persistent_stream_slots = kDefaultStreamSlots;
   // Tensor parallelism: plan rank `rank` of `tensor_parallel` ranks (models::TensorParallel;
   // docs/plan.md, "Tensor parallelism"). More than one rank needs a target that describes
   // its interconnect.
@@ -84,6 +86,7 @@ struct PhaseSpec {
   int64_t context = 0;
   std::vector<std::string> pipeline;             // recorded in the plan
   std::string environment;                       // as PlanOptions::environment
+  int64_t tensor_parallel = 1;                   // as PlanOptions::tensor_parallel
   std::vector<std::string> excluded_families;    // SelectionContext::excluded_families
   const CostCalibration* calibration = nullptr;  // SelectionContext::calibration
   PersistentOptions persistent;                  // decode phases (persistent_schedule.h)

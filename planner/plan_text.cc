@@ -351,12 +351,17 @@ std::string PersistentSummary(const proto::Phase& phase) {
         &out,
         absl::StrFormat(
             "persistent kernel: steps %d-%d as %d stages in one launch, %d blocks of %d threads "
-            "(%d per SM), %s shared memory; per SM %d-%d tasks, %s-%s; prefetch %d tasks "
-            "ahead; estimated %.2f us (as kernels %.2f us)\n",
+            "(%d per SM), %s shared memory; per SM %d-%d tasks, %s-%s; %s; estimated %.2f us "
+            "(as kernels %.2f us)\n",
             run.first_step(), run.last_step(), run.stages_size(), run.blocks(), run.threads(),
             run.blocks_per_sm(), HumanBytes(run.dynamic_shared_memory_bytes()), run.min_sm_tasks(),
             run.max_sm_tasks(), HumanBytes(run.min_sm_bytes()), HumanBytes(run.max_sm_bytes()),
-            run.prefetch_tasks(), run.estimated_us(), run.kernels_us()));
+            run.stream_slots() > 0
+                ? absl::StrFormat("weights of %d of %d stages streamed through %d slots of %s",
+                                  run.streamed_stages(), run.stages_size(), run.stream_slots(),
+                                  HumanBytes(run.stream_slot_bytes()))
+                : absl::StrFormat("prefetch %d tasks ahead", run.prefetch_tasks()),
+            run.estimated_us(), run.kernels_us()));
   }
   return out;
 }

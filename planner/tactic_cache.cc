@@ -54,11 +54,13 @@ std::string TacticKey::ToString() const {
 }
 
 TacticKey TacticKeyFor(const kernels::BoundRegion& region, ir::Phase phase,
-                       const kernels::KernelFamily& family, absl::string_view environment) {
+                       const kernels::KernelFamily& family, absl::string_view environment,
+                       int64_t tensor_parallel) {
   TacticKey key;
   key.environment = std::string(environment);
   key.region_signature = RegionSignature(region);
   key.shape_bucket = kernels::BindingsString(region.bound_graph().bindings());
+  if (tensor_parallel > 1) absl::StrAppend(&key.shape_bucket, ";tp=", tensor_parallel);
   key.phase = phase;
   key.family = std::string(family.name());
   key.family_version = family.version();

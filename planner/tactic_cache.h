@@ -57,9 +57,12 @@ struct TacticKey {
 
 // The key of `family` for `region` planned in `phase`, measured in `environment`: the one
 // function that builds keys, for the planner's lookups (tactic_selection.h) and the tuner's
-// measurements (tuner/autotune.h) alike, so that the two cannot disagree.
+// measurements (tuner/autotune.h) alike, so that the two cannot disagree. A rank of a
+// tensor-parallel plan (`tensor_parallel` > 1 ranks) has its degree in the shape bucket
+// (";tp=N"): its steps run beside the other ranks' collectives.
 TacticKey TacticKeyFor(const kernels::BoundRegion& region, ir::Phase phase,
-                       const kernels::KernelFamily& family, absl::string_view environment);
+                       const kernels::KernelFamily& family, absl::string_view environment,
+                       int64_t tensor_parallel = 1);
 
 struct MeasuredTactic {
   kernels::Tactic tactic;

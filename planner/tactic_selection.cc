@@ -97,7 +97,8 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
       refusals.push_back(absl::StrCat(name, ": ", s.message()));
       continue;
     }
-    TacticKey key = TacticKeyFor(region, context.phase, *family, context.environment);
+    TacticKey key =
+        TacticKeyFor(region, context.phase, *family, context.environment, context.tensor_parallel);
     if (context.cache != nullptr) {
       if (std::optional<MeasuredTactic> hit = context.cache->Lookup(key)) {
         absl::StatusOr<CostEstimate> estimate =

@@ -57,6 +57,7 @@ struct SelectionContext {
   LaunchMode mode = LaunchMode::kGraph;
   const TacticCache* cache = nullptr;  // may be null: every lookup misses
   std::string environment;             // EnvironmentFingerprint(*target)
+  int64_t tensor_parallel = 1;         // the plan's ranks (TacticKeyFor)
   // Families never chosen here (opt-in ones the plan options leave off), by name.
   std::vector<std::string> excluded_families;
   const CostCalibration* calibration = nullptr;  // may be null: the uncalibrated model

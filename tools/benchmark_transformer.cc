@@ -31,6 +31,7 @@
 #include "planner/tactic_cache.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "runtime/gpu/tensor_parallel.h"
 #include "targets/target.h"
 #include "tools/common_flags.h"
 #include "tools/flags.h"
@@ -183,17 +184,44 @@ struct Row {
 
 // The benchmark of `plan` on `device`: the checkpoint's weights unless --random-weights or
 // the model has none, every --prefill and --decode length timed.
+absl::Status StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// plans: one plan, or every rank's of a tensor-parallel model (rank r on device r; each call
+// then runs on all ranks at once and reports rank 0's result, every rank's step waiting for
+// the others' collectives).
 absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
                               const targets::TargetDescription& target,
-                              const planner::proto::ExecutionPlan& plan,
+                              const std::vector<planner::proto::ExecutionPlan>& plans,
                               const device::Device& device) {
   std::unique_ptr<models::Checkpoint> checkpoint;
   if (!absl::GetFlag(FLAGS_random_weights) && model.has_weights) {
     TP_ASSIGN_OR_RETURN(checkpoint, models::Checkpoint::Open(model.directory));
   }
   TP_ASSIGN_OR_RETURN(const runtime::gpu::GpuOptions options, tools::GpuOptionsFromFlags());
-  TP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::gpu::GpuRuntime> rt,
-                      runtime::gpu::GpuRuntime::Create(device, plan, checkpoint.get(), options));
+  std::unique_ptr<runtime::gpu::GpuRuntime> single;
+  std::unique_ptr<runtime::gpu::TensorParallelGpu> ranks;
+  if (plans.size() == 1) {
+    TP_ASSIGN_OR_RETURN(single,
+                        runtime::gpu::GpuRuntime::Create(device, plans[0], checkpoint.get(), options));
+  } else {
+    TP_ASSIGN_OR_RETURN(ranks,
+                        runtime::gpu::TensorParallelGpu::Create(plans, checkpoint.get(), options));
+  }
+  runtime::gpu::GpuRuntime* rt = single != nullptr ? single.get() : &ranks->runtime(0);
+  // f(runtime) on the one runtime, or on every rank at once: rank 0's result.
+  auto on_ranks = [&](auto f) -> decltype(f(*rt)) {
+    if (ranks == nullptr) return f(*rt);
+    std::vector<std::optional<decltype(f(*rt))>> results(static_cast<size_t>(ranks->ranks()));
+    TP_RETURN_IF_ERROR(ranks->ForEachRank([&](int r, runtime::gpu::GpuRuntime& each) {
+      results[static_cast<size_t>(r)].emplace(f(each));
+      return StatusOf(*results[static_cast<size_t>(r)]);
+    }));
+    return *std::move(results[0]);
+  };
   const runtime::gpu::GpuRuntimeInfo& info = rt->info();
   const std::string& name = model.name;
   const int64_t batch = absl::GetFlag(FLAGS_batch).value;
@@ -203,10 +231,14 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
   const std::string json_path = absl::GetFlag(FLAGS_json);
   const int64_t vocab = rt->vocab_size();
   std::cout << absl::StrFormat(
-      "benchmark %s on %s (target %s), batch %d, %s, %s weights\n"
+      "benchmark %s on %s (target %s)%s, batch %d, %s, %s weights\n"
       "setup %.2f s: %d kernels compiled or loaded in %.2f s, weights in %.2f s; device memory: "
       "weights %.1f MiB, KV cache %.1f MiB, arena %.1f MiB\n",
-      name, device.Label(), target.name(), batch,
+      name, device.Label(), target.name(),
+      ranks == nullptr ? std::string()
+                       : absl::StrCat(", tensor parallel over ", ranks->ranks(),
+                                      " GPUs (rank 0's timings and memory)"),
+      batch,
       absl::StrCat(cuda_graphs ? "CUDA graphs" : "host launches",
                    ", programmatic dependent launch: ", absl::GetFlag(FLAGS_pdl)),
       checkpoint ? "checkpoint" : "random", info.setup_seconds, info.kernels_compiled,
@@ -228,7 +260,8 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
   const double sparse_layers =
       static_cast<double>(std::count(moe.sparse_layers.begin(), moe.sparse_layers.end(), true));
   const double experts = static_cast<double>(moe.num_experts);
-  const double expert_bytes = sparse_layers * experts * 3.0 *
+  // A tensor-parallel rank holds 1/R of every expert's width.
+  const double expert_bytes = sparse_layers * experts * 3.0 / static_cast<double>(plans.size()) *
                               static_cast<double>(moe.moe_intermediate_size) *
                               static_cast<double>(model.config.hidden_size) *
                               static_cast<double>(ir::DTypeSize(model.config.dtype));
@@ -245,11 +278,15 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
   std::vector<Row> rows;
   for (int64_t t : absl::GetFlag(FLAGS_prefill).values) {
     const std::vector<int32_t> ids = Prompt(batch * t, vocab, static_cast<uint32_t>(t));
-    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimePrefill(ids, batch, warmup, iters));
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms, on_ranks([&](runtime::gpu::GpuRuntime& r) {
+                          return r.TimePrefill(ids, batch, warmup, iters);
+                        }));
     rows.push_back({"prefill", t, Summarize(ms),
                     1e3 * 2.0 * weight_elements * static_cast<double>(batch * t) / flop_rate});
     if (profile) {
-      TP_ASSIGN_OR_RETURN(auto steps, rt->ProfilePrefill(batch, t, 20));
+      TP_ASSIGN_OR_RETURN(auto steps, on_ranks([&](runtime::gpu::GpuRuntime& r) {
+                            return r.ProfilePrefill(batch, t, 20);
+                          }));
       PrintProfile(absl::StrCat("prefill T=", t), steps);
     }
   }
@@ -257,26 +294,32 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
     // Fill the caches with c - 1 tokens of a prompt.
     if (c > 1) {
       const std::vector<int32_t> ids = Prompt(batch * (c - 1), vocab, static_cast<uint32_t>(c));
-      absl::StatusOr<std::vector<float>> filled = rt->Prefill(ids, batch);
+      absl::StatusOr<std::vector<float>> filled =
+          on_ranks([&](runtime::gpu::GpuRuntime& r) { return r.Prefill(ids, batch); });
       if (!filled.ok()) {  // no bucket holds c - 1 tokens: decode them one by one
-        TP_RETURN_IF_ERROR(rt->Reset());
+        TP_RETURN_IF_ERROR(on_ranks([](runtime::gpu::GpuRuntime& r) { return r.Reset(); }));
         for (int64_t pos = 0; pos < c - 1; ++pos) {
           std::vector<int32_t> step(static_cast<size_t>(batch)), at(static_cast<size_t>(batch));
           for (int64_t b = 0; b < batch; ++b) {
             step[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * (c - 1) + pos)];
             at[static_cast<size_t>(b)] = static_cast<int32_t>(pos);
           }
-          TP_RETURN_IF_ERROR(rt->Decode(step, at).status());
+          TP_RETURN_IF_ERROR(
+              on_ranks([&](runtime::gpu::GpuRuntime& r) { return r.Decode(step, at); }).status());
         }
       }
     }
-    TP_ASSIGN_OR_RETURN(std::vector<double> ms, rt->TimeDecode(batch, c, warmup, iters));
+    TP_ASSIGN_OR_RETURN(std::vector<double> ms, on_ranks([&](runtime::gpu::GpuRuntime& r) {
+                          return r.TimeDecode(batch, c, warmup, iters);
+                        }));
     const double kv_bytes = static_cast<double>(info.state_bytes) * static_cast<double>(c) /
                             static_cast<double>(rt->max_context());
     rows.push_back({"decode", c, Summarize(ms),
                     1e3 * (touched_bytes(static_cast<double>(batch)) + kv_bytes) / bandwidth});
     if (profile) {
-      TP_ASSIGN_OR_RETURN(auto steps, rt->ProfileDecode(batch, 20));
+      TP_ASSIGN_OR_RETURN(auto steps, on_ranks([&](runtime::gpu::GpuRuntime& r) {
+                            return r.ProfileDecode(batch, 20);
+                          }));
       PrintProfile(absl::StrCat("decode context ", c), steps);
     }
   }
@@ -416,7 +459,18 @@ absl::StatusOr<int> Run() {
                      static_cast<int>(std::min<int64_t>(time_planning->value, 10000))));
   }
   if (plan_only) return kExitOk;
-  return Benchmark(model, target, plan, **device);
+  // A tensor-parallel benchmark runs every rank, each on its own GPU.
+  std::vector<planner::proto::ExecutionPlan> plans;
+  if (options.tensor_parallel > 1) {
+    for (int64_t r = 0; r < options.tensor_parallel; ++r) {
+      options.rank = r;
+      TP_ASSIGN_OR_RETURN(plans.emplace_back(),
+                          planner::BuildExecutionPlan(model.config, target, options, &lookups));
+    }
+  } else {
+    plans.push_back(std::move(plan));
+  }
+  return Benchmark(model, target, plans, **device);
 }
 
 }  // namespace

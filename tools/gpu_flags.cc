@@ -14,7 +14,11 @@ ABSL_FLAG(std::string, decode_backend, "kernels",
           "(one kernel per step), persistent (runs of steps as one persistent kernel wherever "
           "their families allow) or auto (persistent where the cost model prefers it)");
 ABSL_FLAG(int, persistent_blocks_per_sm, 0,
-          "blocks per SM of the persistent kernel; 0: 256 threads' worth");
+          "blocks per SM of the persistent kernel; 0: one with the weight stream, else 512 "
+          "threads' worth");
+ABSL_FLAG(int, persistent_stream_slots, tileplan::planner::kDefaultStreamSlots,
+          "shared-memory slots through which the persistent kernel streams the next tasks' "
+          "weights (0 to 8); 0: every task reads its weights itself");
 
 namespace tileplan::tools {
 
@@ -46,6 +50,12 @@ absl::Status ApplyDecodeBackendFlags(planner::PlanOptions& options) {
         absl::StrCat("--persistent-blocks-per-sm takes 0 to 32, not ", blocks));
   }
   options.persistent_blocks_per_sm = blocks;
+  const int slots = absl::GetFlag(FLAGS_persistent_stream_slots);
+  if (slots < 0 || slots > planner::kMaxStreamSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("--persistent-stream-slots takes 0 to ",
+                                                   planner::kMaxStreamSlots, ", not ", slots));
+  }
+  options.persistent_stream_slots = slots;
   return absl::OkStatus();
 }
 

@@ -45,7 +45,9 @@ absl::StatusOr<TuningWork> TuningWork::Collect(planner::proto::ExecutionPlan pla
                             [&](const kernels::KernelFamily* k) { return k == planned; });
       for (const kernels::KernelFamily* family : families) {
         if (!HasTacticsToMeasure(*family) || !family->CanImplement(region, target).ok()) continue;
-        planner::TacticKey key = planner::TacticKeyFor(region, ir_phase, *family, environment);
+        planner::TacticKey key =
+            planner::TacticKeyFor(region, ir_phase, *family, environment,
+                                  std::max<int64_t>(1, work.plan_.options().tensor_parallel_ranks()));
         auto [it, inserted] = index_of.emplace(key, static_cast<int>(work.items_.size()));
         of_step.push_back(it->second);
         if (!inserted) continue;

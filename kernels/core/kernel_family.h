@@ -156,6 +156,20 @@ class KernelFamily {
   virtual std::optional<Tactic> WithBlockThreads(const Tactic& tactic, int64_t threads) const {
     return std::nullopt;
   }
+  // The persistent kernel's weight stream (kernels/launch/persistent.cuh): the bytes of
+  // shared memory the tile of one CTA of `tactic` spans (its `_task`'s `stream`), the largest
+  // over the grid; 0 for a family whose tasks stream nothing.
+  virtual int64_t StreamTileBytes(const Tactic& tactic, const BoundRegion& region) const {
+    return 0;
+  }
+  // `tactic` reshaped for a run whose blocks stream tiles of at most `slot_bytes` into
+  // shared memory, `blocks` blocks in all: tiles that fit, as few tasks as keep every block
+  // busy. nullopt when the family streams nothing or no tactic of its tiles fits. The result
+  // still has to pass ValidateTactic.
+  virtual std::optional<Tactic> ForStream(const Tactic& tactic, const BoundRegion& region,
+                                          int64_t slot_bytes, int64_t blocks) const {
+    return std::nullopt;
+  }
 
   // OK, or FailedPrecondition whose message is the reason (without the family's name).
   virtual absl::Status CanImplement(const BoundRegion& region,

@@ -33,7 +33,7 @@
 #define TILEPLAN_TASK_FIELD_(host, kernel, name) kernel name;
 #define TILEPLAN_TASK_ARG_FIRST_(host, kernel, name) p.name
 #define TILEPLAN_TASK_ARG_NEXT_(host, kernel, name) , p.name
-#define TILEPLAN_KERNEL_TASK(LIST, PREFETCH, BODY)                                   \
+#define TILEPLAN_KERNEL_TASK_COMMON_(LIST, PREFETCH, BODY)                           \
   struct Params {                                                                    \
     LIST(TILEPLAN_TASK_FIELD_, TILEPLAN_TASK_FIELD_)                                 \
   };                                                                                 \
@@ -45,6 +45,37 @@
     const Params& p = *static_cast<const Params*>(raw);                              \
     BODY(cta, LIST(TILEPLAN_TASK_ARG_FIRST_, TILEPLAN_TASK_ARG_NEXT_));              \
   }
+// A task that streams nothing through the persistent kernel's shared-memory ring: `stream`
+// names no bytes, so `run_streamed` is never called.
+#define TILEPLAN_KERNEL_TASK(LIST, PREFETCH, BODY)                                         \
+  TILEPLAN_KERNEL_TASK_COMMON_(LIST, PREFETCH, BODY)                                       \
+  static __device__ __forceinline__ unsigned int stream(const Cta&, const void*, bool,     \
+                                                        unsigned int, unsigned int) {      \
+    return 0u;                                                                             \
+  }                                                                                        \
+  static __device__ __forceinline__ void run_streamed(const Cta& cta, const void* raw,     \
+                                                      const char*) {                       \
+    run(cta, raw);                                                                         \
+  }
+// A task whose inputs that no earlier step writes (its weights) can be copied into shared
+// memory ahead of it (the persistent kernel's ring, kernels/launch/persistent.cuh):
+// STREAM(cta, issue, dst, bar, parameters...) returns the bytes of the CTA's tile, 0 when it
+// has none, and with `issue` starts the bulk copies of the tile to shared address `dst`,
+// completing on barrier `bar` (one thread calls it so); STREAMED(cta, tile, parameters...)
+// is the body reading the tile from shared memory at `tile`.
+#define TILEPLAN_KERNEL_TASK_STREAMED(LIST, PREFETCH, BODY, STREAM, STREAMED)              \
+  TILEPLAN_KERNEL_TASK_COMMON_(LIST, PREFETCH, BODY)                                       \
+  static __device__ __forceinline__ unsigned int stream(                                   \
+      const Cta& cta, const void* raw, bool issue, unsigned int dst, unsigned int bar) {   \
+    const Params& p = *static_cast<const Params*>(raw);                                    \
+    return STREAM(cta, issue, dst, bar, LIST(TILEPLAN_TASK_ARG_FIRST_, TILEPLAN_TASK_ARG_NEXT_)); \
+  }                                                                                        \
+  static __device__ __forceinline__ void run_streamed(const Cta& cta, const void* raw,     \
+                                                      const char* tile) {                  \
+    const Params& p = *static_cast<const Params*>(raw);                                    \
+    STREAMED(cta, tile, LIST(TILEPLAN_TASK_ARG_FIRST_, TILEPLAN_TASK_ARG_NEXT_));          \
+  }
+
 
 #define TILEPLAN_PARAM_FIELD_(host, kernel, name) host name;
 #define TILEPLAN_PARAM_COUNT_(host, kernel, name) +1

@@ -68,6 +68,60 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Bulk copies into shared memory completed through an mbarrier (sm_90 and later; the
+// persistent kernel's weight stream, kernels/launch/persistent.cuh). A barrier counts one
+// arrival per phase: the issuing thread arrives once announcing the bytes to come, the
+// copies complete them, and waiters test the phase's parity. Addresses are shared-state-space
+// addresses (shared_address below), `bytes` a multiple of 16, both ends 16-byte aligned.
+__device__ __forceinline__ void mbarrier_init(unsigned int bar, unsigned int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+// Makes initialized barriers visible to the async proxy (the bulk copies).
+__device__ __forceinline__ void mbarrier_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned int bar, unsigned int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+// Blocks until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned int bar, unsigned int parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+// Orders this thread's earlier shared-memory accesses (and, after a barrier, its block's)
+// before later async-proxy writes: a buffer read by threads can then be refilled by a copy.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned int dst, const void* src,
+                                                    unsigned int bytes, unsigned int bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float to_float(float v) { return v; }

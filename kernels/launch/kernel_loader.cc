@@ -115,11 +115,34 @@ absl::Status KernelLoader::LaunchTrapFault(cudaStream_t stream) {
   return Run(TrapFaultInstance(), launches, {.stream = stream});
 }
 
+namespace {
+const char* FloatTypeName(ir::DType dtype) {
+  return dtype == ir::DType::kBF16  ? "tileplan::bf16"
+         : dtype == ir::DType::kF16 ? "tileplan::f16"
+                                    : "float";
+}
+}  // namespace
+
 KernelInstance FillUniformInstance(ir::DType dtype) {
-  const char* type = dtype == ir::DType::kBF16  ? "tileplan::bf16"
-                     : dtype == ir::DType::kF16 ? "tileplan::f16"
-                                                : "float";
-  return {"runtime_support.cuh", {absl::StrCat("tileplan::fill_uniform<", type, ">")}, {}};
+  return {"runtime_support.cuh",
+          {absl::StrCat("tileplan::fill_uniform<", FloatTypeName(dtype), ">")},
+          {}};
+}
+
+KernelInstance AddBiasRowsInstance(ir::DType dtype, ir::DType bias_dtype) {
+  return {"runtime_support.cuh",
+          {absl::StrCat("tileplan::add_bias_rows<", FloatTypeName(dtype), ", ",
+                        FloatTypeName(bias_dtype), ">")},
+          {}};
+}
+
+KernelLaunch AddBiasRowsLaunch(const AddBiasRowsParams& params) {
+  KernelLaunch launch;
+  launch.grid = {std::max<int64_t>(1, std::min<int64_t>(1024, (params.rows * params.n + 255) / 256)),
+                 1, 1};
+  launch.block = {256, 1, 1};
+  launch.params = KernelParams::Of(params);
+  return launch;
 }
 
 KernelInstance DecodeAdvanceInstance() {
@@ -127,7 +150,7 @@ KernelInstance DecodeAdvanceInstance() {
 }
 
 PersistentInstance PersistentKernelInstance(
-    int threads, int min_blocks_per_sm,
+    int threads, int min_blocks_per_sm, int stream_slots,
     const std::vector<std::pair<const KernelInstance*, int>>& stages) {
   PersistentInstance out;
   out.instance.source = "persistent.cuh";
@@ -146,8 +169,8 @@ PersistentInstance PersistentKernelInstance(
     }
   }
   out.instance.name_expressions = {absl::StrCat("tileplan::persistent_kernel<", threads, ", ",
-                                                min_blocks_per_sm, ", ", absl::StrJoin(ops, ", "),
-                                                ">")};
+                                                min_blocks_per_sm, ", ", stream_slots, ", ",
+                                                absl::StrJoin(ops, ", "), ">")};
   return out;
 }
 

@@ -41,21 +41,26 @@ struct LaunchOptions {
 // on the device, the step that chains greedy decode steps in one CUDA Graph, and a kernel that
 // executes __trap() (a testing aid: it kills the CUDA context).
 KernelInstance FillUniformInstance(ir::DType dtype);
+// add_bias_rows for a result of `dtype` and a bias of `bias_dtype` (float dtypes only).
+KernelInstance AddBiasRowsInstance(ir::DType dtype, ir::DType bias_dtype);
+// Its launch: out [rows, n] += bias [n].
+KernelLaunch AddBiasRowsLaunch(const AddBiasRowsParams& params);
 KernelInstance DecodeAdvanceInstance();
 KernelInstance TrapFaultInstance();
 // decode_advance for `batch` sequences (one CTA).
 KernelLaunch DecodeAdvanceLaunch(const DecodeAdvanceParams& params, int64_t batch);
 
-// The persistent kernel (persistent.cuh) at `threads` threads per block and launch bounds of
-// `min_blocks_per_sm`, whose stage i runs kernel stages[i].second of instance stages[i].first
-// as a task: the instance (its tasks' files included, each task type once, in first-use
-// order) and each stage's op, the index of its task type.
+// The persistent kernel (persistent.cuh) at `threads` threads per block, launch bounds of
+// `min_blocks_per_sm` and `stream_slots` weight-stream slots (0: none), whose stage i runs
+// kernel stages[i].second of instance stages[i].first as a task: the instance (its tasks'
+// files included, each task type once, in first-use order) and each stage's op, the index
+// of its task type.
 struct PersistentInstance {
   KernelInstance instance;
   std::vector<int> stage_ops;
 };
 PersistentInstance PersistentKernelInstance(
-    int threads, int min_blocks_per_sm,
+    int threads, int min_blocks_per_sm, int stream_slots,
     const std::vector<std::pair<const KernelInstance*, int>>& stages);
 
 class KernelLoader {

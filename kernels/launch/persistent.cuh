@@ -5,15 +5,18 @@
 // (planner/plan.proto, PersistentRun) says which block runs which CTA; dependencies are
 // counters in global memory, not kernel boundaries.
 //
+//   (with the weight stream: thread 0 starts copying the first kSlots tiles into shared
+//   memory, below)
 //   for each of the block's tasks, in stage order:
 //     entering a new stage: prefetch (weights into L2) for up to `prefetch_tasks` of the
-//       block's tasks in that stage, then wait until done[wait] has counted every task of
-//       the stage it waits for (thread 0 spins with acquire loads; the block then meets at
-//       a barrier, so its threads see every released write)
-//     run the body on the task's CTA
+//       block's tasks in that stage unless they stream, then wait until done[wait] has
+//       counted every task of the stage it waits for (thread 0 spins with acquire loads; the
+//       block then meets at a barrier, so its threads see every released write)
+//     run the body on the task's CTA (a streamed task: once its tile has landed, from it)
 //     barrier (the body's shared memory is free, its writes ordered), then thread 0 adds 1
 //       to done[stage] with release semantics (released per task: releasing a block's tasks
-//       of a stage at once measured slower, docs/PERF.md)
+//       of a stage at once measured slower, docs/PERF.md), and starts the next tile into the
+//       slot a streamed task has just freed
 //
 // The counters are never reset: replay n (the epoch, counted by the kernel itself) waits
 // for done[s] to reach (n + 1) * tasks(s), in wrapping 32-bit arithmetic, and the last
@@ -45,6 +48,31 @@ __device__ __forceinline__ void persistent_run(int op, const Cta& cta, const cha
   ((op == i++ ? Ops::run(cta, params) : void()), ...);
 }
 
+template <typename... Ops>
+__device__ __forceinline__ void persistent_run_streamed(int op, const Cta& cta,
+                                                        const char* params, const char* tile) {
+  int i = 0;
+  ((op == i++ ? Ops::run_streamed(cta, params, tile) : void()), ...);
+}
+
+// The bytes of the task's tile in the ring (0: it streams nothing, or its tile does not fit
+// a slot of `slot_bytes` and it reads its weights itself); with `issue` the copies start.
+template <typename... Ops>
+__device__ __forceinline__ unsigned int persistent_stream(int op, const Cta& cta,
+                                                          const char* params, bool issue,
+                                                          unsigned int dst, unsigned int bar,
+                                                          unsigned int slot_bytes) {
+  unsigned int bytes = 0;
+  int i = 0;
+  ((op == i++ ? (bytes = Ops::stream(cta, params, false, 0u, 0u)) : 0u), ...);
+  if (bytes == 0 || bytes > slot_bytes) return 0u;
+  if (issue) {
+    i = 0;
+    ((op == i++ ? Ops::stream(cta, params, true, dst, bar) : 0u), ...);
+  }
+  return bytes;
+}
+
 __device__ __forceinline__ Cta persistent_cta(const PersistentStage& stage, unsigned int index) {
   Cta cta;
   cta.nx = stage.grid_x;
@@ -61,24 +89,71 @@ __device__ __forceinline__ Cta persistent_cta(const PersistentStage& stage, unsi
 // counter per stage; epoch, finished: one counter each. All counters zero before the first
 // launch of a schedule.
 //
+// The weight stream (kSlots > 0): dynamic shared memory holds, from byte `ring_offset`,
+// kSlots slots of `slot_bytes`. The tasks whose tiles fit a slot (persistent_stream) take
+// slots in the block's task order, the n-th in slot n % kSlots; thread 0 starts the copies of
+// the first kSlots at once, before the kernel's own dependency wait (weights depend on no
+// step), and the copies of tile n + kSlots as soon as task n has finished reading slot
+// n % kSlots, so the next tasks' weights, across stages, arrive while the block waits for
+// and runs the current ones. A task waits for its tile on its slot's barrier (phase
+// n / kSlots), and reads it from shared memory; the others run as without the stream.
+//
 // Launch: grid = the schedule's blocks (co-resident: cooperative), block kThreads (every
-// stage's block size), dynamic shared memory the largest any stage needs.
-template <int kThreads, int kMinBlocks, typename... Ops>
+// stage's block size), dynamic shared memory ring_offset + kSlots * slot_bytes (ring_offset
+// at least the largest any stage needs).
+template <int kThreads, int kMinBlocks, int kSlots, typename... Ops>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     persistent_kernel(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_PERSISTENT_PARAMS)) {
+  constexpr int kBars = kSlots > 0 ? kSlots : 1;
+  __shared__ alignas(8) unsigned long long slot_bars[kBars];
+  extern __shared__ __align__(128) char persistent_smem[];
+  const int begin = block_tasks[blockIdx.x], end = block_tasks[blockIdx.x + 1];
+  // Thread 0's cursor: the next task to look at for a tile, and the tiles issued so far.
+  int scan = begin;
+  unsigned int issued = 0;
+  [[maybe_unused]] auto issue_next = [&]() {
+    for (; scan < end; ++scan) {
+      const PersistentTask task = tasks[scan];
+      const PersistentStage& stage = stages[task.stage];
+      const unsigned int slot = issued % kBars;
+      const unsigned int bar = shared_address(&slot_bars[slot]);
+      const unsigned int dst = shared_address(persistent_smem + ring_offset) + slot * slot_bytes;
+      if (persistent_stream<Ops...>(stage.op, persistent_cta(stage, task.index),
+                                    params + stage.params, true, dst, bar, slot_bytes) > 0) {
+        ++scan;
+        ++issued;
+        return;
+      }
+    }
+  };
+  if constexpr (kSlots > 0) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kSlots; ++s) mbarrier_init(shared_address(&slot_bars[s]), 1u);
+      mbarrier_init_fence();
+      for (int s = 0; s < kSlots; ++s) issue_next();
+    }
+  }
   grid_dependency_sync();
   // Every block reads the epoch before any block can finish (the last one to finish moves it).
   const unsigned int replay = load_acquire(epoch) + 1u;
-  const int begin = block_tasks[blockIdx.x], end = block_tasks[blockIdx.x + 1];
+  if constexpr (kSlots > 0) __syncthreads();  // the barriers' initialization
+  unsigned int consumed = 0;
   int current = -1;
   for (int i = begin; i < end; ++i) {
     const PersistentTask task = tasks[i];
     const PersistentStage& stage = stages[task.stage];
+    const Cta cta = persistent_cta(stage, task.index);
+    const char* task_params = params + stage.params;
+    unsigned int tile_bytes = 0;
+    if constexpr (kSlots > 0) {
+      tile_bytes = persistent_stream<Ops...>(stage.op, cta, task_params, false, 0u, 0u, slot_bytes);
+    }
     if (task.stage != current) {
       current = task.stage;
       for (int j = i; j < end && j < i + prefetch_tasks && tasks[j].stage == current; ++j) {
-        persistent_prefetch<Ops...>(stage.op, persistent_cta(stage, tasks[j].index),
-                                    params + stage.params);
+        // Tasks with a tile have their weights on the way already.
+        if (kSlots > 0 && tile_bytes > 0) break;
+        persistent_prefetch<Ops...>(stage.op, persistent_cta(stage, tasks[j].index), task_params);
       }
       if (stage.wait >= 0) {
         if (threadIdx.x == 0) {
@@ -88,9 +163,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         __syncthreads();
       }
     }
-    persistent_run<Ops...>(stage.op, persistent_cta(stage, task.index), params + stage.params);
+    if (kSlots > 0 && tile_bytes > 0) {
+      const unsigned int slot = consumed % kBars;
+      mbarrier_wait(shared_address(&slot_bars[slot]), (consumed / kBars) & 1u);
+      persistent_run_streamed<Ops...>(stage.op, cta, task_params,
+                                      persistent_smem + ring_offset + slot * slot_bytes);
+    } else {
+      persistent_run<Ops...>(stage.op, cta, task_params);
+    }
     __syncthreads();
-    if (threadIdx.x == 0) add_release(done + task.stage, 1u);
+    if (tile_bytes > 0) ++consumed;
+    if (threadIdx.x == 0) {
+      add_release(done + task.stage, 1u);
+      if constexpr (kSlots > 0) {
+        if (tile_bytes > 0) {
+          // The block has finished reading the slot: refill it with the next tile.
+          fence_proxy_async_shared();
+          issue_next();
+        }
+      }
+    }
   }
   if (threadIdx.x == 0) {
     __threadfence();

@@ -38,7 +38,9 @@ struct PersistentTask {
   NEXT(unsigned int*, unsigned int*, done)                        \
   NEXT(unsigned int*, unsigned int*, epoch)                       \
   NEXT(unsigned int*, unsigned int*, finished)                    \
-  NEXT(int, int, prefetch_tasks)
+  NEXT(int, int, prefetch_tasks)                                  \
+  NEXT(int, int, ring_offset)                                     \
+  NEXT(unsigned int, unsigned int, slot_bytes)
 
 namespace tileplan {
 

@@ -29,6 +29,19 @@ __global__ void fill_uniform(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_FILL_UNIFORM_PA
   }
 }
 
+// out[r, i] += bias[i] for r < rows, i < n, in float, rounded once to T (grid-stride loop):
+// the bias of a tensor-parallel all_reduce (kernels/nccl/nccl_launcher.h), added by every
+// rank to the same reduced sum. Launch: any grid, any block.
+template <typename T, typename B>
+__global__ void add_bias_rows(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ADD_BIAS_ROWS_PARAMS)) {
+  grid_dependency_sync();
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * n;
+       i += stride) {
+    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % n]));
+  }
+}
+
 // Runs after a decode step whose argmax wrote each sequence's next token into `tokens`
 // ([batch], the next step's input): records the tokens as generated token number *step
 // (history is [capacity, batch]; steps past the capacity are not recorded), advances every

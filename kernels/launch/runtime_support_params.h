@@ -28,8 +28,16 @@
   NEXT(int, int, batch) \
   NEXT(int, int, capacity)
 
+// add_bias_rows
+#define TILEPLAN_ADD_BIAS_ROWS_PARAMS(FIRST, NEXT) \
+  FIRST(void*, T* __restrict__, out) \
+  NEXT(const void*, const B* __restrict__, bias) \
+  NEXT(long long, long long, rows) \
+  NEXT(long long, long long, n)
+
 namespace tileplan {
 
+TILEPLAN_PARAMS_STRUCT(AddBiasRowsParams, TILEPLAN_ADD_BIAS_ROWS_PARAMS)
 TILEPLAN_PARAMS_STRUCT(FillUniformParams, TILEPLAN_FILL_UNIFORM_PARAMS)
 TILEPLAN_PARAMS_STRUCT(DecodeAdvanceParams, TILEPLAN_DECODE_ADVANCE_PARAMS)
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "device/cuda_status.h"
+#include "regions/shape_rules.h"
 
 namespace tileplan::kernels {
 namespace {
@@ -28,13 +29,16 @@ absl::StatusOr<ncclDataType_t> NcclType(ir::DType dtype) {
 class NcclStep final : public LibraryStep {
  public:
   NcclStep(const device::Communicator& communicator, std::string kind, ncclDataType_t type,
-           int64_t element_bytes, int64_t rows, int64_t count)
+           int64_t element_bytes, int64_t rows, int64_t count, KernelLoader* loader,
+           LoadedInstance* bias_kernel)
       : communicator_(communicator),
         kind_(std::move(kind)),
         type_(type),
         element_bytes_(element_bytes),
         rows_(rows),
-        count_(count) {}
+        count_(count),
+        loader_(loader),
+        bias_kernel_(bias_kernel) {}
 
   absl::Status Launch(const RegionBuffers& buffers, cudaStream_t stream) override {
     const device::Nccl& nccl = communicator_.nccl();
@@ -43,10 +47,22 @@ class NcclStep final : public LibraryStep {
       return absl::InvalidArgumentError(absl::StrCat(kind_, ": a buffer is missing"));
     }
     if (kind_ == "all_reduce") {
-      return nccl.Check(nccl.all_reduce(buffers.operands[0], buffers.results[0],
-                                        static_cast<size_t>(rows_ * count_), type_, ncclSum,
-                                        communicator_.comm(), stream),
-                        "ncclAllReduce");
+      TP_RETURN_IF_ERROR(nccl.Check(nccl.all_reduce(buffers.operands[0], buffers.results[0],
+                                                    static_cast<size_t>(rows_ * count_), type_,
+                                                    ncclSum, communicator_.comm(), stream),
+                                    "ncclAllReduce"));
+      if (bias_kernel_ == nullptr) return absl::OkStatus();
+      // Every rank adds the bias to the same sum: it counts once.
+      if (buffers.operands.size() < 2 || buffers.operands[1] == nullptr) {
+        return absl::InvalidArgumentError("all_reduce: the bias buffer is missing");
+      }
+      AddBiasRowsParams p{};
+      p.out = buffers.results[0];
+      p.bias = buffers.operands[1];
+      p.rows = rows_;
+      p.n = count_;
+      KernelLaunch launch = AddBiasRowsLaunch(p);
+      return loader_->Launch(*bias_kernel_, launch, {.stream = stream});
     }
     // all_gather of `rows_` rows of `count_` elements from every rank.
     const int ranks = communicator_.ranks();
@@ -83,6 +99,8 @@ class NcclStep final : public LibraryStep {
   std::string kind_;
   ncclDataType_t type_;
   int64_t element_bytes_, rows_, count_;
+  KernelLoader* loader_;
+  LoadedInstance* bias_kernel_;  // an all_reduce with a bias: add_bias_rows, loaded
 };
 
 }  // namespace
@@ -95,9 +113,11 @@ absl::StatusOr<std::unique_ptr<LibraryStep>> NcclLauncher::PrepareStep(const Bou
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": the NCCL launcher runs all_reduce and all_gather, not ", kind));
   }
-  if (region.num_operands() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": an all_reduce with a bias operand is not supported on GPUs yet"));
+  const bool bias = kind == "all_reduce" && region.num_operands() == 2;
+  if (region.num_operands() != 1 && !bias) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", kind, " takes one operand",
+                                                   kind == "all_reduce" ? " and a bias" : "",
+                                                   ", not ", region.num_operands()));
   }
   const int64_t ranks = region.region().attrs.GetIntOr("ranks", 1).value_or(1);
   if (ranks != communicator_.ranks()) {
@@ -117,7 +137,25 @@ absl::StatusOr<std::unique_ptr<LibraryStep>> NcclLauncher::PrepareStep(const Bou
     return absl::InvalidArgumentError(absl::StrCat(label, ": ", type.status().message()));
   const int64_t count = x.shape.back();
   const int64_t rows = count == 0 ? 0 : x.NumElements() / count;
-  return std::make_unique<NcclStep>(communicator_, kind, *type, ir::DTypeSize(dtype), rows, count);
+  LoadedInstance* bias_kernel = nullptr;
+  if (bias) {
+    const Layout& b = region.operand(1);
+    const ir::DType bias_dtype = region.operand_dtype(1);
+    if (b.shape.size() != 1 || b.shape[0] != count || !b.IsContiguous() ||
+        !ir::shape::IsFloat(bias_dtype) || !ir::shape::IsFloat(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": the bias must be a contiguous float vector of the sum's last dim (", count,
+          "), beside a float sum"));
+    }
+    absl::StatusOr<LoadedInstance*> loaded = loader_.Load(AddBiasRowsInstance(dtype, bias_dtype));
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat(label, ": the bias kernel: ", loaded.status().message()));
+    }
+    bias_kernel = *loaded;
+  }
+  return std::make_unique<NcclStep>(communicator_, kind, *type, ir::DTypeSize(dtype), rows, count,
+                                    &loader_, bias_kernel);
 }
 
 absl::StatusOr<std::vector<Tactic>> NcclLauncher::Configs(const BoundRegion&, const Tactic& base,

@@ -3,8 +3,9 @@
 // that they are captured into CUDA Graphs like any other step. Registered with the step
 // launcher when it is given a communicator (kernels/step/step_launcher.h).
 //
-// all_reduce: ncclAllReduce (sum) from x into the result; a bias operand is not supported yet
-// (lowering adds one only for checkpoints with o_proj or down_proj biases). all_gather:
+// all_reduce: ncclAllReduce (sum) from x into the result; with a bias operand (lowering adds
+// one for checkpoints with o_proj or down_proj biases) every rank then adds the bias to the
+// reduced sum (add_bias_rows, kernels/launch/runtime_support.cuh), so it counts once. all_gather:
 // ncclAllGather, which stacks the ranks' buffers; with more than one row the stacked [R, rows, n]
 // goes to the family's workspace and R strided copies put rank r's rows at columns r·n of the
 // result [rows, R·n]. sharded_argmax is not supported yet.
@@ -17,14 +18,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "device/nccl.h"
+#include "kernels/launch/kernel_loader.h"
 #include "kernels/launch/library_launcher.h"
 
 namespace tileplan::kernels {
 
 class NcclLauncher final : public LibraryLauncher {
  public:
-  // `communicator` must outlive the launcher and every step it prepares.
-  explicit NcclLauncher(const device::Communicator& communicator) : communicator_(communicator) {}
+  // `communicator` and `loader` (which runs the bias kernel) must outlive the launcher and
+  // every step it prepares.
+  NcclLauncher(const device::Communicator& communicator, KernelLoader& loader)
+      : communicator_(communicator), loader_(loader) {}
 
   absl::string_view family() const override { return "collective"; }
   // InvalidArgument naming the region for a kind or operand this launcher does not run, a
@@ -38,6 +42,7 @@ class NcclLauncher final : public LibraryLauncher {
 
  private:
   const device::Communicator& communicator_;
+  KernelLoader& loader_;
 };
 
 }  // namespace tileplan::kernels

@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<StepLauncher>> StepLauncher::Create(const device:
   TP_ASSIGN_OR_RETURN(
       l->cublaslt_, CublasLtRunner::Create(device, *l->loader_, options.cublaslt_workspace_bytes));
   if (options.communicator != nullptr) {
-    l->nccl_ = std::make_unique<NcclLauncher>(*options.communicator);
+    l->nccl_ = std::make_unique<NcclLauncher>(*options.communicator, *l->loader_);
   }
   // The library launchers, one line each.
   for (LibraryLauncher* library : {static_cast<LibraryLauncher*>(l->cublaslt_.get()),
@@ -180,10 +180,13 @@ absl::StatusOr<std::vector<Tactic>> StepLauncher::LibraryConfigs(const KernelFam
 absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
     const PersistentSpec& spec, std::string label) {
   if (spec.stages.empty() || spec.blocks <= 0 || spec.threads <= 0 || spec.threads % 32 != 0 ||
-      spec.min_blocks_per_sm <= 0 || spec.prefetch_tasks < 0) {
+      spec.min_blocks_per_sm <= 0 || spec.prefetch_tasks < 0 || spec.stream_slots < 0 ||
+      spec.stream_slots > 8 || (spec.stream_slots > 0 && (spec.stream_slot_bytes <= 0 ||
+                                                          spec.stream_slot_bytes % 128 != 0))) {
     return absl::InvalidArgumentError(absl::StrCat(
         label, ": a persistent kernel needs stages, blocks, threads (a multiple of 32), ",
-        "at least one block per SM and no negative prefetch"));
+        "at least one block per SM, no negative prefetch, and at most 8 stream slots of a "
+        "positive multiple of 128 bytes"));
   }
   std::vector<std::pair<const KernelInstance*, int>> kernels;
   std::vector<PersistentStage> stages;
@@ -233,7 +236,7 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
     shared = std::max(shared, launch.dynamic_shared_memory_bytes);
   }
   PersistentInstance instance =
-      PersistentKernelInstance(spec.threads, spec.min_blocks_per_sm, kernels);
+      PersistentKernelInstance(spec.threads, spec.min_blocks_per_sm, spec.stream_slots, kernels);
   for (size_t s = 0; s < stages.size(); ++s) stages[s].op = instance.stage_ops[s];
   std::vector<PersistentTask> tasks;
   std::vector<int> block_tasks = {0};
@@ -274,11 +277,15 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
   params.epoch = counter_base + stages.size();
   params.finished = counter_base + stages.size() + 1;
   params.prefetch_tasks = spec.prefetch_tasks;
+  const int64_t ring_offset = AlignUp(shared, 128);
+  params.ring_offset = static_cast<int>(ring_offset);
+  params.slot_bytes = static_cast<unsigned int>(spec.stream_slots > 0 ? spec.stream_slot_bytes : 0);
 
   KernelLaunch launch;
   launch.grid = {spec.blocks, 1, 1};
   launch.block = {spec.threads, 1, 1};
-  launch.dynamic_shared_memory_bytes = shared;
+  launch.dynamic_shared_memory_bytes =
+      spec.stream_slots > 0 ? ring_offset + spec.stream_slots * spec.stream_slot_bytes : shared;
   launch.params = KernelParams::Of(params);
   std::unique_ptr<PreparedStep> step =
       PrepareKernels(std::move(label), std::move(instance.instance), {std::move(launch)}, {});

@@ -101,6 +101,10 @@ struct PersistentSpec {
   int threads = 0;            // every stage's launch has this block
   int min_blocks_per_sm = 1;  // the kernel's launch bounds
   int prefetch_tasks = 4;     // tasks of a stage a block prefetches for on entering it
+  // The weight stream: slots of `stream_slot_bytes` (a multiple of 128) in every block's
+  // shared memory after the stages' own; 0 slots: none.
+  int stream_slots = 0;
+  int64_t stream_slot_bytes = 0;
 };
 
 class StepLauncher {

@@ -301,6 +301,8 @@ struct ProgramBuilder::Impl {
       spec.threads = run.threads();
       spec.min_blocks_per_sm = run.blocks_per_sm();
       spec.prefetch_tasks = run.prefetch_tasks();
+      spec.stream_slots = run.stream_slots();
+      spec.stream_slot_bytes = run.stream_slot_bytes();
       int previous_step = run.first_step() - 1;
       for (const pp::PersistentStage& stage : run.stages()) {
         if (stage.step() <= previous_step || stage.step() > run.last_step()) {

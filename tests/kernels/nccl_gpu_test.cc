@@ -1,9 +1,11 @@
 // The NCCL launch half of the collective family (part of kernels_gpu_test): NCCL loads from
 // the toolkit without a GPU; on one GPU a single-rank communicator runs an all_reduce and an
 // all_gather of several rows through the step launcher, directly and captured into a CUDA
-// Graph, against the CPU reference's meaning (one rank: the sum is x, the gather is x); and
+// Graph, against the CPU reference's meaning (one rank: the sum is x, the gather is x, the sum
+// with a bias x + bias); and
 // the launcher refuses what it does not run. Without a usable GPU the device tests skip with
 // the reason. Label: gpu.
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -80,7 +82,29 @@ TEST(NcclTest, OneRankRunsAllReduceAndAllGatherDirectlyAndInAGraph) {
   auto workspace = device::DeviceBuffer::Allocate(device, n * 2);
   ASSERT_TRUE(x.ok() && out.ok() && workspace.ok());
   ASSERT_EQ(cudaMemcpy(x->data(), host.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  for (int region : {0, 1}) {
+  // The bias of region 2, and what one rank's biased sum is: x + bias, rounded once.
+  std::vector<uint16_t> bias_host(40);
+  for (int j = 0; j < 40; ++j) bias_host[static_cast<size_t>(j)] = static_cast<uint16_t>(0x3e00 + 3 * j);
+  auto to_float = [](uint16_t b) {
+    const uint32_t bits = uint32_t{b} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  auto to_bf16 = [](float f) {  // round to nearest even
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  };
+  std::vector<uint16_t> biased(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    biased[static_cast<size_t>(i)] = to_bf16(to_float(host[static_cast<size_t>(i)]) +
+                                             to_float(bias_host[static_cast<size_t>(i % 40)]));
+  }
+  auto bias = device::DeviceBuffer::Allocate(device, 40 * 2);
+  ASSERT_TRUE(bias.ok());
+  ASSERT_EQ(cudaMemcpy(bias->data(), bias_host.data(), 80, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int region : {0, 1, 2}) {
     SCOPED_TRACE(graph.regions()[region].kind);
     const BoundRegion r(*bound, region);
     auto tactic = family.DefaultTactic(r, GpuEnvironment::Target());
@@ -89,6 +113,7 @@ TEST(NcclTest, OneRankRunsAllReduceAndAllGatherDirectlyAndInAGraph) {
     ASSERT_TRUE(step.ok()) << step.status();
     RegionBuffers buffers;
     buffers.operands = {x->data()};
+    if (region == 2) buffers.operands.push_back(bias->data());
     buffers.results = {out->data()};
     buffers.workspace = workspace->data();
     absl::StatusOr<int> binding = (*step)->Bind(buffers);
@@ -113,17 +138,17 @@ TEST(NcclTest, OneRankRunsAllReduceAndAllGatherDirectlyAndInAGraph) {
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       std::vector<uint16_t> got(static_cast<size_t>(n));
       ASSERT_EQ(cudaMemcpy(got.data(), out->data(), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_EQ(got, host) << (graph_capture ? "graph" : "direct");
+      EXPECT_EQ(got, region == 2 ? biased : host) << (graph_capture ? "graph" : "direct");
     }
   }
-  // A bias and a group of another size are refused, naming the region.
-  for (int region : {2, 3}) {
+  // A group of another size is refused, naming the region.
+  for (int region : {3}) {
     const BoundRegion r(*bound, region);
     auto step = (*launcher)->Prepare(family, r, *family.DefaultTactic(r, GpuEnvironment::Target()),
                                      StepOptions{}, "collective");
     ASSERT_FALSE(step.ok());
     EXPECT_THAT(std::string(step.status().message()),
-                HasSubstr(region == 2 ? "bias operand is not supported" : "communicator has 1"));
+                HasSubstr("communicator has 1"));
   }
 }
 

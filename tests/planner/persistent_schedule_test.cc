@@ -6,10 +6,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "base/align.h"
+#include "kernels/core/template_launch.h"
 #include "kernels/families/registry.h"
 #include "models/config.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_text.h"
+#include "regions/serialization.h"
 #include "tests/kernels/kernels_testing.h"
 #include "tests/testing/paths.h"
 
@@ -19,7 +22,8 @@ namespace {
 using kernels::testing::MustTarget;
 
 proto::ExecutionPlan MustPlan(const std::string& model, proto::PlanOptions::DecodeBackend backend,
-                              std::vector<int64_t> batches = {1, 2}, int blocks_per_sm = 0) {
+                              std::vector<int64_t> batches = {1, 2}, int blocks_per_sm = 0,
+                              int stream_slots = kDefaultStreamSlots) {
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(model);
   EXPECT_TRUE(config.ok()) << config.status();
   PlanOptions options;
@@ -28,6 +32,7 @@ proto::ExecutionPlan MustPlan(const std::string& model, proto::PlanOptions::Deco
   options.max_context = 1024;
   options.decode_backend = backend;
   options.persistent_blocks_per_sm = blocks_per_sm;
+  options.persistent_stream_slots = stream_slots;
   absl::StatusOr<proto::ExecutionPlan> plan =
       BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr);
   EXPECT_TRUE(plan.ok()) << plan.status();
@@ -40,6 +45,13 @@ proto::ExecutionPlan MustPlan(const std::string& model, proto::PlanOptions::Deco
 // figures that add up.
 void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription& target) {
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  absl::StatusOr<ir::Graph> graph = ir::GraphFromProto(phase.graph());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  kernels::ShapeBindings bindings;
+  for (const auto& b : phase.bindings()) bindings[b.symbol()] = b.extent();
+  absl::StatusOr<kernels::BoundGraph> bound =
+      kernels::BoundGraph::Create(*graph, bindings, phase.context());
+  ASSERT_TRUE(bound.ok()) << bound.status();
   int previous_last = -1;
   for (const proto::PersistentRun& run : phase.persistent()) {
     SCOPED_TRACE(absl::StrCat(phase.name(), " run ", run.first_step(), "-", run.last_step()));
@@ -47,8 +59,21 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
     previous_last = run.last_step();
     ASSERT_GE(run.stages_size(), 2);
     EXPECT_EQ(run.blocks(), int64_t{target.sm_count()} * run.blocks_per_sm());
-    EXPECT_LE(run.blocks_per_sm() * (run.dynamic_shared_memory_bytes() + 1024),
+    // The stages' shared memory, then the stream's slots, and 1 KiB for static shared memory.
+    const int64_t ring = int64_t{run.stream_slots()} * run.stream_slot_bytes();
+    EXPECT_LE(run.blocks_per_sm() *
+                  ((ring > 0 ? AlignUp(run.dynamic_shared_memory_bytes(), kStreamAlignment)
+                             : run.dynamic_shared_memory_bytes()) +
+                   ring + 1024),
               target.shared_memory_per_sm_bytes());
+    EXPECT_EQ(run.stream_slot_bytes() % kStreamAlignment, 0);
+    if (ring > 0) {
+      // The kernel's dynamic shared memory leaves 1 KiB of a block's opt-in limit for its
+      // static shared memory.
+      EXPECT_LE(AlignUp(run.dynamic_shared_memory_bytes(), kStreamAlignment) + ring + 1024,
+                target.shared_memory_per_block_bytes());
+    }
+    int streamed = 0;
     int stage = 0;
     int64_t next_block = 0, total_tasks = 0;
     for (int i = run.first_step(); i <= run.last_step(); ++i) {
@@ -61,6 +86,12 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
       const kernels::KernelFamily* family = registry.Find(step.tactic().family());
       ASSERT_NE(family, nullptr);
       EXPECT_TRUE(family->persistent_tasks()) << step.tactic().family();
+      if (run.stream_slots() > 0) {
+        absl::StatusOr<kernels::Tactic> tactic = kernels::TacticFromProto(step.tactic());
+        ASSERT_TRUE(tactic.ok()) << tactic.status();
+        const int64_t tile = family->StreamTileBytes(*tactic, kernels::BoundRegion(*bound, step.region()));
+        streamed += tile > 0 && tile <= run.stream_slot_bytes() ? 1 : 0;
+      }
       EXPECT_EQ(step.launch().block(0), run.threads()) << step.name();
       EXPECT_EQ(s.tasks(), step.launch().grid(0) * step.launch().grid(1) * step.launch().grid(2));
       EXPECT_EQ(s.wait(), stage - 1);
@@ -70,6 +101,7 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
       ++stage;
     }
     EXPECT_EQ(stage, run.stages_size());
+    EXPECT_EQ(streamed, run.streamed_stages());
     EXPECT_GT(phase.steps(run.last_step()).launches(), 0) << "a run ends on a launching step";
     // Every SM gets an even share, to within one task per block and stage.
     EXPECT_LE(run.min_sm_tasks() * target.sm_count(), total_tasks);
@@ -80,39 +112,58 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
 }
 
 TEST(PersistentScheduleTest, DenseDecodeLayersRunAsOneKernel) {
-  const proto::ExecutionPlan plan =
-      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
   const targets::TargetDescription target = MustTarget("h200");
-  ASSERT_EQ(plan.phases_size(), 2);
-  for (const proto::Phase& phase : plan.phases()) {
-    ASSERT_EQ(phase.persistent_size(), 1) << phase.name();
-    const proto::PersistentRun& run = phase.persistent(0);
-    // 28 layers of five launching steps (and a view each), between the embedding and the
-    // final norm, which have no persistent tasks.
-    EXPECT_EQ(run.stages_size(), 28 * 5);
-    EXPECT_EQ(phase.steps(run.first_step() - 1).kind(), "embedding");
-    EXPECT_EQ(phase.steps(run.last_step() + 1).kind(), "rms_norm");
-    // The block size of most steps: 256 (the o-proj and down GEMVs and the tensor-core
-    // attention's 8 warps), so 2 blocks per SM.
-    EXPECT_EQ(run.threads(), 256);
-    EXPECT_EQ(run.blocks_per_sm(), 2);
-    EXPECT_EQ(run.prefetch_tasks(), 4);
-    ExpectValidRuns(phase, target);
-    // One launch for the run: embedding, the run, the final norm and the LM head.
-    EXPECT_EQ(phase.launches(), 4);
+  for (int slots : {0, kDefaultStreamSlots}) {
+    SCOPED_TRACE(absl::StrCat(slots, " stream slots"));
+    const proto::ExecutionPlan plan =
+        MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1, 2}, 0, slots);
+    ASSERT_EQ(plan.phases_size(), 2);
+    for (const proto::Phase& phase : plan.phases()) {
+      ASSERT_EQ(phase.persistent_size(), 1) << phase.name();
+      const proto::PersistentRun& run = phase.persistent(0);
+      // 28 layers of five launching steps (and a view each), between the embedding and the
+      // final norm, which have no persistent tasks.
+      EXPECT_EQ(run.stages_size(), 28 * 5);
+      EXPECT_EQ(phase.steps(run.first_step() - 1).kind(), "embedding");
+      EXPECT_EQ(phase.steps(run.last_step() + 1).kind(), "rms_norm");
+      // The block size of most steps: 256 (the o-proj and down GEMVs and the tensor-core
+      // attention's 8 warps): 2 blocks per SM, or one with the stream's slots.
+      EXPECT_EQ(run.threads(), 256);
+      EXPECT_EQ(run.blocks_per_sm(), slots > 0 ? 1 : 2);
+      EXPECT_EQ(run.prefetch_tasks(), 4);
+      EXPECT_EQ(run.stream_slots(), slots);
+      if (slots > 0) {
+        // The four GEMVs of every layer stream (the attention reads its cache itself), each
+        // in tiles of at most a slot; two slots hold the gate/up GEMV's tile of 24 rows (2 x 24
+        // rows of 1024 bf16), one task per block.
+        EXPECT_EQ(run.streamed_stages(), 28 * 4);
+        EXPECT_GE(run.stream_slot_bytes(), 2 * 24 * 1024 * 2);
+      }
+      ExpectValidRuns(phase, target);
+      // One launch for the run: embedding, the run, the final norm and the LM head.
+      EXPECT_EQ(phase.launches(), 4);
+    }
+    const std::string text = PlanTable(plan, /*fold_layers=*/true);
+    EXPECT_NE(text.find(slots > 0 ? "persistent kernel: steps 1-168 as 140 stages in one launch, "
+                                    "132 blocks of 256 threads (1 per SM)"
+                                  : "persistent kernel: steps 1-168 as 140 stages in one launch, "
+                                    "264 blocks of 256 threads (2 per SM)"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("weights of 112 of 140 stages streamed through 2 slots") !=
+                  std::string::npos,
+              slots > 0)
+        << text;
   }
-  const std::string text = PlanTable(plan, /*fold_layers=*/true);
-  EXPECT_NE(text.find("persistent kernel: steps 1-168 as 140 stages in one launch, 264 blocks "
-                      "of 256 threads (2 per SM)"),
-            std::string::npos)
-      << text;
 }
 
 TEST(PersistentScheduleTest, StepsRetunedForTheRunAreReestimated) {
   const proto::ExecutionPlan kernels =
       MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_KERNELS, {1});
+  for (int slots : {0, kDefaultStreamSlots}) {
+  SCOPED_TRACE(absl::StrCat(slots, " stream slots"));
   const proto::ExecutionPlan persistent =
-      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1});
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1}, 0, slots);
   const proto::Phase& k = kernels.phases(0);
   const proto::Phase& p = persistent.phases(0);
   EXPECT_EQ(k.persistent_size(), 0);
@@ -131,8 +182,10 @@ TEST(PersistentScheduleTest, StepsRetunedForTheRunAreReestimated) {
     }
     EXPECT_TRUE(noted) << p.steps(i).name();
   }
-  // The o-projection and down GEMVs pick 256 threads as kernels; the run's block is 128.
-  EXPECT_EQ(moved, 2 * 28);
+  // Two GEMVs of every layer have another block size as kernels than the run's; with the
+  // stream, every GEMV also takes the tiles that fit the slots.
+  EXPECT_EQ(moved, (slots > 0 ? 4 : 2) * 28);
+  }
 }
 
 TEST(PersistentScheduleTest, AutoKeepsARunOnlyWhereItIsEstimatedFaster) {
@@ -202,6 +255,10 @@ TEST(PersistentScheduleTest, BlocksPerSmOptionAndPrefillPhasesUntouched) {
   EXPECT_EQ(prefill->phases(0).persistent_size(), 0);
 
   options.persistent_blocks_per_sm = 33;
+  EXPECT_EQ(BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.persistent_blocks_per_sm = 0;
+  options.persistent_stream_slots = kMaxStreamSlots + 1;
   EXPECT_EQ(BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

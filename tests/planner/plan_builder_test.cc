@@ -16,6 +16,7 @@
 #include "models/lowering.h"
 #include "planner/pipelines.h"
 #include "planner/plan_svg.h"
+#include "planner/tactic_cache.h"
 #include "planner/plan_text.h"
 #include "targets/target.h"
 #include "tests/kernels/kernels_testing.h"
@@ -542,6 +543,22 @@ TEST(PlanBuilderTest, UnplannableRegionNamesThePhaseAndTheReasons) {
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("prefill T=64: region #"));
   EXPECT_THAT(plan.status().message(), HasSubstr("attention_prefill: head_dim 80"));
+}
+
+// The tuner's keys of a rank's steps carry the tensor-parallel degree; a whole model's do not.
+TEST(PlanBuilder, TensorParallelRanksLookUpTheirOwnKeys) {
+  for (int64_t ranks : {1, 2}) {
+    PlanOptions options = SmallOptions();
+    options.tensor_parallel = ranks;
+    const RecordingTacticCache lookups(nullptr);
+    absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig("qwen2-7b");
+    ASSERT_TRUE(config.ok());
+    ASSERT_TRUE(BuildExecutionPlan(*config, MustTarget("h200"), options, &lookups).ok());
+    ASSERT_FALSE(lookups.records().empty());
+    for (const auto& [key, record] : lookups.records()) {
+      EXPECT_EQ(absl::EndsWith(key.shape_bucket, ";tp=2"), ranks == 2) << key.ToString();
+    }
+  }
 }
 
 // A tensor-parallel rank's plan: the same phases on a share of the heads and widths, one

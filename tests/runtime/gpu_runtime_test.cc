@@ -55,9 +55,11 @@ class GpuRuntimeTest : public ::testing::Test {
       GpuOptions::ProgrammaticLaunch programmatic = GpuOptions::ProgrammaticLaunch::kDecode,
       bool last_token_logits = false,
       planner::proto::PlanOptions::DecodeBackend backend =
-          planner::proto::PlanOptions::DECODE_BACKEND_KERNELS) {
+          planner::proto::PlanOptions::DECODE_BACKEND_KERNELS,
+      int stream_slots = planner::kDefaultStreamSlots) {
     planner::PlanOptions options;
     options.decode_backend = backend;
+    options.persistent_stream_slots = stream_slots;
     options.prefill_last_token_logits = last_token_logits;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;
@@ -272,17 +274,19 @@ TEST_F(GpuRuntimeTest, BatchedPromptsMatchSinglePrompts) {
 TEST_F(GpuRuntimeTest, PersistentDecodeMatchesKernels) {
   // The persistent kernel runs the same bodies as the kernels, but its GEMVs at the run's
   // block size (other reduction orders), so the logits agree at bf16 level; teacher-forced
-  // with the kernels' greedy tokens, step after step, at one and three sequences.
+  // with the kernels' greedy tokens, step after step, at one and three sequences; with the
+  // weights streamed through shared memory (the default) and without.
   const size_t v = static_cast<size_t>(config_.vocab_size);
   auto argmax = [&](const float* row) {
     return static_cast<int32_t>(std::max_element(row, row + v) - row);
   };
+  for (int slots : {planner::kDefaultStreamSlots, 0})
   for (int64_t batch : {1, 3}) {
-    SCOPED_TRACE(absl::StrCat("batch ", batch));
+    SCOPED_TRACE(absl::StrCat("batch ", batch, ", ", slots, " stream slots"));
     auto kernels = Make({16}, 40, true, batch);
     ASSERT_TRUE(kernels.ok()) << kernels.status();
     auto persistent = Make({16}, 40, true, batch, GpuOptions::ProgrammaticLaunch::kDecode, false,
-                           planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+                           planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT, slots);
     ASSERT_TRUE(persistent.ok()) << persistent.status();
     std::vector<int32_t> prompts;
     for (int64_t s = 0; s < batch; ++s) {

@@ -163,7 +163,7 @@ TEST_F(TunedPlanTest, AStoredTacticThatNoLongerValidatesFallsBackToTheCostModel)
   RegionMeasurement m;
   m.key = KeyOf(*cost, "l0.qkv");
   m.environment = env_;
-  m.candidates = {{Gemv(3, 128), CandidateStatus::kOk, "", 1.0}};  // rows_per_cta 3: invalid
+  m.candidates = {{Gemv(33, 128), CandidateStatus::kOk, "", 1.0}};  // rows_per_cta 33: invalid
   ChooseWinner(m, true);
   ASSERT_TRUE((*store)->Record(m).ok());
   planner::PlanOptions tuned_options = options_;

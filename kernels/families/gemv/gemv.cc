@@ -77,6 +77,42 @@ class GemvFamily final : public TemplateFamilyBase {
     return out;
   }
 
+  // gemv_split_k_stream's tile: kRowsPerCta rows of each weight part over the CTA's slice of
+  // K (the first slice is the longest); none where a row or slice is not whole 16 bytes.
+  int64_t StreamTileBytes(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    const int64_t vec = t.params.at("vec");
+    const int64_t size = ir::DTypeSize(r.operand_dtype(s.norm ? 2 : 1));
+    if ((vec * size) % 16 != 0 || (s.k * size) % 16 != 0) return 0;
+    const int64_t per_split = CeilDiv(s.k / vec, t.params.at("split_k"));
+    return (s.swiglu ? 2 : 1) * t.params.at("rows_per_cta") * per_split * vec * size;
+  }
+  std::optional<Tactic> ForStream(const Tactic& t, const BoundRegion& r, int64_t slot_bytes,
+                                  int64_t blocks) const override {
+    const GemvShape s = ShapeOf(r);
+    // The fewest rounds of tasks a block runs one after another, then the most tasks (every
+    // block busy); whole K first on a tie.
+    std::optional<Tactic> best;
+    int64_t best_rounds = 0, best_tasks = 0;
+    for (int64_t split : {1, 2, 4, 8, 16}) {
+      for (int64_t rows : {32, 24, 16, 12, 8, 6, 4, 3, 2, 1}) {
+        Tactic c = t;
+        c.params["rows_per_cta"] = rows;
+        c.params["split_k"] = split;
+        const int64_t bytes = StreamTileBytes(c, r);
+        if (bytes == 0 || bytes > slot_bytes || s.k / split < t.params.at("vec")) continue;
+        const int64_t tasks = CeilDiv(s.n_out, rows) * split;
+        const int64_t rounds = CeilDiv(tasks, blocks);
+        if (!best.has_value() || rounds < best_rounds ||
+            (rounds == best_rounds && tasks > best_tasks)) {
+          best = c;
+          best_rounds = rounds;
+          best_tasks = tasks;
+        }
+      }
+    }
+    return best;
+  }
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemvShape s = ShapeOf(r);
     LaunchGeometry g;
@@ -253,8 +289,9 @@ class GemvFamily final : public TemplateFamilyBase {
     const int64_t vec = t.params.at("vec");
     if (!IsBlockSize(threads))
       return BadParam("threads", threads, "a multiple of 32 in [32, 1024]");
-    if (!IsPowerOfTwo(rows) || rows > 16)
-      return BadParam("rows_per_cta", rows, "a power of two <= 16");
+    // The tuner tries powers of two up to 16; the persistent kernel's weight stream may give
+    // a step any count up to 32 (ForStream).
+    if (rows < 1 || rows > 32) return BadParam("rows_per_cta", rows, "in [1, 32]");
     if (!IsPowerOfTwo(vec) || vec > Vec(r)) {
       return BadParam("vec", vec, absl::StrCat("a power of two <= ", Vec(r)));
     }

@@ -37,7 +37,7 @@ namespace tileplan {
 
 enum GemvEpilogue : int { kGemvPlain = 0, kGemvResidual = 1, kGemvSwiglu = 2 };
 
-// Features a thread accumulates at once: the largest power of two (<= kRowsPerCta) whose
+// Features a thread accumulates at once: the largest power of two dividing kRowsPerCta whose
 // accumulators and weight vectors, kPass * wrows * (max_rows + vec) floats, fit the
 // registers a thread has at this block size (65536 / threads, at most 255) less about 40
 // for addressing and the x vector, and with the norm prologue less its sums of squares and
@@ -47,7 +47,10 @@ __host__ __device__ constexpr int gemv_features_per_pass(int threads, int rows_p
   const int regs =
       (65536 / threads < 255 ? 65536 / threads : 255) - 40 - (norm ? max_rows + vec : 0);
   int pass = 1;
-  while (pass * 2 <= rows_per_cta && pass * 2 * wrows * (max_rows + vec) <= regs) pass *= 2;
+  while (pass * 2 <= rows_per_cta && rows_per_cta % (pass * 2) == 0 &&
+         pass * 2 * wrows * (max_rows + vec) <= regs) {
+    pass *= 2;
+  }
   return pass;
 }
 
@@ -107,11 +110,60 @@ __device__ __forceinline__ void gemv_split_k_prefetch(
   }
 }
 
-// CTA `cta`'s share of the product, once its inputs are ready.
+// The tile of CTA `cta` in shared memory (the persistent kernel's weight stream): for each
+// weight part (the gate rows, then for swiglu the up rows) kRowsPerCta rows of the CTA's
+// slice of K, row i of part q at element (q * kRowsPerCta + i) * slice, where slice is the
+// length of the CTA's slice. Returns the bytes that layout spans, 0 where the CTA has no rows
+// or its rows cannot be bulk-copied (a row or a slice start off 16 bytes); with `issue`, one
+// thread announces the bytes to barrier `bar` and starts the copies to shared address `dst`.
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
           int kSplitK, int kVec, int kEpilogue, typename NormW>
-__device__ __forceinline__ void gemv_split_k_body(
-    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+__device__ __forceinline__ unsigned int gemv_split_k_stream(
+    const Cta& cta, bool issue, unsigned int dst, unsigned int bar,
+    TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
+  constexpr int kSize = static_cast<int>(sizeof(W));
+  if constexpr ((kVec * kSize) % 16 != 0) {
+    return 0u;
+  } else {
+    const int col0 = cta.x * kRowsPerCta;
+    const int n = min(kRowsPerCta, cols - col0);
+    const int vecs = depth / kVec;
+    const int per_split = (vecs + kSplitK - 1) / kSplitK;
+    const int v_begin = cta.y * per_split;
+    const int v_end = min(vecs, v_begin + per_split);
+    if (n <= 0 || v_end <= v_begin || (static_cast<long long>(depth) * kSize) % 16 != 0 ||
+        reinterpret_cast<unsigned long long>(w) % 16 != 0) {
+      return 0u;
+    }
+    const unsigned int row_bytes = static_cast<unsigned int>((v_end - v_begin) * kVec * kSize);
+    if (issue) {
+      mbarrier_arrive_expect_tx(bar, static_cast<unsigned int>(kWRows * n) * row_bytes);
+      const long long k_begin = static_cast<long long>(v_begin) * kVec;
+#pragma unroll
+      for (int q = 0; q < kWRows; ++q) {
+        const W* rows0 = w + (static_cast<long long>(q) * cols + col0) * depth + k_begin;
+        const unsigned int at = dst + static_cast<unsigned int>(q * kRowsPerCta) * row_bytes;
+        if (kSplitK == 1) {
+          bulk_copy_to_shared(at, rows0, static_cast<unsigned int>(n) * row_bytes, bar);
+        } else {
+          for (int i = 0; i < n; ++i) {
+            bulk_copy_to_shared(at + static_cast<unsigned int>(i) * row_bytes,
+                                rows0 + static_cast<long long>(i) * depth, row_bytes, bar);
+          }
+        }
+      }
+    }
+    return static_cast<unsigned int>(kWRows * kRowsPerCta) * row_bytes;
+  }
+}
+
+// CTA `cta`'s share of the product, once its inputs are ready; with kTiled its weights come
+// from `tile` (gemv_split_k_stream's layout, in shared memory), else from `w`.
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW, bool kTiled>
+__device__ __forceinline__ void gemv_split_k_compute(
+    const Cta& cta, const W* tile, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
   constexpr bool kNorm = !is_same<NormW, void>::value;
   constexpr int kWarps = kThreads / 32;
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
@@ -148,7 +200,14 @@ __device__ __forceinline__ void gemv_split_k_body(
     for (int a = 0; a < kAcc; ++a) {
       const int c = col0 + p0 + a / kWRows;
       wvalid[a] = c < cols;
-      wrow[a] = a % kWRows == 0 ? c : cols + c;
+      if constexpr (kTiled) {
+        // The element offset of the row in the tile, less the slice's first k.
+        wrow[a] = static_cast<long long>((a % kWRows) * kRowsPerCta + p0 + a / kWRows) *
+                      ((v_end - v_begin) * kVec) -
+                  static_cast<long long>(v_begin) * kVec;
+      } else {
+        wrow[a] = a % kWRows == 0 ? c : cols + c;
+      }
     }
     float acc[kAcc][kMaxRows];
 #pragma unroll
@@ -184,7 +243,11 @@ __device__ __forceinline__ void gemv_split_k_body(
 #pragma unroll
       for (int a = 0; a < kAcc; ++a) {
         if (wvalid[a]) {
-          load_floats<W, kVec>(w + wrow[a] * depth + k, wv[a]);
+          if constexpr (kTiled) {
+            load_floats<W, kVec>(tile + wrow[a] + k, wv[a]);
+          } else {
+            load_floats<W, kVec>(w + wrow[a] * depth + k, wv[a]);
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) wv[a][e] = 0.f;
@@ -302,6 +365,24 @@ __device__ __forceinline__ void gemv_split_k_body(
 
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
           int kSplitK, int kVec, int kEpilogue, typename NormW>
+__device__ __forceinline__ void gemv_split_k_body(
+    const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  gemv_split_k_compute<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue,
+                       NormW, false>(cta, nullptr,
+                                     TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_GEMV_SPLIT_K_PARAMS));
+}
+
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW>
+__device__ __forceinline__ void gemv_split_k_streamed(
+    const Cta& cta, const char* tile, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  gemv_split_k_compute<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue,
+                       NormW, true>(cta, reinterpret_cast<const W*>(tile),
+                                    TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_GEMV_SPLIT_K_PARAMS));
+}
+
+template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
+          int kSplitK, int kVec, int kEpilogue, typename NormW>
 __global__ void __launch_bounds__(kThreads)
     gemv_split_k(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
   const Cta cta = this_cta();
@@ -316,11 +397,16 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,
           int kSplitK, int kVec, int kEpilogue, typename NormW>
 struct gemv_split_k_task {
-  TILEPLAN_KERNEL_TASK(TILEPLAN_GEMV_SPLIT_K_PARAMS,
-                       (gemv_split_k_prefetch<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK,
-                                              kVec, kEpilogue, NormW>),
-                       (gemv_split_k_body<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK,
-                                          kVec, kEpilogue, NormW>))
+  TILEPLAN_KERNEL_TASK_STREAMED(
+      TILEPLAN_GEMV_SPLIT_K_PARAMS,
+      (gemv_split_k_prefetch<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec,
+                             kEpilogue, NormW>),
+      (gemv_split_k_body<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue,
+                         NormW>),
+      (gemv_split_k_stream<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec, kEpilogue,
+                           NormW>),
+      (gemv_split_k_streamed<T, W, OutT, kMaxRows, kThreads, kRowsPerCta, kSplitK, kVec,
+                             kEpilogue, NormW>))
 };
 
 }  // namespace tileplan
