@@ -184,6 +184,46 @@ struct Row {
 
 // The benchmark of `plan` on `device`: the checkpoint's weights unless --random-weights or
 // the model has none, every --prefill and --decode length timed.
+// The persistent kernel's stages of one decode step, grouped by the step name less its layer
+// ("l0-27.qkv" and "l3.qkv" are "qkv"), in first-seen order: means per stage.
+void PrintPersistentTrace(const std::string& title,
+                          const std::vector<runtime::gpu::GpuRuntime::StageTrace>& stages) {
+  struct Group {
+    int count = 0;
+    int64_t tasks = 0;
+    double span = 0, handover = 0, tile_wait = 0, run = 0;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Group> groups;
+  double total = 0;
+  for (const auto& s : stages) {
+    const size_t dot = s.name.find('.');
+    const std::string key =
+        absl::StrCat(dot == std::string::npos ? s.name : s.name.substr(dot + 1), " (", s.kind, ")");
+    if (!groups.count(key)) order.push_back(key);
+    Group& g = groups[key];
+    ++g.count;
+    g.tasks += s.tasks;
+    g.span += s.span_us;
+    g.handover += s.handover_us;
+    g.tile_wait += s.tile_wait_us;
+    g.run += s.run_us;
+    total += s.span_us;
+  }
+  std::cout << absl::StrFormat(
+      "persistent kernel, %s: %d stages, %.1f us from the first task to the last release\n"
+      "  %-40s %6s %8s %10s %12s %12s %10s\n",
+      title, stages.size(), total, "stage", "count", "tasks", "span us", "handover us",
+      "tile wait us", "run us");
+  for (const std::string& key : order) {
+    const Group& g = groups[key];
+    const double n = g.count;
+    std::cout << absl::StrFormat("  %-40s %6d %8.0f %10.2f %12.2f %12.2f %10.2f\n", key, g.count,
+                                 static_cast<double>(g.tasks) / n, g.span / n, g.handover / n,
+                                 g.tile_wait / n, g.run / n);
+  }
+}
+
 absl::Status StatusOf(const absl::Status& s) { return s; }
 template <typename T>
 absl::Status StatusOf(const absl::StatusOr<T>& s) {
@@ -321,6 +361,10 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
                             return r.ProfileDecode(batch, 20);
                           }));
       PrintProfile(absl::StrCat("decode context ", c), steps);
+    }
+    if (absl::GetFlag(FLAGS_persistent_trace)) {
+      TP_ASSIGN_OR_RETURN(auto stages, rt->PersistentDecodeTrace(batch));
+      PrintPersistentTrace(absl::StrCat("decode context ", c), stages);
     }
   }
 

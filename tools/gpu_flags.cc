@@ -20,11 +20,16 @@ ABSL_FLAG(int, persistent_stream_slots, tileplan::planner::kDefaultStreamSlots,
           "shared-memory slots through which the persistent kernel streams the next tasks' "
           "weights (0 to 8); 0: every task reads its weights itself");
 
+ABSL_FLAG(bool, persistent_trace, false,
+          "persistent decode kernels record every task's timestamps; benchmark_transformer then "
+          "prints, after each decode measurement, where a step's time goes stage by stage");
+
 namespace tileplan::tools {
 
 absl::StatusOr<runtime::gpu::GpuOptions> GpuOptionsFromFlags() {
   runtime::gpu::GpuOptions options;
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  options.persistent_trace = absl::GetFlag(FLAGS_persistent_trace);
   if (absl::Status s = runtime::gpu::ParseProgrammaticLaunch(absl::GetFlag(FLAGS_pdl), options);
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--pdl: ", s.message()));

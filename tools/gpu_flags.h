@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(bool, cuda_graphs);
 ABSL_DECLARE_FLAG(std::string, decode_backend);
 ABSL_DECLARE_FLAG(int, persistent_blocks_per_sm);
 ABSL_DECLARE_FLAG(int, persistent_stream_slots);
+ABSL_DECLARE_FLAG(bool, persistent_trace);
 
 namespace tileplan::tools {
 

@@ -5,7 +5,7 @@
 // (planner/plan.proto, PersistentRun) says which block runs which CTA; dependencies are
 // counters in global memory, not kernel boundaries.
 //
-//   (with the weight stream: thread 0 starts copying the first kSlots tiles into shared
+//   (with the weight stream: one thread starts copying the first kSlots tiles into shared
 //   memory, below)
 //   for each of the block's tasks, in stage order:
 //     entering a new stage: prefetch (weights into L2) for up to `prefetch_tasks` of the
@@ -91,12 +91,17 @@ __device__ __forceinline__ Cta persistent_cta(const PersistentStage& stage, unsi
 //
 // The weight stream (kSlots > 0): dynamic shared memory holds, from byte `ring_offset`,
 // kSlots slots of `slot_bytes`. The tasks whose tiles fit a slot (persistent_stream) take
-// slots in the block's task order, the n-th in slot n % kSlots; thread 0 starts the copies of
-// the first kSlots at once, before the kernel's own dependency wait (weights depend on no
-// step), and the copies of tile n + kSlots as soon as task n has finished reading slot
-// n % kSlots, so the next tasks' weights, across stages, arrive while the block waits for
-// and runs the current ones. A task waits for its tile on its slot's barrier (phase
+// slots in the block's task order, the n-th in slot n % kSlots. One thread (of warp 1, while
+// thread 0 releases the counters) starts the copies of the first kSlots at once, before the
+// kernel's own dependency wait (weights depend on no step), and the copies of tile
+// n + kSlots as soon as task n has finished reading slot n % kSlots, so the next tasks'
+// weights, across stages, arrive while the block waits for and runs the current ones. A task waits for its tile on its slot's barrier (phase
 // n / kSlots), and reads it from shared memory; the others run as without the stream.
+//
+// The trace (`trace` not null; a diagnostic, docs/runtime.md): for task i of `tasks`, thread 0
+// writes four global_timer() readings to trace[4i ...]: when the block reaches the task, when
+// its wait for the earlier stage is over, when its tile has landed, and when it has released
+// the task.
 //
 // Launch: grid = the schedule's blocks (co-resident: cooperative), block kThreads (every
 // stage's block size), dynamic shared memory ring_offset + kSlots * slot_bytes (ring_offset
@@ -105,10 +110,13 @@ template <int kThreads, int kMinBlocks, int kSlots, typename... Ops>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     persistent_kernel(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_PERSISTENT_PARAMS)) {
   constexpr int kBars = kSlots > 0 ? kSlots : 1;
+  // The thread that issues the copies: another warp's than thread 0, which releases the
+  // counters, so that a release never waits behind the issue of copies.
+  constexpr int kIssuer = kThreads > 32 ? 32 : 0;
   __shared__ alignas(8) unsigned long long slot_bars[kBars];
   extern __shared__ __align__(128) char persistent_smem[];
   const int begin = block_tasks[blockIdx.x], end = block_tasks[blockIdx.x + 1];
-  // Thread 0's cursor: the next task to look at for a tile, and the tiles issued so far.
+  // The issuer's cursor: the next task to look at for a tile, and the tiles issued so far.
   int scan = begin;
   unsigned int issued = 0;
   [[maybe_unused]] auto issue_next = [&]() {
@@ -127,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
   if constexpr (kSlots > 0) {
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == kIssuer) {
       for (int s = 0; s < kSlots; ++s) mbarrier_init(shared_address(&slot_bars[s]), 1u);
       mbarrier_init_fence();
       for (int s = 0; s < kSlots; ++s) issue_next();
@@ -144,6 +152,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const PersistentStage& stage = stages[task.stage];
     const Cta cta = persistent_cta(stage, task.index);
     const char* task_params = params + stage.params;
+    unsigned long long reached = 0, ready = 0, landed = 0;
+    if (trace != nullptr && threadIdx.x == 0) reached = global_timer();
     unsigned int tile_bytes = 0;
     if constexpr (kSlots > 0) {
       tile_bytes = persistent_stream<Ops...>(stage.op, cta, task_params, false, 0u, 0u, slot_bytes);
@@ -163,9 +173,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         __syncthreads();
       }
     }
+    if (trace != nullptr && threadIdx.x == 0) ready = global_timer();
     if (kSlots > 0 && tile_bytes > 0) {
       const unsigned int slot = consumed % kBars;
       mbarrier_wait(shared_address(&slot_bars[slot]), (consumed / kBars) & 1u);
+      if (trace != nullptr && threadIdx.x == 0) landed = global_timer();
       persistent_run_streamed<Ops...>(stage.op, cta, task_params,
                                       persistent_smem + ring_offset + slot * slot_bytes);
     } else {
@@ -175,12 +187,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (tile_bytes > 0) ++consumed;
     if (threadIdx.x == 0) {
       add_release(done + task.stage, 1u);
-      if constexpr (kSlots > 0) {
-        if (tile_bytes > 0) {
-          // The block has finished reading the slot: refill it with the next tile.
-          fence_proxy_async_shared();
-          issue_next();
-        }
+      if (trace != nullptr) {
+        unsigned long long* t = trace + 4ll * i;
+        t[0] = reached;
+        t[1] = ready;
+        t[2] = landed != 0 ? landed : ready;
+        t[3] = global_timer();
+      }
+    }
+    if constexpr (kSlots > 0) {
+      if (threadIdx.x == kIssuer && tile_bytes > 0) {
+        // The block has finished reading the slot: refill it with the next tile.
+        fence_proxy_async_shared();
+        issue_next();
       }
     }
   }

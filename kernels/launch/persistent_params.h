@@ -40,7 +40,8 @@ struct PersistentTask {
   NEXT(unsigned int*, unsigned int*, finished)                    \
   NEXT(int, int, prefetch_tasks)                                  \
   NEXT(int, int, ring_offset)                                     \
-  NEXT(unsigned int, unsigned int, slot_bytes)
+  NEXT(unsigned int, unsigned int, slot_bytes)                    \
+  NEXT(unsigned long long*, unsigned long long*, trace)
 
 namespace tileplan {
 

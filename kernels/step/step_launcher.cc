@@ -255,8 +255,10 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
       AlignUp(blocks_at + static_cast<int64_t>(block_tasks.size() * sizeof(int)), 256);
   const int64_t counters_at = AlignUp(params_at + static_cast<int64_t>(blob.size()), 256);
   const int64_t counters = static_cast<int64_t>(stages.size()) + 2;
-  TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer,
-                      device::DeviceBuffer::Allocate(*device_, counters_at + counters * 4));
+  const int64_t trace_at = AlignUp(counters_at + counters * 4, 256);
+  const int64_t bytes =
+      spec.trace ? trace_at + static_cast<int64_t>(tasks.size()) * 4 * 8 : counters_at + counters * 4;
+  TP_ASSIGN_OR_RETURN(device::DeviceBuffer buffer, device::DeviceBuffer::Allocate(*device_, bytes));
   TP_RETURN_IF_ERROR(buffer.Fill(0));
   TP_RETURN_IF_ERROR(buffer.CopyFromHost(
       stages.data(), static_cast<int64_t>(stages.size() * sizeof(PersistentStage)), stages_at));
@@ -280,6 +282,7 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
   const int64_t ring_offset = AlignUp(shared, 128);
   params.ring_offset = static_cast<int>(ring_offset);
   params.slot_bytes = static_cast<unsigned int>(spec.stream_slots > 0 ? spec.stream_slot_bytes : 0);
+  params.trace = spec.trace ? reinterpret_cast<unsigned long long*>(base + trace_at) : nullptr;
 
   KernelLaunch launch;
   launch.grid = {spec.blocks, 1, 1};
@@ -291,7 +294,31 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
       PrepareKernels(std::move(label), std::move(instance.instance), {std::move(launch)}, {});
   step->cooperative_ = true;
   step->schedule_ = std::move(buffer);
+  if (spec.trace) {
+    step->trace_offset_ = trace_at;
+    for (size_t b = 0; b + 1 < block_tasks.size(); ++b) {
+      for (int t = block_tasks[b]; t < block_tasks[b + 1]; ++t) {
+        step->traced_.emplace_back(tasks[static_cast<size_t>(t)].stage, static_cast<int>(b));
+      }
+    }
+  }
   return step;
+}
+
+absl::StatusOr<std::vector<PreparedStep::TaskTrace>> PreparedStep::PersistentTrace() const {
+  if (trace_offset_ < 0 || !schedule_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": not a persistent kernel prepared with a trace"));
+  }
+  std::vector<uint64_t> raw(traced_.size() * 4);
+  TP_RETURN_IF_ERROR(schedule_->CopyToHost(raw.data(), static_cast<int64_t>(raw.size() * 8),
+                                           trace_offset_));
+  std::vector<TaskTrace> out(traced_.size());
+  for (size_t i = 0; i < traced_.size(); ++i) {
+    out[i] = {traced_[i].first, traced_[i].second, raw[4 * i], raw[4 * i + 1], raw[4 * i + 2],
+              raw[4 * i + 3]};
+  }
+  return out;
 }
 
 GraphExec::~GraphExec() {

@@ -57,6 +57,17 @@ class PreparedStep {
   // loaded (StepLauncher::Load); errors are prefixed with the label.
   absl::Status Enqueue(int binding, cudaStream_t stream);
 
+  // A persistent kernel prepared with PersistentSpec::trace: its tasks' timestamps from the
+  // last launch that finished (synchronous copy; nanoseconds of the GPU's global timer), one
+  // record per task in each block's order, the blocks in order. FailedPrecondition for any
+  // other step.
+  struct TaskTrace {
+    int stage = 0;
+    int block = 0;
+    uint64_t reached = 0, ready = 0, landed = 0, released = 0;
+  };
+  absl::StatusOr<std::vector<TaskTrace>> PersistentTrace() const;
+
  private:
   friend class StepLauncher;
   PreparedStep() = default;
@@ -79,6 +90,8 @@ class PreparedStep {
   // The persistent kernel: its launch is cooperative, and it owns its schedule's memory.
   bool cooperative_ = false;
   std::optional<device::DeviceBuffer> schedule_;
+  int64_t trace_offset_ = -1;                // in schedule_; -1: no trace
+  std::vector<std::pair<int, int>> traced_;  // (stage, block) of every task, in task order
 };
 
 struct StepOptions {
@@ -105,6 +118,8 @@ struct PersistentSpec {
   // shared memory after the stages' own; 0 slots: none.
   int stream_slots = 0;
   int64_t stream_slot_bytes = 0;
+  // Record every task's timestamps (PreparedStep::PersistentTrace); a diagnostic.
+  bool trace = false;
 };
 
 class StepLauncher {

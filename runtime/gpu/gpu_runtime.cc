@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <set>
 
@@ -717,6 +718,54 @@ absl::StatusOr<std::vector<GpuRuntime::StepTime>> GpuRuntime::ProfileDecode(int6
                                                                             int iterations) {
   TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
   return impl_->Profile(*p, std::max(1, iterations));
+}
+
+absl::StatusOr<std::vector<GpuRuntime::StageTrace>> GpuRuntime::PersistentDecodeTrace(
+    int64_t batch) {
+  TP_ASSIGN_OR_RETURN(Program * p, impl_->DecodeProgram(batch));
+  if (p->persistent.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(p->phase->name(), " has no persistent run to trace"));
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<StageTrace> rows;
+  for (size_t r = 0; r < p->persistent.size(); ++r) {
+    TP_ASSIGN_OR_RETURN(const std::vector<kernels::PreparedStep::TaskTrace> tasks,
+                        p->persistent[r].step->PersistentTrace());
+    const planner::proto::PersistentRun& run = p->phase->persistent(static_cast<int>(r));
+    const size_t stages = static_cast<size_t>(run.stages_size());
+    std::vector<uint64_t> first_ready(stages, UINT64_MAX), last_release(stages, 0);
+    std::vector<std::vector<double>> tile_wait(stages), run_us(stages);
+    uint64_t start = UINT64_MAX;
+    for (const kernels::PreparedStep::TaskTrace& t : tasks) {
+      const size_t s = static_cast<size_t>(t.stage);
+      if (s >= stages) return absl::InternalError("a traced task of an unknown stage");
+      start = std::min(start, t.reached);
+      first_ready[s] = std::min(first_ready[s], t.ready);
+      last_release[s] = std::max(last_release[s], t.released);
+      tile_wait[s].push_back(1e-3 * static_cast<double>(t.landed - t.ready));
+      run_us[s].push_back(1e-3 * static_cast<double>(t.released - t.landed));
+    }
+    for (size_t s = 0; s < stages; ++s) {
+      const uint64_t before = s == 0 ? start : last_release[s - 1];
+      const planner::proto::Step& step = p->phase->steps(run.stages(static_cast<int>(s)).step());
+      StageTrace row;
+      row.step = run.stages(static_cast<int>(s)).step();
+      row.name = step.name();
+      row.kind = step.kind();
+      row.tasks = run.stages(static_cast<int>(s)).tasks();
+      row.span_us = 1e-3 * (static_cast<double>(last_release[s]) - static_cast<double>(before));
+      row.handover_us = 1e-3 * (static_cast<double>(first_ready[s]) - static_cast<double>(before));
+      row.tile_wait_us = median(tile_wait[s]);
+      row.run_us = median(run_us[s]);
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
 }
 
 }  // namespace tileplan::runtime::gpu

@@ -63,6 +63,9 @@ struct GpuOptions {
   // runtime's device; its collective steps run on it. runtime/gpu/tensor_parallel.h makes
   // the communicators and runs every rank.
   const device::Communicator* communicator = nullptr;
+  // Persistent decode kernels record every task's timestamps (PersistentDecodeTrace); a
+  // diagnostic, at the cost of four stores a task.
+  bool persistent_trace = false;
 };
 
 // What Create set up, for reports.
@@ -169,6 +172,21 @@ class GpuRuntime {
   absl::StatusOr<std::vector<StepTime>> ProfilePrefill(int64_t batch, int64_t tokens,
                                                        int iterations);
   absl::StatusOr<std::vector<StepTime>> ProfileDecode(int64_t batch, int iterations);
+
+  // With GpuOptions::persistent_trace, where the last finished decode step of `batch` spent
+  // its time in its persistent runs, one row per stage (docs/runtime.md, "Persistent
+  // decode"). A stage's span runs from the end of the stage before (its last task released;
+  // for a run's first stage, the first task reached) to its own end; the handover from that
+  // end to the first of its blocks past the wait; tile_wait and run are medians over its
+  // tasks of the wait for the task's tile after the dependency wait and of the task itself
+  // (body, barrier, release). FailedPrecondition without the trace or without a run.
+  struct StageTrace {
+    int step = 0;
+    std::string name, kind;
+    int64_t tasks = 0;
+    double span_us = 0, handover_us = 0, tile_wait_us = 0, run_us = 0;
+  };
+  absl::StatusOr<std::vector<StageTrace>> PersistentDecodeTrace(int64_t batch);
 
  private:
   struct Impl;

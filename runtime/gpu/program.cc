@@ -303,6 +303,7 @@ struct ProgramBuilder::Impl {
       spec.prefetch_tasks = run.prefetch_tasks();
       spec.stream_slots = run.stream_slots();
       spec.stream_slot_bytes = run.stream_slot_bytes();
+      spec.trace = options.persistent_trace;
       int previous_step = run.first_step() - 1;
       for (const pp::PersistentStage& stage : run.stages()) {
         if (stage.step() <= previous_step || stage.step() > run.last_step()) {

@@ -56,7 +56,7 @@ class GpuRuntimeTest : public ::testing::Test {
       bool last_token_logits = false,
       planner::proto::PlanOptions::DecodeBackend backend =
           planner::proto::PlanOptions::DECODE_BACKEND_KERNELS,
-      int stream_slots = planner::kDefaultStreamSlots) {
+      int stream_slots = planner::kDefaultStreamSlots, bool trace = false) {
     planner::PlanOptions options;
     options.decode_backend = backend;
     options.persistent_stream_slots = stream_slots;
@@ -71,6 +71,7 @@ class GpuRuntimeTest : public ::testing::Test {
     GpuOptions gpu;
     gpu.cuda_graphs = graphs;
     gpu.programmatic_launch = programmatic;
+    gpu.persistent_trace = trace;
     return GpuRuntime::Create(*device_, *plan, checkpoint_.get(), gpu);
   }
 
@@ -322,6 +323,44 @@ TEST_F(GpuRuntimeTest, PersistentDecodeMatchesKernels) {
   ASSERT_TRUE(rt.ok()) << rt.status();
   std::vector<int32_t> stepped;
   ExpectGreedyLoopMatchesHostSteps(**rt, stepped);
+}
+
+TEST_F(GpuRuntimeTest, PersistentTraceGivesEveryStageOfTheLastStep) {
+  // With the trace, the last decode step's stages in plan order, each with its tasks, a span
+  // that covers its handover, and the same logits as without the trace; without it, or for a
+  // phase with no persistent run, a clear refusal.
+  auto traced = Make({16}, 40, true, 1, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                     planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT,
+                     planner::kDefaultStreamSlots, /*trace=*/true);
+  ASSERT_TRUE(traced.ok()) << traced.status();
+  auto plain = Make({16}, 40, true, 1, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                    planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<int32_t> prompt = Prompt(16, 5);
+  ASSERT_TRUE((*traced)->Prefill(prompt, 1).ok());
+  ASSERT_TRUE((*plain)->Prefill(prompt, 1).ok());
+  auto a = (*traced)->Decode({7}, {16});
+  auto b = (*plain)->Decode({7}, {16});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  auto stages = (*traced)->PersistentDecodeTrace(1);
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  ASSERT_FALSE(stages->empty());
+  int previous = -1;
+  for (const GpuRuntime::StageTrace& s : *stages) {
+    EXPECT_GT(s.step, previous);
+    previous = s.step;
+    EXPECT_GT(s.tasks, 0) << s.name;
+    EXPECT_GT(s.span_us, 0) << s.name;
+    EXPECT_GE(s.span_us, s.handover_us) << s.name;
+    EXPECT_GE(s.run_us, 0) << s.name;
+  }
+  EXPECT_EQ((*plain)->PersistentDecodeTrace(1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto kernels = Make({16}, 40);
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  EXPECT_THAT((*kernels)->PersistentDecodeTrace(1).status().message(),
+              HasSubstr("has no persistent run to trace"));
 }
 
 TEST_F(GpuRuntimeTest, UserErrorsAreClearAndLeaveTheRuntimeUsable) {
