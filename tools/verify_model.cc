@@ -604,8 +604,8 @@ absl::StatusOr<int> Verify() {
                       models::Checkpoint::Open(model.directory));
   const std::string reference = absl::GetFlag(FLAGS_reference);
   TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, tools::TensorParallelFromFlags());
-  // Lowered here so that a model tensor parallelism cannot split is refused before any run.
-  TP_RETURN_IF_ERROR(models::LowerModel(config, tp).status());
+  // A model tensor parallelism cannot split is refused before any run.
+  TP_RETURN_IF_ERROR(models::CheckTensorParallel(config, tp));
   TP_ASSIGN_OR_RETURN(Reference ref, LoadReference(reference, config.vocab_size));
   const int64_t prompt_len = static_cast<int64_t>(ref.input_ids.size());
   const int64_t num_greedy = static_cast<int64_t>(ref.greedy.size());

@@ -18,23 +18,14 @@
 #include "regions/parser.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/models/safetensors_builder.h"
+#include "tests/testing/compare.h"
 #include "tests/testing/random_weights.h"
 
 namespace tileplan::runtime::cpu {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Largest |a - b| relative to the largest |b| (0 when both are all zeros).
-double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+using tileplan::testing::MaxRelativeDifference;
 
 ir::Graph Parse(const std::string& text) {
   auto g = ir::ParseGraph(text);
@@ -111,7 +102,7 @@ void ExpectSameOutputs(const std::string& fused_text, const std::string& primiti
     ASSERT_EQ(out_a->size(), out_b->size());
     for (size_t k = 0; k < out_a->size(); ++k) {
       EXPECT_EQ((*out_a)[k].shape, (*out_b)[k].shape) << "run " << run << ", output " << k;
-      EXPECT_LE(RelativeDiff((*out_a)[k].f, (*out_b)[k].f), 1e-6)
+      EXPECT_LE(MaxRelativeDifference((*out_a)[k].f, (*out_b)[k].f), 1e-6)
           << "run " << run << ", output " << k;
       // A non-trivial output: the comparison would notice a wrong composition.
       EXPECT_GT(*std::max_element((*out_b)[k].f.begin(), (*out_b)[k].f.end()), 0.01f)

@@ -20,6 +20,7 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/tensor_parallel.h"
 #include "tests/models/safetensors_builder.h"
+#include "tests/testing/compare.h"
 #include "tests/testing/tiny_models.h"
 
 namespace tileplan::runtime::cpu {
@@ -27,16 +28,7 @@ namespace {
 
 using models::Architecture;
 using ::testing::HasSubstr;
-
-double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+using tileplan::testing::MaxRelativeDifference;
 
 TEST(CpuTensorParallel, TwoRanksComputeTheWholeModelsLogits) {
   for (Architecture arch : testing::EveryArchitecture()) {

@@ -19,24 +19,17 @@
 #include "planner/phase_graphs.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/tensor_parallel.h"
+#include "tests/testing/compare.h"
 #include "tests/testing/paths.h"
 
 namespace tileplan {
 namespace {
 
+using tileplan::testing::MaxRelativeDifference;
+
 constexpr double kTolerance = 1e-5;
 
 std::vector<std::string> Fixtures() { return absl::StrSplit(TILEPLAN_FIXTURES, ','); }
-
-double RelativeDiff(const std::vector<float>& planned, const std::vector<float>& primitive) {
-  EXPECT_EQ(planned.size(), primitive.size());
-  double diff = 0, scale = 0;
-  for (size_t k = 0; k < std::min(planned.size(), primitive.size()); ++k) {
-    diff = std::max(diff, std::fabs(static_cast<double>(planned[k]) - primitive[k]));
-    scale = std::max(scale, std::fabs(static_cast<double>(primitive[k])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 int32_t LastArgmax(const std::vector<float>& logits, int64_t vocab) {
   const auto last = logits.end() - vocab;
@@ -95,7 +88,7 @@ void ExpectDecodeAgrees(runtime::cpu::CpuBackend& primitive, runtime::cpu::CpuBa
     auto got = plan.Run({next}, {position});
     ASSERT_TRUE(w.ok()) << w.status();
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_LE(RelativeDiff(*got, *w), kTolerance) << "decode step " << k;
+    EXPECT_LE(MaxRelativeDifference(*got, *w), kTolerance) << "decode step " << k;
     want = *std::move(w);
   }
 }
@@ -140,7 +133,7 @@ void ExpectPlannedAgrees(const Fixture& f, bool fuse_moe, bool fuse_norm_moe = f
   auto got = (*plan)->Run(f.prompt, positions);
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "prompt";
+  EXPECT_LE(MaxRelativeDifference(*got, *want), kTolerance) << "prompt";
   ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
 }
 
@@ -194,7 +187,7 @@ TEST_P(PlanParityTest, LastTokenLogitsWithThePaddingFirst) {
   const int64_t vocab = f.config.vocab_size;
   ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
   const std::vector<float> want_last(want->end() - vocab, want->end());
-  EXPECT_LE(RelativeDiff(*got, want_last), kTolerance) << "the prompt's last token";
+  EXPECT_LE(MaxRelativeDifference(*got, want_last), kTolerance) << "the prompt's last token";
   ExpectDecodeAgrees(**primitive, **plan, f, *std::move(want));
 }
 
@@ -235,13 +228,13 @@ TEST_P(PlanParityTest, TensorParallelRanksWithLastTokenLogits) {
   ASSERT_TRUE(got.ok()) << got.status();
   const int64_t vocab = f.config.vocab_size;
   ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
-  EXPECT_LE(RelativeDiff(*got, std::vector<float>(want->end() - vocab, want->end())), kTolerance);
+  EXPECT_LE(MaxRelativeDifference(*got, std::vector<float>(want->end() - vocab, want->end())), kTolerance);
   const int32_t position = static_cast<int32_t>(f.prompt_len());
   want = (*primitive)->Run({f.prompt[0]}, {position});
   got = (*tp)->Run({f.prompt[0]}, {position});
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_LE(RelativeDiff(*got, *want), kTolerance) << "decode step";
+  EXPECT_LE(MaxRelativeDifference(*got, *want), kTolerance) << "decode step";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanParityTest, ::testing::ValuesIn(Fixtures()),
