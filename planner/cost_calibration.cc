@@ -205,6 +205,31 @@ std::optional<double> CostCalibration::Predict(const kernels::KernelFamily& fami
                                       return library || s.tactic != params;
                                     });
   }
+  if (!log_eff && is_default) {
+    // No sample of this kind near this size (a fused kind never measured, or work beyond the
+    // samples): the family's default tactics' samples of every kind at similar work, else
+    // the efficiency of the nearest one. The family's median, which small decode-sized
+    // samples dominate, priced an add_rms_norm over 512 MiB at 15 times its bytes' time.
+    std::vector<Sample> pool;
+    for (const auto& [key, group] : groups_) {
+      if (std::get<0>(key) != family.name() || std::get<1>(key) != family.version()) continue;
+      for (const Sample& sample : group.samples) {
+        if (sample.is_default) pool.push_back(sample);
+      }
+    }
+    const Point at{LogWork(work.bytes), LogWork(work.flops)};
+    log_eff = WeightedLogEfficiency(pool, at, [](size_t) { return false; });
+    if (!log_eff) {
+      double nearest = std::numeric_limits<double>::infinity();
+      for (const Sample& sample : pool) {
+        const double db = sample.log_bytes - at.log_bytes, df = sample.log_flops - at.log_flops;
+        if (const double d = std::sqrt(db * db + df * df); d < nearest) {
+          nearest = d;
+          log_eff = sample.log_efficiency;
+        }
+      }
+    }
+  }
   if (!log_eff && is_default) log_eff = figures->second.median_log_efficiency;
   if (!log_eff) return std::nullopt;
   return family.Launches(tactic, region) * LaunchMicros(target, mode) +

@@ -11,8 +11,10 @@
 // version, region kind and tactic parameters whose bytes and flops are within a factor 4 of
 // the region's (a Gaussian-weighted geometric mean of their efficiencies by log distance);
 // a family's default tactic also draws on the samples that were the default for their
-// region. A default tactic with no sample within that distance takes the median efficiency
-// of all the family's samples, so that families compare on calibrated figures; a family
+// region. A default tactic with no sample within that distance draws on the family's
+// default samples of every kind within it, else takes the nearest one's efficiency (the
+// median efficiency of all the family's samples when it has no default sample), so that
+// families compare on calibrated figures; a family
 // without samples keeps the uncalibrated estimate, and other tactics are not predicted.
 // Library families (cuBLASLt) are predicted for their default tactic only: a measured
 // library configuration need not exist for another shape.

@@ -125,6 +125,32 @@ TEST_F(CostCalibrationTest, PredictsFromNearSamplesOfTheSameTacticOnly) {
   EXPECT_TRUE(cal->SampledTactics(gemv_, "linear_residual").empty());
 }
 
+TEST_F(CostCalibrationTest, ADefaultBeyondEverySampleTakesTheNearestDefaultSample) {
+  // Many small samples of low efficiency and one larger of high efficiency, all more than a
+  // factor 4 below the region: the default takes the nearest sample's efficiency (0.5), not
+  // the family's median (0.02), which the small ones dominate.
+  const kernels::Tactic t = Gemv(2, 128);
+  proto::CostCalibration c = Calibration(
+      {Sample(t, 0.01, 0.02, true, "a"), Sample(t, 0.011, 0.02, true, "b"),
+       Sample(t, 0.012, 0.02, true, "c"), Sample(t, 0.2, 0.5, true, "d")});
+  ASSERT_TRUE(FitCostCalibration(target_, c).ok());
+  absl::StatusOr<CostCalibration> cal = CostCalibration::FromProto(c, "test");
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  const std::optional<double> us = cal->Predict(gemv_, t, true, qkv_, target_, LaunchMode::kGraph);
+  ASSERT_TRUE(us.has_value());
+  // In the fit's terms: its overhead and sample d's efficiency.
+  const proto::FamilyCalibration& f = c.families(0);
+  const double nearest = f.samples(3).efficiency();
+  EXPECT_NEAR(*us,
+              target_.graph_node_overhead_us() + f.overhead_us() +
+                  IdealMicros(gemv_.Work(t, qkv_), target_) / nearest,
+              1e-6);
+  const double median_efficiency = f.samples(1).efficiency();  // of the three small ones
+  EXPECT_LT(median_efficiency, nearest / 5);
+  // Not as a tactic of its own: its samples are all far.
+  EXPECT_FALSE(cal->Predict(gemv_, t, false, qkv_, target_, LaunchMode::kGraph));
+}
+
 TEST_F(CostCalibrationTest, SelectionTakesTheFastestPredictedTacticTheTunerWouldTry) {
   SelectionContext context;
   context.registry = &kernels::GlobalKernelRegistry();
