@@ -41,6 +41,13 @@ struct Point {
   double log_bytes, log_flops;
 };
 
+// The log distance of a sample from `at`.
+template <typename S>
+double Distance(const S& sample, Point at) {
+  const double db = sample.log_bytes - at.log_bytes, df = sample.log_flops - at.log_flops;
+  return std::sqrt(db * db + df * df);
+}
+
 // The weighted log efficiency of `pool` at `at`, skipping samples for which `skip(i)`;
 // nullopt when none lies within kMaxDistance.
 template <typename Pool, typename Skip>
@@ -48,8 +55,7 @@ std::optional<double> WeightedLogEfficiency(const Pool& pool, Point at, Skip ski
   double sum_w = 0, sum = 0, nearest = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < pool.size(); ++i) {
     if (skip(i)) continue;
-    const double db = pool[i].log_bytes - at.log_bytes, df = pool[i].log_flops - at.log_flops;
-    const double d = std::sqrt(db * db + df * df);
+    const double d = Distance(pool[i], at);
     if (d > kMaxDistance) continue;
     nearest = std::min(nearest, d);
     const double w = std::exp(-(d / kWidth) * (d / kWidth));
@@ -222,8 +228,7 @@ std::optional<double> CostCalibration::Predict(const kernels::KernelFamily& fami
     if (!log_eff) {
       double nearest = std::numeric_limits<double>::infinity();
       for (const Sample& sample : pool) {
-        const double db = sample.log_bytes - at.log_bytes, df = sample.log_flops - at.log_flops;
-        if (const double d = std::sqrt(db * db + df * df); d < nearest) {
+        if (const double d = Distance(sample, at); d < nearest) {
           nearest = d;
           log_eff = sample.log_efficiency;
         }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/align.h"
 #include "base/status_macros.h"
 #include "planner/cost_model.h"
@@ -48,6 +49,20 @@ int64_t CommonThreads(const std::vector<StepRole>& roles, int first, int last) {
   return best;
 }
 
+// `choice` under `tactic` (validated by the caller), estimated again by the cost model, with a
+// `considered` line beginning "persistent kernel: " and ending with the estimate.
+absl::Status Retactic(TacticChoice& choice, kernels::Tactic tactic, const BoundRegion& region,
+                      const targets::TargetDescription& target, absl::string_view why) {
+  choice.tactic = std::move(tactic);
+  TP_ASSIGN_OR_RETURN(choice.estimate, EstimateStep(*choice.family, choice.tactic, region, target,
+                                                    LaunchMode::kGraph));
+  choice.source = TacticSource::kCostModel;
+  choice.measured_us.reset();
+  choice.considered.push_back(absl::StrCat("persistent kernel: ", choice.family->name(), " ", why,
+                                           ": ", choice.estimate.us, " us"));
+  return absl::OkStatus();
+}
+
 // `choice` at `threads` threads per block: the family's tactic changed in its block size,
 // validated and estimated; nullopt when the family has none that validates.
 absl::StatusOr<std::optional<TacticChoice>> AtThreads(const TacticChoice& choice,
@@ -59,14 +74,9 @@ absl::StatusOr<std::optional<TacticChoice>> AtThreads(const TacticChoice& choice
     return std::nullopt;
   }
   TacticChoice out = choice;
-  out.tactic = *std::move(tactic);
-  TP_ASSIGN_OR_RETURN(out.estimate,
-                      EstimateStep(*out.family, out.tactic, region, target, LaunchMode::kGraph));
-  out.source = TacticSource::kCostModel;
-  out.measured_us.reset();
-  out.considered.push_back(
-      absl::StrCat("persistent kernel: ", choice.family->name(), " at ", threads,
-                   " threads per block, as every stage of its run: ", out.estimate.us, " us"));
+  TP_RETURN_IF_ERROR(
+      Retactic(out, *std::move(tactic), region, target,
+               absl::StrCat("at ", threads, " threads per block, as every stage of its run")));
   return std::optional<TacticChoice>(std::move(out));
 }
 
@@ -168,7 +178,6 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       return ring <= 0 ? 0 : ring / options.stream_slots / kStreamAlignment * kStreamAlignment;
     };
     int64_t slot_bytes = stream ? slot_bytes_for(shared) : 0;
-    int64_t streamed_stages = 0;
     if (slot_bytes > 0) {
       // Steps whose family streams its tiles take the tactic that fits the slots.
       for (int s = first; s <= run_last; ++s) {
@@ -182,24 +191,13 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
             c.family->Geometry(*tiled, region).block[0] != threads) {
           continue;
         }
-        c.tactic = *std::move(tiled);
-        TP_ASSIGN_OR_RETURN(c.estimate,
-                            EstimateStep(*c.family, c.tactic, region, target, LaunchMode::kGraph));
-        c.source = TacticSource::kCostModel;
-        c.measured_us.reset();
-        c.considered.push_back(absl::StrCat(
-            "persistent kernel: ", c.family->name(), " with tiles of ",
-            c.family->StreamTileBytes(c.tactic, region), " bytes, streamed through slots of ",
-            slot_bytes, ": ", c.estimate.us, " us"));
+        const int64_t tile = c.family->StreamTileBytes(*tiled, region);
+        TP_RETURN_IF_ERROR(Retactic(c, *std::move(tiled), region, target,
+                                    absl::StrCat("with tiles of ", tile,
+                                                 " bytes, streamed through slots of ", slot_bytes)));
       }
       shared = run_shared();
       slot_bytes = slot_bytes_for(shared);
-      for (int s = first; s <= run_last; ++s) {
-        if (roles[static_cast<size_t>(s)].kind != StepRole::kTask) continue;
-        const TacticChoice& c = choices[static_cast<size_t>(s)];
-        const int64_t tile = c.family->StreamTileBytes(c.tactic, BoundRegion(graph, s));
-        if (tile > 0 && tile <= slot_bytes) ++streamed_stages;
-      }
     }
 
     proto::PersistentRun run;
@@ -227,13 +225,14 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       give_up();
       continue;
     }
+    int64_t streamed_stages = 0;
     for (proto::PersistentStage& stage : *run.mutable_stages()) {
       const TacticChoice& c = choices[static_cast<size_t>(stage.step())];
       const BoundRegion region(graph, stage.step());
       const int64_t tile = c.family->StreamTileBytes(c.tactic, region);
-      TP_ASSIGN_OR_RETURN(
-          const double stage_us,
-          StageMicros(c, region, blocks, slot_bytes > 0 && tile > 0 && tile <= slot_bytes, target));
+      const bool streamed = slot_bytes > 0 && tile > 0 && tile <= slot_bytes;
+      streamed_stages += streamed ? 1 : 0;
+      TP_ASSIGN_OR_RETURN(const double stage_us, StageMicros(c, region, blocks, streamed, target));
       stage.set_estimated_us(stage_us);
       stages_us += stage_us;
     }

@@ -95,8 +95,9 @@ __device__ __forceinline__ Cta persistent_cta(const PersistentStage& stage, unsi
 // thread 0 releases the counters) starts the copies of the first kSlots at once, before the
 // kernel's own dependency wait (weights depend on no step), and the copies of tile
 // n + kSlots as soon as task n has finished reading slot n % kSlots, so the next tasks'
-// weights, across stages, arrive while the block waits for and runs the current ones. A task waits for its tile on its slot's barrier (phase
-// n / kSlots), and reads it from shared memory; the others run as without the stream.
+// weights, across stages, arrive while the block waits for and runs the current ones. A task
+// waits for its tile on its slot's barrier (phase n / kSlots), and reads it from shared
+// memory; the others run as without the stream.
 //
 // The trace (`trace` not null; a diagnostic, docs/runtime.md): for task i of `tasks`, thread 0
 // writes four global_timer() readings to trace[4i ...]: when the block reaches the task, when
