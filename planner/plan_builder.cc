@@ -327,6 +327,12 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
       ir::Graph primitive,
       models::LowerModel(config, models::TensorParallel{options.tensor_parallel, options.rank}));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  for (const std::string& name : options.excluded_families) {
+    if (registry.Find(name) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan options: excluded_families names '", name, "', not a kernel family"));
+    }
+  }
 
   proto::ExecutionPlan plan;
   plan.set_format_version(kPlanFormatVersion);
@@ -344,6 +350,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_backend(options.decode_backend);
   o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
   o->set_persistent_stream_slots(options.persistent_stream_slots);
+  for (const std::string& name : options.excluded_families) o->add_excluded_families(name);
   if (options.tensor_parallel > 1) {
     o->set_tensor_parallel_ranks(options.tensor_parallel);
     o->set_tensor_parallel_rank(options.rank);
@@ -381,6 +388,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.persistent.backend = options.decode_backend;
     spec.persistent.blocks_per_sm = options.persistent_blocks_per_sm;
     spec.persistent.stream_slots = options.persistent_stream_slots;
+    spec.excluded_families = options.excluded_families;
     if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);

@@ -44,6 +44,11 @@ struct PlanOptions {
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
   // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
   bool prefill_mla_expanded = true;
+  // Families no phase may choose and the tuner does not measure, by registered name (an
+  // unknown name is an error): to keep regions off a family, or to compare plans with and
+  // without it. By default wgmma_gemm, which runs the prefill linears slower than cuBLASLt so
+  // far (docs/PERF.md, "Prefill linears on wgmma"); an empty list lets every family compete.
+  std::vector<std::string> excluded_families = {"wgmma_gemm"};
   PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the
   // GPU the plan is for); empty: EnvironmentFingerprint(target), which no measurement

@@ -27,6 +27,11 @@ ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
           "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "
           "kernels for prompts too");
+ABSL_FLAG(std::vector<std::string>, exclude_families, {"wgmma_gemm"},
+          "kernel families no phase may choose and autotune_regions does not measure, "
+          "comma-separated; empty (--exclude-families=) lets every family compete (wgmma_gemm, "
+          "the prefill linears on Hopper's wgmma, is left out by default: slower than cuBLASLt "
+          "so far, docs/PERF.md)");
 ABSL_FLAG(std::string, target, "",
           "the target description: a bundled name or alias (h200, sm_90, ...) or a .textproto "
           "file; empty: this GPU's own, or h200 without a GPU");
@@ -52,6 +57,7 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
   options.decode_fuse_rope_attention = absl::GetFlag(FLAGS_fuse_rope_attention);
   options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
+  options.excluded_families = absl::GetFlag(FLAGS_exclude_families);
   TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, TensorParallelFromFlags());
   options.tensor_parallel = tp.ranks;
   options.rank = tp.rank;

@@ -45,6 +45,9 @@ absl::StatusOr<TuningWork> TuningWork::Collect(planner::proto::ExecutionPlan pla
                             [&](const kernels::KernelFamily* k) { return k == planned; });
       for (const kernels::KernelFamily* family : families) {
         if (!HasTacticsToMeasure(*family) || !family->CanImplement(region, target).ok()) continue;
+        // A family the plan's options keep every phase off is not measured either.
+        const auto& excluded = work.plan_.options().excluded_families();
+        if (std::find(excluded.begin(), excluded.end(), family->name()) != excluded.end()) continue;
         planner::TacticKey key =
             planner::TacticKeyFor(region, ir_phase, *family, environment,
                                   std::max<int64_t>(1, work.plan_.options().tensor_parallel_ranks()));

@@ -55,6 +55,9 @@ struct KernelInstance {
   // Template files included before `source`, whose templates the name expressions also
   // instantiate (the persistent kernel's tasks, kernels/launch/persistent.cuh).
   std::vector<std::string> includes;
+  // Compiled for the target's architecture-specific variant (sm_90a: wgmma), which runs on
+  // that exact architecture only.
+  bool arch_specific = false;
 
   friend auto operator<=>(const KernelInstance&, const KernelInstance&) = default;
 };
@@ -246,6 +249,8 @@ class LaunchBuilder {
     result_.instance.name_expressions.push_back(std::move(name_expression));
     if (buffers_ != nullptr) result_.launches.push_back(std::move(launch));
   }
+  // The instance needs the architecture-specific variant of its target (KernelInstance).
+  void RequireArchSpecific() { result_.instance.arch_specific = true; }
   // Marks the launch added last as the main one (KernelFamily::Geometry's); by default the
   // last launch of the step is.
   void MarkMainLaunch() {

@@ -16,6 +16,7 @@ CompileRequest RequestFor(const KernelInstance& instance, int sm) {
   request.name_expressions = instance.name_expressions;
   request.includes = instance.includes;
   request.sm = sm;
+  request.arch_specific = instance.arch_specific;
   return request;
 }
 

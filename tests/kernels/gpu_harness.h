@@ -79,6 +79,10 @@ struct Case {
   // places it when the family allows it (KernelFamily::MayOverwriteOperand; linear_residual's
   // C == D), and the output is read there. Otherwise every result has its own storage.
   int result_over_operand = -1;
+  // When > 0, the case runs on a GPU of exactly this compute capability (an
+  // architecture-specific family's) and is skipped, saying so, on others; its CPU checks
+  // run on the sm_90 target regardless.
+  int sm = 0;
 };
 
 // A named group of cases: one test.

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/core/kernel_family.h"
+#include "kernels/core/template_launch.h"
 #include "kernels/families/registry.h"
 #include "regions/kinds.h"
 #include "targets/target.h"
@@ -110,7 +111,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
               ElementsAre("argmax", "attention_decode", "attention_prefill", "collective",
                           "cublaslt_gemm", "elementwise", "embedding_gather", "expert_gemm",
                           "expert_gemv", "gemv", "mla_attention", "mla_prefill", "moe_gemv",
-                          "moe_routing", "rms_norm", "rope_kv_write", "view"));
+                          "moe_routing", "rms_norm", "rope_kv_write", "view", "wgmma_gemm"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();
@@ -124,7 +125,8 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
           << f->name() << " implements unknown kind " << kind;
     }
   }
-  EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")), ElementsAre("cublaslt_gemm", "gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")),
+              ElementsAre("cublaslt_gemm", "gemv", "wgmma_gemm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
               ElementsAre("attention_decode", "attention_prefill"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("mla_attention")),
@@ -137,7 +139,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("swiglu")), ElementsAre("elementwise"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("add_rms_norm")), ElementsAre("rms_norm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear_swiglu")),
-              ElementsAre("cublaslt_gemm", "gemv"));
+              ElementsAre("cublaslt_gemm", "gemv", "wgmma_gemm"));
   // cuBLASLt has no norm prologue.
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear")), ElementsAre("gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")), ElementsAre("gemv"));
@@ -879,6 +881,69 @@ TEST(KernelFamiliesTest, CublasLtTakesAShortKUnsplit) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("'split_k' is 2, expected 1, or 2, 4, 8 or 16 leaving >= 16 of K = 7 "
                         "per slice"));
+}
+
+TEST(KernelFamiliesTest, WgmmaGemmServesPrefillOnSm90Only) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,1024]
+  weight %w: bf16[6144,1024] = "w"
+  weight %b: bf16[6144] = "b"
+  %y: bf16[B,T,3072] = linear_swiglu(%x, %w, %b)
+  input %x32: f32[B,T,1024]
+  weight %w32: f32[64,1024] = "w32"
+  %z: f32[B,T,64] = linear(%x32, %w32)
+  input %xo: bf16[B,T,1022]
+  weight %wo: bf16[64,1022] = "wo"
+  %o: bf16[B,T,64] = linear(%xo, %wo)
+  output %y
+  output %z
+  output %o
+})");
+  const KernelFamily& wgmma = *GlobalKernelRegistry().Find("wgmma_gemm");
+  const TargetDescription h200 = MustTarget("h200");
+  const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"Smax", 4096}, {"T", 512}}, 512);
+  const BoundRegion y(prefill, 0);
+  ASSERT_TRUE(wgmma.CanImplement(y, h200).ok()) << wgmma.CanImplement(y, h200);
+  // Only sm_90 has wgmma.
+  for (const char* other : {"a100", "b200"}) {
+    const absl::Status refused = wgmma.CanImplement(y, MustTarget(other));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << other;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("sm_90")) << other;
+  }
+  // Decode-sized inputs, f32 operands and a K that is not whole 16-byte chunks are refused.
+  const BoundGraph decode = MustBind(graph, {{"B", 16}, {"Smax", 4096}, {"T", 1}}, 512);
+  EXPECT_THAT(std::string(wgmma.CanImplement(BoundRegion(decode, 0), h200).message()),
+              HasSubstr("M = 16 rows"));
+  EXPECT_THAT(std::string(wgmma.CanImplement(BoundRegion(prefill, 1), h200).message()),
+              HasSubstr("f32, not bf16 or f16"));
+  EXPECT_THAT(std::string(wgmma.CanImplement(BoundRegion(prefill, 2), h200).message()),
+              HasSubstr("K = 1022 is not a multiple of 8"));
+
+  // The default tile fills the machine in one wave at M = 512: 128 x 192 (4 x 32 CTAs).
+  absl::StatusOr<Tactic> def = wgmma.DefaultTactic(y, h200);
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_EQ(def->ParamsString(), "stages=4,tile_m=128,tile_n=192");
+  const LaunchGeometry g = wgmma.Geometry(*def, y);
+  EXPECT_EQ(g.grid, (std::array<int64_t, 3>{32, 4, 1}));
+  EXPECT_EQ(g.block, (std::array<int64_t, 3>{256, 1, 1}));
+  EXPECT_EQ(g.dynamic_shared_memory_bytes, 4 * (128 + 192) * 128 + 1024);
+  // SwiGLU is the GEMM's epilogue: one launch, no workspace, compiled for sm_90a.
+  EXPECT_EQ(wgmma.Launches(*def, y), 1);
+  EXPECT_EQ(wgmma.WorkspaceBytes(*def, y), 0);
+  absl::StatusOr<KernelInstance> instance = InstanceFor(wgmma, y, *def);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_TRUE(instance->arch_specific);
+  EXPECT_THAT(instance->name_expressions,
+              ElementsAre("tileplan::wgmma_gemm<tileplan::bf16, 128, 192, 4, "
+                          "tileplan::kWgmmaSwiglu, true>"));
+
+  // A ring that does not fit the block's shared memory is refused.
+  Tactic big = *def;
+  big.params["tile_n"] = 256;
+  big.params["stages"] = 5;
+  const absl::Status s = wgmma.ValidateTactic(big, y, h200);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'stages' is 5"));
 }
 
 TEST(KernelFamiliesTest, CublasLtRawConfigsNameAnyTileAndCheckEveryField) {

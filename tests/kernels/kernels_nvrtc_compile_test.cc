@@ -1,7 +1,8 @@
 // Compiles the template instances of the families' candidate lists for the typical
 // regions (tests/kernels/candidate_instances.h, Coverage::kEachValue: every row default and
 // every tunable value) with NVRTC, for every architecture row this NVRTC supports (sm_80,
-// sm_90, sm_100, sm_120). No GPU needed. Distinct instances are compiled once per
+// sm_90, sm_100, sm_120; architecture-specific instances, wgmma_gemm's, for sm_90a only). No
+// GPU needed. Distinct instances are compiled once per
 // architecture, several per NVRTC program, on all cores; a failure prints the
 // instantiations and NVRTC's log. (The full product of the tunables is the tuner's search
 // space, compiled on demand there; its launch preparation is checked for every
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -64,11 +66,13 @@ TEST_P(KernelsNvrtcCompileTest, EveryCandidateInstanceCompiles) {
     GTEST_SKIP() << "NVRTC " << (*compiler)->nvrtc_version() << " does not support sm_" << sm;
   }
 
-  // Group the name expressions per template file, then cut them into programs.
-  std::map<std::string, std::vector<std::string>> by_source;
+  // Group the name expressions per template file (and architecture-specific variant: those
+  // compile for sm_90a alone, the one variant they have), then cut them into programs.
+  std::map<std::pair<std::string, bool>, std::vector<std::string>> by_source;
   size_t kernels = 0;
   for (const KernelInstance& instance : AllInstances()) {
-    std::vector<std::string>& names = by_source[instance.source];
+    if (instance.arch_specific && sm != 90) continue;
+    std::vector<std::string>& names = by_source[{instance.source, instance.arch_specific}];
     for (const std::string& name : instance.name_expressions) {
       if (std::find(names.begin(), names.end(), name) == names.end()) {
         names.push_back(name);
@@ -81,8 +85,9 @@ TEST_P(KernelsNvrtcCompileTest, EveryCandidateInstanceCompiles) {
   for (const auto& [source, names] : by_source) {
     for (size_t i = 0; i < names.size(); i += kInstancesPerProgram) {
       CompileRequest request;
-      request.source = source;
+      request.source = source.first;
       request.sm = sm;
+      request.arch_specific = source.second;
       request.name_expressions.assign(names.begin() + static_cast<std::ptrdiff_t>(i),
                                       names.begin() + static_cast<std::ptrdiff_t>(std::min(
                                                           names.size(), i + kInstancesPerProgram)));

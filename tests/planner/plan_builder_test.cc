@@ -504,6 +504,34 @@ TEST(PlanBuilderTest, BadOptionsNameTheOption) {
   EXPECT_THAT(plan.status().message(), HasSubstr("nothing to plan"));
 }
 
+// wgmma_gemm is left out by default and recorded so; an empty list lets it compete (on sm_90
+// prefill linears, which the calibration has no sample of); an unknown name is refused.
+TEST(PlanBuilderTest, ExcludedFamiliesAreLeftOffAndRecorded) {
+  auto families = [](const proto::ExecutionPlan& plan) {
+    std::set<std::string> out;
+    for (const proto::Phase& phase : plan.phases()) {
+      for (const proto::Step& s : phase.steps()) out.insert(s.tactic().family());
+    }
+    return out;
+  };
+  PlanOptions options = SmallOptions();
+  const proto::ExecutionPlan by_default = MustPlan("qwen3-0.6b", "h200", options);
+  EXPECT_THAT(by_default.options().excluded_families(), ::testing::ElementsAre("wgmma_gemm"));
+  EXPECT_FALSE(families(by_default).contains("wgmma_gemm"));
+  EXPECT_TRUE(families(by_default).contains("cublaslt_gemm"));
+  options.excluded_families.clear();
+  const proto::ExecutionPlan all = MustPlan("qwen3-0.6b", "h200", options);
+  EXPECT_TRUE(all.options().excluded_families().empty());
+  EXPECT_TRUE(families(all).contains("wgmma_gemm"));
+  // Not on sm_80, which has no wgmma.
+  EXPECT_FALSE(families(MustPlan("qwen3-0.6b", "a100", options)).contains("wgmma_gemm"));
+  options.excluded_families = {"cublaslt_gemm", "no_such_family"};
+  const absl::StatusOr<proto::ExecutionPlan> bad =
+      BuildExecutionPlan(MustConfig("qwen3-0.6b"), MustTarget("h200"), options, nullptr);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'no_such_family', not a kernel family"));
+}
+
 // A context past the model's max_position_embeddings, and a plan whose weights, KV cache and
 // arena exceed the target's memory, are refused with the numbers.
 TEST(PlanBuilderTest, InfeasiblePlansAreRefusedWithTheSizes) {

@@ -49,10 +49,11 @@ TEST_F(TacticSelectionTest, MissUsesTheCostModelOverEveryFamily) {
   EXPECT_EQ(choice->family->name(), "gemv");
   EXPECT_FALSE(choice->measured_us.has_value());
   EXPECT_GT(choice->estimate.us, 0);
-  ASSERT_EQ(choice->considered.size(), 2u);
+  ASSERT_EQ(choice->considered.size(), 3u);
   EXPECT_THAT(choice->considered[0], HasSubstr("cublaslt_gemm: "));
   EXPECT_THAT(choice->considered[0], HasSubstr("(cost model)"));
   EXPECT_THAT(choice->considered[1], HasSubstr("gemv: "));
+  EXPECT_THAT(choice->considered[2], HasSubstr("wgmma_gemm: cannot implement: M = 1 rows"));
   EXPECT_EQ(choice->key.family, "gemv");
   EXPECT_EQ(choice->key.environment, "h200/sm_90/132sm");
   EXPECT_EQ(choice->key.shape_bucket, "B=1,Smax=4096,T=1");
@@ -128,7 +129,8 @@ TEST_F(TacticSelectionTest, HitReturnsTheMeasuredTacticAsTuned) {
   EXPECT_EQ(tuned->measured_us, 9.5);
   EXPECT_EQ(tuned->key, key);
   EXPECT_THAT(tuned->considered,
-              ElementsAre("cublaslt_gemm: 9.50 us (tuned)", ::testing::StartsWith("gemv: ")));
+              ElementsAre("cublaslt_gemm: 9.50 us (tuned)", ::testing::StartsWith("gemv: "),
+                          ::testing::StartsWith("wgmma_gemm: cannot implement: ")));
   EXPECT_EQ(TacticSourceName(tuned->source), "tuned");
 }
 

@@ -24,6 +24,8 @@ std::vector<CaseGroup> CublasLtGemmCaseGroups();
 std::vector<CaseGroup> MoeCaseGroups();
 // moe_gemv (kernels/families/moe_fused/): the fused moe kind.
 std::vector<CaseGroup> MoeFusedCaseGroups();
+// wgmma_gemm (sm_90 only: its groups skip on other GPUs).
+std::vector<CaseGroup> WgmmaGemmCaseGroups();
 
 // Every family's groups, in the order above.
 std::vector<CaseGroup> AllCaseGroups();
@@ -36,6 +38,12 @@ std::vector<CaseGroup> AllCaseGroups();
 std::string RopeAttentionGraph(bool norms, int batch, int tokens, int q_heads, int kv_heads,
                                int capacity, int dim, const std::string& dtype, int window,
                                const std::string& rope, int pad = 0);
+
+// Graphs the GEMM families share (cublaslt_gemm, wgmma_gemm): linear_residual with bias over
+// [2, 64, 136] x [200, 136], whose result the case writes over the residual (operand 2), and
+// linear_swiglu with bias over [3, 50, 136] x [400, 136].
+std::string LinearResidualInPlaceGraph();
+std::string LinearSwigluWithBiasGraph();
 
 // The RoPE attributes of Qwen's models (`rope` above).
 inline constexpr char kQwenRope[] = R"(rope_type = "default", theta = 1000000.0)";

@@ -50,15 +50,7 @@ std::vector<CaseGroup> CublasLtGemmCaseGroups() {
   output %y
 })"));
   // The result over its residual (operand 2).
-  groups.push_back(Group("LinearResidualInPlace", R"(graph @g {
-  input %x: bf16[2,64,136]
-  weight %w: bf16[200,136] = "w"
-  input %r: bf16[2,64,200]
-  weight %b: bf16[200] = "b"
-  %y: bf16[2,64,200] = linear_residual(%x, %w, %r, %b)
-  output %y
-})",
-                         2));
+  groups.push_back(Group("LinearResidualInPlace", LinearResidualInPlaceGraph(), 2));
   groups.push_back(Group("LinearResidual", R"(graph @g {
   input %x: bf16[7,136]
   weight %w: bf16[200,136] = "w"
@@ -66,13 +58,7 @@ std::vector<CaseGroup> CublasLtGemmCaseGroups() {
   %y: bf16[7,200] = linear_residual(%x, %w, %r)
   output %y
 })"));
-  groups.push_back(Group("LinearSwigluWithBias", R"(graph @g {
-  input %x: bf16[3,50,136]
-  weight %w: bf16[400,136] = "w"
-  weight %b: bf16[400] = "b"
-  %y: bf16[3,50,200] = linear_swiglu(%x, %w, %b)
-  output %y
-})"));
+  groups.push_back(Group("LinearSwigluWithBias", LinearSwigluWithBiasGraph()));
   groups.push_back(Group("LmHeadFloatLogits", R"(graph @g {
   input %x: bf16[1,5,136]
   weight %w: bf16[1001,136] = "w"

@@ -1,0 +1,33 @@
+// The parameters of the wgmma_gemm kernel, declared once for the template (NVRTC) and the
+// host launcher (kernels/core/kernel_params.h): TILEPLAN_WGMMA_GEMM_PARAMS is the kernel's
+// signature, entry by entry (host type, kernel type, name), and the struct below is what the
+// host fills; the launch passes its fields as the kernel's parameters.
+#pragma once
+
+#ifdef __CUDACC_RTC__
+#include "kernel_params.h"
+#else
+#include "kernels/core/kernel_params.h"
+#endif
+
+// wgmma_gemm
+#define TILEPLAN_WGMMA_GEMM_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(const void*, const T* __restrict__, w) \
+  NEXT(long long, long long, w_stride) \
+  NEXT(const void*, const T* __restrict__, bias) \
+  NEXT(const void*, const T*, residual) \
+  NEXT(long long, long long, residual_stride) \
+  NEXT(void*, T*, out) \
+  NEXT(long long, long long, out_stride) \
+  NEXT(int, int, rows) \
+  NEXT(int, int, cols) \
+  NEXT(int, int, depth) \
+  NEXT(int, int, up_offset)
+
+namespace tileplan {
+
+TILEPLAN_PARAMS_STRUCT(WgmmaGemmParams, TILEPLAN_WGMMA_GEMM_PARAMS)
+
+}  // namespace tileplan
