@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/core/bound_graph.h"
+#include "kernels/core/kernel_family.h"
 #include "planner/plan.pb.h"
 #include "planner/tactic_selection.h"
 #include "targets/target.pb.h"
@@ -47,11 +48,11 @@ inline constexpr double kTaskRoundMicros = 3.4;
 // less the steps around the run).
 inline constexpr double kStreamedTaskMicros = 6.8;
 // Slots and the ring's start are multiples of this many bytes.
-inline constexpr int64_t kStreamAlignment = 128;
+inline constexpr int64_t kStreamAlignment = kernels::kStreamAlignment;
 
 // The weight stream's slots (PersistentOptions::stream_slots): by default, and at most.
 inline constexpr int kDefaultStreamSlots = 2;
-inline constexpr int kMaxStreamSlots = 8;
+inline constexpr int kMaxStreamSlots = kernels::kMaxStreamSlots;
 
 struct PersistentOptions {
   proto::PlanOptions::DecodeBackend backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;

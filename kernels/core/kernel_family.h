@@ -39,6 +39,12 @@ using targets::TargetDescription;
 
 class TemplateLauncher;
 
+// The persistent kernel's weight stream (kernels/launch/persistent.cuh): at most this many
+// slots, each slot and the ring's start a multiple of this many bytes. The planner sizes the
+// stream (planner/persistent_schedule.h) and the step launcher checks it with these.
+inline constexpr int kMaxStreamSlots = 8;
+inline constexpr int64_t kStreamAlignment = 128;
+
 // A family's choice of parameters for one region: self-describing data.
 struct Tactic {
   std::string family;

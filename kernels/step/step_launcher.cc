@@ -181,12 +181,13 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
     const PersistentSpec& spec, std::string label) {
   if (spec.stages.empty() || spec.blocks <= 0 || spec.threads <= 0 || spec.threads % 32 != 0 ||
       spec.min_blocks_per_sm <= 0 || spec.prefetch_tasks < 0 || spec.stream_slots < 0 ||
-      spec.stream_slots > 8 || (spec.stream_slots > 0 && (spec.stream_slot_bytes <= 0 ||
-                                                          spec.stream_slot_bytes % 128 != 0))) {
+      spec.stream_slots > kMaxStreamSlots ||
+      (spec.stream_slots > 0 &&
+       (spec.stream_slot_bytes <= 0 || spec.stream_slot_bytes % kStreamAlignment != 0))) {
     return absl::InvalidArgumentError(absl::StrCat(
         label, ": a persistent kernel needs stages, blocks, threads (a multiple of 32), ",
-        "at least one block per SM, no negative prefetch, and at most 8 stream slots of a "
-        "positive multiple of 128 bytes"));
+        "at least one block per SM, no negative prefetch, and at most ", kMaxStreamSlots,
+        " stream slots of a positive multiple of ", kStreamAlignment, " bytes"));
   }
   std::vector<std::pair<const KernelInstance*, int>> kernels;
   std::vector<PersistentStage> stages;
@@ -279,7 +280,7 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
   params.epoch = counter_base + stages.size();
   params.finished = counter_base + stages.size() + 1;
   params.prefetch_tasks = spec.prefetch_tasks;
-  const int64_t ring_offset = AlignUp(shared, 128);
+  const int64_t ring_offset = AlignUp(shared, kStreamAlignment);
   params.ring_offset = static_cast<int>(ring_offset);
   params.slot_bytes = static_cast<unsigned int>(spec.stream_slots > 0 ? spec.stream_slot_bytes : 0);
   params.trace = spec.trace ? reinterpret_cast<unsigned long long*>(base + trace_at) : nullptr;
