@@ -47,12 +47,13 @@ inline constexpr double kTaskRoundMicros = 3.4;
 // persistent kernel's weight stream": 1.10 ms with one round of tasks per stage, 140 stages,
 // less the steps around the run).
 inline constexpr double kStreamedTaskMicros = 6.8;
-// Slots and the ring's start are multiples of this many bytes.
-inline constexpr int64_t kStreamAlignment = kernels::kStreamAlignment;
+// The weight stream's limits, the kernel's (kernels/core/kernel_family.h): at most
+// kMaxStreamSlots slots; slots and the ring's start multiples of kStreamAlignment bytes.
+using kernels::kMaxStreamSlots;
+using kernels::kStreamAlignment;
 
-// The weight stream's slots (PersistentOptions::stream_slots): by default, and at most.
+// The weight stream's slots by default (PersistentOptions::stream_slots).
 inline constexpr int kDefaultStreamSlots = 2;
-inline constexpr int kMaxStreamSlots = kernels::kMaxStreamSlots;
 
 struct PersistentOptions {
   proto::PlanOptions::DecodeBackend backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;

@@ -27,7 +27,8 @@ ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
           "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "
           "kernels for prompts too");
-ABSL_FLAG(std::vector<std::string>, exclude_families, {"wgmma_gemm"},
+ABSL_FLAG(std::vector<std::string>, exclude_families,
+          tileplan::planner::PlanOptions().excluded_families,
           "kernel families no phase may choose and autotune_regions does not measure, "
           "comma-separated; empty (--exclude-families=) lets every family compete (wgmma_gemm, "
           "the prefill linears on Hopper's wgmma, is left out by default: slower than cuBLASLt "

@@ -131,6 +131,10 @@ __device__ __forceinline__ void bulk_copy_to_shared(unsigned int dst, const void
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// silu(v) = v * sigmoid(v), the activation of every SwiGLU (elementwise, the GEMV and GEMM
+// epilogues, the MoE gate/up).
+__device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 // bf16 is the upper half of a float32: widening is exact.
 __device__ __forceinline__ float to_float(bf16 v) {

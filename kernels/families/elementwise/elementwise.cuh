@@ -9,8 +9,6 @@
 
 namespace tileplan {
 
-__device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
-
 // The kItems output vectors of this thread: item k is vector (x * kItems + k) * kThreads + i
 // for thread i of CTA x (consecutive threads on consecutive vectors, kVec elements each).
 // Kernels load every item's operands before computing any, so kItems loads per operand

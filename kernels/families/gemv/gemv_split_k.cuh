@@ -67,7 +67,7 @@ __device__ __forceinline__ void gemv_store(float g, float u, float scale, int r,
     if constexpr (kEpilogue == kGemvSwiglu) u += to_float(bias[cols + col]);
   }
   if constexpr (kEpilogue == kGemvResidual) g += to_float(residual[r * residual_stride + col]);
-  if constexpr (kEpilogue == kGemvSwiglu) g = g / (1.f + expf(-g)) * u;
+  if constexpr (kEpilogue == kGemvSwiglu) g = silu(g) * u;
   out[static_cast<long long>(r) * cols + col] = from_float<OutT>(g);
 }
 

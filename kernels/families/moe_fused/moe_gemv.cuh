@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_each_sum(g_acc, [&](int a, int t, float g, int j) {
       const int r = r0 + p0 + a;
       if (r >= rows || t >= tokens) return;
-      const float h = g / (1.f + expf(-g)) * u[j];
+      const float h = silu(g) * u[j];
       if (is_shared) {
         shared_act[static_cast<long long>(t) * shared_inter + r] = h;
       } else if (sel[t] >= 0) {

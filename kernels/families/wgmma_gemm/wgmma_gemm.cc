@@ -141,11 +141,11 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     p.depth = static_cast<int>(s.k);
     p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
     b.RequireArchSpecific();
+    const LaunchGeometry g = Geometry(t, r);
     b.Launch("wgmma_gemm.cuh",
              absl::StrCat("tileplan::wgmma_gemm<", type, ", ", tile_m, ", ", tile_n, ", ", stages,
                           ", ", epilogue, ", ", s.bias >= 0 ? "true" : "false", ">"),
-             {CeilDiv(s.n_w, tile_n), CeilDiv(s.m, tile_m), 1}, {tile_m * 2, 1, 1},
-             SharedBytes(tile_m, tile_n, stages), p);
+             g.grid, g.block, g.dynamic_shared_memory_bytes, p);
     return std::move(b).Finish();
   }
 

@@ -301,8 +301,8 @@ __global__ void __launch_bounds__(kTileM * 2, 1)
       if constexpr (kEpilogue == kWgmmaSwiglu) {
         const float u0 = acc[4 * (j + kGroups) + 2 * h] + ub0;
         const float u1 = acc[4 * (j + kGroups) + 2 * h + 1] + ub1;
-        v0 = v0 / (1.f + expf(-v0)) * u0;
-        v1 = v1 / (1.f + expf(-v1)) * u1;
+        v0 = silu(v0) * u0;
+        v1 = silu(v1) * u1;
       }
       if constexpr (kEpilogue == kWgmmaResidual) {
         const unsigned int rr = *reinterpret_cast<const unsigned int*>(

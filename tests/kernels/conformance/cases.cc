@@ -4,7 +4,17 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace tileplan::kernels::testing {
+
+std::string LinearGraph(int m, int k, int n, bool bias, const char* dtype) {
+  return absl::StrCat("graph @g {\n  input %x: ", dtype, "[", m, ",", k, "]\n  weight %w: ", dtype,
+                      "[", n, ",", k, "] = \"w\"\n",
+                      bias ? absl::StrCat("  weight %b: ", dtype, "[", n, "] = \"b\"\n") : "",
+                      "  %y: ", dtype, "[", m, ",", n, "] = linear(%x, %w", bias ? ", %b" : "",
+                      ")\n  output %y\n}\n");
+}
 
 std::string LinearResidualInPlaceGraph() {
   return R"(graph @g {

@@ -39,9 +39,11 @@ std::string RopeAttentionGraph(bool norms, int batch, int tokens, int q_heads, i
                                int capacity, int dim, const std::string& dtype, int window,
                                const std::string& rope, int pad = 0);
 
-// Graphs the GEMM families share (cublaslt_gemm, wgmma_gemm): linear_residual with bias over
-// [2, 64, 136] x [200, 136], whose result the case writes over the residual (operand 2), and
+// Graphs the GEMM families share (cublaslt_gemm, wgmma_gemm): linear over x [m, k] and
+// w [n, k] (both of `dtype`), with a bias [n] if `bias`; linear_residual with bias over
+// [2, 64, 136] x [200, 136], whose result the case writes over the residual (operand 2); and
 // linear_swiglu with bias over [3, 50, 136] x [400, 136].
+std::string LinearGraph(int m, int k, int n, bool bias, const char* dtype = "bf16");
 std::string LinearResidualInPlaceGraph();
 std::string LinearSwigluWithBiasGraph();
 

@@ -14,13 +14,6 @@
 namespace tileplan::kernels::testing {
 namespace {
 
-std::string LinearGraph(int m, bool bias, const char* dtype = "bf16") {
-  return absl::StrCat(
-      "graph @g {\n  input %x: ", dtype, "[", m, ",136]\n  weight %w: ", dtype,
-      "[200,136] = \"w\"\n", bias ? absl::StrCat("  weight %b: ", dtype, "[200] = \"b\"\n") : "",
-      "  %y: ", dtype, "[", m, ",200] = linear(%x, %w", bias ? ", %b" : "", ")\n  output %y\n}\n");
-}
-
 // The group `name` (prefixed with CublasLt: the template families have groups of the same
 // kinds) of the one case `graph`.
 CaseGroup Group(const std::string& name, std::string graph, int result_over_operand = -1) {
@@ -38,10 +31,10 @@ std::vector<CaseGroup> CublasLtGemmCaseGroups() {
   for (int m : {1, 7, 128, 300}) {
     for (bool bias : {false, true}) {
       groups.push_back(
-          Group(absl::StrCat("Linear", bias ? "Bias" : "", "M", m), LinearGraph(m, bias)));
+          Group(absl::StrCat("Linear", bias ? "Bias" : "", "M", m), LinearGraph(m, 136, 200, bias)));
     }
   }
-  groups.push_back(Group("LinearF16", LinearGraph(33, true, "f16")));
+  groups.push_back(Group("LinearF16", LinearGraph(33, 136, 200, true, "f16")));
   groups.push_back(Group("LinearOfAStridedView", R"(graph @g {
   input %xx: bf16[2,9,200]
   weight %w: bf16[200,136] = "w"

@@ -23,14 +23,6 @@ const std::vector<Params> kWgmmaTactics = {
     {{"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
 };
 
-std::string LinearGraph(int m, int k, int n, bool bias, const char* dtype = "bf16") {
-  return absl::StrCat("graph @g {\n  input %x: ", dtype, "[", m, ",", k, "]\n  weight %w: ", dtype,
-                      "[", n, ",", k, "] = \"w\"\n",
-                      bias ? absl::StrCat("  weight %b: ", dtype, "[", n, "] = \"b\"\n") : "",
-                      "  %y: ", dtype, "[", m, ",", n, "] = linear(%x, %w", bias ? ", %b" : "",
-                      ")\n  output %y\n}\n");
-}
-
 CaseGroup Group(const std::string& name, std::string graph, int result_over_operand = -1) {
   Case c;
   c.graph = std::move(graph);
