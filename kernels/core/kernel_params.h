@@ -98,3 +98,13 @@
     }                                                                                    \
   };
 #endif
+
+namespace tileplan {
+// A TMA tensor map (CUtensorMap) held as a kernel parameter: 128 opaque bytes, 64-byte
+// aligned. A launch half leaves it empty and names it in KernelLaunch::tensor_maps; the
+// launch layer encodes it before the launch (kernels/launch/kernel_loader.cc). Kernels take
+// it as `const __grid_constant__ TmaDescriptor`, whose address the TMA instructions read.
+struct alignas(64) TmaDescriptor {
+  unsigned long long bits[16];
+};
+}  // namespace tileplan

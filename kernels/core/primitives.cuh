@@ -97,6 +97,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned int bar, unsi
                : "memory");
 #endif
 }
+// One arrival (of the count the barrier was initialized with) on the current phase.
+__device__ __forceinline__ void mbarrier_arrive(unsigned int bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#endif
+}
 // Blocks until the barrier's phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned int bar, unsigned int parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -125,6 +131,20 @@ __device__ __forceinline__ void bulk_copy_to_shared(unsigned int dst, const void
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
           dst),
       "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
+// A TMA copy of the box at element coordinates (x innermost, y) of the tensor `map` (a
+// TmaDescriptor kernel parameter) to shared address `dst`, completing on barrier `bar`;
+// elements outside the tensor arrive as zeros and count toward the barrier's bytes.
+__device__ __forceinline__ void tma_load_2d(unsigned int dst, const void* map, int x, int y,
+                                            unsigned int bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 #endif
 }

@@ -95,6 +95,12 @@ class KernelParams {
     std::memcpy(&p, storage_.data(), sizeof(P));
     return p;
   }
+  // The bytes of parameter `i` (REQUIRES: i < the struct's parameter count), to write a
+  // parameter the launch layer computes (a TMA tensor map).
+  void* field(int i) {
+    return reinterpret_cast<char*>(storage_.data()) + offsets_[static_cast<size_t>(i)];
+  }
+  int num_fields() const { return static_cast<int>(offsets_.size()); }
   // cudaLaunchKernel's argument array, one pointer per parameter; valid until this object
   // moves or is copied.
   void** pointers() {
@@ -105,10 +111,28 @@ class KernelParams {
   }
 
  private:
-  std::vector<uint64_t> storage_;  // 8-byte aligned, as every parameter struct needs at most
+  // 8-byte aligned, as every parameter needs but a TmaDescriptor, whose 64-byte alignment is the
+  // kernel's: its bytes are only copied here, by memcpy and by the launch.
+  std::vector<uint64_t> storage_;
   size_t bytes_ = 0;
   std::vector<ptrdiff_t> offsets_;  // of each field in the struct
   std::vector<void*> pointers_;
+};
+
+// A TMA tensor map (TmaDescriptor, kernels/core/kernel_params.h) that the launch layer encodes
+// into a kernel parameter before the launch (the launch half computes no driver state): a
+// 2-D tensor of 16-bit elements at `address`, `rows` rows of `inner` contiguous elements
+// `row_stride_bytes` apart, copied in boxes of box_inner x box_rows elements with the
+// 128-byte swizzle, zeros outside the tensor.
+struct TensorMapSpec {
+  int param = 0;  // the kernel parameter it fills
+  const void* address = nullptr;
+  bool f16 = false;  // else bf16
+  int64_t inner = 0;
+  int64_t rows = 0;
+  int64_t row_stride_bytes = 0;
+  int box_inner = 0;
+  int box_rows = 0;
 };
 
 struct KernelLaunch {
@@ -117,6 +141,7 @@ struct KernelLaunch {
   std::array<int64_t, 3> block = {1, 1, 1};
   int64_t dynamic_shared_memory_bytes = 0;
   KernelParams params;
+  std::vector<TensorMapSpec> tensor_maps;  // encoded into `params` before each launch
 };
 
 // What a template family's launcher computes for one region under one tactic: the
@@ -248,6 +273,10 @@ class LaunchBuilder {
     launch.params = KernelParams::Of(params);
     result_.instance.name_expressions.push_back(std::move(name_expression));
     if (buffers_ != nullptr) result_.launches.push_back(std::move(launch));
+  }
+  // Adds a tensor map to the launch added last (nothing without buffers).
+  void AddTensorMap(const TensorMapSpec& spec) {
+    if (buffers_ != nullptr) result_.launches.back().tensor_maps.push_back(spec);
   }
   // The instance needs the architecture-specific variant of its target (KernelInstance).
   void RequireArchSpecific() { result_.instance.arch_specific = true; }

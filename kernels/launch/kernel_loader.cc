@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "device/tensor_map.h"
 
 namespace tileplan::kernels {
 
@@ -68,6 +69,22 @@ absl::Status KernelLoader::Launch(LoadedInstance& loaded, KernelLaunch& launch,
   if (shared > loaded.shared_limit[k]) {
     TP_RETURN_IF_ERROR(loaded.kernels[k].SetMaxDynamicSharedMemory(shared));
     loaded.shared_limit[k] = shared;
+  }
+  for (const TensorMapSpec& spec : launch.tensor_maps) {
+    if (spec.param < 0 || spec.param >= launch.params.num_fields()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor map of parameter ", spec.param,
+                                                     " of a launch with ",
+                                                     launch.params.num_fields(), " parameters"));
+    }
+    TP_RETURN_IF_ERROR(device::EncodeTensorMap(
+        {.address = spec.address,
+         .f16 = spec.f16,
+         .inner = spec.inner,
+         .rows = spec.rows,
+         .row_stride_bytes = spec.row_stride_bytes,
+         .box_inner = spec.box_inner,
+         .box_rows = spec.box_rows},
+        launch.params.field(spec.param)));
   }
   device::LaunchConfig config;
   config.grid = launch.grid;

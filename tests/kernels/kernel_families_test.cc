@@ -922,11 +922,12 @@ TEST(KernelFamiliesTest, WgmmaGemmServesPrefillOnSm90Only) {
   // The default tile fills the machine in one wave at M = 512: 128 x 192 (4 x 32 CTAs).
   absl::StatusOr<Tactic> def = wgmma.DefaultTactic(y, h200);
   ASSERT_TRUE(def.ok()) << def.status();
-  EXPECT_EQ(def->ParamsString(), "stages=4,tile_m=128,tile_n=192");
+  EXPECT_EQ(def->ParamsString(), "loads=1,stages=4,tile_m=128,tile_n=192");
   const LaunchGeometry g = wgmma.Geometry(*def, y);
   EXPECT_EQ(g.grid, (std::array<int64_t, 3>{32, 4, 1}));
-  EXPECT_EQ(g.block, (std::array<int64_t, 3>{256, 1, 1}));
-  EXPECT_EQ(g.dynamic_shared_memory_bytes, 4 * (128 + 192) * 128 + 1024);
+  // Two consumer warpgroups and the TMA producer warp; the ring, its alignment, its barriers.
+  EXPECT_EQ(g.block, (std::array<int64_t, 3>{288, 1, 1}));
+  EXPECT_EQ(g.dynamic_shared_memory_bytes, 4 * (128 + 192) * 128 + 1024 + 4 * 16);
   // SwiGLU is the GEMM's epilogue: one launch, no workspace, compiled for sm_90a.
   EXPECT_EQ(wgmma.Launches(*def, y), 1);
   EXPECT_EQ(wgmma.WorkspaceBytes(*def, y), 0);
@@ -934,8 +935,35 @@ TEST(KernelFamiliesTest, WgmmaGemmServesPrefillOnSm90Only) {
   ASSERT_TRUE(instance.ok()) << instance.status();
   EXPECT_TRUE(instance->arch_specific);
   EXPECT_THAT(instance->name_expressions,
-              ElementsAre("tileplan::wgmma_gemm<tileplan::bf16, 128, 192, 4, "
+              ElementsAre("tileplan::wgmma_gemm_tma<tileplan::bf16, 128, 192, 4, "
                           "tileplan::kWgmmaSwiglu, true>"));
+  // The launch names its two tensor maps, which the launch layer encodes: x in boxes of
+  // 64 x 128 rows, the weight (all 6144 rows) in gate and up halves of 96 rows.
+  RegionBuffers buffers;
+  buffers.operands = {reinterpret_cast<void*>(0x10000), reinterpret_cast<void*>(0x20000),
+                      reinterpret_cast<void*>(0x30000)};
+  buffers.results = {reinterpret_cast<void*>(0x40000)};
+  absl::StatusOr<std::vector<KernelLaunch>> launches = PrepareLaunches(wgmma, y, *def, buffers);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), 1u);
+  const std::vector<TensorMapSpec>& maps = launches->front().tensor_maps;
+  ASSERT_EQ(maps.size(), 2u);
+  EXPECT_EQ(maps[0].param, 0);
+  EXPECT_EQ(maps[0].address, buffers.operands[0]);
+  EXPECT_EQ(std::make_tuple(maps[0].inner, maps[0].rows, maps[0].row_stride_bytes),
+            std::make_tuple(1024, 512, 2048));
+  EXPECT_EQ(std::make_pair(maps[0].box_inner, maps[0].box_rows), std::make_pair(64, 128));
+  EXPECT_EQ(maps[1].param, 1);
+  EXPECT_EQ(maps[1].address, buffers.operands[1]);
+  EXPECT_EQ(maps[1].rows, 6144);
+  EXPECT_EQ(std::make_pair(maps[1].box_inner, maps[1].box_rows), std::make_pair(64, 96));
+  // The cp.async loads launch the other kernel, one warpgroup per 64 rows, no tensor map.
+  Tactic copies = *def;
+  copies.params["loads"] = 0;
+  launches = PrepareLaunches(wgmma, y, copies, buffers);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  EXPECT_TRUE(launches->front().tensor_maps.empty());
+  EXPECT_EQ(launches->front().block, (std::array<int64_t, 3>{256, 1, 1}));
 
   // A ring that does not fit the block's shared memory is refused.
   Tactic big = *def;

@@ -7,6 +7,7 @@
 #include "device/cuda_status.h"
 #include "device/device.h"
 #include "device/device_buffer.h"
+#include "device/tensor_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +83,41 @@ TEST(DeviceTest, OrdinalOutOfRangeIsRefused) {
   // With no device at all the missing device is the better reason.
   EXPECT_THAT(std::string(device.status().message()),
               ::testing::AnyOf(StartsWith("no CUDA device: "), HasSubstr("out of range")));
+}
+
+// What the TMA unit cannot address is refused by field before the driver is asked; a valid
+// map encodes where the driver has the entry point (FailedPrecondition where it has none).
+TEST(TensorMapTest, RefusesWhatTmaCannotAddressAndEncodesTheRest) {
+  alignas(64) unsigned char out[128] = {};
+  const TensorMap2D good = {.address = reinterpret_cast<const void*>(0x100000),
+                            .inner = 1024,
+                            .rows = 512,
+                            .row_stride_bytes = 2048,
+                            .box_inner = 64,
+                            .box_rows = 128};
+  TensorMap2D bad = good;
+  bad.address = reinterpret_cast<const void*>(0x100008);
+  EXPECT_THAT(std::string(EncodeTensorMap(bad, out).message()), HasSubstr("address"));
+  bad = good;
+  bad.row_stride_bytes = 2056;
+  EXPECT_THAT(std::string(EncodeTensorMap(bad, out).message()), HasSubstr("row_stride_bytes"));
+  bad = good;
+  bad.row_stride_bytes = 1024;  // shorter than a row
+  EXPECT_THAT(std::string(EncodeTensorMap(bad, out).message()), HasSubstr("row_stride_bytes"));
+  bad = good;
+  bad.box_inner = 128;  // 256 bytes: wider than the 128-byte swizzle
+  EXPECT_THAT(std::string(EncodeTensorMap(bad, out).message()), HasSubstr("box_inner"));
+  bad = good;
+  bad.box_rows = 512;
+  EXPECT_THAT(std::string(EncodeTensorMap(bad, out).message()), HasSubstr("box_rows"));
+  const absl::Status encoded = EncodeTensorMap(good, out);
+  if (!encoded.ok()) {
+    EXPECT_EQ(encoded.code(), absl::StatusCode::kFailedPrecondition) << encoded;
+    return;
+  }
+  bool written = false;
+  for (unsigned char b : out) written |= b != 0;
+  EXPECT_TRUE(written);
 }
 
 TEST(DeviceBufferTest, EmptyBufferHasNoStorage) {

@@ -10,6 +10,8 @@
 // other than bf16 or f16 with x, w, bias, residual and result of one dtype, a K or a row
 // stride of x not a multiple of 8 (16-byte copies), an odd output width.
 #include <algorithm>
+#include <array>
+#include <string>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -48,9 +50,12 @@ GemmShape ShapeOf(const BoundRegion& r) {
   return s;
 }
 
-int64_t SharedBytes(int64_t tile_m, int64_t tile_n, int64_t stages) {
-  return stages * (tile_m + tile_n) * kSliceBytes + 1024;  // wgmma_gemm_shared_bytes
+// wgmma_gemm_shared_bytes, and wgmma_gemm_tma_shared_bytes with the TMA loads (`loads` 1).
+int64_t SharedBytes(int64_t tile_m, int64_t tile_n, int64_t stages, int64_t loads) {
+  return stages * (tile_m + tile_n) * kSliceBytes + 1024 + (loads == 1 ? 16 * stages : 0);
 }
+// The consumer warpgroups, and with the TMA loads the producer warp.
+int64_t BlockThreads(int64_t tile_m, int64_t loads) { return tile_m * 2 + (loads == 1 ? 32 : 0); }
 
 // Relative throughput of one SM on a tile shape (the wgmma's N and the warpgroups that share
 // the copies), for the default tactic's choice only; the tuner measures.
@@ -63,15 +68,16 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
  public:
   WgmmaGemmFamily()
       : TemplateFamilyBase("wgmma_gemm", 1, {"linear", "linear_residual", "linear_swiglu"},
-                           {"stages", "tile_m", "tile_n"}) {}
+                           {"loads", "stages", "tile_m", "tile_n"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemmShape s = ShapeOf(r);
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
     LaunchGeometry g;
     g.grid = {CeilDiv(s.n_w, tile_n), CeilDiv(s.m, tile_m), 1};
-    g.block = {tile_m * 2, 1, 1};
-    g.dynamic_shared_memory_bytes = SharedBytes(tile_m, tile_n, t.params.at("stages"));
+    g.block = {BlockThreads(tile_m, t.params.at("loads")), 1, 1};
+    g.dynamic_shared_memory_bytes =
+        SharedBytes(tile_m, tile_n, t.params.at("stages"), t.params.at("loads"));
     return g;
   }
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
@@ -101,6 +107,7 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     TP_ASSIGN_OR_RETURN(const int64_t tile_m, b.Param("tile_m"));
     TP_ASSIGN_OR_RETURN(const int64_t tile_n, b.Param("tile_n"));
     TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+    TP_ASSIGN_OR_RETURN(const int64_t loads, b.Param("loads"));
     const GemmShape s = ShapeOf(r);
     TP_ASSIGN_OR_RETURN(const std::string type, b.TypeName(r.operand_dtype(0), "x"));
     TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
@@ -126,26 +133,58 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     const char* epilogue = s.residual ? "tileplan::kWgmmaResidual"
                            : s.swiglu ? "tileplan::kWgmmaSwiglu"
                                       : "tileplan::kWgmmaPlain";
-    WgmmaGemmParams p{};
-    p.x = b.Operand(0);
-    p.x_stride = x.stride;
-    p.w = b.Operand(1);
-    p.w_stride = w.stride;
-    p.bias = s.bias >= 0 ? b.Operand(s.bias) : nullptr;
-    p.residual = s.residual ? b.Operand(2) : nullptr;
-    p.residual_stride = s.residual ? res.stride : 0;
-    p.out = b.Result(0);
-    p.out_stride = out.stride;
-    p.rows = static_cast<int>(s.m);
-    p.cols = static_cast<int>(s.n_out);
-    p.depth = static_cast<int>(s.k);
-    p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
+    const std::string name =
+        absl::StrCat(loads == 1 ? "tileplan::wgmma_gemm_tma<" : "tileplan::wgmma_gemm<", type, ", ",
+                     tile_m, ", ", tile_n, ", ", stages, ", ", epilogue, ", ",
+                     s.bias >= 0 ? "true" : "false", ">");
     b.RequireArchSpecific();
     const LaunchGeometry g = Geometry(t, r);
-    b.Launch("wgmma_gemm.cuh",
-             absl::StrCat("tileplan::wgmma_gemm<", type, ", ", tile_m, ", ", tile_n, ", ", stages,
-                          ", ", epilogue, ", ", s.bias >= 0 ? "true" : "false", ">"),
-             g.grid, g.block, g.dynamic_shared_memory_bytes, p);
+    if (loads == 1) {
+      WgmmaGemmTmaParams p{};
+      p.bias = s.bias >= 0 ? b.Operand(s.bias) : nullptr;
+      p.residual = s.residual ? b.Operand(2) : nullptr;
+      p.residual_stride = s.residual ? res.stride : 0;
+      p.out = b.Result(0);
+      p.out_stride = out.stride;
+      p.rows = static_cast<int>(s.m);
+      p.cols = static_cast<int>(s.n_out);
+      p.depth = static_cast<int>(s.k);
+      p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
+      b.Launch("wgmma_gemm.cuh", name, g.grid, g.block, g.dynamic_shared_memory_bytes, p);
+      const bool f16 = r.operand_dtype(0) == ir::DType::kF16;
+      b.AddTensorMap({.param = 0,
+                      .address = b.Operand(0),
+                      .f16 = f16,
+                      .inner = s.k,
+                      .rows = s.m,
+                      .row_stride_bytes = x.stride * 2,
+                      .box_inner = static_cast<int>(kSliceBytes / 2),
+                      .box_rows = static_cast<int>(tile_m)});
+      b.AddTensorMap({.param = 1,
+                      .address = b.Operand(1),
+                      .f16 = f16,
+                      .inner = s.k,
+                      .rows = s.n_w,
+                      .row_stride_bytes = w.stride * 2,
+                      .box_inner = static_cast<int>(kSliceBytes / 2),
+                      .box_rows = static_cast<int>(s.swiglu ? tile_n / 2 : tile_n)});
+    } else {
+      WgmmaGemmParams p{};
+      p.x = b.Operand(0);
+      p.x_stride = x.stride;
+      p.w = b.Operand(1);
+      p.w_stride = w.stride;
+      p.bias = s.bias >= 0 ? b.Operand(s.bias) : nullptr;
+      p.residual = s.residual ? b.Operand(2) : nullptr;
+      p.residual_stride = s.residual ? res.stride : 0;
+      p.out = b.Result(0);
+      p.out_stride = out.stride;
+      p.rows = static_cast<int>(s.m);
+      p.cols = static_cast<int>(s.n_out);
+      p.depth = static_cast<int>(s.k);
+      p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
+      b.Launch("wgmma_gemm.cuh", name, g.grid, g.block, g.dynamic_shared_memory_bytes, p);
+    }
     return std::move(b).Finish();
   }
 
@@ -210,25 +249,30 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
       }
     }
     int64_t stages = 4;
-    while (stages > 3 && SharedBytes(best_m, best_n, stages) > shared_memory) --stages;
-    return MakeTactic({{"stages", stages}, {"tile_m", best_m}, {"tile_n", best_n}});
+    while (stages > 3 && SharedBytes(best_m, best_n, stages, 1) > shared_memory) --stages;
+    return MakeTactic({{"loads", 1}, {"stages", stages}, {"tile_m", best_m}, {"tile_n", best_n}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
-    return {{"stages", {3, 4, 5, 6}}, {"tile_m", {64, 128}}, {"tile_n", {64, 128, 192, 256}}};
+    return {{"loads", {0, 1}},
+            {"stages", {3, 4, 5, 6}},
+            {"tile_m", {64, 128}},
+            {"tile_n", {64, 128, 192, 256}}};
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
     const int64_t stages = t.params.at("stages");
+    const int64_t loads = t.params.at("loads");
+    if (loads != 0 && loads != 1) return BadParam("loads", loads, "0 (cp.async) or 1 (TMA)");
     if (tile_m != 64 && tile_m != 128) return BadParam("tile_m", tile_m, "64 or 128");
     if (tile_n != 64 && tile_n != 128 && tile_n != 192 && tile_n != 256) {
       return BadParam("tile_n", tile_n, "64, 128, 192 or 256");
     }
     if (stages < 3 || stages > 8) return BadParam("stages", stages, "in [3, 8]");
-    if (SharedBytes(tile_m, tile_n, stages) > target.shared_memory_per_block_bytes()) {
+    if (SharedBytes(tile_m, tile_n, stages, loads) > target.shared_memory_per_block_bytes()) {
       return BadParam(
           "stages", stages,
-          absl::StrCat("a ring (", SharedBytes(tile_m, tile_n, stages), " bytes) that fits ",
+          absl::StrCat("a ring (", SharedBytes(tile_m, tile_n, stages, loads), " bytes) that fits ",
                        target.shared_memory_per_block_bytes(), " bytes of shared memory"));
     }
     return absl::OkStatus();

@@ -17,8 +17,8 @@
 //
 //   iteration k: wait for slice k's copies, fence them to the async proxy, block barrier
 //                (after which every warpgroup has retired slice k - 2's wgmma);
-//                start slice k + kStages - 2's copies into slice k - 2's stage;
-//                issue slice k's wgmma, commit, wait until at most one group is pending.
+//                issue slice k's wgmma, commit; start slice k + kStages - 2's copies into
+//                slice k - 2's stage; wait until at most one group is pending.
 //
 // The weights never depend on an earlier kernel: the first stages' weight copies start before
 // the programmatic-dependent-launch wait, x's after it.
@@ -187,96 +187,16 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned int addr
          (static_cast<unsigned long long>(1) << 62);
 }
 
-template <typename T, int kTileM, int kTileN, int kStages, int kEpilogue, bool kBias>
-__global__ void __launch_bounds__(kTileM * 2, 1)
-    wgmma_gemm(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_WGMMA_GEMM_PARAMS)) {
-  static_assert(kTileM == 64 || kTileM == 128, "tile_m 64 or 128");
-  static_assert(kStages >= 3, "two slices in flight beside the one computed");
-  static_assert(kEpilogue != kWgmmaSwiglu || kTileN % 16 == 0, "whole 8-column gate groups");
-  constexpr int kThreads = kTileM * 2;
-  constexpr int kRowBytes = 128;  // kTileK = 64 16-bit elements
-  constexpr int kTileK = kRowBytes / 2;
-  constexpr int kABytes = kTileM * kRowBytes;
-  constexpr int kStageBytes = (kTileM + kTileN) * kRowBytes;
-  extern __shared__ unsigned char wgmma_smem[];
-  const unsigned int smem = (shared_address(wgmma_smem) + 1023u) & ~1023u;
-
-  const int tid = threadIdx.x;
-  const int m0 = blockIdx.y * kTileM;
-  // Output columns of this CTA: [c0, c0 + kOutCols).
+// Stores a warpgroup's accumulators (rows from m0 + 64 * warpgroup, output columns from c0)
+// through the epilogue; `tid` is the thread's index among the consumer threads.
+template <typename T, int kTileN, int kEpilogue, bool kBias>
+__device__ __forceinline__ void wgmma_gemm_store(const float (&acc)[kTileN / 2], int tid, int m0,
+                                                 int c0, const T* __restrict__ bias,
+                                                 const T* residual, long long residual_stride,
+                                                 T* out, long long out_stride, int rows, int cols,
+                                                 int up_offset) {
   constexpr int kOutCols = kEpilogue == kWgmmaSwiglu ? kTileN / 2 : kTileN;
-  const int c0 = blockIdx.x * kOutCols;
-  const int slices = (depth + kTileK - 1) / kTileK;
-
-  // Copies of one slice into one stage: kTileM rows of x, kTileN weight rows, 8 chunks each.
-  auto load_w = [&](int slice, int stage) {
-    const unsigned int base = smem + stage * kStageBytes + kABytes;
-    const int k0 = slice * kTileK;
-    for (int i = tid; i < kTileN * 8; i += kThreads) {
-      const int r = i >> 3, c = i & 7;
-      int col, wrow;
-      if constexpr (kEpilogue == kWgmmaSwiglu) {
-        col = c0 + (r < kTileN / 2 ? r : r - kTileN / 2);
-        wrow = r < kTileN / 2 ? col : up_offset + col;
-      } else {
-        col = c0 + r;
-        wrow = col;
-      }
-      const bool ok = col < cols && k0 + c * 8 < depth;
-      const T* src = ok ? w + static_cast<long long>(wrow) * w_stride + k0 + c * 8 : w;
-      cp_async_16_shared(base + r * kRowBytes + ((c ^ (r & 7)) << 4), src, ok);
-    }
-  };
-  auto load_x = [&](int slice, int stage) {
-    const unsigned int base = smem + stage * kStageBytes;
-    const int k0 = slice * kTileK;
-    for (int i = tid; i < kTileM * 8; i += kThreads) {
-      const int r = i >> 3, c = i & 7;
-      const bool ok = m0 + r < rows && k0 + c * 8 < depth;
-      const T* src = ok ? x + static_cast<long long>(m0 + r) * x_stride + k0 + c * 8 : x;
-      cp_async_16_shared(base + r * kRowBytes + ((c ^ (r & 7)) << 4), src, ok);
-    }
-  };
-
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < slices) load_w(s, s);
-  }
-  grid_dependency_sync();
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < slices) load_x(s, s);
-    cp_async_commit();
-  }
-
   const int warpgroup = tid / 128;
-  float acc[kTileN / 2];
-#pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.f;
-
-  for (int slice = 0; slice < slices; ++slice) {
-    cp_async_wait<kStages - 3>();
-    fence_proxy_async_shared();
-    __syncthreads();
-    const int next = slice + kStages - 2;
-    if (next < slices) {
-      load_w(next, next % kStages);
-      load_x(next, next % kStages);
-    }
-    cp_async_commit();
-    const unsigned int a = smem + (slice % kStages) * kStageBytes + warpgroup * 64 * kRowBytes;
-    const unsigned int b = smem + (slice % kStages) * kStageBytes + kABytes;
-    wgmma_fence_operands(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      wgmma_m64k16<T, kTileN>(acc, wgmma_descriptor(a + kk * 32), wgmma_descriptor(b + kk * 32));
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_fence_operands(acc);
-  }
-  wgmma_wait<0>();
-  wgmma_fence_operands(acc);
-
   const int lane = tid % 32;
   const int row0 = m0 + warpgroup * 64 + ((tid / 32) % 4) * 16 + lane / 4;
   constexpr int kGroups = kOutCols / 8;  // 8-column groups of the output tile
@@ -314,6 +234,233 @@ __global__ void __launch_bounds__(kTileM * 2, 1)
           pack2<T>(v0, v1);
     }
   }
+}
+
+template <typename T, int kTileM, int kTileN, int kStages, int kEpilogue, bool kBias>
+__global__ void __launch_bounds__(kTileM * 2, 1)
+    wgmma_gemm(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_WGMMA_GEMM_PARAMS)) {
+  static_assert(kTileM == 64 || kTileM == 128, "tile_m 64 or 128");
+  static_assert(kStages >= 3, "two slices in flight beside the one computed");
+  static_assert(kEpilogue != kWgmmaSwiglu || kTileN % 16 == 0, "whole 8-column gate groups");
+  constexpr int kThreads = kTileM * 2;
+  constexpr int kRowBytes = 128;  // kTileK = 64 16-bit elements
+  constexpr int kTileK = kRowBytes / 2;
+  constexpr int kABytes = kTileM * kRowBytes;
+  constexpr int kStageBytes = (kTileM + kTileN) * kRowBytes;
+  extern __shared__ unsigned char wgmma_smem[];
+  const unsigned int smem = (shared_address(wgmma_smem) + 1023u) & ~1023u;
+
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.y * kTileM;
+  // Output columns of this CTA: [c0, c0 + kOutCols).
+  constexpr int kOutCols = kEpilogue == kWgmmaSwiglu ? kTileN / 2 : kTileN;
+  const int c0 = blockIdx.x * kOutCols;
+  const int slices = (depth + kTileK - 1) / kTileK;
+
+  // This thread's copies of a slice: chunk c = tid % 8 of kACopies rows of x and of kBCopies
+  // weight rows, kThreads / 8 rows apart (so every row has the same swizzled chunk), their
+  // sources and destinations computed once; a slice adds its K offset.
+  constexpr int kACopies = kTileM * 8 / kThreads;
+  constexpr int kBCopies = kTileN * 8 / kThreads;
+  constexpr int kRowsApart = kThreads / 8;
+  const int c = tid % 8;
+  const int r0 = tid / 8;
+  const unsigned int chunk = static_cast<unsigned int>((c ^ (r0 % 8)) << 4);
+  const T* a_src[kACopies];
+  bool a_ok[kACopies];
+#pragma unroll
+  for (int j = 0; j < kACopies; ++j) {
+    const int r = r0 + j * kRowsApart;
+    a_ok[j] = m0 + r < rows;
+    a_src[j] = x + (a_ok[j] ? static_cast<long long>(m0 + r) * x_stride + c * 8 : 0);
+  }
+  const T* b_src[kBCopies];
+  bool b_ok[kBCopies];
+#pragma unroll
+  for (int j = 0; j < kBCopies; ++j) {
+    const int r = r0 + j * kRowsApart;
+    int col, wrow;
+    if constexpr (kEpilogue == kWgmmaSwiglu) {
+      col = c0 + (r < kTileN / 2 ? r : r - kTileN / 2);
+      wrow = r < kTileN / 2 ? col : up_offset + col;
+    } else {
+      col = c0 + r;
+      wrow = col;
+    }
+    b_ok[j] = col < cols;
+    b_src[j] = w + (b_ok[j] ? static_cast<long long>(wrow) * w_stride + c * 8 : 0);
+  }
+  auto load_w = [&](int slice, int stage) {
+    const unsigned int base = smem + stage * kStageBytes + kABytes + r0 * kRowBytes + chunk;
+    const int k0 = slice * kTileK;
+    const bool k_ok = k0 + c * 8 < depth;
+#pragma unroll
+    for (int j = 0; j < kBCopies; ++j) {
+      const bool ok = b_ok[j] && k_ok;
+      cp_async_16_shared(base + j * kRowsApart * kRowBytes, ok ? b_src[j] + k0 : w, ok);
+    }
+  };
+  auto load_x = [&](int slice, int stage) {
+    const unsigned int base = smem + stage * kStageBytes + r0 * kRowBytes + chunk;
+    const int k0 = slice * kTileK;
+    const bool k_ok = k0 + c * 8 < depth;
+#pragma unroll
+    for (int j = 0; j < kACopies; ++j) {
+      const bool ok = a_ok[j] && k_ok;
+      cp_async_16_shared(base + j * kRowsApart * kRowBytes, ok ? a_src[j] + k0 : x, ok);
+    }
+  };
+
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < slices) load_w(s, s);
+  }
+  grid_dependency_sync();
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < slices) load_x(s, s);
+    cp_async_commit();
+  }
+
+  const int warpgroup = tid / 128;
+  float acc[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.f;
+
+  for (int slice = 0; slice < slices; ++slice) {
+    cp_async_wait<kStages - 3>();
+    fence_proxy_async_shared();
+    __syncthreads();
+    // The slice's wgmma first, so that the tensor cores have two groups queued while the
+    // copies are issued (into the stage of slice - 2, which every warpgroup has retired).
+    const unsigned int a = smem + (slice % kStages) * kStageBytes + warpgroup * 64 * kRowBytes;
+    const unsigned int b = smem + (slice % kStages) * kStageBytes + kABytes;
+    wgmma_fence_operands(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      wgmma_m64k16<T, kTileN>(acc, wgmma_descriptor(a + kk * 32), wgmma_descriptor(b + kk * 32));
+    }
+    wgmma_commit();
+    const int next = slice + kStages - 2;
+    if (next < slices) {
+      load_w(next, next % kStages);
+      load_x(next, next % kStages);
+    }
+    cp_async_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(acc);
+  }
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc);
+
+  wgmma_gemm_store<T, kTileN, kEpilogue, kBias>(acc, tid, m0, c0, bias, residual, residual_stride,
+                                                 out, out_stride, rows, cols, up_offset);
+}
+
+// The same GEMM with the copies by TMA from one producer thread (`loads` 1): the block is
+// the consumer warpgroups and one producer warp after them. Stage s has a barrier `full`
+// (one arrival, the producer's, and the stage's bytes) and a barrier `empty` (one arrival per
+// consumer thread). The producer fills slice k into stage k % kStages once the consumers have
+// released slice k - kStages there, each operand a box of 64 x rows by tensor map (the TMA
+// unit writes the 128-byte swizzle itself and fills zeros past the tensor); the consumers wait
+// for `full`, issue the slice's wgmma, and release slice k - 1 once at most one group is
+// pending, so the copies run kStages - 1 slices ahead. The weights of the first stages are on
+// their way before the programmatic-dependent-launch wait.
+//
+// REQUIRES: as wgmma_gemm, and x, w and their row strides 16-byte aligned. Launch: block
+// kTileM * 2 + 32, dynamic shared memory wgmma_gemm_tma_shared_bytes(kTileM, kTileN, kStages).
+__host__ __device__ constexpr int wgmma_gemm_tma_shared_bytes(int tile_m, int tile_n, int stages) {
+  return wgmma_gemm_shared_bytes(tile_m, tile_n, stages) + 16 * stages;  // + the barriers
+}
+
+template <typename T, int kTileM, int kTileN, int kStages, int kEpilogue, bool kBias>
+__global__ void __launch_bounds__(kTileM * 2 + 32, 1)
+    wgmma_gemm_tma(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_WGMMA_GEMM_TMA_PARAMS)) {
+  static_assert(kTileM == 64 || kTileM == 128, "tile_m 64 or 128");
+  static_assert(kStages >= 2, "a slice in flight beside the one computed");
+  static_assert(kEpilogue != kWgmmaSwiglu || kTileN % 16 == 0, "whole 8-column gate groups");
+  constexpr int kConsumers = kTileM * 2;
+  constexpr int kRowBytes = 128;
+  constexpr int kTileK = kRowBytes / 2;
+  constexpr int kABytes = kTileM * kRowBytes;
+  constexpr int kStageBytes = (kTileM + kTileN) * kRowBytes;
+  extern __shared__ unsigned char wgmma_smem[];
+  const unsigned int smem = (shared_address(wgmma_smem) + 1023u) & ~1023u;
+  const unsigned int full = smem + kStages * kStageBytes;  // kStages barriers, then `empty`'s
+  const unsigned int empty = full + 8 * kStages;
+
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.y * kTileM;
+  constexpr int kOutCols = kEpilogue == kWgmmaSwiglu ? kTileN / 2 : kTileN;
+  const int c0 = blockIdx.x * kOutCols;
+  const int slices = (depth + kTileK - 1) / kTileK;
+
+  if (tid == kConsumers) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(empty + 8 * s, kConsumers);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (tid >= kConsumers) {
+    if (tid == kConsumers) {
+      auto load_w = [&](int slice) {
+        const unsigned int b = smem + (slice % kStages) * kStageBytes + kABytes;
+        const unsigned int bar = full + 8 * (slice % kStages);
+        if constexpr (kEpilogue == kWgmmaSwiglu) {
+          tma_load_2d(b, &w_map, slice * kTileK, c0, bar);
+          tma_load_2d(b + kTileN / 2 * kRowBytes, &w_map, slice * kTileK, up_offset + c0, bar);
+        } else {
+          tma_load_2d(b, &w_map, slice * kTileK, c0, bar);
+        }
+      };
+      const int early = slices < kStages ? slices : kStages;
+      for (int slice = 0; slice < early; ++slice) {
+        mbarrier_arrive_expect_tx(full + 8 * slice, kStageBytes);
+        load_w(slice);
+      }
+      grid_dependency_sync();
+      for (int slice = 0; slice < slices; ++slice) {
+        const int stage = slice % kStages;
+        if (slice >= early) {
+          mbarrier_wait(empty + 8 * stage, ((slice / kStages) - 1) & 1);
+          mbarrier_arrive_expect_tx(full + 8 * stage, kStageBytes);
+          load_w(slice);
+        }
+        tma_load_2d(smem + stage * kStageBytes, &x_map, slice * kTileK, m0, full + 8 * stage);
+      }
+    } else {
+      grid_dependency_sync();
+    }
+    return;
+  }
+
+  grid_dependency_sync();  // the epilogue reads the residual and writes `out`
+  const int warpgroup = tid / 128;
+  float acc[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.f;
+  for (int slice = 0; slice < slices; ++slice) {
+    const int stage = slice % kStages;
+    mbarrier_wait(full + 8 * stage, (slice / kStages) & 1);
+    const unsigned int a = smem + stage * kStageBytes + warpgroup * 64 * kRowBytes;
+    const unsigned int b = smem + stage * kStageBytes + kABytes;
+    wgmma_fence_operands(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      wgmma_m64k16<T, kTileN>(acc, wgmma_descriptor(a + kk * 32), wgmma_descriptor(b + kk * 32));
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(acc);
+    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc);
+  wgmma_gemm_store<T, kTileN, kEpilogue, kBias>(acc, tid, m0, c0, bias, residual, residual_stride,
+                                                 out, out_stride, rows, cols, up_offset);
 }
 
 }  // namespace tileplan

@@ -26,8 +26,24 @@
   NEXT(int, int, depth) \
   NEXT(int, int, up_offset)
 
+// wgmma_gemm_tma: x and w as TMA tensor maps (2-D, 128-byte swizzle, boxes of 64 x tile
+// rows), which the launch layer encodes.
+#define TILEPLAN_WGMMA_GEMM_TMA_PARAMS(FIRST, NEXT) \
+  FIRST(TmaDescriptor, const __grid_constant__ TmaDescriptor, x_map) \
+  NEXT(TmaDescriptor, const __grid_constant__ TmaDescriptor, w_map) \
+  NEXT(const void*, const T* __restrict__, bias) \
+  NEXT(const void*, const T*, residual) \
+  NEXT(long long, long long, residual_stride) \
+  NEXT(void*, T*, out) \
+  NEXT(long long, long long, out_stride) \
+  NEXT(int, int, rows) \
+  NEXT(int, int, cols) \
+  NEXT(int, int, depth) \
+  NEXT(int, int, up_offset)
+
 namespace tileplan {
 
 TILEPLAN_PARAMS_STRUCT(WgmmaGemmParams, TILEPLAN_WGMMA_GEMM_PARAMS)
+TILEPLAN_PARAMS_STRUCT(WgmmaGemmTmaParams, TILEPLAN_WGMMA_GEMM_TMA_PARAMS)
 
 }  // namespace tileplan

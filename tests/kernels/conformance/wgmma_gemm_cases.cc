@@ -3,7 +3,8 @@
 // a partial last K slice), f16, x a strided view; a deeper K (1024: the ring of stages wraps
 // many times) at M 512; linear_residual with bias and written over its residual (C == D);
 // linear_swiglu with bias (gate and up rows of one tile, a partial tile of F = 200). Every case
-// runs under tactics covering both tile heights, every tile width and 3 to 6 stages.
+// runs under tactics covering both loads (cp.async by every thread, TMA by a producer warp),
+// both tile heights, every tile width and 3 to 6 stages.
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,12 +16,18 @@ namespace tileplan::kernels::testing {
 namespace {
 
 const std::vector<Params> kWgmmaTactics = {
-    {{"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
-    {{"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
-    {{"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
-    {{"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
-    {{"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
-    {{"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
+    {{"loads", 0}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
+    {{"loads", 0}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
+    {{"loads", 0}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
+    {{"loads", 0}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
+    {{"loads", 0}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
+    {{"loads", 0}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
+    {{"loads", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
+    {{"loads", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
+    {{"loads", 1}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
+    {{"loads", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
+    {{"loads", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
+    {{"loads", 1}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
 };
 
 CaseGroup Group(const std::string& name, std::string graph, int result_over_operand = -1) {
