@@ -350,7 +350,14 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_backend(options.decode_backend);
   o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
   o->set_persistent_stream_slots(options.persistent_stream_slots);
-  for (const std::string& name : options.excluded_families) o->add_excluded_families(name);
+  // --nomla_prefill is one more family left out, recorded with the others so that the tuner
+  // skips it too.
+  std::vector<std::string> excluded = options.excluded_families;
+  if (!options.prefill_mla_expanded &&
+      std::find(excluded.begin(), excluded.end(), "mla_prefill") == excluded.end()) {
+    excluded.push_back("mla_prefill");
+  }
+  for (const std::string& name : excluded) o->add_excluded_families(name);
   if (options.tensor_parallel > 1) {
     o->set_tensor_parallel_ranks(options.tensor_parallel);
     o->set_tensor_parallel_rank(options.rank);
@@ -388,8 +395,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     spec.persistent.backend = options.decode_backend;
     spec.persistent.blocks_per_sm = options.persistent_blocks_per_sm;
     spec.persistent.stream_slots = options.persistent_stream_slots;
-    spec.excluded_families = options.excluded_families;
-    if (!options.prefill_mla_expanded) spec.excluded_families.push_back("mla_prefill");
+    spec.excluded_families = excluded;
     TP_RETURN_IF_ERROR(CollectPackedWeights(graph, &packed));
     absl::StatusOr<proto::Phase> phase = PlanPhase(graph, spec, target, registry, cache);
     if (!phase.ok()) {

@@ -99,6 +99,13 @@ class BoundRegion {
   ir::DType result_dtype(int i) const { return graph_->dtype(result_id(i)); }
   int64_t operand_bytes(int i) const { return graph_->bytes(operand_id(i)); }
   int64_t result_bytes(int i) const { return graph_->bytes(result_id(i)); }
+  // The bytes of every operand and every result: what a step that touches each once moves.
+  int64_t io_bytes() const {
+    int64_t bytes = 0;
+    for (int i = 0; i < num_operands(); ++i) bytes += operand_bytes(i);
+    for (int i = 0; i < num_results(); ++i) bytes += result_bytes(i);
+    return bytes;
+  }
 
   // "region #12 'linear' (%l0.q)", as the verifier names regions.
   std::string Label() const;

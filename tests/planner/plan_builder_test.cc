@@ -523,6 +523,11 @@ TEST(PlanBuilderTest, ExcludedFamiliesAreLeftOffAndRecorded) {
   const proto::ExecutionPlan all = MustPlan("qwen3-0.6b", "h200", options);
   EXPECT_TRUE(all.options().excluded_families().empty());
   EXPECT_TRUE(families(all).contains("wgmma_gemm"));
+  // prefill_mla_expanded off is mla_prefill left out, recorded so that the tuner skips it too.
+  options.prefill_mla_expanded = false;
+  EXPECT_THAT(MustPlan("qwen3-0.6b", "h200", options).options().excluded_families(),
+              ::testing::ElementsAre("mla_prefill"));
+  options.prefill_mla_expanded = true;
   // Not on sm_80, which has no wgmma.
   EXPECT_FALSE(families(MustPlan("qwen3-0.6b", "a100", options)).contains("wgmma_gemm"));
   options.excluded_families = {"cublaslt_gemm", "no_such_family"};

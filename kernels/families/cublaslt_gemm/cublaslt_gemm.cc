@@ -104,8 +104,7 @@ class CublasLtGemmFamily final : public FamilyBase {
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const GemmShape s = ShapeOf(r);
     WorkEstimate w;
-    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0);
+    w.bytes = r.io_bytes();
     // Whole tiles execute: M and N round up to the tile.
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
     w.flops = 2 * CeilDiv(s.m, tile_m) * tile_m * CeilDiv(s.n_w, tile_n) * tile_n * s.k;

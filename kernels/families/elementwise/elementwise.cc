@@ -141,8 +141,7 @@ class ElementwiseFamily final : public TemplateFamilyBase {
   WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
     const int64_t n = r.result(0).NumElements();
-    w.bytes = r.result_bytes(0);
-    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
+    w.bytes = r.io_bytes();
     const std::string& k = r.kind();
     if (k == "moe_combine") {
       w.flops = 2 * r.operand(1).shape.back() * n;  // a multiply-add per selection

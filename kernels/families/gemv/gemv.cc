@@ -123,8 +123,7 @@ class GemvFamily final : public TemplateFamilyBase {
   }
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     WorkEstimate w;
-    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0);
+    w.bytes = r.io_bytes();
     const GemvShape s = ShapeOf(r);
     w.flops = 2 * s.m * s.n_w * s.k;
     if (s.norm) {

@@ -106,8 +106,7 @@ class RmsNormFamily final : public TemplateFamilyBase {
   }
   WorkEstimate Work(const Tactic&, const BoundRegion& r) const override {
     WorkEstimate w;
-    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    for (int i = 0; i < r.num_results(); ++i) w.bytes += r.result_bytes(i);
+    w.bytes = r.io_bytes();
     w.flops = (r.kind() == "add_rms_norm" ? 5 : 4) * r.result(0).NumElements();
     return w;
   }

@@ -83,8 +83,7 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     const GemmShape s = ShapeOf(r);
     WorkEstimate w;
-    for (int i = 0; i < r.num_operands(); ++i) w.bytes += r.operand_bytes(i);
-    w.bytes += r.result_bytes(0);
+    w.bytes = r.io_bytes();
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
     const int64_t m_tiles = CeilDiv(s.m, tile_m), n_tiles = CeilDiv(s.n_w, tile_n);
     w.flops = 2 * m_tiles * tile_m * n_tiles * tile_n * s.k;
