@@ -16,6 +16,14 @@ absl::Status CheckDims(const LaunchConfig& c, absl::string_view kernel) {
                        c.grid[1] <= 65535 && c.grid[2] >= 1 && c.grid[2] <= 65535;
   const bool block_ok =
       c.block[0] >= 1 && c.block[1] >= 1 && c.block[2] >= 1 && c.block[2] <= 64 && threads <= 1024;
+  const int64_t cluster = c.cluster[0] * c.cluster[1] * c.cluster[2];
+  bool cluster_ok = cluster >= 1 && cluster <= 8;
+  for (int i = 0; i < 3; ++i) cluster_ok = cluster_ok && c.cluster[i] >= 1 && c.grid[i] % c.cluster[i] == 0;
+  if (!cluster_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("launch of ", kernel, ": clusters of ",
+                                                   DimsString(c.cluster), " do not tile grid ",
+                                                   DimsString(c.grid), " in clusters of 1 to 8"));
+  }
   if (!grid_ok || !block_ok || c.dynamic_shared_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "launch of ", kernel, ": grid ", DimsString(c.grid), ", block ", DimsString(c.block),
@@ -59,13 +67,14 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
   const dim3 block(static_cast<unsigned>(config.block[0]), static_cast<unsigned>(config.block[1]),
                    static_cast<unsigned>(config.block[2]));
   absl::Status status;
-  if (config.programmatic || config.cooperative) {
+  const bool clustered = config.cluster[0] * config.cluster[1] * config.cluster[2] > 1;
+  if (config.programmatic || config.cooperative || clustered) {
     cudaLaunchConfig_t launch = {};
     launch.gridDim = grid;
     launch.blockDim = block;
     launch.dynamicSmemBytes = static_cast<size_t>(config.dynamic_shared_memory_bytes);
     launch.stream = config.stream;
-    cudaLaunchAttribute attributes[2] = {};
+    cudaLaunchAttribute attributes[3] = {};
     unsigned int count = 0;
     if (config.programmatic) {
       attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -74,6 +83,12 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
     if (config.cooperative) {
       attributes[count].id = cudaLaunchAttributeCooperative;
       attributes[count++].val.cooperative = 1;
+    }
+    if (clustered) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count].val.clusterDim.x = static_cast<unsigned>(config.cluster[0]);
+      attributes[count].val.clusterDim.y = static_cast<unsigned>(config.cluster[1]);
+      attributes[count++].val.clusterDim.z = static_cast<unsigned>(config.cluster[2]);
     }
     launch.attrs = attributes;
     launch.numAttrs = count;
@@ -87,7 +102,9 @@ absl::Status Kernel::Launch(const LaunchConfig& config, void** args) const {
   if (!status.ok()) {
     return absl::Status(
         status.code(),
-        absl::StrCat("launch of ", name_, " (grid ", DimsString(config.grid), ", block ",
+        absl::StrCat("launch of ", name_, " (grid ", DimsString(config.grid),
+                     clustered ? absl::StrCat(" in clusters of ", DimsString(config.cluster)) : "",
+                     ", block ",
                      DimsString(config.block), ", ", config.dynamic_shared_memory_bytes,
                      " bytes dynamic shared memory): ", status.message()));
   }

@@ -30,6 +30,9 @@ struct LaunchConfig {
   // Every block of the grid resident at once, or the launch fails (a kernel whose blocks
   // wait for one another: the persistent kernel).
   bool cooperative = false;
+  // Thread-block clusters of these dimensions (sm_90+; each divides the grid's, at most 8
+  // blocks); {1, 1, 1}: none.
+  std::array<int64_t, 3> cluster = {1, 1, 1};
 };
 
 // A kernel of a loaded Module; valid while the Module lives.

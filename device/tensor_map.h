@@ -26,6 +26,7 @@ struct TensorMap2D {
 // copied). InvalidArgument naming the field for what the TMA unit cannot address (an address
 // or stride off 16 bytes, a box over 256 elements a side or wider than the swizzle), naming
 // the driver's error when it refuses; FailedPrecondition when the driver lacks the entry point.
+// REQUIRES: a current CUDA context (Device::MakeCurrent; the driver refuses without one).
 absl::Status EncodeTensorMap(const TensorMap2D& map, void* out);
 
 }  // namespace tileplan::device

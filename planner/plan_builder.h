@@ -46,8 +46,9 @@ struct PlanOptions {
   bool prefill_mla_expanded = true;
   // Families no phase may choose and the tuner does not measure, by registered name (an
   // unknown name is an error): to keep regions off a family, or to compare plans with and
-  // without it. By default wgmma_gemm, which runs the prefill linears slower than cuBLASLt so
-  // far (docs/PERF.md, "Prefill linears on wgmma"); an empty list lets every family compete.
+  // without it. By default wgmma_gemm, which beats cuBLASLt on the SwiGLU linear only so far
+  // (docs/PERF.md, "Prefill linears on wgmma: TMA loads"); an empty list lets every family
+  // compete.
   std::vector<std::string> excluded_families = {"wgmma_gemm"};
   PrintOptions print;  // IR after passes, for every phase's pipeline run
   // The tactic-cache environment of the lookups (tuner::Environment::Fingerprint() of the

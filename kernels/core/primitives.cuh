@@ -149,6 +149,44 @@ __device__ __forceinline__ void tma_load_2d(unsigned int dst, const void* map, i
 #endif
 }
 
+// Thread-block clusters (sm_90): this CTA's rank in its cluster, the cluster's CTA count, a
+// barrier of every thread of the cluster (release of the shared-memory writes before it,
+// acquire of the others'), and a 16-byte store into CTA `rank`'s shared memory at the address
+// `addr` has in this CTA's (distributed shared memory; a store does not wait for its
+// round trip, so a CTA pushes its partial results to their owners rather than pulling).
+__device__ __forceinline__ unsigned int cluster_rank() {
+  unsigned int r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+__device__ __forceinline__ unsigned int cluster_size() {
+  unsigned int n = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+#endif
+  return n;
+}
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void store_shared_cluster_v4(unsigned int addr, unsigned int rank,
+                                                        float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "st.shared::cluster.v4.f32 [remote], {%2, %3, %4, %5};\n"
+      "}" ::"r"(addr),
+      "r"(rank), "f"(a), "f"(b), "f"(c), "f"(d)
+      : "memory");
+#endif
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // silu(v) = v * sigmoid(v), the activation of every SwiGLU (elementwise, the GEMV and GEMM

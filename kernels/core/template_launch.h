@@ -140,6 +140,7 @@ struct KernelLaunch {
   std::array<int64_t, 3> grid = {1, 1, 1};
   std::array<int64_t, 3> block = {1, 1, 1};
   int64_t dynamic_shared_memory_bytes = 0;
+  std::array<int64_t, 3> cluster = {1, 1, 1};  // thread-block clusters; {1, 1, 1}: none
   KernelParams params;
   std::vector<TensorMapSpec> tensor_maps;  // encoded into `params` before each launch
 };
@@ -277,6 +278,10 @@ class LaunchBuilder {
   // Adds a tensor map to the launch added last (nothing without buffers).
   void AddTensorMap(const TensorMapSpec& spec) {
     if (buffers_ != nullptr) result_.launches.back().tensor_maps.push_back(spec);
+  }
+  // The launch added last runs in thread-block clusters of `dims` (nothing without buffers).
+  void SetCluster(std::array<int64_t, 3> dims) {
+    if (buffers_ != nullptr) result_.launches.back().cluster = dims;
   }
   // The instance needs the architecture-specific variant of its target (KernelInstance).
   void RequireArchSpecific() { result_.instance.arch_specific = true; }

@@ -93,6 +93,7 @@ absl::Status KernelLoader::Launch(LoadedInstance& loaded, KernelLaunch& launch,
   config.stream = options.stream;
   config.programmatic = options.programmatic;
   config.cooperative = options.cooperative;
+  config.cluster = launch.cluster;
   return loaded.kernels[k].Launch(config, launch.params.pointers());
 }
 

@@ -922,7 +922,7 @@ TEST(KernelFamiliesTest, WgmmaGemmServesPrefillOnSm90Only) {
   // The default tile fills the machine in one wave at M = 512: 128 x 192 (4 x 32 CTAs).
   absl::StatusOr<Tactic> def = wgmma.DefaultTactic(y, h200);
   ASSERT_TRUE(def.ok()) << def.status();
-  EXPECT_EQ(def->ParamsString(), "loads=1,stages=4,tile_m=128,tile_n=192");
+  EXPECT_EQ(def->ParamsString(), "loads=1,split_k=1,stages=4,tile_m=128,tile_n=192");
   const LaunchGeometry g = wgmma.Geometry(*def, y);
   EXPECT_EQ(g.grid, (std::array<int64_t, 3>{32, 4, 1}));
   // Two consumer warpgroups and the TMA producer warp; the ring, its alignment, its barriers.
@@ -964,6 +964,22 @@ TEST(KernelFamiliesTest, WgmmaGemmServesPrefillOnSm90Only) {
   ASSERT_TRUE(launches.ok()) << launches.status();
   EXPECT_TRUE(launches->front().tensor_maps.empty());
   EXPECT_EQ(launches->front().block, (std::array<int64_t, 3>{256, 1, 1}));
+  EXPECT_EQ(launches->front().cluster, (std::array<int64_t, 3>{1, 1, 1}));
+  // K split among a cluster's CTAs: the grid's z is the split, launched as one cluster along z;
+  // only with the TMA loads.
+  Tactic split = *def;
+  split.params["split_k"] = 4;
+  EXPECT_EQ(wgmma.Geometry(split, y).grid, (std::array<int64_t, 3>{32, 4, 4}));
+  launches = PrepareLaunches(wgmma, y, split, buffers);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  EXPECT_EQ(launches->front().grid, (std::array<int64_t, 3>{32, 4, 4}));
+  EXPECT_EQ(launches->front().cluster, (std::array<int64_t, 3>{1, 1, 4}));
+  split.params["loads"] = 0;
+  EXPECT_THAT(std::string(wgmma.ValidateTactic(split, y, h200).message()),
+              HasSubstr("'split_k' is 4"));
+  split.params["loads"] = 1;
+  split.params["split_k"] = 3;
+  EXPECT_EQ(wgmma.ValidateTactic(split, y, h200).code(), absl::StatusCode::kInvalidArgument);
 
   // A ring that does not fit the block's shared memory is refused.
   Tactic big = *def;

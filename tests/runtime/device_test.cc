@@ -87,7 +87,10 @@ TEST(DeviceTest, OrdinalOutOfRangeIsRefused) {
 
 // What the TMA unit cannot address is refused by field before the driver is asked; a valid
 // map encodes where the driver has the entry point (FailedPrecondition where it has none).
+// Encoding needs a current context, as every launch has: the device's, where there is one.
 TEST(TensorMapTest, RefusesWhatTmaCannotAddressAndEncodesTheRest) {
+  absl::StatusOr<std::unique_ptr<Device>> device = Device::Open(0);
+  if (device.ok()) ASSERT_TRUE((*device)->MakeCurrent().ok());
   alignas(64) unsigned char out[128] = {};
   const TensorMap2D good = {.address = reinterpret_cast<const void*>(0x100000),
                             .inner = 1024,

@@ -54,6 +54,12 @@ GemmShape ShapeOf(const BoundRegion& r) {
 int64_t SharedBytes(int64_t tile_m, int64_t tile_n, int64_t stages, int64_t loads) {
   return stages * (tile_m + tile_n) * kSliceBytes + 1024 + (loads == 1 ? 16 * stages : 0);
 }
+// The bytes of the partial tiles a split-K owner receives in its ring: a float4 per consumer
+// thread, 8-column output group it owns (two with SwiGLU) and CTA of the cluster.
+int64_t SplitReceiveBytes(int64_t tile_m, int64_t tile_n, int64_t split_k, bool swiglu) {
+  const int64_t groups = (swiglu ? tile_n / 2 : tile_n) / 8;
+  return split_k * CeilDiv(groups, split_k) * (swiglu ? 2 : 1) * tile_m * 2 * 16;
+}
 // The consumer warpgroups, and with the TMA loads the producer warp.
 int64_t BlockThreads(int64_t tile_m, int64_t loads) { return tile_m * 2 + (loads == 1 ? 32 : 0); }
 
@@ -67,14 +73,14 @@ double TileEfficiency(int64_t tile_m, int64_t tile_n) {
 class WgmmaGemmFamily final : public TemplateFamilyBase {
  public:
   WgmmaGemmFamily()
-      : TemplateFamilyBase("wgmma_gemm", 1, {"linear", "linear_residual", "linear_swiglu"},
-                           {"loads", "stages", "tile_m", "tile_n"}) {}
+      : TemplateFamilyBase("wgmma_gemm", 2, {"linear", "linear_residual", "linear_swiglu"},
+                           {"loads", "split_k", "stages", "tile_m", "tile_n"}) {}
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemmShape s = ShapeOf(r);
     const int64_t tile_m = t.params.at("tile_m"), tile_n = t.params.at("tile_n");
     LaunchGeometry g;
-    g.grid = {CeilDiv(s.n_w, tile_n), CeilDiv(s.m, tile_m), 1};
+    g.grid = {CeilDiv(s.n_w, tile_n), CeilDiv(s.m, tile_m), t.params.at("split_k")};
     g.block = {BlockThreads(tile_m, t.params.at("loads")), 1, 1};
     g.dynamic_shared_memory_bytes =
         SharedBytes(tile_m, tile_n, t.params.at("stages"), t.params.at("loads"));
@@ -138,8 +144,8 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
                      s.bias >= 0 ? "true" : "false", ">");
     b.RequireArchSpecific();
     const LaunchGeometry g = Geometry(t, r);
-    if (loads == 1) {
-      WgmmaGemmTmaParams p{};
+    // The fields both kernels share: the epilogue's operands and the shape.
+    auto epilogue_fields = [&](auto& p) {
       p.bias = s.bias >= 0 ? b.Operand(s.bias) : nullptr;
       p.residual = s.residual ? b.Operand(2) : nullptr;
       p.residual_stride = s.residual ? res.stride : 0;
@@ -149,7 +155,12 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
       p.cols = static_cast<int>(s.n_out);
       p.depth = static_cast<int>(s.k);
       p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
+    };
+    if (loads == 1) {
+      WgmmaGemmTmaParams p{};
+      epilogue_fields(p);
       b.Launch("wgmma_gemm.cuh", name, g.grid, g.block, g.dynamic_shared_memory_bytes, p);
+      b.SetCluster({1, 1, g.grid[2]});
       const bool f16 = r.operand_dtype(0) == ir::DType::kF16;
       b.AddTensorMap({.param = 0,
                       .address = b.Operand(0),
@@ -173,15 +184,7 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
       p.x_stride = x.stride;
       p.w = b.Operand(1);
       p.w_stride = w.stride;
-      p.bias = s.bias >= 0 ? b.Operand(s.bias) : nullptr;
-      p.residual = s.residual ? b.Operand(2) : nullptr;
-      p.residual_stride = s.residual ? res.stride : 0;
-      p.out = b.Result(0);
-      p.out_stride = out.stride;
-      p.rows = static_cast<int>(s.m);
-      p.cols = static_cast<int>(s.n_out);
-      p.depth = static_cast<int>(s.k);
-      p.up_offset = static_cast<int>(s.swiglu ? s.n_out : 0);
+      epilogue_fields(p);
       b.Launch("wgmma_gemm.cuh", name, g.grid, g.block, g.dynamic_shared_memory_bytes, p);
     }
     return std::move(b).Finish();
@@ -249,10 +252,15 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     }
     int64_t stages = 4;
     while (stages > 3 && SharedBytes(best_m, best_n, stages, 1) > shared_memory) --stages;
-    return MakeTactic({{"loads", 1}, {"stages", stages}, {"tile_m", best_m}, {"tile_n", best_n}});
+    return MakeTactic({{"loads", 1},
+                       {"split_k", 1},
+                       {"stages", stages},
+                       {"tile_m", best_m},
+                       {"tile_n", best_n}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion&, const TargetDescription&) const override {
     return {{"loads", {0, 1}},
+            {"split_k", {1, 2, 4}},
             {"stages", {3, 4, 5, 6}},
             {"tile_m", {64, 128}},
             {"tile_n", {64, 128, 192, 256}}};
@@ -263,6 +271,18 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     const int64_t stages = t.params.at("stages");
     const int64_t loads = t.params.at("loads");
     if (loads != 0 && loads != 1) return BadParam("loads", loads, "0 (cp.async) or 1 (TMA)");
+    const int64_t split_k = t.params.at("split_k");
+    if (split_k != 1 && split_k != 2 && split_k != 4 && split_k != 8) {
+      return BadParam("split_k", split_k, "1, 2, 4 or 8 (a cluster's CTAs)");
+    }
+    if (split_k > 1 && loads != 1) return BadParam("split_k", split_k, "1 without the TMA loads");
+    const int64_t receive = SplitReceiveBytes(tile_m, tile_n, split_k, ShapeOf(r).swiglu);
+    if (split_k > 1 && receive > stages * (tile_m + tile_n) * kSliceBytes) {
+      return BadParam("split_k", split_k,
+                      absl::StrCat("partial tiles (", receive, " bytes) that fit the ring of ",
+                                   stages * (tile_m + tile_n) * kSliceBytes, " bytes"));
+    }
+
     if (tile_m != 64 && tile_m != 128) return BadParam("tile_m", tile_m, "64 or 128");
     if (tile_n != 64 && tile_n != 128 && tile_n != 192 && tile_n != 256) {
       return BadParam("tile_n", tile_n, "64, 128, 192 or 256");

@@ -188,13 +188,15 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned int addr
 }
 
 // Stores a warpgroup's accumulators (rows from m0 + 64 * warpgroup, output columns from c0)
-// through the epilogue; `tid` is the thread's index among the consumer threads.
+// through the epilogue; `tid` is the thread's index among the consumer threads. Only the
+// 8-column output groups j with j % parts == part (a split-K cluster's CTAs store a share
+// each; the gate and up of a SwiGLU group go together).
 template <typename T, int kTileN, int kEpilogue, bool kBias>
 __device__ __forceinline__ void wgmma_gemm_store(const float (&acc)[kTileN / 2], int tid, int m0,
                                                  int c0, const T* __restrict__ bias,
                                                  const T* residual, long long residual_stride,
                                                  T* out, long long out_stride, int rows, int cols,
-                                                 int up_offset) {
+                                                 int up_offset, int part = 0, int parts = 1) {
   constexpr int kOutCols = kEpilogue == kWgmmaSwiglu ? kTileN / 2 : kTileN;
   const int warpgroup = tid / 128;
   const int lane = tid % 32;
@@ -203,7 +205,7 @@ __device__ __forceinline__ void wgmma_gemm_store(const float (&acc)[kTileN / 2],
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) {
     const int col = c0 + j * 8 + 2 * (lane % 4);
-    if (col >= cols) continue;
+    if (col >= cols || j % parts != part) continue;
     float b0 = 0.f, b1 = 0.f, ub0 = 0.f, ub1 = 0.f;
     if constexpr (kBias) {
       b0 = to_float(bias[col]);
@@ -366,8 +368,17 @@ __global__ void __launch_bounds__(kTileM * 2, 1)
 // pending, so the copies run kStages - 1 slices ahead. The weights of the first stages are on
 // their way before the programmatic-dependent-launch wait.
 //
+// Split K: launched in clusters of S CTAs along z (grid z = S), CTA rank r of a cluster sums
+// the r-th of S equal runs of K slices (none when there are fewer slices than CTAs). After a
+// cluster barrier (every ring is free) each CTA pushes the float32 partials of the 8-column
+// groups j it does not own (owner j % S) into its owner's ring by distributed-shared-memory
+// stores; after a second one each owner adds up its groups in rank order and stores them
+// through the epilogue. So a tile of few rows and a long K fills S times the SMs without a
+// workspace or a second kernel, and the sum is the same on every run.
+//
 // REQUIRES: as wgmma_gemm, and x, w and their row strides 16-byte aligned. Launch: block
-// kTileM * 2 + 32, dynamic shared memory wgmma_gemm_tma_shared_bytes(kTileM, kTileN, kStages).
+// kTileM * 2 + 32, grid z the cluster size (1 without a cluster), clusters (1, 1, grid z) of
+// at most 8, dynamic shared memory wgmma_gemm_tma_shared_bytes(kTileM, kTileN, kStages).
 __host__ __device__ constexpr int wgmma_gemm_tma_shared_bytes(int tile_m, int tile_n, int stages) {
   return wgmma_gemm_shared_bytes(tile_m, tile_n, stages) + 16 * stages;  // + the barriers
 }
@@ -392,7 +403,13 @@ __global__ void __launch_bounds__(kTileM * 2 + 32, 1)
   const int m0 = blockIdx.y * kTileM;
   constexpr int kOutCols = kEpilogue == kWgmmaSwiglu ? kTileN / 2 : kTileN;
   const int c0 = blockIdx.x * kOutCols;
-  const int slices = (depth + kTileK - 1) / kTileK;
+  // This CTA's run of K slices: [first, first + slices).
+  const int splits = static_cast<int>(cluster_size());
+  const int rank = static_cast<int>(cluster_rank());
+  const int total = (depth + kTileK - 1) / kTileK;
+  const int per = (total + splits - 1) / splits;
+  const int first = min(total, rank * per);
+  const int slices = min(total, first + per) - first;
 
   if (tid == kConsumers) {
     for (int s = 0; s < kStages; ++s) {
@@ -403,16 +420,20 @@ __global__ void __launch_bounds__(kTileM * 2 + 32, 1)
   }
   __syncthreads();
 
+  float acc[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.f;
   if (tid >= kConsumers) {
     if (tid == kConsumers) {
       auto load_w = [&](int slice) {
         const unsigned int b = smem + (slice % kStages) * kStageBytes + kABytes;
         const unsigned int bar = full + 8 * (slice % kStages);
+        const int k = (first + slice) * kTileK;
         if constexpr (kEpilogue == kWgmmaSwiglu) {
-          tma_load_2d(b, &w_map, slice * kTileK, c0, bar);
-          tma_load_2d(b + kTileN / 2 * kRowBytes, &w_map, slice * kTileK, up_offset + c0, bar);
+          tma_load_2d(b, &w_map, k, c0, bar);
+          tma_load_2d(b + kTileN / 2 * kRowBytes, &w_map, k, up_offset + c0, bar);
         } else {
-          tma_load_2d(b, &w_map, slice * kTileK, c0, bar);
+          tma_load_2d(b, &w_map, k, c0, bar);
         }
       };
       const int early = slices < kStages ? slices : kStages;
@@ -428,39 +449,87 @@ __global__ void __launch_bounds__(kTileM * 2 + 32, 1)
           mbarrier_arrive_expect_tx(full + 8 * stage, kStageBytes);
           load_w(slice);
         }
-        tma_load_2d(smem + stage * kStageBytes, &x_map, slice * kTileK, m0, full + 8 * stage);
+        tma_load_2d(smem + stage * kStageBytes, &x_map, (first + slice) * kTileK, m0,
+                    full + 8 * stage);
       }
     } else {
       grid_dependency_sync();
     }
-    return;
-  }
-
-  grid_dependency_sync();  // the epilogue reads the residual and writes `out`
-  const int warpgroup = tid / 128;
-  float acc[kTileN / 2];
+    if (splits == 1) return;
+  } else {
+    grid_dependency_sync();  // the epilogue reads the residual and writes `out`
+    const int warpgroup = tid / 128;
+    for (int slice = 0; slice < slices; ++slice) {
+      const int stage = slice % kStages;
+      mbarrier_wait(full + 8 * stage, (slice / kStages) & 1);
+      const unsigned int a = smem + stage * kStageBytes + warpgroup * 64 * kRowBytes;
+      const unsigned int b = smem + stage * kStageBytes + kABytes;
+      wgmma_fence_operands(acc);
+      wgmma_fence();
 #pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.f;
-  for (int slice = 0; slice < slices; ++slice) {
-    const int stage = slice % kStages;
-    mbarrier_wait(full + 8 * stage, (slice / kStages) & 1);
-    const unsigned int a = smem + stage * kStageBytes + warpgroup * 64 * kRowBytes;
-    const unsigned int b = smem + stage * kStageBytes + kABytes;
-    wgmma_fence_operands(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      wgmma_m64k16<T, kTileN>(acc, wgmma_descriptor(a + kk * 32), wgmma_descriptor(b + kk * 32));
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        wgmma_m64k16<T, kTileN>(acc, wgmma_descriptor(a + kk * 32), wgmma_descriptor(b + kk * 32));
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_fence_operands(acc);
+      if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
     }
-    wgmma_commit();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
     wgmma_fence_operands(acc);
-    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
   }
-  wgmma_wait<0>();
-  wgmma_fence_operands(acc);
+  if (splits > 1) {
+    // Owner rank j % S of each 8-column group j receives the other CTAs' float4 of the group
+    // (two with SwiGLU: gate and up) in slot ((sender * per + j / S) * halves + half) *
+    // kConsumers + thread of its ring, once every CTA of the cluster is done with its ring,
+    // and adds them to its own in rank order.
+    constexpr int kGroups = kOutCols / 8;
+    constexpr int kHalves = kEpilogue == kWgmmaSwiglu ? 2 : 1;
+    const int per = (kGroups + splits - 1) / splits;
+    if (splits * per * kHalves * kConsumers * 16 > kStages * kStageBytes) __trap();
+    auto slot = [&](int sender, int j, int half) {
+      return smem + 16u * (((sender * per + j / splits) * kHalves + half) * kConsumers + tid);
+    };
+    cluster_sync();
+    if (tid < kConsumers) {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        const int owner = j % splits;
+        if (owner == rank) continue;
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          const int i = 4 * (j + h * kGroups);
+          store_shared_cluster_v4(slot(rank, j, h), owner, acc[i], acc[i + 1], acc[i + 2],
+                                  acc[i + 3]);
+        }
+      }
+    }
+    cluster_sync();
+    if (tid >= kConsumers) return;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      if (j % splits != rank) continue;
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        const int i = 4 * (j + h * kGroups);
+        for (int sender = 0; sender < splits; ++sender) {
+          if (sender == rank) continue;
+          float4 v;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                       : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                       : "r"(slot(sender, j, h))
+                       : "memory");
+          acc[i] += v.x;
+          acc[i + 1] += v.y;
+          acc[i + 2] += v.z;
+          acc[i + 3] += v.w;
+        }
+      }
+    }
+  }
   wgmma_gemm_store<T, kTileN, kEpilogue, kBias>(acc, tid, m0, c0, bias, residual, residual_stride,
-                                                 out, out_stride, rows, cols, up_offset);
+                                                 out, out_stride, rows, cols, up_offset, rank,
+                                                 splits);
 }
 
 }  // namespace tileplan

@@ -10,12 +10,8 @@
 #include "kernels/core/kernel_params.h"
 #endif
 
-// wgmma_gemm
-#define TILEPLAN_WGMMA_GEMM_PARAMS(FIRST, NEXT) \
-  FIRST(const void*, const T* __restrict__, x) \
-  NEXT(long long, long long, x_stride) \
-  NEXT(const void*, const T* __restrict__, w) \
-  NEXT(long long, long long, w_stride) \
+// What both kernels take after their operands: the epilogue's operands and the shape.
+#define TILEPLAN_WGMMA_GEMM_EPILOGUE_PARAMS(NEXT) \
   NEXT(const void*, const T* __restrict__, bias) \
   NEXT(const void*, const T*, residual) \
   NEXT(long long, long long, residual_stride) \
@@ -26,20 +22,20 @@
   NEXT(int, int, depth) \
   NEXT(int, int, up_offset)
 
+// wgmma_gemm
+#define TILEPLAN_WGMMA_GEMM_PARAMS(FIRST, NEXT) \
+  FIRST(const void*, const T* __restrict__, x) \
+  NEXT(long long, long long, x_stride) \
+  NEXT(const void*, const T* __restrict__, w) \
+  NEXT(long long, long long, w_stride) \
+  TILEPLAN_WGMMA_GEMM_EPILOGUE_PARAMS(NEXT)
+
 // wgmma_gemm_tma: x and w as TMA tensor maps (2-D, 128-byte swizzle, boxes of 64 x tile
 // rows), which the launch layer encodes.
 #define TILEPLAN_WGMMA_GEMM_TMA_PARAMS(FIRST, NEXT) \
   FIRST(TmaDescriptor, const __grid_constant__ TmaDescriptor, x_map) \
   NEXT(TmaDescriptor, const __grid_constant__ TmaDescriptor, w_map) \
-  NEXT(const void*, const T* __restrict__, bias) \
-  NEXT(const void*, const T*, residual) \
-  NEXT(long long, long long, residual_stride) \
-  NEXT(void*, T*, out) \
-  NEXT(long long, long long, out_stride) \
-  NEXT(int, int, rows) \
-  NEXT(int, int, cols) \
-  NEXT(int, int, depth) \
-  NEXT(int, int, up_offset)
+  TILEPLAN_WGMMA_GEMM_EPILOGUE_PARAMS(NEXT)
 
 namespace tileplan {
 

@@ -4,7 +4,8 @@
 // many times) at M 512; linear_residual with bias and written over its residual (C == D);
 // linear_swiglu with bias (gate and up rows of one tile, a partial tile of F = 200). Every case
 // runs under tactics covering both loads (cp.async by every thread, TMA by a producer warp),
-// both tile heights, every tile width and 3 to 6 stages.
+// both tile heights, every tile width, 3 to 6 stages, and K split among clusters of 2 to 8
+// CTAs (with K 136, CTAs of a cluster of 4 or 8 that have no slice of K to sum).
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,18 +17,22 @@ namespace tileplan::kernels::testing {
 namespace {
 
 const std::vector<Params> kWgmmaTactics = {
-    {{"loads", 0}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
-    {{"loads", 0}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
-    {{"loads", 0}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
-    {{"loads", 0}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
-    {{"loads", 0}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
-    {{"loads", 0}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
-    {{"loads", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
-    {{"loads", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
-    {{"loads", 1}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
-    {{"loads", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
-    {{"loads", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
-    {{"loads", 1}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
+    {{"loads", 0}, {"split_k", 1}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 5}, {"tile_m", 128}, {"tile_n", 192}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
+    {{"loads", 1}, {"split_k", 1}, {"stages", 6}, {"tile_m", 128}, {"tile_n", 64}},
+    {{"loads", 1}, {"split_k", 2}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 128}},
+    {{"loads", 1}, {"split_k", 4}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 256}},
+    {{"loads", 1}, {"split_k", 4}, {"stages", 4}, {"tile_m", 128}, {"tile_n", 256}},
+    {{"loads", 1}, {"split_k", 8}, {"stages", 3}, {"tile_m", 64}, {"tile_n", 64}},
 };
 
 CaseGroup Group(const std::string& name, std::string graph, int result_over_operand = -1) {
