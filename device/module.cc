@@ -18,7 +18,8 @@ absl::Status CheckDims(const LaunchConfig& c, absl::string_view kernel) {
       c.block[0] >= 1 && c.block[1] >= 1 && c.block[2] >= 1 && c.block[2] <= 64 && threads <= 1024;
   const int64_t cluster = c.cluster[0] * c.cluster[1] * c.cluster[2];
   bool cluster_ok = cluster >= 1 && cluster <= 8;
-  for (int i = 0; i < 3; ++i) cluster_ok = cluster_ok && c.cluster[i] >= 1 && c.grid[i] % c.cluster[i] == 0;
+  for (int i = 0; i < 3; ++i)
+    cluster_ok = cluster_ok && c.cluster[i] >= 1 && c.grid[i] % c.cluster[i] == 0;
   if (!cluster_ok) {
     return absl::InvalidArgumentError(absl::StrCat("launch of ", kernel, ": clusters of ",
                                                    DimsString(c.cluster), " do not tile grid ",

@@ -161,23 +161,19 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
       epilogue_fields(p);
       b.Launch("wgmma_gemm.cuh", name, g.grid, g.block, g.dynamic_shared_memory_bytes, p);
       b.SetCluster({1, 1, g.grid[2]});
-      const bool f16 = r.operand_dtype(0) == ir::DType::kF16;
-      b.AddTensorMap({.param = 0,
-                      .address = b.Operand(0),
-                      .f16 = f16,
-                      .inner = s.k,
-                      .rows = s.m,
-                      .row_stride_bytes = x.stride * 2,
-                      .box_inner = static_cast<int>(kSliceBytes / 2),
-                      .box_rows = static_cast<int>(tile_m)});
-      b.AddTensorMap({.param = 1,
-                      .address = b.Operand(1),
-                      .f16 = f16,
-                      .inner = s.k,
-                      .rows = s.n_w,
-                      .row_stride_bytes = w.stride * 2,
-                      .box_inner = static_cast<int>(kSliceBytes / 2),
-                      .box_rows = static_cast<int>(s.swiglu ? tile_n / 2 : tile_n)});
+      // Operand i (x or the weight) as a K-major map in boxes of one 64-wide slice x box_rows.
+      auto add_map = [&](int i, int64_t rows, const Matrix& m, int64_t box_rows) {
+        b.AddTensorMap({.param = i,
+                        .address = b.Operand(i),
+                        .f16 = r.operand_dtype(0) == ir::DType::kF16,
+                        .inner = s.k,
+                        .rows = rows,
+                        .row_stride_bytes = m.stride * 2,
+                        .box_inner = static_cast<int>(kSliceBytes / 2),
+                        .box_rows = static_cast<int>(box_rows)});
+      };
+      add_map(0, s.m, x, tile_m);
+      add_map(1, s.n_w, w, s.swiglu ? tile_n / 2 : tile_n);
     } else {
       WgmmaGemmParams p{};
       p.x = b.Operand(0);
@@ -282,7 +278,6 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
                       absl::StrCat("partial tiles (", receive, " bytes) that fit the ring of ",
                                    stages * (tile_m + tile_n) * kSliceBytes, " bytes"));
     }
-
     if (tile_m != 64 && tile_m != 128) return BadParam("tile_m", tile_m, "64 or 128");
     if (tile_n != 64 && tile_n != 128 && tile_n != 192 && tile_n != 256) {
       return BadParam("tile_n", tile_n, "64, 128, 192 or 256");

@@ -372,8 +372,8 @@ __global__ void __launch_bounds__(kTileM * 2, 1)
 // the r-th of S equal runs of K slices (none when there are fewer slices than CTAs). After a
 // cluster barrier (every ring is free) each CTA pushes the float32 partials of the 8-column
 // groups j it does not own (owner j % S) into its owner's ring by distributed-shared-memory
-// stores; after a second one each owner adds up its groups in rank order and stores them
-// through the epilogue. So a tile of few rows and a long K fills S times the SMs without a
+// stores; after a second one each owner adds the others' partials to its own, in rank order,
+// and stores its groups through the epilogue. So a tile of few rows and a long K fills S times the SMs without a
 // workspace or a second kernel, and the sum is the same on every run.
 //
 // REQUIRES: as wgmma_gemm, and x, w and their row strides 16-byte aligned. Launch: block
@@ -480,15 +480,15 @@ __global__ void __launch_bounds__(kTileM * 2 + 32, 1)
   }
   if (splits > 1) {
     // Owner rank j % S of each 8-column group j receives the other CTAs' float4 of the group
-    // (two with SwiGLU: gate and up) in slot ((sender * per + j / S) * halves + half) *
+    // (two with SwiGLU: gate and up) in slot ((sender * owned + j / S) * halves + half) *
     // kConsumers + thread of its ring, once every CTA of the cluster is done with its ring,
-    // and adds them to its own in rank order.
+    // and adds them to its own in rank order; a rank owns at most `owned` groups.
     constexpr int kGroups = kOutCols / 8;
     constexpr int kHalves = kEpilogue == kWgmmaSwiglu ? 2 : 1;
-    const int per = (kGroups + splits - 1) / splits;
-    if (splits * per * kHalves * kConsumers * 16 > kStages * kStageBytes) __trap();
+    const int owned = (kGroups + splits - 1) / splits;
+    if (splits * owned * kHalves * kConsumers * 16 > kStages * kStageBytes) __trap();
     auto slot = [&](int sender, int j, int half) {
-      return smem + 16u * (((sender * per + j / splits) * kHalves + half) * kConsumers + tid);
+      return smem + 16u * (((sender * owned + j / splits) * kHalves + half) * kConsumers + tid);
     };
     cluster_sync();
     if (tid < kConsumers) {
