@@ -161,8 +161,15 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       return shared;
     };
     int64_t shared = run_shared();
-    // 1 KiB per block kept for the bodies' static shared memory and the slots' barriers.
-    while (per_sm > 0 && per_sm * (shared + 1024) > target.shared_memory_per_sm_bytes()) --per_sm;
+    // A block's share of the SM: 1 KiB kept for the bodies' static shared memory and the slots'
+    // barriers, beside the shared memory the driver reserves for every resident block (what
+    // the SM has beyond a block's opt-in limit).
+    const int64_t reserved =
+        target.shared_memory_per_sm_bytes() - target.shared_memory_per_block_bytes();
+    while (per_sm > 0 &&
+           per_sm * (shared + kStaticSharedBytes + reserved) > target.shared_memory_per_sm_bytes()) {
+      --per_sm;
+    }
     if (per_sm == 0) {
       give_up();
       continue;
@@ -170,10 +177,12 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
     const int64_t blocks = int64_t{target.sm_count()} * per_sm;
     // The weight stream's slots: what a block's shared memory has left after the stages' own.
     auto slot_bytes_for = [&](int64_t stage_shared) -> int64_t {
-      // A block's dynamic and static shared memory together stay within the opt-in limit.
-      const int64_t block = std::min<int64_t>(target.shared_memory_per_block_bytes(),
-                                              target.shared_memory_per_sm_bytes() / per_sm) -
-                            1024;
+      // A block's dynamic and static shared memory together stay within the opt-in limit and
+      // its share of the SM.
+      const int64_t block =
+          std::min<int64_t>(target.shared_memory_per_block_bytes(),
+                            target.shared_memory_per_sm_bytes() / per_sm - reserved) -
+          kStaticSharedBytes;
       const int64_t ring = block - AlignUp(stage_shared, kStreamAlignment);
       return ring <= 0 ? 0 : ring / options.stream_slots / kStreamAlignment * kStreamAlignment;
     };

@@ -22,6 +22,7 @@
 #ifndef TILEPLAN_PLANNER_PERSISTENT_SCHEDULE_H_
 #define TILEPLAN_PLANNER_PERSISTENT_SCHEDULE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,10 @@ inline constexpr double kStreamedTaskMicros = 6.8;
 // kMaxStreamSlots slots; slots and the ring's start multiples of kStreamAlignment bytes.
 using kernels::kMaxStreamSlots;
 using kernels::kStreamAlignment;
+
+// The shared memory a run keeps in every block for the bodies' static shared memory and the
+// stream's barriers, beside their dynamic shared memory.
+inline constexpr int64_t kStaticSharedBytes = 1024;
 
 // The weight stream's slots by default (PersistentOptions::stream_slots).
 inline constexpr int kDefaultStreamSlots = 2;

@@ -59,18 +59,23 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
     previous_last = run.last_step();
     ASSERT_GE(run.stages_size(), 2);
     EXPECT_EQ(run.blocks(), int64_t{target.sm_count()} * run.blocks_per_sm());
-    // The stages' shared memory, then the stream's slots, and 1 KiB for static shared memory.
+    // The stages' shared memory, then the stream's slots, 1 KiB for static shared memory and
+    // the driver's reservation for every block (what an SM has beyond a block's opt-in
+    // limit): otherwise the cooperative launch of every block at once fails.
     const int64_t ring = int64_t{run.stream_slots()} * run.stream_slot_bytes();
+    const int64_t reserved =
+        target.shared_memory_per_sm_bytes() - target.shared_memory_per_block_bytes();
     EXPECT_LE(run.blocks_per_sm() *
                   ((ring > 0 ? AlignUp(run.dynamic_shared_memory_bytes(), kStreamAlignment)
                              : run.dynamic_shared_memory_bytes()) +
-                   ring + 1024),
+                   ring + kStaticSharedBytes + reserved),
               target.shared_memory_per_sm_bytes());
     EXPECT_EQ(run.stream_slot_bytes() % kStreamAlignment, 0);
     if (ring > 0) {
       // The kernel's dynamic shared memory leaves 1 KiB of a block's opt-in limit for its
       // static shared memory.
-      EXPECT_LE(AlignUp(run.dynamic_shared_memory_bytes(), kStreamAlignment) + ring + 1024,
+      EXPECT_LE(AlignUp(run.dynamic_shared_memory_bytes(), kStreamAlignment) + ring +
+                    kStaticSharedBytes,
                 target.shared_memory_per_block_bytes());
     }
     int streamed = 0;
@@ -241,6 +246,16 @@ TEST(PersistentScheduleTest, BlocksPerSmOptionAndPrefillPhasesUntouched) {
   EXPECT_EQ(plan.phases(0).persistent(0).blocks(), 3 * MustTarget("h200").sm_count());
   EXPECT_EQ(plan.options().persistent_blocks_per_sm(), 3);
   EXPECT_EQ(plan.options().decode_backend(), proto::PlanOptions::DECODE_BACKEND_PERSISTENT);
+  // Several blocks per SM share its shared memory, the weight stream's slots included.
+  for (int per_sm : {2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat(per_sm, " blocks per SM"));
+    const proto::ExecutionPlan shared =
+        MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1}, per_sm);
+    ASSERT_EQ(shared.phases(0).persistent_size(), 1);
+    EXPECT_EQ(shared.phases(0).persistent(0).blocks_per_sm(), per_sm);
+    EXPECT_GT(shared.phases(0).persistent(0).streamed_stages(), 0);
+    ExpectValidRuns(shared.phases(0), MustTarget("h200"));
+  }
 
   absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig("qwen3-0.6b");
   ASSERT_TRUE(config.ok());
