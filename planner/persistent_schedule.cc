@@ -144,12 +144,13 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
       --run_last;
     i = end;
 
-    // Blocks per SM: the option, else one with the weight stream (its ring takes the shared
-    // memory), 512 threads' worth without.
+    // Blocks per SM: the option, else kStreamThreadsPerSm threads' worth with the weight
+    // stream (the blocks share the ring's shared memory), 512 threads' worth without.
     const bool stream = options.stream_slots > 0;
-    int per_sm = options.blocks_per_sm > 0 ? options.blocks_per_sm
-                 : stream                  ? 1
-                                           : std::max<int>(1, static_cast<int>(512 / threads));
+    int per_sm =
+        options.blocks_per_sm > 0
+            ? options.blocks_per_sm
+            : std::max<int>(1, static_cast<int>((stream ? kStreamThreadsPerSm : 512) / threads));
     auto run_shared = [&] {
       int64_t shared = 0;
       for (int s = first; s <= run_last; ++s) {

@@ -59,10 +59,15 @@ inline constexpr int64_t kStaticSharedBytes = 1024;
 
 // The weight stream's slots by default (PersistentOptions::stream_slots).
 inline constexpr int kDefaultStreamSlots = 2;
+// With the weight stream, the threads of a run's blocks per SM by default: two blocks of 128
+// threads measured 3.5-4% faster than one on an H100 and four slower (docs/PERF.md, "The
+// persistent kernel at several blocks per SM"); at 256 threads per SM every thread may still
+// hold 255 registers, where four blocks of 128 capped them at 128 and slowed the attention.
+inline constexpr int kStreamThreadsPerSm = 256;
 
 struct PersistentOptions {
   proto::PlanOptions::DecodeBackend backend = proto::PlanOptions::DECODE_BACKEND_KERNELS;
-  int blocks_per_sm = 0;   // 0: the rule (one block per SM with the weight stream)
+  int blocks_per_sm = 0;   // 0: the rule (kStreamThreadsPerSm threads' worth with the stream)
   int stream_slots = kDefaultStreamSlots;  // the weight stream's slots; 0: no stream
   int prefetch_tasks = 4;  // PersistentRun.prefetch_tasks
 };

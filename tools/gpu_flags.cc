@@ -14,8 +14,8 @@ ABSL_FLAG(std::string, decode_backend, "kernels",
           "(one kernel per step), persistent (runs of steps as one persistent kernel wherever "
           "their families allow) or auto (persistent where the cost model prefers it)");
 ABSL_FLAG(int, persistent_blocks_per_sm, 0,
-          "blocks per SM of the persistent kernel; 0: one with the weight stream, else 512 "
-          "threads' worth");
+          "blocks per SM of the persistent kernel; 0: 256 threads' worth with the weight "
+          "stream, else 512");
 ABSL_FLAG(int, persistent_stream_slots, tileplan::planner::kDefaultStreamSlots,
           "shared-memory slots through which the persistent kernel streams the next tasks' "
           "weights (0 to 8); 0: every task reads its weights itself");

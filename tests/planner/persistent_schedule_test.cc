@@ -238,6 +238,37 @@ TEST(PersistentScheduleTest, MixtureOfExpertsStepsEndRuns) {
   ExpectValidRuns(phase, MustTarget("h200"));
 }
 
+TEST(PersistentScheduleTest, DefaultBlocksPerSmFillTheStreamsThreads) {
+  // Without the option: kStreamThreadsPerSm threads' worth of blocks with the weight stream
+  // (where the stages' shared memory allows), 512 threads' worth without it. The H100's and
+  // the H200's cost models give Qwen3-0.6B's run different block sizes.
+  absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig("qwen3-0.6b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::set<int64_t> threads;
+  for (const char* name : {"h100", "h200"}) {
+    for (int slots : {kDefaultStreamSlots, 0}) {
+      SCOPED_TRACE(absl::StrCat(name, ", ", slots, " stream slots"));
+      PlanOptions options;
+      options.prefill_tokens = {};
+      options.decode_batches = {1};
+      options.max_context = 1024;
+      options.decode_backend = proto::PlanOptions::DECODE_BACKEND_PERSISTENT;
+      options.persistent_stream_slots = slots;
+      const targets::TargetDescription target = MustTarget(name);
+      absl::StatusOr<proto::ExecutionPlan> plan =
+          BuildExecutionPlan(*config, target, options, nullptr);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->phases(0).persistent_size(), 1);
+      const proto::PersistentRun& run = plan->phases(0).persistent(0);
+      threads.insert(run.threads());
+      EXPECT_EQ(run.blocks_per_sm(),
+                std::max<int64_t>(1, (slots > 0 ? kStreamThreadsPerSm : 512) / run.threads()));
+      ExpectValidRuns(plan->phases(0), target);
+    }
+  }
+  EXPECT_EQ(threads.size(), 2u) << "both block sizes covered";
+}
+
 TEST(PersistentScheduleTest, BlocksPerSmOptionAndPrefillPhasesUntouched) {
   const proto::ExecutionPlan plan =
       MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1}, 3);
