@@ -191,7 +191,7 @@ void PrintPersistentTrace(const std::string& title,
   struct Group {
     int count = 0;
     int64_t tasks = 0;
-    double span = 0, handover = 0, tile_wait = 0, run = 0;
+    double span = 0, handover = 0, tile_wait = 0, run = 0, last_ready = 0, last_run = 0;
   };
   std::vector<std::string> order;
   std::map<std::string, Group> groups;
@@ -208,19 +208,24 @@ void PrintPersistentTrace(const std::string& title,
     g.handover += s.handover_us;
     g.tile_wait += s.tile_wait_us;
     g.run += s.run_us;
+    g.last_ready += s.last_ready_us;
+    g.last_run += s.last_run_us;
     total += s.span_us;
   }
   std::cout << absl::StrFormat(
       "persistent kernel, %s: %d stages, %.1f us from the first task to the last release\n"
-      "  %-40s %6s %8s %10s %12s %12s %10s\n",
+      "  (means over a stage's repeats; tile wait and run: medians over its tasks; last: the\n"
+      "  task released last, from the stage before's end to its wait's end, and its run)\n"
+      "  %-40s %6s %8s %10s %12s %12s %10s %10s %10s\n",
       title, stages.size(), total, "stage", "count", "tasks", "span us", "handover us",
-      "tile wait us", "run us");
+      "tile wait us", "run us", "last ready", "last run");
   for (const std::string& key : order) {
     const Group& g = groups[key];
     const double n = g.count;
-    std::cout << absl::StrFormat("  %-40s %6d %8.0f %10.2f %12.2f %12.2f %10.2f\n", key, g.count,
-                                 static_cast<double>(g.tasks) / n, g.span / n, g.handover / n,
-                                 g.tile_wait / n, g.run / n);
+    std::cout << absl::StrFormat("  %-40s %6d %8.0f %10.2f %12.2f %12.2f %10.2f %10.2f %10.2f\n",
+                                 key, g.count, static_cast<double>(g.tasks) / n, g.span / n,
+                                 g.handover / n, g.tile_wait / n, g.run / n, g.last_ready / n,
+                                 g.last_run / n);
   }
 }
 

@@ -739,6 +739,8 @@ absl::StatusOr<std::vector<GpuRuntime::StageTrace>> GpuRuntime::PersistentDecode
     const planner::proto::PersistentRun& run = p->phase->persistent(static_cast<int>(r));
     const size_t stages = static_cast<size_t>(run.stages_size());
     std::vector<uint64_t> first_ready(stages, UINT64_MAX), last_release(stages, 0);
+    // The task released last in each stage.
+    std::vector<const kernels::PreparedStep::TaskTrace*> last(stages, nullptr);
     std::vector<std::vector<double>> tile_wait(stages), run_us(stages);
     uint64_t start = UINT64_MAX;
     for (const kernels::PreparedStep::TaskTrace& t : tasks) {
@@ -746,6 +748,7 @@ absl::StatusOr<std::vector<GpuRuntime::StageTrace>> GpuRuntime::PersistentDecode
       if (s >= stages) return absl::InternalError("a traced task of an unknown stage");
       start = std::min(start, t.reached);
       first_ready[s] = std::min(first_ready[s], t.ready);
+      if (last[s] == nullptr || t.released > last_release[s]) last[s] = &t;
       last_release[s] = std::max(last_release[s], t.released);
       tile_wait[s].push_back(1e-3 * static_cast<double>(t.landed - t.ready));
       run_us[s].push_back(1e-3 * static_cast<double>(t.released - t.landed));
@@ -762,6 +765,10 @@ absl::StatusOr<std::vector<GpuRuntime::StageTrace>> GpuRuntime::PersistentDecode
       row.handover_us = 1e-3 * (static_cast<double>(first_ready[s]) - static_cast<double>(before));
       row.tile_wait_us = median(tile_wait[s]);
       row.run_us = median(run_us[s]);
+      if (last[s] != nullptr) {
+        row.last_ready_us = 1e-3 * (static_cast<double>(last[s]->ready) - static_cast<double>(before));
+        row.last_run_us = 1e-3 * static_cast<double>(last[s]->released - last[s]->landed);
+      }
       rows.push_back(std::move(row));
     }
   }

@@ -179,12 +179,15 @@ class GpuRuntime {
   // for a run's first stage, the first task reached) to its own end; the handover from that
   // end to the first of its blocks past the wait; tile_wait and run are medians over its
   // tasks of the wait for the task's tile after the dependency wait and of the task itself
-  // (body, barrier, release). FailedPrecondition without the trace or without a run.
+  // (body, barrier, release); last_ready and last_run are those of the task released last,
+  // which ends the span: from the stage before's end to that task past its wait, and the task
+  // itself. FailedPrecondition without the trace or without a run.
   struct StageTrace {
     int step = 0;
     std::string name, kind;
     int64_t tasks = 0;
     double span_us = 0, handover_us = 0, tile_wait_us = 0, run_us = 0;
+    double last_ready_us = 0, last_run_us = 0;
   };
   absl::StatusOr<std::vector<StageTrace>> PersistentDecodeTrace(int64_t batch);
 

@@ -354,6 +354,10 @@ TEST_F(GpuRuntimeTest, PersistentTraceGivesEveryStageOfTheLastStep) {
     EXPECT_GT(s.span_us, 0) << s.name;
     EXPECT_GE(s.span_us, s.handover_us) << s.name;
     EXPECT_GE(s.run_us, 0) << s.name;
+    // The task released last ends the span: past its wait within it, and running within it.
+    EXPECT_GE(s.last_ready_us, s.handover_us) << s.name;
+    EXPECT_GE(s.last_run_us, 0) << s.name;
+    EXPECT_LE(s.last_ready_us + s.last_run_us, s.span_us + 1e-3) << s.name;
   }
   EXPECT_EQ((*plain)->PersistentDecodeTrace(1).status().code(),
             absl::StatusCode::kFailedPrecondition);
