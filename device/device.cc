@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(int ordinal) {
   p.sm_count = prop.multiProcessorCount;
   p.l2_bytes = prop.l2CacheSize;
   p.shared_memory_per_block_optin_bytes = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  p.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
   p.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   TP_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&p.driver_version));
   TP_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&p.runtime_version));

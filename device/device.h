@@ -23,6 +23,7 @@ struct DeviceProperties {
   int sm_count = 0;
   int64_t l2_bytes = 0;
   int64_t shared_memory_per_block_optin_bytes = 0;
+  int max_threads_per_sm = 0;
   int64_t total_memory_bytes = 0;
   int driver_version = 0;   // e.g. 13000
   int runtime_version = 0;  // e.g. 13000

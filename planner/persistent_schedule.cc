@@ -151,6 +151,11 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
         options.blocks_per_sm > 0
             ? options.blocks_per_sm
             : std::max<int>(1, static_cast<int>((stream ? kStreamThreadsPerSm : 512) / threads));
+    // Every block is resident at once (a cooperative launch): no more threads than an SM holds
+    // (none, and the run is given up, for a block larger than that).
+    if (target.max_threads_per_sm() > 0) {
+      per_sm = std::min<int>(per_sm, static_cast<int>(target.max_threads_per_sm() / threads));
+    }
     auto run_shared = [&] {
       int64_t shared = 0;
       for (int s = first; s <= run_last; ++s) {

@@ -37,6 +37,9 @@ absl::Status Validate(const TargetDescription& t, absl::string_view label) {
     return bad("shared_memory_per_sm_bytes", "must be at least shared_memory_per_block_bytes");
   }
   if (t.registers_per_sm() <= 0) return bad("registers_per_sm", "must be positive");
+  if (t.max_threads_per_sm() < 0 || t.max_threads_per_sm() > 4096) {
+    return bad("max_threads_per_sm", "must be 0 (not known) or in [1, 4096]");
+  }
   if (t.memory_bytes() <= 0) return bad("memory_bytes", "must be positive");
   if (!(t.peak_memory_bandwidth_gbps() > 0))
     return bad("peak_memory_bandwidth_gbps", "must be positive");

@@ -25,7 +25,7 @@ absl::StatusOr<targets::TargetDescription> TargetForDevice(const device::Device&
   }
   targets::TargetDescription t = *std::move(same_sm);
   t.set_provenance(absl::StrCat("the ", t.name(), " target's rates with ", props.name,
-                                "'s SM count, L2, shared memory and memory size as the driver "
+                                "'s SM count, L2, shared memory, threads per SM and memory size as the driver "
                                 "reports them; ",
                                 t.provenance()));
   t.set_name(absl::StrCat(t.name(), "-like"));
@@ -33,6 +33,7 @@ absl::StatusOr<targets::TargetDescription> TargetForDevice(const device::Device&
   t.set_sm_count(props.sm_count);
   t.set_l2_bytes(props.l2_bytes);
   t.set_shared_memory_per_block_bytes(props.shared_memory_per_block_optin_bytes);
+  t.set_max_threads_per_sm(props.max_threads_per_sm);
   t.set_memory_bytes(props.total_memory_bytes);
   return t;
 }

@@ -59,6 +59,8 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
     previous_last = run.last_step();
     ASSERT_GE(run.stages_size(), 2);
     EXPECT_EQ(run.blocks(), int64_t{target.sm_count()} * run.blocks_per_sm());
+    // Every block resident at once (the launch is cooperative).
+    EXPECT_LE(run.blocks_per_sm() * run.threads(), target.max_threads_per_sm());
     // The stages' shared memory, then the stream's slots, 1 KiB for static shared memory and
     // the driver's reservation for every block (what an SM has beyond a block's opt-in
     // limit): otherwise the cooperative launch of every block at once fails.
@@ -299,6 +301,14 @@ TEST(PersistentScheduleTest, BlocksPerSmOptionAndPrefillPhasesUntouched) {
       BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   EXPECT_EQ(prefill->phases(0).persistent_size(), 0);
+
+  // More blocks than an SM holds threads for: as many as it does.
+  const proto::ExecutionPlan crowded =
+      MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_PERSISTENT, {1}, 32);
+  ASSERT_EQ(crowded.phases(0).persistent_size(), 1);
+  const proto::PersistentRun& run = crowded.phases(0).persistent(0);
+  EXPECT_EQ(run.blocks_per_sm(), MustTarget("h200").max_threads_per_sm() / run.threads());
+  ExpectValidRuns(crowded.phases(0), MustTarget("h200"));
 
   options.persistent_blocks_per_sm = 33;
   EXPECT_EQ(BuildExecutionPlan(*config, MustTarget("h200"), options, nullptr).status().code(),

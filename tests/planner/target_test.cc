@@ -72,6 +72,17 @@ TEST(TargetTest, InvalidValueNamesField) {
   t.set_achievable_l2_bandwidth_gbps(0);
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
   EXPECT_TRUE(targets::ParseTarget(text, "edited").ok());
+  // Threads per SM: unknown (0) or a plausible count.
+  for (int threads : {-1, 5000}) {
+    t = *good;
+    t.set_max_threads_per_sm(threads);
+    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(t, &text));
+    parsed = targets::ParseTarget(text, "edited");
+    ASSERT_FALSE(parsed.ok()) << threads;
+    EXPECT_NE(parsed.status().message().find("max_threads_per_sm"), std::string::npos)
+        << parsed.status();
+  }
+  EXPECT_EQ(good->max_threads_per_sm(), 2048);
 }
 
 // The interconnect is all described or not at all; achievable within the datasheet's.
