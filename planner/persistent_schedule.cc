@@ -172,8 +172,8 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
     // the SM has beyond a block's opt-in limit).
     const int64_t reserved =
         target.shared_memory_per_sm_bytes() - target.shared_memory_per_block_bytes();
-    while (per_sm > 0 &&
-           per_sm * (shared + kStaticSharedBytes + reserved) > target.shared_memory_per_sm_bytes()) {
+    while (per_sm > 0 && per_sm * (shared + kStaticSharedBytes + reserved) >
+                             target.shared_memory_per_sm_bytes()) {
       --per_sm;
     }
     if (per_sm == 0) {

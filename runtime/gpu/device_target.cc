@@ -24,10 +24,11 @@ absl::StatusOr<targets::TargetDescription> TargetForDevice(const device::Device&
                      "); describe the GPU in a .textproto (docs/targets.md) and pass --target"));
   }
   targets::TargetDescription t = *std::move(same_sm);
-  t.set_provenance(absl::StrCat("the ", t.name(), " target's rates with ", props.name,
-                                "'s SM count, L2, shared memory, threads per SM and memory size as the driver "
-                                "reports them; ",
-                                t.provenance()));
+  t.set_provenance(
+      absl::StrCat("the ", t.name(), " target's rates with ", props.name,
+                   "'s SM count, L2, shared memory, threads per SM and memory size as the driver "
+                   "reports them; ",
+                   t.provenance()));
   t.set_name(absl::StrCat(t.name(), "-like"));
   t.set_gpu(props.name);
   t.set_sm_count(props.sm_count);

@@ -738,36 +738,42 @@ absl::StatusOr<std::vector<GpuRuntime::StageTrace>> GpuRuntime::PersistentDecode
                         p->persistent[r].step->PersistentTrace());
     const planner::proto::PersistentRun& run = p->phase->persistent(static_cast<int>(r));
     const size_t stages = static_cast<size_t>(run.stages_size());
-    std::vector<uint64_t> first_ready(stages, UINT64_MAX), last_release(stages, 0);
-    // The task released last in each stage.
+    std::vector<uint64_t> first_ready(stages, UINT64_MAX);
+    // The task released last in each stage: its release ends the stage.
     std::vector<const kernels::PreparedStep::TaskTrace*> last(stages, nullptr);
+    auto last_release = [&](size_t s) -> uint64_t {
+      return last[s] != nullptr ? last[s]->released : 0;
+    };
     std::vector<std::vector<double>> tile_wait(stages), run_us(stages);
     uint64_t start = UINT64_MAX;
+    // Microseconds from timer reading `from` to `to` (negative where `to` is earlier).
+    auto micros = [](uint64_t from, uint64_t to) {
+      return 1e-3 * (static_cast<double>(to) - static_cast<double>(from));
+    };
     for (const kernels::PreparedStep::TaskTrace& t : tasks) {
       const size_t s = static_cast<size_t>(t.stage);
       if (s >= stages) return absl::InternalError("a traced task of an unknown stage");
       start = std::min(start, t.reached);
       first_ready[s] = std::min(first_ready[s], t.ready);
-      if (last[s] == nullptr || t.released > last_release[s]) last[s] = &t;
-      last_release[s] = std::max(last_release[s], t.released);
-      tile_wait[s].push_back(1e-3 * static_cast<double>(t.landed - t.ready));
-      run_us[s].push_back(1e-3 * static_cast<double>(t.released - t.landed));
+      if (last[s] == nullptr || t.released > last[s]->released) last[s] = &t;
+      tile_wait[s].push_back(micros(t.ready, t.landed));
+      run_us[s].push_back(micros(t.landed, t.released));
     }
     for (size_t s = 0; s < stages; ++s) {
-      const uint64_t before = s == 0 ? start : last_release[s - 1];
+      const uint64_t before = s == 0 ? start : last_release(s - 1);
       const planner::proto::Step& step = p->phase->steps(run.stages(static_cast<int>(s)).step());
       StageTrace row;
       row.step = run.stages(static_cast<int>(s)).step();
       row.name = step.name();
       row.kind = step.kind();
       row.tasks = run.stages(static_cast<int>(s)).tasks();
-      row.span_us = 1e-3 * (static_cast<double>(last_release[s]) - static_cast<double>(before));
-      row.handover_us = 1e-3 * (static_cast<double>(first_ready[s]) - static_cast<double>(before));
+      row.span_us = micros(before, last_release(s));
+      row.handover_us = micros(before, first_ready[s]);
       row.tile_wait_us = median(tile_wait[s]);
       row.run_us = median(run_us[s]);
       if (last[s] != nullptr) {
-        row.last_ready_us = 1e-3 * (static_cast<double>(last[s]->ready) - static_cast<double>(before));
-        row.last_run_us = 1e-3 * static_cast<double>(last[s]->released - last[s]->landed);
+        row.last_ready_us = micros(before, last[s]->ready);
+        row.last_run_us = micros(last[s]->landed, last[s]->released);
       }
       rows.push_back(std::move(row));
     }

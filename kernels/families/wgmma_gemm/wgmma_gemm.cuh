@@ -373,8 +373,8 @@ __global__ void __launch_bounds__(kTileM * 2, 1)
 // cluster barrier (every ring is free) each CTA pushes the float32 partials of the 8-column
 // groups j it does not own (owner j % S) into its owner's ring by distributed-shared-memory
 // stores; after a second one each owner adds the others' partials to its own, in rank order,
-// and stores its groups through the epilogue. So a tile of few rows and a long K fills S times the SMs without a
-// workspace or a second kernel, and the sum is the same on every run.
+// and stores its groups through the epilogue. So a tile of few rows and a long K fills S times
+// the SMs without a workspace or a second kernel, and the sum is the same on every run.
 //
 // REQUIRES: as wgmma_gemm, and x, w and their row strides 16-byte aligned. Launch: block
 // kTileM * 2 + 32, grid z the cluster size (1 without a cluster), clusters (1, 1, grid z) of
