@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,7 @@
 #include "planner/tactic_cache.h"
 #include "runtime/gpu/device_target.h"
 #include "runtime/gpu/gpu_runtime.h"
+#include "runtime/gpu/program.h"
 #include "tools/tool_support.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
@@ -103,9 +105,9 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   }
   const int64_t ranks = v.tensor_parallel > 0 ? v.tensor_parallel : 1;
   if (v.tensor_parallel < 0 || v.rank < 0 || v.rank >= ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.tensor_parallel (", v.tensor_parallel, ") and options.rank (", v.rank,
-        "): need tensor_parallel >= 0 and 0 <= rank < ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.tensor_parallel (", v.tensor_parallel, ") and options.rank (", v.rank,
+                     "): need tensor_parallel >= 0 and 0 <= rank < ranks"));
   }
   if (v.freeze && (v.tactic_cache == nullptr || v.tactic_cache[0] == '\0')) {
     return absl::InvalidArgumentError("options.freeze needs options.tactic_cache");
@@ -155,27 +157,46 @@ absl::Status CreatePlan(const tileplan_plan_options& o, tileplan_plan** out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Serialized(const tileplan_plan* plan, tileplan_plan_format format) {
-  if (plan == nullptr) return absl::InvalidArgumentError("plan is NULL");
-  planner::PlanFormat f;
+// The planner's form of a C format; InvalidArgument for a value the enum does not have.
+absl::StatusOr<planner::PlanFormat> FormatOf(tileplan_plan_format format) {
   switch (format) {
     case TILEPLAN_PLAN_TABLE:
-      f = planner::PlanFormat::kTable;
-      break;
+      return planner::PlanFormat::kTable;
     case TILEPLAN_PLAN_TEXTPROTO:
-      f = planner::PlanFormat::kTextProto;
-      break;
+      return planner::PlanFormat::kTextProto;
     case TILEPLAN_PLAN_JSON:
-      f = planner::PlanFormat::kJson;
-      break;
+      return planner::PlanFormat::kJson;
     case TILEPLAN_PLAN_BINARY:
-      f = planner::PlanFormat::kBinary;
-      break;
+      return planner::PlanFormat::kBinary;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown plan format ", static_cast<int>(format)));
   }
+}
+
+absl::StatusOr<std::string> Serialized(const tileplan_plan* plan, tileplan_plan_format format) {
+  if (plan == nullptr) return absl::InvalidArgumentError("plan is NULL");
+  TP_ASSIGN_OR_RETURN(const planner::PlanFormat f, FormatOf(format));
   return planner::FormatPlan(plan->plan, f);
+}
+
+absl::Status DeserializePlan(const void* data, size_t size, tileplan_plan_format format,
+                             tileplan_plan** out) {
+  if ((data == nullptr && size > 0) || out == nullptr) {
+    return absl::InvalidArgumentError("tileplan_plan_deserialize: data and plan must not be NULL");
+  }
+  TP_ASSIGN_OR_RETURN(const planner::PlanFormat f, FormatOf(format));
+  if (f == planner::PlanFormat::kTable) {
+    return absl::InvalidArgumentError(
+        "a plan's table cannot be read back (it leaves things out): pass TEXTPROTO, JSON or "
+        "BINARY");
+  }
+  TP_ASSIGN_OR_RETURN(
+      planner::proto::ExecutionPlan plan,
+      planner::ParsePlan(absl::string_view(static_cast<const char*>(data), size), f));
+  TP_RETURN_IF_ERROR(runtime::gpu::LayOutPlan(plan).status());
+  *out = new tileplan_plan{std::move(plan)};
+  return absl::OkStatus();
 }
 
 const planner::proto::Phase* PhaseOf(const tileplan_plan* plan, int phase) {
@@ -211,7 +232,8 @@ absl::Status CreateRuntime(const tileplan_plan& plan, const tileplan_runtime_opt
 }
 
 absl::Status NeedRuntime(const tileplan_runtime* runtime, const char* call) {
-  if (runtime == nullptr) return absl::InvalidArgumentError(absl::StrCat(call, ": runtime is NULL"));
+  if (runtime == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(call, ": runtime is NULL"));
   return absl::OkStatus();
 }
 
@@ -249,6 +271,11 @@ tileplan_status* tileplan_plan_create(const tileplan_plan_options* options, tile
     }
     return tileplan::CreatePlan(*options, plan);
   });
+}
+
+tileplan_status* tileplan_plan_deserialize(const void* data, size_t size,
+                                           tileplan_plan_format format, tileplan_plan** plan) {
+  return tileplan::Guarded([&] { return tileplan::DeserializePlan(data, size, format, plan); });
 }
 
 void tileplan_plan_free(tileplan_plan* plan) { delete plan; }
@@ -349,8 +376,8 @@ int64_t tileplan_runtime_prefill_batch(const tileplan_runtime* runtime) {
 }
 
 tileplan_status* tileplan_runtime_prefill(tileplan_runtime* runtime, tileplan_stream stream,
-                                          const int32_t* tokens, int64_t batch,
-                                          int64_t num_tokens, float* logits) {
+                                          const int32_t* tokens, int64_t batch, int64_t num_tokens,
+                                          float* logits) {
   return tileplan::Guarded([&]() -> absl::Status {
     TP_RETURN_IF_ERROR(tileplan::NeedRuntime(runtime, "tileplan_runtime_prefill"));
     return runtime->runtime->EnqueuePrefill(stream, tokens, batch, num_tokens, logits);

@@ -350,6 +350,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
   o->set_decode_backend(options.decode_backend);
   o->set_persistent_blocks_per_sm(options.persistent_blocks_per_sm);
   o->set_persistent_stream_slots(options.persistent_stream_slots);
+  o->set_prefill_last_token_logits(options.prefill_last_token_logits);
   // --nomla_prefill is one more family left out, recorded with the others so that the tuner
   // skips it too.
   std::vector<std::string> excluded = options.excluded_families;

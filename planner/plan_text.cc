@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -13,10 +14,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/files.h"
+#include "base/status_macros.h"
+#include "base/text_proto.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "planner/plan_builder.h"
 #include "planner/plan_svg.h"
 
 namespace tileplan::planner {
@@ -483,6 +488,62 @@ absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFor
     }
   }
   return absl::InternalError("unknown plan format");
+}
+
+absl::StatusOr<proto::ExecutionPlan> ParsePlan(absl::string_view data, PlanFormat format) {
+  proto::ExecutionPlan plan;
+  switch (format) {
+    case PlanFormat::kTextProto: {
+      TP_RETURN_IF_ERROR(ParseTextProto(data, "plan", &plan));
+      break;
+    }
+    case PlanFormat::kJson: {
+      google::protobuf::util::JsonParseOptions options;
+      options.ignore_unknown_fields = true;
+      const auto s = google::protobuf::util::JsonStringToMessage(std::string(data), &plan, options);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan: not a plan's JSON: ", std::string(s.message())));
+      }
+      break;
+    }
+    case PlanFormat::kBinary: {
+      if (data.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+          !plan.ParseFromArray(data.data(), static_cast<int>(data.size()))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan: ", data.size(), " bytes that are not a plan's wire format"));
+      }
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          "plan: only the textproto, json and binary forms can be read back (the table, "
+          "memory and svg forms leave things out)");
+  }
+  if (plan.format_version() != kPlanFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan has format_version ", plan.format_version(), "; this version of tileplan reads ",
+        kPlanFormatVersion, " (docs/plan.md, \"Versioning\")"));
+  }
+  if (plan.phases().empty()) return absl::InvalidArgumentError("the plan has no phases");
+  return plan;
+}
+
+absl::StatusOr<proto::ExecutionPlan> ReadPlanFile(const std::string& path) {
+  const PlanFormat format = PlanFormatForPath(path);
+  if (format != PlanFormat::kTextProto && format != PlanFormat::kJson &&
+      format != PlanFormat::kBinary) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": a plan file is read by its name: .json, .textproto (.txtpb, "
+                     ".pbtxt) or .binpb (.pb)"));
+  }
+  TP_ASSIGN_OR_RETURN(const std::string data, ReadRegularFile(path, kMaxPlanFileBytes));
+  absl::StatusOr<proto::ExecutionPlan> plan = ParsePlan(data, format);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(), absl::StrCat(path, ": ", plan.status().message()));
+  }
+  return plan;
 }
 
 }  // namespace tileplan::planner

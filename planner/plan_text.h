@@ -4,6 +4,7 @@
 #ifndef TILEPLAN_PLANNER_PLAN_TEXT_H_
 #define TILEPLAN_PLANNER_PLAN_TEXT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,24 @@ std::string PlanMemory(const proto::ExecutionPlan& plan);
 // InvalidArgument for an svg_phase the plan does not have.
 absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format,
                                        int svg_phase = -1);
+
+// The largest plan file ReadPlanFile reads (a Qwen3-0.6B plan of the default buckets is 4 MB
+// of JSON).
+inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{1} << 30;
+
+// A plan read back from one of its machine forms (textproto, JSON or binary, as FormatPlan
+// writes them; JSON and binary skip fields this version does not know, as proto3 does, and
+// text names the first, since text cannot skip a field whose type it does not know).
+// InvalidArgument for the table, memory and svg forms, for bytes that do not parse (naming the
+// first error: line and column in text, the field in JSON), and for a parsed plan without phases;
+// FailedPrecondition for another format_version than kPlanFormatVersion, naming both. The
+// plan's contents are checked where it is run (the GPU runtime's LayOutPlan and binding
+// checks), not here.
+absl::StatusOr<proto::ExecutionPlan> ParsePlan(absl::string_view data, PlanFormat format);
+
+// ParsePlan of the file at `path` (a regular file of at most kMaxPlanFileBytes), in the form
+// its name asks for (PlanFormatForPath); errors name the file.
+absl::StatusOr<proto::ExecutionPlan> ReadPlanFile(const std::string& path);
 
 // "512 B", "1.50 KiB", "2.00 MiB", "1.40 GiB" (binary units, two decimals).
 std::string HumanBytes(int64_t bytes);

@@ -34,10 +34,12 @@ seeds ir_text_fuzzer tests/regions/testdata/*.tpir tests/kernels/testdata/*.tpir
 seeds target_textproto_fuzzer $(ls targets/*.textproto | grep -v "\.calibration\.textproto$")
 seeds tactic_textproto_fuzzer tests/fuzz/seeds/tactics.textproto
 seeds store_open_fuzzer tests/fuzz/seeds/store.db tests/tuner/testdata/*.db tests/fuzz/seeds/index.json
+seeds plan_fuzzer tests/fuzz/seeds/plan.*
 
 status=0
 for name in safetensors_header_fuzzer safetensors_index_fuzzer config_json_fuzzer json_reader_fuzzer \
-            ir_text_fuzzer target_textproto_fuzzer tactic_textproto_fuzzer store_open_fuzzer; do
+            ir_text_fuzzer target_textproto_fuzzer tactic_textproto_fuzzer store_open_fuzzer \
+            plan_fuzzer; do
   log=$work/$name.log
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: one using 2.5 GB is a memory bug.
   if "$build/tests/fuzz/$name" "$work/$name.corpus" "$work/$name.seeds" \

@@ -31,8 +31,9 @@
 extern "C" {
 #endif
 
-/* The version of this header's API; tileplan_api_version() is the library's. */
-#define TILEPLAN_API_VERSION 1
+/* The version of this header's API; tileplan_api_version() is the library's. 2 added
+ * tileplan_plan_deserialize. */
+#define TILEPLAN_API_VERSION 2
 
 typedef enum tileplan_code {
   TILEPLAN_OK = 0,
@@ -147,6 +148,18 @@ TILEPLAN_EXPORT tileplan_status* tileplan_plan_serialize_into(const tileplan_pla
                                                               tileplan_plan_format format,
                                                               void* buffer, size_t capacity,
                                                               size_t* size);
+
+/* A plan read back from `size` bytes of `format` (TEXTPROTO, JSON or BINARY, as
+ * tileplan_plan_serialize writes them, here or by another build of the same format_version),
+ * to inspect, serialize or run like a plan of tileplan_plan_create; *plan receives it on
+ * success. The bytes are checked as far as running needs without a GPU: every phase's graph
+ * parses and verifies, the phases share one KV-cache layout, the weights' shapes agree.
+ * Errors: INVALID_ARGUMENT for TABLE or an unknown format, a NULL argument, bytes that do not
+ * parse (naming the first error) or a plan that fails those checks (naming what);
+ * FAILED_PRECONDITION for another format_version (docs/plan.md, "Versioning"). Any thread. */
+TILEPLAN_EXPORT tileplan_status* tileplan_plan_deserialize(const void* data, size_t size,
+                                                           tileplan_plan_format format,
+                                                           tileplan_plan** plan);
 
 /* What the plan says, without parsing it: its phases and, per phase, its name ("decode
  * B=1"; valid while the plan lives), launches per step and estimated microseconds. Phase

@@ -93,6 +93,16 @@ Plan* CreatePlan(const std::string& model, const std::optional<std::string>& tar
   return new Plan(plan);
 }
 
+Plan* DeserializePlan(nb::bytes data, int format) {
+  tileplan_plan* plan = nullptr;
+  const char* bytes = data.c_str();
+  const size_t size = data.size();
+  CheckWithoutGil([&] {
+    return tileplan_plan_deserialize(bytes, size, static_cast<tileplan_plan_format>(format), &plan);
+  });
+  return new Plan(plan);
+}
+
 // An array argument: C-contiguous, of `dtype`, on the host or a CUDA device.
 using Array = nb::ndarray<nb::c_contig>;
 
@@ -203,6 +213,7 @@ NB_MODULE(_tileplan, m) {
         nb::arg("decode"), nb::arg("batch"), nb::arg("max_context"), nb::arg("last_token_logits"),
         nb::arg("tactic_cache").none(), nb::arg("freeze"), nb::arg("tp"), nb::arg("rank"),
         nb::rv_policy::take_ownership);
+  m.def("plan_deserialize", &DeserializePlan, nb::arg("data"), nb::arg("format"));
 
   nb::class_<Runtime>(m, "Runtime")
       .def(nb::init<const Plan&, const std::optional<std::string>&, uint64_t, int, bool>(),

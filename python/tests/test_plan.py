@@ -94,3 +94,37 @@ def test_running_needs_a_gpu():
     with pytest.raises(tileplan.Error) as e:
         tileplan.Model.random("qwen3-0.6b", prefill=[16], decode=[64])
     assert e.value.code == 9 and "no CUDA device" in e.value.message  # FAILED_PRECONDITION
+
+
+def test_plans_are_read_back(q06, tmp_path):
+    for fmt, data in (("json", q06.to_json()), ("textproto", q06.to_textproto()),
+                      ("binary", q06.to_binary())):
+        back = tileplan.load_plan(data if fmt != "json" else data.encode(), format=fmt)
+        assert back.data == q06.data
+        assert back.to_binary() == q06.to_binary()
+    path = tmp_path / "plan.binpb"
+    path.write_bytes(q06.to_binary())
+    assert tileplan.load_plan(path).data == q06.data
+    (tmp_path / "plan.json").write_text(q06.to_json())
+    assert tileplan.load_plan(str(tmp_path / "plan.json")).to_json() == q06.to_json()
+    # The plan says whether prefill computes only the last token's logits.
+    last = tileplan.plan("qwen3-0.6b", target="h200", prefill=[16], decode=[64],
+                         prefill_last_token_logits=True)
+    assert last.prefill_last_token_logits and not q06.prefill_last_token_logits
+    assert tileplan.load_plan(last.to_binary(), format="binary").prefill_last_token_logits
+
+
+def test_plans_that_cannot_be_read_back(q06, tmp_path):
+    with pytest.raises(tileplan.Error) as e:
+        tileplan.load_plan(q06.to_binary()[:100], format="binary")
+    assert e.value.code == 3  # INVALID_ARGUMENT
+    text = q06.to_textproto().replace("format_version: 1", "format_version: 2", 1)
+    with pytest.raises(tileplan.Error) as e:
+        tileplan.load_plan(text, format="textproto")
+    assert e.value.code == 9 and "format_version 2" in e.value.message  # FAILED_PRECONDITION
+    with pytest.raises(tileplan.Error, match="not a plan's JSON"):
+        tileplan.load_plan(q06.to_textproto(), format="json")
+    with pytest.raises(ValueError, match="read by its name"):
+        tileplan.load_plan(str(tmp_path / "plan.txt"))
+    with pytest.raises(ValueError, match="format must be one of"):
+        tileplan.load_plan(b"", format="table")

@@ -13,6 +13,7 @@ so torch tensors on the GPU and numpy arrays on the host are passed by pointer.
 
 import dataclasses
 import json
+import os
 from typing import List, Optional, Sequence
 
 from . import _tileplan
@@ -20,7 +21,7 @@ from . import _tileplan
 __version__ = _tileplan.version()
 api_version = _tileplan.api_version()
 
-__all__ = ["Error", "Model", "Phase", "Plan", "Step", "device_count", "plan"]
+__all__ = ["Error", "Model", "Phase", "Plan", "Step", "device_count", "load_plan", "plan"]
 
 # The tools' default buckets (benchmark_transformer --prefill, --decode).
 DEFAULT_BUCKETS = (128, 512, 2048)
@@ -124,7 +125,9 @@ class Plan:
         self._handle = handle
         self._json = handle.serialize(_tileplan.FORMAT_JSON).decode()
         self.data = json.loads(self._json)
-        self.prefill_last_token_logits = False  # as planned (tileplan.plan sets it)
+        # The prefill phases compute each sequence's last token's logits only.
+        self.prefill_last_token_logits = bool(
+            self.data.get("options", {}).get("prefill_last_token_logits", False))
         self.format_version = _int(self.data.get("format_version"))
         self.phases = [_phase(p) for p in self.data.get("phases", [])]
         self.steps = [s for p in self.phases for s in p.steps]
@@ -180,9 +183,44 @@ def plan(
         int(max_context), bool(prefill_last_token_logits),
         None if tactic_cache is None else str(tactic_cache), bool(freeze), int(tp), int(rank),
     )
-    p = Plan(handle)
-    p.prefill_last_token_logits = bool(prefill_last_token_logits)
-    return p
+    return Plan(handle)
+
+
+_FORMATS = {"json": _tileplan.FORMAT_JSON, "textproto": _tileplan.FORMAT_TEXTPROTO,
+            "binary": _tileplan.FORMAT_BINARY}
+
+
+def _format_of_path(path: str) -> str:
+    if path.endswith(".json"):
+        return "json"
+    if path.endswith((".textproto", ".txtpb", ".pbtxt")):
+        return "textproto"
+    if path.endswith((".binpb", ".pb")):
+        return "binary"
+    raise ValueError(f"{path}: a plan file is read by its name: .json, .textproto (.txtpb, "
+                     ".pbtxt) or .binpb (.pb)")
+
+
+def load_plan(source, format: Optional[str] = None) -> Plan:
+    """A plan read back from what Plan.to_json(), to_textproto() or to_binary() gave (here or
+    in another process or build of the same format_version): `source` is those bytes (or
+    str) with `format` "json", "textproto" or "binary", or a file path (str or os.PathLike)
+    whose name gives the format (.json; .textproto, .txtpb, .pbtxt; .binpb, .pb) when `format`
+    is None. The plan is checked as far as running needs without a GPU (docs/embedding.md);
+    run it with Model(plan, checkpoint). Raises tileplan.Error (INVALID_ARGUMENT naming what
+    does not parse or hold together, FAILED_PRECONDITION for another format_version)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif isinstance(source, str) and format is not None:
+        data = source.encode()
+    else:
+        path = os.fspath(source)
+        format = format or _format_of_path(path)
+        with open(path, "rb") as f:
+            data = f.read()
+    if format not in _FORMATS:
+        raise ValueError(f"format must be one of {sorted(_FORMATS)}; got {format!r}")
+    return Plan(_tileplan.plan_deserialize(data, _FORMATS[format]))
 
 
 def _torch():

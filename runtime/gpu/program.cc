@@ -13,6 +13,7 @@
 #include "regions/parser.h"
 #include "regions/rope.h"
 #include "regions/serialization.h"
+#include "regions/verifier.h"
 
 namespace tileplan::runtime::gpu {
 namespace {
@@ -54,7 +55,16 @@ absl::StatusOr<PlanLayout> LayOutPlan(const pp::ExecutionPlan& plan) {
   std::vector<const ir::Graph*> graph_ptrs;
   const pp::Arena& first_arena = plan.phases(0).arena();
   for (const pp::Phase& phase : plan.phases()) {
-    TP_ASSIGN_OR_RETURN(ir::Graph g, ir::GraphFromProto(phase.graph()));
+    absl::StatusOr<ir::Graph> parsed = ir::GraphFromProto(phase.graph());
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat(phase.name(), ": graph: ", parsed.status().message()));
+    }
+    ir::Graph g = *std::move(parsed);
+    if (absl::Status verified = ir::Verify(g); !verified.ok()) {
+      return absl::Status(verified.code(),
+                          absl::StrCat(phase.name(), ": graph: ", verified.message()));
+    }
     out.graphs.push_back(std::make_unique<ir::Graph>(std::move(g)));
     graph_ptrs.push_back(out.graphs.back().get());
     out.arena_bytes = std::max(out.arena_bytes, phase.arena().arena_bytes());

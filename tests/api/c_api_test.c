@@ -1,6 +1,6 @@
 /* The C API from C: planning a bundled config for a described target, the plan's phases,
- * every serialized form (owned and into a caller's buffer), and the errors a caller meets
- * (codes and messages), with everything freed (the sanitizer build checks for leaks). */
+ * every serialized form (owned and into a caller's buffer) and read back, and the errors a caller
+ * meets (codes and messages), with everything freed (the sanitizer build checks for leaks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +81,50 @@ int main(void) {
     if (data == NULL) continue;
     CHECK(data[size] == '\0');
     if (starts[i] != NULL) CHECK(strncmp(data, starts[i], strlen(starts[i])) == 0);
+    if (formats[i] != TILEPLAN_PLAN_TABLE) {
+      /* Read back, the plan serializes to the same bytes. */
+      tileplan_plan* back = NULL;
+      tileplan_status* d = tileplan_plan_deserialize(data, size, formats[i], &back);
+      CHECK(d == NULL && back != NULL);
+      tileplan_status_free(d);
+      if (back != NULL) {
+        char* again = NULL;
+        size_t again_size = 0;
+        tileplan_status* s2 = tileplan_plan_serialize(back, formats[i], &again, &again_size);
+        CHECK(s2 == NULL && again_size == size && memcmp(again, data, size) == 0);
+        tileplan_status_free(s2);
+        tileplan_free(again);
+        CHECK(tileplan_plan_phase_launches(back, 1) == 143);
+        tileplan_plan_free(back);
+        back = NULL;
+      }
+      /* Half of it is no plan, and none is written. */
+      expect_error(tileplan_plan_deserialize(data, size / 2, formats[i], &back),
+                   TILEPLAN_INVALID_ARGUMENT, "plan");
+      CHECK(back == NULL);
+    } else {
+      tileplan_plan* back = NULL;
+      expect_error(tileplan_plan_deserialize(data, size, formats[i], &back),
+                   TILEPLAN_INVALID_ARGUMENT, "a plan's table cannot be read back");
+      CHECK(back == NULL);
+    }
+    if (formats[i] == TILEPLAN_PLAN_TEXTPROTO) {
+      /* Another format version is refused by name; so is a plan that does not hold together
+       * (here: a phase graph with a region reading a value nothing defines). */
+      tileplan_plan* back = NULL;
+      data[strlen("format_version: ")] = '2';
+      expect_error(tileplan_plan_deserialize(data, size, formats[i], &back),
+                   TILEPLAN_FAILED_PRECONDITION,
+                   "format_version 2; this version of tileplan reads 1");
+      const char broken[] =
+          "format_version: 1 phases { name: \"decode B=1\" graph { name: \"g\" regions { kind: "
+          "\"rms_norm\" "
+          "operands: 7 results { name: \"y\" } } } }";
+      expect_error(tileplan_plan_deserialize(broken, strlen(broken), formats[i], &back),
+                   TILEPLAN_INVALID_ARGUMENT,
+                   "decode B=1: graph: regions[0].operands[0]: value id 7 is not defined");
+      CHECK(back == NULL);
+    }
     if (formats[i] == TILEPLAN_PLAN_BINARY) {
       size_t needed = 0;
       char small[16];
@@ -103,6 +147,16 @@ int main(void) {
   size_t unused_size = 0;
   expect_error(tileplan_plan_serialize(plan, (tileplan_plan_format)42, &unused, &unused_size),
                TILEPLAN_INVALID_ARGUMENT, "unknown plan format 42");
+  tileplan_plan* unread = NULL;
+  expect_error(tileplan_plan_deserialize("{}", 2, (tileplan_plan_format)42, &unread),
+               TILEPLAN_INVALID_ARGUMENT, "unknown plan format 42");
+  expect_error(tileplan_plan_deserialize(NULL, 2, TILEPLAN_PLAN_JSON, &unread),
+               TILEPLAN_INVALID_ARGUMENT, "must not be NULL");
+  expect_error(tileplan_plan_deserialize("{}", 2, TILEPLAN_PLAN_JSON, NULL),
+               TILEPLAN_INVALID_ARGUMENT, "must not be NULL");
+  expect_error(tileplan_plan_deserialize("", 0, TILEPLAN_PLAN_BINARY, &unread),
+               TILEPLAN_FAILED_PRECONDITION, "format_version 0");
+  CHECK(unread == NULL);
   CHECK(unused == NULL);
 
   /* Running needs a GPU (the test hides it): creating a runtime says so and writes none;

@@ -1,5 +1,7 @@
 #include "planner/plan_builder.h"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -16,11 +18,12 @@
 #include "models/lowering.h"
 #include "planner/pipelines.h"
 #include "planner/plan_svg.h"
-#include "planner/tactic_cache.h"
 #include "planner/plan_text.h"
+#include "planner/tactic_cache.h"
 #include "targets/target.h"
 #include "tests/kernels/kernels_testing.h"
 #include "tests/testing/tiny_models.h"
+#include "tests/testing/tool_run.h"
 
 namespace tileplan::planner {
 namespace {
@@ -314,6 +317,88 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
   proto::ExecutionPlan from_binary;
   ASSERT_TRUE(from_binary.ParseFromString(*FormatPlan(*a, PlanFormat::kBinary)));
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_binary));
+}
+
+// ParsePlan reads back every machine form; a form that leaves things out, bytes that are no
+// plan, another format_version and a plan without phases are refused.
+TEST(PlanBuilderTest, PlansAreReadBackFromEveryMachineForm) {
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions());
+  for (PlanFormat format : {PlanFormat::kTextProto, PlanFormat::kJson, PlanFormat::kBinary}) {
+    const std::string bytes = *FormatPlan(plan, format);
+    absl::StatusOr<proto::ExecutionPlan> back = ParsePlan(bytes, format);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(plan, *back));
+    // Another form's bytes, or a cut-off one, are not read as a plan.
+    const PlanFormat other =
+        format == PlanFormat::kJson ? PlanFormat::kTextProto : PlanFormat::kJson;
+    EXPECT_EQ(ParsePlan(bytes, other).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ParsePlan(bytes.substr(0, bytes.size() / 2), format).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  for (PlanFormat format :
+       {PlanFormat::kTable, PlanFormat::kTableAll, PlanFormat::kMemory, PlanFormat::kSvg}) {
+    EXPECT_THAT(ParsePlan(*FormatPlan(plan, format), format).status().message(),
+                HasSubstr("only the textproto, json and binary forms can be read back"));
+  }
+  EXPECT_THAT(ParsePlan("format_version: 1\nmodel: \"x\"\nbogus {", PlanFormat::kTextProto)
+                  .status()
+                  .message(),
+              HasSubstr("plan:3:"));
+
+  proto::ExecutionPlan newer = plan;
+  newer.set_format_version(kPlanFormatVersion + 1);
+  absl::StatusOr<proto::ExecutionPlan> refused =
+      ParsePlan(*FormatPlan(newer, PlanFormat::kBinary), PlanFormat::kBinary);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr(absl::StrCat("format_version ", kPlanFormatVersion + 1,
+                                     "; this version of tileplan reads ", kPlanFormatVersion)));
+  proto::ExecutionPlan empty = plan;
+  empty.clear_phases();
+  EXPECT_THAT(
+      ParsePlan(*FormatPlan(empty, PlanFormat::kJson), PlanFormat::kJson).status().message(),
+      HasSubstr("the plan has no phases"));
+
+  // A field a later version adds is skipped in JSON and binary (proto3's rule for additions);
+  // text, whose unknown fields cannot be skipped safely, names it.
+  std::string json = *FormatPlan(plan, PlanFormat::kJson);
+  json.insert(json.find('{') + 1, "\"a_later_field\": 7,");
+  EXPECT_TRUE(ParsePlan(json, PlanFormat::kJson).ok());
+  EXPECT_THAT(ParsePlan("a_later_field: 7\n" + *FormatPlan(plan, PlanFormat::kTextProto),
+                        PlanFormat::kTextProto)
+                  .status()
+                  .message(),
+              HasSubstr("plan:1:"));
+  EXPECT_TRUE(ParsePlan(*FormatPlan(plan, PlanFormat::kBinary) + std::string("\xf8\x06\x07", 3),
+                        PlanFormat::kBinary)
+                  .ok());
+}
+
+// ReadPlanFile takes the form from the file's name and names the file in its errors.
+TEST(PlanBuilderTest, PlanFilesAreReadByTheirName) {
+  const std::filesystem::path dir = testing::ScratchDir("plan_files");
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", SmallOptions());
+  for (const char* name : {"p.json", "p.textproto", "p.txtpb", "p.pbtxt", "p.binpb", "p.pb"}) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << *FormatPlan(plan, PlanFormatForPath(path));
+    absl::StatusOr<proto::ExecutionPlan> back = ReadPlanFile(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(plan, *back)) << name;
+  }
+  const std::string table = (dir / "p.txt").string();
+  std::ofstream(table) << PlanTable(plan);
+  EXPECT_THAT(ReadPlanFile(table).status().message(),
+              HasSubstr("p.txt: a plan file is read by its name"));
+  const std::string wrong = (dir / "wrong.json").string();
+  std::ofstream(wrong) << *FormatPlan(plan, PlanFormat::kTextProto);
+  EXPECT_THAT(ReadPlanFile(wrong).status().message(),
+              HasSubstr("wrong.json: plan: not a plan's JSON"));
+  EXPECT_EQ(ReadPlanFile((dir / "missing.json").string()).status().code(),
+            absl::StatusCode::kNotFound);
+  std::filesystem::create_directory(dir / "d.json");
+  EXPECT_EQ(ReadPlanFile((dir / "d.json").string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PlanBuilderTest, FormatsAreNamedAndFileNamesChooseThem) {

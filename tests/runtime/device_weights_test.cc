@@ -4,9 +4,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/config.h"
+#include "models/lowering.h"
 #include "models/safetensors.h"
 #include "planner/plan_builder.h"
 #include "regions/parser.h"
@@ -58,6 +60,43 @@ TEST(WeightLayoutTest, EveryWeightOnceAlignedAndSortedByName) {
   EXPECT_EQ(layout->total_bytes(), 256 + 256 + 512);  // 256, 16 and 384 bytes, aligned
   EXPECT_NE(layout->Find("qkv"), nullptr);
   EXPECT_EQ(layout->Find("nope"), nullptr);
+}
+
+// Every bundled model's plans lay out: their phase graphs parse and verify, share one
+// KV-cache layout and agree on the weights; with the persistent decode kernel and as a rank
+// of two tensor-parallel GPUs where the heads divide.
+TEST(PlanLayoutTest, EveryBundledModelsPlansLayOut) {
+  absl::StatusOr<targets::TargetDescription> target = targets::FindTarget("h200");
+  ASSERT_TRUE(target.ok()) << target.status();
+  for (const std::string& name : models::BundledConfigNames()) {
+    absl::StatusOr<models::ModelConfig> config = models::BundledModelConfig(name);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config->num_layers = 2;
+    config->sliding_window.resize(2);
+    if (!config->moe.sparse_layers.empty()) config->moe.sparse_layers.resize(2);
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(absl::StrCat(name, " variant ", variant));
+      planner::PlanOptions options;
+      options.prefill_tokens = {8};
+      options.prefill_batch = 2;
+      options.decode_batches = {2};  // every phase shares the KV cache, so one batch
+      options.max_context = 16;
+      if (variant == 1)
+        options.decode_backend = planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT;
+      if (variant == 2) {
+        if (!models::CheckTensorParallel(*config, {.ranks = 2, .rank = 1}).ok()) continue;
+        options.tensor_parallel = 2;
+        options.rank = 1;
+      }
+      absl::StatusOr<planner::proto::ExecutionPlan> plan =
+          planner::BuildExecutionPlan(*config, *target, options, nullptr);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      absl::StatusOr<PlanLayout> layout = LayOutPlan(*plan);
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      EXPECT_EQ(layout->graphs.size(), static_cast<size_t>(plan->phases_size()));
+      EXPECT_EQ(layout->max_decode_batch, 2);
+    }
+  }
 }
 
 // A plan of a format version this runtime does not read is refused before anything is laid
