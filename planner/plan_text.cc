@@ -520,6 +520,16 @@ absl::StatusOr<proto::ExecutionPlan> ParsePlan(absl::string_view data, PlanForma
           "plan: only the textproto, json and binary forms can be read back (the table, "
           "memory and svg forms leave things out)");
   }
+  if (format != PlanFormat::kBinary) {
+    // Text escapes can put bytes into a string field that are not UTF-8, which the wire
+    // format refuses: such a plan could not be passed on in binary, so it is refused here.
+    std::string wire;
+    proto::ExecutionPlan check;
+    if (!plan.SerializeToString(&wire) || !check.ParseFromString(wire)) {
+      return absl::InvalidArgumentError(
+          "plan: a string field holds bytes that are not UTF-8 (the binary form refuses them)");
+    }
+  }
   if (plan.format_version() != kPlanFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan has format_version ", plan.format_version(), "; this version of tileplan reads ",

@@ -52,7 +52,9 @@ inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{1} << 30;
 // writes them; JSON and binary skip fields this version does not know, as proto3 does, and
 // text names the first, since text cannot skip a field whose type it does not know).
 // InvalidArgument for the table, memory and svg forms, for bytes that do not parse (naming the
-// first error: line and column in text, the field in JSON), and for a parsed plan without phases;
+// first error: line and column in text, the field in JSON), for a string that is not UTF-8
+// (which text escapes can write and the wire format refuses), and for a parsed plan without
+// phases;
 // FailedPrecondition for another format_version than kPlanFormatVersion, naming both. The
 // plan's contents are checked where it is run (the GPU runtime's LayOutPlan and binding
 // checks), not here.

@@ -61,6 +61,11 @@ ABSL_FLAG(std::string, output, "",
           "when given, else by the name (.json json; .textproto, .txtpb, .pbtxt textproto; "
           ".binpb, .pb the binary wire format; .svg the picture; anything else the table); "
           "written whole or not at all; -o is short for it");
+ABSL_FLAG(std::string, plan, "",
+          "read the plan from this file (.json; .textproto, .txtpb, .pbtxt; .binpb, .pb) instead "
+          "of planning: --show-plan and -o render or convert it; otherwise it runs on the GPU, "
+          "--model naming the model it was planned for (its weights and the floors' geometry), "
+          "the prefill buckets and batch the plan's");
 ABSL_FLAG(std::optional<tileplan::tools::PositiveInt>, time_planning, std::nullopt,
           "plan this many times and print the median and fastest wall time and the median CPU "
           "time per plan; a bare --time-planning plans 20 times");
@@ -76,7 +81,8 @@ constexpr char kUsage[] =
     "and reports prefill and decode latencies (medians of replayed CUDA Graphs) beside the\n"
     "physical floors. Without --show-plan, --output, --time-planning or --print-keys the\n"
     "benchmark runs, and needs a GPU; with one of them the tool only plans (GPU or not), so\n"
-    "the plan on stdout or in the file is never mixed with benchmark output. With\n"
+    "the plan on stdout or in the file is never mixed with benchmark output. --plan FILE reads\n"
+    "a plan written by -o instead of planning, to render, convert or run it. With\n"
     "--tactic-cache the steps whose key the store holds for this GPU take the measured tactic\n"
     "(source 'tuned'), and a line on stderr says how many lookups hit and, when none did, why.\n"
     "\n"
@@ -88,6 +94,8 @@ constexpr char kUsage[] =
     "           [--svg-phase N] [-o FILE]\n"
     "           [--time-planning[=RUNS]] [--print-keys]\n"
     "           [--tactic-cache FILE [--freeze]] [--print-after-all] [--print-after PASS,...]\n"
+    "       benchmark_transformer --plan FILE [--show-plan[=FORMAT]] [-o FILE]\n"
+    "           [--model DIR|FILE|NAME] [--decode C,...] [--iters N] [--warmup N] ...\n"
     "\n"
     "Exit status: 0 done; 2 bad arguments, an unplannable model, no GPU for a benchmark-only\n"
     "run, a runtime error, or a --freeze lookup the store cannot answer.\n"
@@ -97,7 +105,9 @@ constexpr char kUsage[] =
     "  benchmark_transformer --model qwen2-7b --time-planning=30\n"
     "  benchmark_transformer --model deepseek-v2-lite --prefill 512 --decode 512 -o plan.json\n"
     "  benchmark_transformer --model qwen3-0.6b --prefill 128,512 --decode 512 --json b.json\n"
-    "  benchmark_transformer --model qwen3-0.6b --tactic-cache tactics.db --freeze --show-plan\n";
+    "  benchmark_transformer --model qwen3-0.6b --tactic-cache tactics.db --freeze --show-plan\n"
+    "  benchmark_transformer --plan plan.json --show-plan=table-all\n"
+    "  benchmark_transformer --plan plan.binpb --model qwen3-0.6b --decode 512\n";
 
 // --iters and --warmup, at most 100000.
 int Replays(const absl::Flag<tools::PositiveInt>& flag) {
@@ -106,7 +116,17 @@ int Replays(const absl::Flag<tools::PositiveInt>& flag) {
 
 // Combinations and values that make no run.
 absl::Status CheckFlags() {
-  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
+  const bool from_file = !absl::GetFlag(FLAGS_plan).empty();
+  if (absl::GetFlag(FLAGS_model).empty() && !from_file) {
+    return absl::InvalidArgumentError("--model is required");
+  }
+  if (from_file &&
+      (!absl::GetFlag(FLAGS_tactic_cache).empty() ||
+       absl::GetFlag(FLAGS_time_planning).has_value() || absl::GetFlag(FLAGS_print_keys))) {
+    return absl::InvalidArgumentError(
+        "--plan reads a plan already made: --tactic-cache, --time-planning and --print-keys "
+        "belong to planning");
+  }
   if (absl::GetFlag(FLAGS_freeze) && absl::GetFlag(FLAGS_tactic_cache).empty()) {
     return absl::InvalidArgumentError("--freeze needs --tactic-cache");
   }
@@ -250,8 +270,8 @@ absl::StatusOr<int> Benchmark(const tools::ModelArgument& model,
   std::unique_ptr<runtime::gpu::GpuRuntime> single;
   std::unique_ptr<runtime::gpu::TensorParallelGpu> ranks;
   if (plans.size() == 1) {
-    TP_ASSIGN_OR_RETURN(single,
-                        runtime::gpu::GpuRuntime::Create(device, plans[0], checkpoint.get(), options));
+    TP_ASSIGN_OR_RETURN(
+        single, runtime::gpu::GpuRuntime::Create(device, plans[0], checkpoint.get(), options));
   } else {
     TP_ASSIGN_OR_RETURN(ranks,
                         runtime::gpu::TensorParallelGpu::Create(plans, checkpoint.get(), options));
@@ -434,7 +454,73 @@ absl::Status TimePlanning(const models::ModelConfig& config, const std::string& 
   return absl::OkStatus();
 }
 
+// Writes the plan to --output, or prints it in --show-plan's format; neither: nothing.
+absl::Status EmitPlan(const planner::proto::ExecutionPlan& plan) {
+  const std::string show_plan = absl::GetFlag(FLAGS_show_plan);
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (!output.empty()) {
+    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format,
+                        show_plan.empty() ? planner::PlanFormatForPath(output)
+                                          : planner::ParsePlanFormat(show_plan));
+    TP_ASSIGN_OR_RETURN(std::string bytes,
+                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
+    TP_RETURN_IF_ERROR(WriteFileAtomically(output, bytes));
+    std::cerr << "wrote the plan to " << output << " (" << bytes.size() << " bytes)\n";
+  } else if (!show_plan.empty()) {
+    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format, planner::ParsePlanFormat(show_plan));
+    TP_ASSIGN_OR_RETURN(std::string text,
+                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
+    std::cout << text;
+  }
+  return absl::OkStatus();
+}
+
+// --plan FILE: renders or converts the plan read from FILE, or runs it.
+absl::StatusOr<int> RunPlanFile(const std::string& path) {
+  TP_ASSIGN_OR_RETURN(const planner::proto::ExecutionPlan plan, planner::ReadPlanFile(path));
+  if (!absl::GetFlag(FLAGS_show_plan).empty() || !absl::GetFlag(FLAGS_output).empty()) {
+    TP_RETURN_IF_ERROR(EmitPlan(plan));
+    return kExitOk;
+  }
+  if (plan.options().tensor_parallel_ranks() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is rank ", plan.options().tensor_parallel_rank(), " of ",
+                     plan.options().tensor_parallel_ranks(),
+                     " tensor-parallel GPUs; the benchmark runs every rank (plan them with --tp)"));
+  }
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("running ", path, " needs --model ", plan.model(),
+                     " (the checkpoint or bundled config it was planned for)"));
+  }
+  TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
+  if (model.name != plan.model()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " was planned for ", plan.model(), "; --model names ", model.name));
+  }
+  for (int64_t c : absl::GetFlag(FLAGS_decode).values) {
+    if (c > plan.options().max_context()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--decode ", c, ": ", path, " holds ", plan.options().max_context(),
+                       " KV-cache rows per sequence (pass --decode with contexts up to that)"));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<device::Device>> device = device::Device::Open(0);
+  if (!device.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device.status().message(),
+                     "; running a plan needs a GPU (--show-plan renders it without one)"));
+  }
+  // The buckets the plan has, not the flags'.
+  absl::SetFlag(&FLAGS_prefill, tools::PositiveList{{plan.options().prefill_tokens().begin(),
+                                                     plan.options().prefill_tokens().end()}});
+  absl::SetFlag(&FLAGS_batch,
+                tools::PositiveInt{std::max<int64_t>(plan.options().prefill_batch(), 1)});
+  return Benchmark(model, plan.target(), {plan}, **device);
+}
+
 absl::StatusOr<int> Run() {
+  if (const std::string path = absl::GetFlag(FLAGS_plan); !path.empty()) return RunPlanFile(path);
   const std::string show_plan = absl::GetFlag(FLAGS_show_plan);
   const std::optional<tools::PositiveInt> time_planning = absl::GetFlag(FLAGS_time_planning);
   const bool print_keys = absl::GetFlag(FLAGS_print_keys);
@@ -487,20 +573,7 @@ absl::StatusOr<int> Run() {
               << tuner::DescribeLookups(lookups.records(), *store, device.ok()) << "\n";
     TP_RETURN_IF_ERROR(store->CheckFrozen());
   }
-  if (!output.empty()) {
-    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format,
-                        show_plan.empty() ? planner::PlanFormatForPath(output)
-                                          : planner::ParsePlanFormat(show_plan));
-    TP_ASSIGN_OR_RETURN(std::string bytes,
-                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
-    TP_RETURN_IF_ERROR(WriteFileAtomically(output, bytes));
-    std::cerr << "wrote the plan to " << output << " (" << bytes.size() << " bytes)\n";
-  } else if (!show_plan.empty()) {
-    TP_ASSIGN_OR_RETURN(const planner::PlanFormat format, planner::ParsePlanFormat(show_plan));
-    TP_ASSIGN_OR_RETURN(std::string text,
-                        planner::FormatPlan(plan, format, absl::GetFlag(FLAGS_svg_phase)));
-    std::cout << text;
-  }
+  TP_RETURN_IF_ERROR(EmitPlan(plan));
   if (time_planning.has_value()) {
     options.print = {};  // the IR was printed once, by the plan above
     TP_RETURN_IF_ERROR(

@@ -345,6 +345,13 @@ TEST(PlanBuilderTest, PlansAreReadBackFromEveryMachineForm) {
                   .message(),
               HasSubstr("plan:3:"));
 
+  // A string that is not UTF-8 (a text escape can write one) is refused in every form.
+  EXPECT_THAT(
+      ParsePlan("format_version: 1\nmodel: \"\\376\\377\"\nphases {}", PlanFormat::kTextProto)
+          .status()
+          .message(),
+      HasSubstr("a string field holds bytes that are not UTF-8"));
+
   proto::ExecutionPlan newer = plan;
   newer.set_format_version(kPlanFormatVersion + 1);
   absl::StatusOr<proto::ExecutionPlan> refused =

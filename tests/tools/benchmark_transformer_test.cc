@@ -212,6 +212,55 @@ TEST(BenchmarkTransformerTest, OutputWritesThePlanInTheFormatItsNameAsks) {
   EXPECT_FALSE(fs::exists(missing.parent_path()));
 }
 
+// --plan FILE reads a plan written by -o back: rendered and converted it is the plan the
+// planner made; running it needs the model it was planned for, contexts its KV cache holds
+// and a GPU; planning flags are refused beside it.
+TEST(BenchmarkTransformerTest, APlanFileIsRenderedConvertedOrRun) {
+  const std::string model = absl::StrCat("--model ", TinyModel(), " --prefill 16 --decode 16");
+  const Result json = RunTool(model + " --show-plan=json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const Result table = RunTool(model + " --show-plan=table-all");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  const fs::path binary = Scratch() / "from-file.binpb";
+  Result r = RunTool(absl::StrCat(model, " -o '", binary.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string plan = absl::StrCat("--plan '", binary.string(), "'");
+
+  r = RunTool(plan + " --show-plan=json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, json.output);
+  r = RunTool(plan + " --show-plan=table-all");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, table.output);
+  const fs::path converted = Scratch() / "from-file.textproto";
+  r = RunTool(absl::StrCat(plan, " -o '", converted.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunTool(absl::StrCat("--plan '", converted.string(), "' --show-plan=json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, json.output);
+
+  const struct {
+    std::string args;
+    std::string message;
+  } refusals[] = {
+      {plan, "needs --model qwen3-tiny (the checkpoint or bundled config it was planned for)"},
+      {plan + " --model qwen3-0.6b", "was planned for qwen3-tiny; --model names qwen3-0.6b"},
+      {absl::StrCat(plan, " --model ", TinyModel()),
+       "--decode 128: " + binary.string() + " holds 16 KV-cache rows per sequence"},
+      {absl::StrCat(plan, " --model ", TinyModel(), " --decode 16"),
+       "running a plan needs a GPU (--show-plan renders it without one)"},
+      {plan + " --show-plan --print-keys", "--plan reads a plan already made"},
+      {absl::StrCat("--plan '", (Scratch() / "none.json").string(), "' --show-plan"), "none.json"},
+      {absl::StrCat("--plan '", (Scratch() / "output.txt").string(), "' --show-plan"),
+       "a plan file is read by its name"},
+  };
+  for (const auto& [args, message] : refusals) {
+    r = RunTool(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_THAT(r.output, HasSubstr(message)) << args;
+  }
+}
+
 TEST(BenchmarkTransformerTest, ModelDirectoryIsReadAndNamesThePlan) {
   const fs::path dir = Scratch() / "my-qwen3";
   fs::create_directories(dir);
