@@ -275,10 +275,25 @@ absl::StatusOr<MemoryPlan> PlanMemory(const BoundGraph& g, const MemoryPlanOptio
 
   // States, then every value's placement.
   std::vector<int64_t> state_offset(static_cast<size_t>(num_values), 0);
-  for (ir::ValueId s : graph.states()) {
+  if (!options.state_bytes.empty() && options.state_bytes.size() != graph.states().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("state_bytes has ", options.state_bytes.size(),
+                                                   " entries for ", graph.states().size(),
+                                                   " states"));
+  }
+  for (size_t k = 0; k < graph.states().size(); ++k) {
+    const ir::ValueId s = graph.states()[k];
+    int64_t bytes = g.storage_bytes(s);
+    if (!options.state_bytes.empty()) {
+      if (options.state_bytes[k] < bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("state %", graph.value(s).name, " needs ",
+                                                       bytes, " bytes; state_bytes gives ",
+                                                       options.state_bytes[k]));
+      }
+      bytes = options.state_bytes[k];
+    }
     state_offset[static_cast<size_t>(s)] = plan.state_bytes;
-    plan.states.push_back(StateBuffer{s, plan.state_bytes, g.storage_bytes(s)});
-    plan.state_bytes += AlignUp(g.storage_bytes(s), options.alignment);
+    plan.states.push_back(StateBuffer{s, plan.state_bytes, bytes});
+    plan.state_bytes += AlignUp(bytes, options.alignment);
   }
   for (ir::ValueId w : graph.weights()) plan.weight_bytes += g.storage_bytes(w);
   plan.values.resize(static_cast<size_t>(num_values));

@@ -44,6 +44,11 @@ struct MemoryPlanOptions {
   // Counter bytes per region (KernelFamily::CounterBytes; empty or one entry per region):
   // zeroed once at allocation, so they live for the whole run and share no bytes.
   std::vector<int64_t> counter_bytes;
+  // The bytes each state is laid out with, in graph.states() order (empty: its storage in
+  // this graph's bindings). The plan builder gives every phase the sizes at the plan's
+  // largest batch, so that phases of several batches share one KV-cache layout (docs/plan.md,
+  // "Memory planning"); a size below the state's storage is an error.
+  std::vector<int64_t> state_bytes;
 };
 
 enum class StorageKind { kArena, kInput, kWeight, kState };

@@ -137,11 +137,12 @@ absl::Status CheckFitsTarget(const proto::ExecutionPlan& plan,
   const int64_t ranks = std::max<int64_t>(1, plan.options().tensor_parallel_ranks());
   return absl::ResourceExhaustedError(absl::StrCat(
       "the plan needs ", HumanBytes(needed), " (", needed, " bytes: weights ", HumanBytes(weights),
-      ", KV cache ", HumanBytes(kv), " for max_context ", plan.options().max_context(),
-      ", arena ", HumanBytes(arena), ")", ranks > 1 ? " per rank" : "", " but ", target.name(),
-      " has ", HumanBytes(target.memory_bytes()),
+      ", KV cache ", HumanBytes(kv), " for max_context ", plan.options().max_context(), ", arena ",
+      HumanBytes(arena), ")", ranks > 1 ? " per rank" : "", " but ", target.name(), " has ",
+      HumanBytes(target.memory_bytes()),
       ": lower the context or the batch, plan for a larger GPU, or split the model over more "
-      "GPUs (--tp ", ranks * 2, ")"));
+      "GPUs (--tp ",
+      ranks * 2, ")"));
 }
 
 // Records the graph's packed weights; a name packed differently by two phases is an error.
@@ -216,6 +217,29 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
     return choices[static_cast<size_t>(region)].family->MayOverwriteOperand(BoundRegion(g, region),
                                                                             result, operand);
   };
+  if (const auto b = spec.bindings.find("B");
+      spec.state_batch > 0 && b != spec.bindings.end() && spec.state_batch != b->second) {
+    if (spec.state_batch < b->second) {
+      return absl::InvalidArgumentError(absl::StrCat("state_batch ", spec.state_batch,
+                                                     " is below the phase's batch ", b->second));
+    }
+    // The specialized graph's states lead with the batch, bound or a symbol: their storage
+    // scales with it.
+    for (ir::ValueId s : graph.states()) {
+      const ir::TensorType& type = graph.value(s).type;
+      const int64_t bytes = g.storage_bytes(s);
+      const bool leads =
+          !type.dims.empty() && (type.dims[0].is_static() ? type.dims[0].extent() == b->second
+                                                          : type.dims[0].symbol() == "B");
+      if (!leads || bytes % b->second != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("state %", graph.value(s).name, " (", type.ToString(),
+                         ") does not lead with the batch, so phases of several batches cannot "
+                         "share it"));
+      }
+      memory_options.state_bytes.push_back(bytes / b->second * spec.state_batch);
+    }
+  }
   TP_ASSIGN_OR_RETURN(MemoryPlan memory, PlanMemory(g, memory_options));
   TP_RETURN_IF_ERROR(CheckMemoryPlan(g, memory, memory_options));
 
@@ -304,6 +328,9 @@ absl::StatusOr<proto::Phase> PlanPhase(const ir::Graph& graph, const PhaseSpec& 
   phase.set_bytes(bytes);
   phase.set_estimated_us(estimated_us);
   FillArena(graph, memory, phase.mutable_arena());
+  if (const auto b = spec.bindings.find("B"); b != spec.bindings.end()) {
+    phase.mutable_arena()->set_state_sequences(std::max(spec.state_batch, b->second));
+  }
   return phase;
 }
 
@@ -406,8 +433,12 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     *plan.add_phases() = *std::move(phase);
     return absl::OkStatus();
   };
+  // Every phase shares the KV cache: laid out for the largest batch of any phase.
+  int64_t state_batch = options.prefill_tokens.empty() ? 1 : options.prefill_batch;
+  for (int64_t b : options.decode_batches) state_batch = std::max(state_batch, b);
   for (int64_t tokens : options.prefill_tokens) {
     PhaseSpec spec;
+    spec.state_batch = state_batch;
     spec.kind = proto::Phase::KIND_PREFILL;
     spec.name = absl::StrCat("prefill T=", tokens);
     spec.bindings = {{"B", options.prefill_batch}, {"Smax", options.max_context}, {"T", tokens}};
@@ -422,6 +453,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     PhaseSpec spec;
     spec.kind = proto::Phase::KIND_DECODE;
     spec.name = absl::StrCat("decode B=", batch);
+    spec.state_batch = state_batch;
     spec.bindings = {{"B", batch}, {"Smax", options.max_context}, {"T", 1}};
     spec.context = decode_context;
     PipelineOptions pipeline;

@@ -96,6 +96,11 @@ struct PhaseSpec {
   std::vector<std::string> excluded_families;    // SelectionContext::excluded_families
   const CostCalibration* calibration = nullptr;  // SelectionContext::calibration
   PersistentOptions persistent;                  // decode phases (persistent_schedule.h)
+  // The batch the states (the KV cache) are laid out for, at least the phase's B; 0: the
+  // phase's. Every state's outermost dim is the batch, so a phase of B sequences uses the
+  // first B sequences' rows of a cache laid out for more: BuildExecutionPlan passes the
+  // largest batch of its phases, which then all lay the cache out alike.
+  int64_t state_batch = 0;
 };
 
 // Plans one phase of `graph` (verified, specialized): tactic per region, memory plan (checked

@@ -116,6 +116,7 @@ std::string CachePerToken(const proto::Phase& phase) {
     if (b.symbol() == "Smax") capacity = b.extent();
   }
   const proto::Arena& a = phase.arena();
+  if (a.state_sequences() > 0) batch = a.state_sequences();
   if (batch <= 0 || capacity <= 0 || a.states().empty()) return "";
   std::vector<std::pair<std::string, int64_t>> groups;  // first-seen order
   std::map<std::string, int> layers;

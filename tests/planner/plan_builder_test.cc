@@ -319,6 +319,59 @@ TEST(PlanBuilderTest, RenderingsAreDeterministicAndParseBack) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*a, from_binary));
 }
 
+// Phases of several batches share one KV cache, laid out for the largest: every phase has the
+// same state slots, a phase of fewer sequences binds the first rows of each, and the KV cache
+// is the largest batch's.
+TEST(PlanBuilderTest, PhasesOfSeveralBatchesShareOneKvCacheLayout) {
+  PlanOptions options;
+  options.prefill_tokens = {16};
+  options.prefill_batch = 2;
+  options.decode_batches = {1, 4, 3};
+  options.max_context = 64;
+  const proto::ExecutionPlan plan = MustPlan("qwen3-0.6b", "h200", options);
+  ASSERT_EQ(plan.phases_size(), 4);
+  const proto::Arena& first = plan.phases(0).arena();
+  EXPECT_EQ(first.state_bytes(), 28LL * 2 * 4 * 8 * 64 * 128 * 2);  // 4 sequences
+  // Per token: the same whichever phase's table says it.
+  const std::string table = PlanTable(plan);
+  int per_token_lines = 0;
+  for (size_t at = table.find("KV cache per token: 4096 B per layer"); at != std::string::npos;
+       at = table.find("KV cache per token: 4096 B per layer", at + 1)) {
+    ++per_token_lines;
+  }
+  EXPECT_EQ(per_token_lines, 4) << table;
+  for (const proto::Phase& phase : plan.phases()) {
+    SCOPED_TRACE(phase.name());
+    EXPECT_EQ(phase.arena().state_bytes(), first.state_bytes());
+    EXPECT_EQ(phase.arena().state_sequences(), 4);
+    ASSERT_EQ(phase.arena().states_size(), first.states_size());
+    for (int i = 0; i < first.states_size(); ++i) {
+      EXPECT_EQ(phase.arena().states(i).state(), first.states(i).state());
+      EXPECT_EQ(phase.arena().states(i).offset(), first.states(i).offset());
+      EXPECT_EQ(phase.arena().states(i).bytes(), first.states(i).bytes());
+    }
+    // Every binding of a state starts at its slot and stays inside it.
+    for (const proto::Step& step : phase.steps()) {
+      for (const auto* bindings : {&step.operands(), &step.results()}) {
+        for (const proto::Binding& b : *bindings) {
+          if (b.storage() != proto::Binding::STORAGE_STATE) continue;
+          bool inside = false;
+          for (const proto::StateSlot& slot : first.states()) {
+            inside |= slot.state() == b.root() && b.offset() >= slot.offset() &&
+                      b.offset() < slot.offset() + slot.bytes();
+          }
+          EXPECT_TRUE(inside) << step.name() << " %" << b.value();
+          EXPECT_EQ(b.shape(0), phase.name() == "decode B=1"   ? 1
+                                : phase.name() == "decode B=3" ? 3
+                                : phase.name() == "decode B=4" ? 4
+                                                               : 2)
+              << step.name();
+        }
+      }
+    }
+  }
+}
+
 // ParsePlan reads back every machine form; a form that leaves things out, bytes that are no
 // plan, another format_version and a plan without phases are refused.
 TEST(PlanBuilderTest, PlansAreReadBackFromEveryMachineForm) {
@@ -439,7 +492,8 @@ TEST(PlanBuilderTest, TableShowsStepsLaunchesAndMemory) {
   // the attention) and three more.
   EXPECT_THAT(table, HasSubstr("launches per decode step: 143\n"));
   EXPECT_THAT(table, HasSubstr("memory: arena "));
-  EXPECT_THAT(table, HasSubstr(", KV cache 56.00 MiB, weights "));
+  // The KV cache holds the largest batch's 4 sequences (SmallOptions: decode batches 1 and 4).
+  EXPECT_THAT(table, HasSubstr(", KV cache 224.00 MiB, weights "));
   EXPECT_THAT(table, HasSubstr("cost model"));
   EXPECT_THAT(table, HasSubstr("flops  grid"));
   EXPECT_THAT(table, HasSubstr("bound   shape"));

@@ -63,7 +63,8 @@ TEST(WeightLayoutTest, EveryWeightOnceAlignedAndSortedByName) {
 }
 
 // Every bundled model's plans lay out: their phase graphs parse and verify, share one
-// KV-cache layout and agree on the weights; with the persistent decode kernel and as a rank
+// KV-cache layout (a prefill and a decode phase of one sequence, a decode phase of two) and
+// agree on the weights; with the persistent decode kernel and as a rank
 // of two tensor-parallel GPUs where the heads divide.
 TEST(PlanLayoutTest, EveryBundledModelsPlansLayOut) {
   absl::StatusOr<targets::TargetDescription> target = targets::FindTarget("h200");
@@ -78,8 +79,7 @@ TEST(PlanLayoutTest, EveryBundledModelsPlansLayOut) {
       SCOPED_TRACE(absl::StrCat(name, " variant ", variant));
       planner::PlanOptions options;
       options.prefill_tokens = {8};
-      options.prefill_batch = 2;
-      options.decode_batches = {2};  // every phase shares the KV cache, so one batch
+      options.decode_batches = {1, 2};  // one KV cache, laid out for 2 sequences
       options.max_context = 16;
       if (variant == 1)
         options.decode_backend = planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT;

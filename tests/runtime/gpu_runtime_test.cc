@@ -56,14 +56,15 @@ class GpuRuntimeTest : public ::testing::Test {
       bool last_token_logits = false,
       planner::proto::PlanOptions::DecodeBackend backend =
           planner::proto::PlanOptions::DECODE_BACKEND_KERNELS,
-      int stream_slots = planner::kDefaultStreamSlots, bool trace = false) {
+      int stream_slots = planner::kDefaultStreamSlots, bool trace = false,
+      std::vector<int64_t> decode_batches = {}) {
     planner::PlanOptions options;
     options.decode_backend = backend;
     options.persistent_stream_slots = stream_slots;
     options.prefill_last_token_logits = last_token_logits;
     options.prefill_tokens = std::move(prefill);
     options.prefill_batch = batch;
-    options.decode_batches = {batch};
+    options.decode_batches = decode_batches.empty() ? std::vector<int64_t>{batch} : decode_batches;
     options.max_context = max_context;
     absl::StatusOr<planner::proto::ExecutionPlan> plan =
         planner::BuildExecutionPlan(config_, target_, options, nullptr);
@@ -272,6 +273,57 @@ TEST_F(GpuRuntimeTest, BatchedPromptsMatchSinglePrompts) {
   }
 }
 
+TEST_F(GpuRuntimeTest, DecodeBucketsOfSeveralBatchesShareTheKvCache) {
+  // One plan with decode buckets of one and two sequences: its KV cache holds two, and the
+  // bucket of one runs the first. Two prompts prefilled together, then teacher-forced with
+  // the single runs' greedy tokens: each step decodes the first sequence alone, then both;
+  // the first's logits agree with the runs of one prompt alone at bf16 level, and so do the
+  // second's, whose cache rows the bucket of one never touches.
+  auto buckets = Make({16}, 32, true, 2, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                      planner::proto::PlanOptions::DECODE_BACKEND_KERNELS,
+                      planner::kDefaultStreamSlots, false, {1, 2});
+  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  auto single = Make({16}, 32, true, 1);
+  ASSERT_TRUE(single.ok()) << single.status();
+  constexpr int kSteps = 6;
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(16, 3), Prompt(16, 4)};
+  const size_t v = static_cast<size_t>(config_.vocab_size);
+  auto argmax = [&](const float* row) {
+    return static_cast<int32_t>(std::max_element(row, row + v) - row);
+  };
+  std::vector<std::vector<std::vector<float>>> want(2);
+  std::vector<std::vector<int32_t>> fed(2);
+  double max_ref = 0;
+  for (size_t s = 0; s < 2; ++s) {
+    auto logits = (*single)->Prefill(prompts[s], 1);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    want[s].emplace_back(logits->end() - static_cast<std::ptrdiff_t>(v), logits->end());
+    for (int k = 0; k < kSteps; ++k) {
+      fed[s].push_back(argmax(want[s].back().data()));
+      auto step = (*single)->Decode({fed[s].back()}, {16 + k});
+      ASSERT_TRUE(step.ok()) << step.status();
+      want[s].push_back(*std::move(step));
+    }
+    for (const std::vector<float>& row : want[s]) {
+      for (float x : row) max_ref = std::max(max_ref, std::fabs(double{x}));
+    }
+  }
+  std::vector<int32_t> both = prompts[0];
+  both.insert(both.end(), prompts[1].begin(), prompts[1].end());
+  ASSERT_TRUE((*buckets)->Prefill(both, 2).ok());
+  for (int k = 0; k < kSteps; ++k) {
+    auto first = (*buckets)->Decode({fed[0][k]}, {16 + k});
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_LE(MaxAbsDiff(*first, want[0][k + 1]), 2e-2 * max_ref) << "step " << k;
+    auto step = (*buckets)->Decode({fed[0][k], fed[1][k]}, {16 + k, 16 + k});
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (size_t s = 0; s < 2; ++s) {
+      const std::vector<float> got(step->begin() + s * v, step->begin() + (s + 1) * v);
+      EXPECT_LE(MaxAbsDiff(got, want[s][k + 1]), 2e-2 * max_ref) << "step " << k << " prompt " << s;
+    }
+  }
+}
+
 TEST_F(GpuRuntimeTest, PersistentDecodeMatchesKernels) {
   // The persistent kernel runs the same bodies as the kernels, but its GEMVs at the run's
   // block size (other reduction orders), so the logits agree at bf16 level; teacher-forced
@@ -282,40 +334,40 @@ TEST_F(GpuRuntimeTest, PersistentDecodeMatchesKernels) {
     return static_cast<int32_t>(std::max_element(row, row + v) - row);
   };
   for (int slots : {planner::kDefaultStreamSlots, 0})
-  for (int64_t batch : {1, 3}) {
-    SCOPED_TRACE(absl::StrCat("batch ", batch, ", ", slots, " stream slots"));
-    auto kernels = Make({16}, 40, true, batch);
-    ASSERT_TRUE(kernels.ok()) << kernels.status();
-    auto persistent = Make({16}, 40, true, batch, GpuOptions::ProgrammaticLaunch::kDecode, false,
-                           planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT, slots);
-    ASSERT_TRUE(persistent.ok()) << persistent.status();
-    std::vector<int32_t> prompts;
-    for (int64_t s = 0; s < batch; ++s) {
-      const std::vector<int32_t> p = Prompt(16, static_cast<int>(s) + 4);
-      prompts.insert(prompts.end(), p.begin(), p.end());
-    }
-    auto a = (*kernels)->Prefill(prompts, batch);
-    auto b = (*persistent)->Prefill(prompts, batch);
-    ASSERT_TRUE(a.ok() && b.ok());
-    EXPECT_EQ(*a, *b);  // prefill phases have no persistent runs
-    std::vector<int32_t> fed(static_cast<size_t>(batch));
-    for (int64_t s = 0; s < batch; ++s) {
-      fed[static_cast<size_t>(s)] = argmax(a->data() + ((s + 1) * 16 - 1) * v);
-    }
-    for (int k = 0; k < 16; ++k) {
-      const std::vector<int32_t> positions(static_cast<size_t>(batch), 16 + k);
-      auto want = (*kernels)->Decode(fed, positions);
-      auto got = (*persistent)->Decode(fed, positions);
-      ASSERT_TRUE(want.ok()) << want.status();
-      ASSERT_TRUE(got.ok()) << got.status();
-      double max_ref = 0;
-      for (float x : *want) max_ref = std::max(max_ref, std::fabs(double{x}));
-      EXPECT_LE(MaxAbsDiff(*got, *want), 2e-2 * max_ref) << "step " << k;
+    for (int64_t batch : {1, 3}) {
+      SCOPED_TRACE(absl::StrCat("batch ", batch, ", ", slots, " stream slots"));
+      auto kernels = Make({16}, 40, true, batch);
+      ASSERT_TRUE(kernels.ok()) << kernels.status();
+      auto persistent = Make({16}, 40, true, batch, GpuOptions::ProgrammaticLaunch::kDecode, false,
+                             planner::proto::PlanOptions::DECODE_BACKEND_PERSISTENT, slots);
+      ASSERT_TRUE(persistent.ok()) << persistent.status();
+      std::vector<int32_t> prompts;
       for (int64_t s = 0; s < batch; ++s) {
-        fed[static_cast<size_t>(s)] = argmax(want->data() + s * static_cast<int64_t>(v));
+        const std::vector<int32_t> p = Prompt(16, static_cast<int>(s) + 4);
+        prompts.insert(prompts.end(), p.begin(), p.end());
+      }
+      auto a = (*kernels)->Prefill(prompts, batch);
+      auto b = (*persistent)->Prefill(prompts, batch);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(*a, *b);  // prefill phases have no persistent runs
+      std::vector<int32_t> fed(static_cast<size_t>(batch));
+      for (int64_t s = 0; s < batch; ++s) {
+        fed[static_cast<size_t>(s)] = argmax(a->data() + ((s + 1) * 16 - 1) * v);
+      }
+      for (int k = 0; k < 16; ++k) {
+        const std::vector<int32_t> positions(static_cast<size_t>(batch), 16 + k);
+        auto want = (*kernels)->Decode(fed, positions);
+        auto got = (*persistent)->Decode(fed, positions);
+        ASSERT_TRUE(want.ok()) << want.status();
+        ASSERT_TRUE(got.ok()) << got.status();
+        double max_ref = 0;
+        for (float x : *want) max_ref = std::max(max_ref, std::fabs(double{x}));
+        EXPECT_LE(MaxAbsDiff(*got, *want), 2e-2 * max_ref) << "step " << k;
+        for (int64_t s = 0; s < batch; ++s) {
+          fed[static_cast<size_t>(s)] = argmax(want->data() + s * static_cast<int64_t>(v));
+        }
       }
     }
-  }
   // The device greedy loop replays the persistent kernel's graph step after step: the same
   // tokens as host-driven steps of the same runtime.
   auto rt = Make({24}, 48, true, 1, GpuOptions::ProgrammaticLaunch::kDecode, false,
