@@ -98,6 +98,37 @@ class GpuRuntimeTest : public ::testing::Test {
     EXPECT_EQ(*loop, stepped);
   }
 
+  // Each prompt (of 16 tokens) alone on `single`, teacher-forced with its own greedy tokens:
+  // per prompt the last prompt logits, then each of `steps` decode steps' logits (want), the
+  // tokens fed (fed), and the largest logit magnitude seen (max_ref).
+  struct SingleRuns {
+    std::vector<std::vector<std::vector<float>>> want;
+    std::vector<std::vector<int32_t>> fed;
+    double max_ref = 0;
+  };
+  void RunAlone(GpuRuntime& single, const std::vector<std::vector<int32_t>>& prompts, int steps,
+                SingleRuns& out) {
+    const size_t v = static_cast<size_t>(config_.vocab_size);
+    out.want.assign(prompts.size(), {});
+    out.fed.assign(prompts.size(), {});
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      auto logits = single.Prefill(prompts[s], 1);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      out.want[s].emplace_back(logits->end() - static_cast<std::ptrdiff_t>(v), logits->end());
+      for (int k = 0; k < steps; ++k) {
+        const std::vector<float>& last = out.want[s].back();
+        out.fed[s].push_back(
+            static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
+        auto step = single.Decode({out.fed[s].back()}, {16 + k});
+        ASSERT_TRUE(step.ok()) << step.status();
+        out.want[s].push_back(*std::move(step));
+      }
+      for (const std::vector<float>& row : out.want[s]) {
+        for (float x : row) out.max_ref = std::max(out.max_ref, std::fabs(double{x}));
+      }
+    }
+  }
+
   std::vector<int32_t> Prompt(int n, int salt = 0) const {
     std::vector<int32_t> ids;
     for (int i = 0; i < n; ++i) {
@@ -231,33 +262,13 @@ TEST_F(GpuRuntimeTest, BatchedPromptsMatchSinglePrompts) {
   constexpr int kSteps = 8;
   const std::vector<std::vector<int32_t>> prompts = {Prompt(16, 1), Prompt(16, 2)};
   const size_t v = static_cast<size_t>(config_.vocab_size);
-  auto argmax = [&](const float* row) {
-    return static_cast<int32_t>(std::max_element(row, row + v) - row);
-  };
-  // Per prompt alone: the prompt's last logits, then each step's, and the tokens fed.
-  std::vector<std::vector<std::vector<float>>> want(2);
-  std::vector<std::vector<int32_t>> fed(2);
-  for (size_t s = 0; s < 2; ++s) {
-    auto logits = (*single)->Prefill(prompts[s], 1);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    want[s].emplace_back(logits->end() - static_cast<std::ptrdiff_t>(v), logits->end());
-    for (int k = 0; k < kSteps; ++k) {
-      fed[s].push_back(argmax(want[s].back().data()));
-      auto step = (*single)->Decode({fed[s].back()}, {16 + k});
-      ASSERT_TRUE(step.ok()) << step.status();
-      want[s].push_back(*std::move(step));
-    }
-  }
+  SingleRuns alone;
+  ASSERT_NO_FATAL_FAILURE(RunAlone(**single, prompts, kSteps, alone));
+  const auto& [want, fed, max_ref] = alone;
   std::vector<int32_t> both = prompts[0];
   both.insert(both.end(), prompts[1].begin(), prompts[1].end());
   auto logits = (*batched)->Prefill(both, 2);
   ASSERT_TRUE(logits.ok()) << logits.status();
-  double max_ref = 0;
-  for (const auto& rows : want) {
-    for (const std::vector<float>& row : rows) {
-      for (float x : row) max_ref = std::max(max_ref, std::fabs(double{x}));
-    }
-  }
   for (size_t s = 0; s < 2; ++s) {
     const std::vector<float> got(logits->begin() + ((s + 1) * 16 - 1) * v,
                                  logits->begin() + (s + 1) * 16 * v);
@@ -288,26 +299,9 @@ TEST_F(GpuRuntimeTest, DecodeBucketsOfSeveralBatchesShareTheKvCache) {
   constexpr int kSteps = 6;
   const std::vector<std::vector<int32_t>> prompts = {Prompt(16, 3), Prompt(16, 4)};
   const size_t v = static_cast<size_t>(config_.vocab_size);
-  auto argmax = [&](const float* row) {
-    return static_cast<int32_t>(std::max_element(row, row + v) - row);
-  };
-  std::vector<std::vector<std::vector<float>>> want(2);
-  std::vector<std::vector<int32_t>> fed(2);
-  double max_ref = 0;
-  for (size_t s = 0; s < 2; ++s) {
-    auto logits = (*single)->Prefill(prompts[s], 1);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    want[s].emplace_back(logits->end() - static_cast<std::ptrdiff_t>(v), logits->end());
-    for (int k = 0; k < kSteps; ++k) {
-      fed[s].push_back(argmax(want[s].back().data()));
-      auto step = (*single)->Decode({fed[s].back()}, {16 + k});
-      ASSERT_TRUE(step.ok()) << step.status();
-      want[s].push_back(*std::move(step));
-    }
-    for (const std::vector<float>& row : want[s]) {
-      for (float x : row) max_ref = std::max(max_ref, std::fabs(double{x}));
-    }
-  }
+  SingleRuns alone;
+  ASSERT_NO_FATAL_FAILURE(RunAlone(**single, prompts, kSteps, alone));
+  const auto& [want, fed, max_ref] = alone;
   std::vector<int32_t> both = prompts[0];
   both.insert(both.end(), prompts[1].begin(), prompts[1].end());
   ASSERT_TRUE((*buckets)->Prefill(both, 2).ok());
