@@ -25,8 +25,9 @@ for example in c_plan cpp_plan c_generate; do
   fi
 done
 export CUDA_VISIBLE_DEVICES=
-"$scratch/c_plan/plan_model" qwen3-0.6b "$scratch/plan.json" h200
+"$scratch/c_plan/plan_model" qwen3-0.6b "$scratch/plan.json" h200 > "$scratch/plan_model.txt"
 grep -q '"format_version": 1' "$scratch/plan.json"
+grep -q "^read back: 2 phases, 143 launches per decode step$" "$scratch/plan_model.txt"
 "$scratch/cpp_plan/plan_table" qwen3-0.6b h200 > "$scratch/table.txt"
 grep -q "^launches per decode step: 143$" "$scratch/table.txt"
 if "$scratch/c_plan/plan_model" no-such-model 2> "$scratch/error.txt"; then

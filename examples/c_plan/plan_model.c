@@ -1,5 +1,6 @@
 /* Plans a model with tileplan's C API, prints each phase's launches and estimate, and writes
- * the plan as JSON: the example of docs/embedding.md, built against the installed package.
+ * the plan as JSON, then reads the JSON back as a runtime that loads a shipped plan would:
+ * the example of docs/embedding.md, built against the installed package.
  *
  *   plan_model MODEL [OUT.json] [TARGET]
  *
@@ -53,6 +54,20 @@ int main(int argc, char** argv) {
         status = 1;
       } else {
         printf("wrote %s (%zu bytes)\n", argv[2], size);
+        /* What a runtime given the file does: read it back, without planning. */
+        tileplan_plan* loaded = NULL;
+        tileplan_status* d = tileplan_plan_deserialize(json, size, TILEPLAN_PLAN_JSON, &loaded);
+        if (d != NULL) {
+          fprintf(stderr, "plan_model: reading the plan back: %s\n", tileplan_status_message(d));
+          status = 1;
+        } else {
+          printf("read back: %d phases, %lld launches per decode step\n",
+                 tileplan_plan_num_phases(loaded),
+                 (long long)tileplan_plan_phase_launches(loaded,
+                                                         tileplan_plan_num_phases(loaded) - 1));
+        }
+        tileplan_status_free(d);
+        tileplan_plan_free(loaded);
       }
       tileplan_free(json);
     }
