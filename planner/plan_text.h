@@ -44,9 +44,9 @@ std::string PlanMemory(const proto::ExecutionPlan& plan);
 absl::StatusOr<std::string> FormatPlan(const proto::ExecutionPlan& plan, PlanFormat format,
                                        int svg_phase = -1);
 
-// The largest plan file ReadPlanFile reads (a Qwen3-0.6B plan of the default buckets is 4 MB
-// of JSON).
-inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{1} << 30;
+// The largest plan file ReadPlanFile reads: plans of the default buckets are 4 MB of JSON for
+// Qwen3-0.6B and 15 MB for Qwen2-72B (80 layers), about 4 MB a phase.
+inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{256} << 20;
 
 // A plan read back from one of its machine forms (textproto, JSON or binary, as FormatPlan
 // writes them; JSON and binary skip fields this version does not know, as proto3 does, and
