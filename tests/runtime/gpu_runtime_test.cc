@@ -98,28 +98,33 @@ class GpuRuntimeTest : public ::testing::Test {
     EXPECT_EQ(*loop, stepped);
   }
 
-  // Each prompt (of 16 tokens) alone on `single`, teacher-forced with its own greedy tokens:
-  // per prompt the last prompt logits, then each of `steps` decode steps' logits (want), the
-  // tokens fed (fed), and the largest logit magnitude seen (max_ref).
+  // Each prompt (of 16 tokens) alone on a runtime of one sequence, teacher-forced with its own
+  // greedy tokens: per prompt the last prompt logits, then each of `steps` decode steps'
+  // logits (want), the tokens fed (fed), the largest logit magnitude seen (max_ref), and the
+  // prompts one after another, a batch's prefill input (joined).
   struct SingleRuns {
     std::vector<std::vector<std::vector<float>>> want;
     std::vector<std::vector<int32_t>> fed;
     double max_ref = 0;
+    std::vector<int32_t> joined;
   };
-  void RunAlone(GpuRuntime& single, const std::vector<std::vector<int32_t>>& prompts, int steps,
-                SingleRuns& out) {
+  void RunAlone(const std::vector<std::vector<int32_t>>& prompts, int steps, SingleRuns& out) {
+    auto single = Make({16}, 32, true, 1);
+    ASSERT_TRUE(single.ok()) << single.status();
     const size_t v = static_cast<size_t>(config_.vocab_size);
     out.want.assign(prompts.size(), {});
     out.fed.assign(prompts.size(), {});
+    out.joined.clear();
     for (size_t s = 0; s < prompts.size(); ++s) {
-      auto logits = single.Prefill(prompts[s], 1);
+      out.joined.insert(out.joined.end(), prompts[s].begin(), prompts[s].end());
+      auto logits = (*single)->Prefill(prompts[s], 1);
       ASSERT_TRUE(logits.ok()) << logits.status();
       out.want[s].emplace_back(logits->end() - static_cast<std::ptrdiff_t>(v), logits->end());
       for (int k = 0; k < steps; ++k) {
         const std::vector<float>& last = out.want[s].back();
         out.fed[s].push_back(
             static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
-        auto step = single.Decode({out.fed[s].back()}, {16 + k});
+        auto step = (*single)->Decode({out.fed[s].back()}, {16 + k});
         ASSERT_TRUE(step.ok()) << step.status();
         out.want[s].push_back(*std::move(step));
       }
@@ -257,16 +262,11 @@ TEST_F(GpuRuntimeTest, BatchedPromptsMatchSinglePrompts) {
   // tokens compared free-running would part at the first near-tie).
   auto batched = Make({16}, 32, true, 2);
   ASSERT_TRUE(batched.ok()) << batched.status();
-  auto single = Make({16}, 32, true, 1);
-  ASSERT_TRUE(single.ok()) << single.status();
   constexpr int kSteps = 8;
-  const std::vector<std::vector<int32_t>> prompts = {Prompt(16, 1), Prompt(16, 2)};
   const size_t v = static_cast<size_t>(config_.vocab_size);
   SingleRuns alone;
-  ASSERT_NO_FATAL_FAILURE(RunAlone(**single, prompts, kSteps, alone));
-  const auto& [want, fed, max_ref] = alone;
-  std::vector<int32_t> both = prompts[0];
-  both.insert(both.end(), prompts[1].begin(), prompts[1].end());
+  ASSERT_NO_FATAL_FAILURE(RunAlone({Prompt(16, 1), Prompt(16, 2)}, kSteps, alone));
+  const auto& [want, fed, max_ref, both] = alone;
   auto logits = (*batched)->Prefill(both, 2);
   ASSERT_TRUE(logits.ok()) << logits.status();
   for (size_t s = 0; s < 2; ++s) {
@@ -294,16 +294,11 @@ TEST_F(GpuRuntimeTest, DecodeBucketsOfSeveralBatchesShareTheKvCache) {
                       planner::proto::PlanOptions::DECODE_BACKEND_KERNELS,
                       planner::kDefaultStreamSlots, false, {1, 2});
   ASSERT_TRUE(buckets.ok()) << buckets.status();
-  auto single = Make({16}, 32, true, 1);
-  ASSERT_TRUE(single.ok()) << single.status();
   constexpr int kSteps = 6;
-  const std::vector<std::vector<int32_t>> prompts = {Prompt(16, 3), Prompt(16, 4)};
   const size_t v = static_cast<size_t>(config_.vocab_size);
   SingleRuns alone;
-  ASSERT_NO_FATAL_FAILURE(RunAlone(**single, prompts, kSteps, alone));
-  const auto& [want, fed, max_ref] = alone;
-  std::vector<int32_t> both = prompts[0];
-  both.insert(both.end(), prompts[1].begin(), prompts[1].end());
+  ASSERT_NO_FATAL_FAILURE(RunAlone({Prompt(16, 3), Prompt(16, 4)}, kSteps, alone));
+  const auto& [want, fed, max_ref, both] = alone;
   ASSERT_TRUE((*buckets)->Prefill(both, 2).ok());
   for (int k = 0; k < kSteps; ++k) {
     auto first = (*buckets)->Decode({fed[0][k]}, {16 + k});
