@@ -61,8 +61,9 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
     e.utilization = static_cast<double>(ctas) / static_cast<double>(target.sm_count());
   }
   e.memory_us = MemoryMicros(work, target) / e.utilization;
-  e.compute_us =
-      static_cast<double>(work.flops) / (FlopsPerMicro(work.tensor_core, target) * e.utilization);
+  const double share = work.tensor_core ? 1.0 : std::clamp(work.core_share, 1e-3, 1.0);
+  e.compute_us = static_cast<double>(work.flops) /
+                 (FlopsPerMicro(work.tensor_core, target) * share * e.utilization);
   e.link_us = LinkMicros(work, target);
   e.us = e.launch_us + std::max(e.memory_us, e.compute_us) + e.link_us;
   return e;

@@ -8,7 +8,8 @@
 // The per-launch cost is the target's graph-node cost for phases replayed as CUDA Graphs
 // (prefill and decode both are) and its host launch cost otherwise. bandwidth is the
 // achievable DRAM bandwidth; rate is the achievable bf16 matrix rate for tensor-core work
-// and the fp32 peak scaled by the same achievable/peak ratio for CUDA-core work. u =
+// and the fp32 peak scaled by the same achievable/peak ratio for CUDA-core work, times the
+// work's core_share where its family reaches only part of that (the GEMV's walk at 16 rows). u =
 // min(1, CTAs / SMs) charges a grid too small to occupy every SM: such a kernel reaches only
 // that share of the machine. Memory and compute overlap inside a kernel (the roofline), so
 // the larger term counts, not their sum; launches do not overlap the work they start. The
@@ -33,7 +34,7 @@ struct CostEstimate {
   double us = 0;           // the total
   double launch_us = 0;    // launches × per-launch cost
   double memory_us = 0;    // max(bytes / bandwidth, cache_bytes / L2 rate) / utilization
-  double compute_us = 0;   // flops / (rate × utilization)
+  double compute_us = 0;   // flops / (rate × core_share × utilization)
   double link_us = 0;      // a collective's time on the link between GPUs
   double utilization = 1;  // min(1, CTAs / SMs); 1 for a step that launches nothing
   int64_t bytes = 0;

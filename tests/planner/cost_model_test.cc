@@ -48,6 +48,22 @@ TEST(CostModelTest, CudaCoreRateIsTheFp32PeakScaledByTheAchievableShare) {
   EXPECT_DOUBLE_EQ(e.compute_us, 989.0 / 760.0);
 }
 
+// A family whose CUDA-core loop reaches only part of that rate says so; the share scales the
+// compute term alone and never applies to tensor-core work.
+TEST(CostModelTest, CoreShareSlowsOnlyCudaCoreFlops) {
+  const targets::TargetDescription h200 = MustTarget("h200");
+  kernels::WorkEstimate work;
+  work.flops = 67'000'000;
+  work.bytes = 4'200'000;  // 1 us
+  work.core_share = 0.25;
+  const CostEstimate e = EstimateCost(work, 1, 132, h200, LaunchMode::kGraph);
+  EXPECT_DOUBLE_EQ(e.compute_us, 4 * 989.0 / 760.0);
+  EXPECT_DOUBLE_EQ(e.memory_us, 1.0);
+  EXPECT_DOUBLE_EQ(e.us, 0.6 + 4 * 989.0 / 760.0);
+  work.tensor_core = true;
+  EXPECT_DOUBLE_EQ(EstimateCost(work, 1, 132, h200, LaunchMode::kGraph).compute_us, 67.0 / 760.0);
+}
+
 TEST(CostModelTest, SmallGridsReachOnlyTheirShareOfTheMachine) {
   const targets::TargetDescription h200 = MustTarget("h200");
   kernels::WorkEstimate work;

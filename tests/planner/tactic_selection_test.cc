@@ -210,6 +210,33 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
   EXPECT_EQ(choice->family->name(), "attention_decode");
 }
 
+// Decode linears of 16 rows (batch 16): the GEMV's CUDA-core walk runs them at about a
+// quarter of the fp32 rate (measured, docs/PERF.md), so without a calibration they go to
+// cuBLASLt on the Hopper targets, where that was measured, while one row stays on the GEMV. Before
+// the GEMV said so, the uncalibrated H100 plan of Qwen2-7B at batch 16 put them on it and
+// decoded 3.5x slower.
+TEST_F(TacticSelectionTest, SixteenRowDecodeLinearsGoToTheLibraryWithoutCalibration) {
+  const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
+  input %x: bf16[B,1,3584]
+  weight %w: bf16[37888,3584] = "gate_up"
+  %y: bf16[B,1,18944] = linear_swiglu(%x, %w)
+  output %y
+})");
+  for (const char* name : {"h200", "h100"}) {
+    const targets::TargetDescription target = MustTarget(name);
+    context_.target = &target;
+    context_.environment = EnvironmentFingerprint(target);
+    for (const int64_t batch : {1, 16}) {
+      SCOPED_TRACE(absl::StrCat(name, ", batch ", batch));
+      const BoundGraph bound = MustBind(graph, {{"B", batch}}, 512);
+      absl::StatusOr<TacticChoice> choice = SelectTactic(BoundRegion(bound, 0), context_);
+      ASSERT_TRUE(choice.ok()) << choice.status();
+      EXPECT_EQ(choice->source, TacticSource::kCostModel);
+      EXPECT_EQ(choice->family->name(), batch == 1 ? "gemv" : "cublaslt_gemm");
+    }
+  }
+}
+
 // A prompt's latent attention takes the un-absorbed family by the cost model, unless the
 // plan options leave it off; then the absorbed kernels serve it, and the reason is listed.
 TEST_F(TacticSelectionTest, ExcludedFamiliesAreNeverChosen) {
