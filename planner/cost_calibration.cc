@@ -128,6 +128,10 @@ absl::StatusOr<CostCalibration> CostCalibration::FromProto(proto::CostCalibratio
                                 "): median_us and efficiency must be positive and finite, "
                                 "bytes, flops and launches >= 0"));
       }
+      if (!(s.core_share() >= 0 && s.core_share() <= 1)) {
+        return bad(absl::StrCat("family ", name, ", sample of ", s.kind(), " (", s.tactic(),
+                                "): core_share ", s.core_share(), " is outside [0, 1]"));
+      }
       absl::StatusOr<std::map<std::string, int64_t>> params = ParseTacticParams(s.tactic());
       if (!params.ok()) return bad(absl::StrCat("family ", name, ": ", params.status().message()));
       Group& g = c.groups_[GroupKey(f.family(), f.family_version(), s.kind())];
@@ -277,6 +281,7 @@ absl::Status FitCostCalibration(const targets::TargetDescription& target,
       work.bytes = s.bytes();
       work.flops = s.flops();
       work.tensor_core = s.tensor_core();
+      if (s.core_share() > 0) work.core_share = s.core_share();
       const double beyond = std::max(s.median_us() - s.launches() * node, 2 * kMinWorkUs);
       fits.push_back({LogWork(s.bytes()), LogWork(s.flops()), 0, IdealMicros(work, target), beyond,
                       RegionOf(s)});

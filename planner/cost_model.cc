@@ -22,11 +22,13 @@ double MemoryMicros(const kernels::WorkEstimate& work, const targets::TargetDesc
   return std::max(
       dram, static_cast<double>(work.cache_bytes) / (target.achievable_l2_bandwidth_gbps() * 1e3));
 }
-double FlopsPerMicro(bool tensor_core, const targets::TargetDescription& target) {
+// The rate of `work`'s flops: the matrix rate for tensor-core work, else the CUDA-core rate
+// times the work's core_share.
+double FlopsPerMicro(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
   const double achievable_share = target.achievable_bf16_tflops() / target.peak_bf16_tflops();
-  const double tflops =
-      tensor_core ? target.achievable_bf16_tflops() : target.peak_fp32_tflops() * achievable_share;
-  return tflops * 1e6;
+  if (work.tensor_core) return target.achievable_bf16_tflops() * 1e6;
+  return target.peak_fp32_tflops() * achievable_share * std::clamp(work.core_share, 1e-3, 1.0) *
+         1e6;
 }
 
 }  // namespace
@@ -44,8 +46,7 @@ double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode) {
 
 double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target) {
   return std::max({MemoryMicros(work, target),
-                   static_cast<double>(work.flops) / FlopsPerMicro(work.tensor_core, target),
-                   1e-6}) +
+                   static_cast<double>(work.flops) / FlopsPerMicro(work, target), 1e-6}) +
          LinkMicros(work, target);
 }
 
@@ -61,9 +62,7 @@ CostEstimate EstimateCost(const kernels::WorkEstimate& work, int launches, int64
     e.utilization = static_cast<double>(ctas) / static_cast<double>(target.sm_count());
   }
   e.memory_us = MemoryMicros(work, target) / e.utilization;
-  const double share = work.tensor_core ? 1.0 : std::clamp(work.core_share, 1e-3, 1.0);
-  e.compute_us = static_cast<double>(work.flops) /
-                 (FlopsPerMicro(work.tensor_core, target) * share * e.utilization);
+  e.compute_us = static_cast<double>(work.flops) / (FlopsPerMicro(work, target) * e.utilization);
   e.link_us = LinkMicros(work, target);
   e.us = e.launch_us + std::max(e.memory_us, e.compute_us) + e.link_us;
   return e;

@@ -51,7 +51,8 @@ double LaunchMicros(const targets::TargetDescription& target, LaunchMode mode);
 
 // The time `work` would take at the target's achievable rates with its whole grid busy (u =
 // 1): the larger of its memory time (bytes at the bandwidth, or cache_bytes at the L2's rate
-// where the target gives one) and flops at the rate of its kind (at least 1e-6).
+// where the target gives one) and flops at the rate of its kind, times its core_share for
+// CUDA-core work (at least 1e-6).
 double IdealMicros(const kernels::WorkEstimate& work, const targets::TargetDescription& target);
 
 // The formula above for `work` done by `launches` kernels whose main grid has `ctas` CTAs.

@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, source, "",
           "the name of these samples in the file (default: --model, with the batch when it is "
           "not 1); a later run with the same name replaces them");
 ABSL_FLAG(bool, dry_run, false, "report only: leave --out as it is");
+ABSL_FLAG(bool, refit, false,
+          "fit --out again from the samples it holds, adding none (after the fitter or a "
+          "family's work figures changed); takes no --measurements or --model");
 ABSL_FLAG(bool, verbose, false,
           "also list every step whose calibrated or held-out pick measured over 10% slower "
           "than the fastest candidate, with the picks");
@@ -58,6 +61,7 @@ constexpr char kUsage[] =
     "calibration and fits it (docs/planner.md, \"Calibrated cost model\").\n"
     "usage: calibrate_cost_model --measurements EXPORT --model M [--batch B --prefill T,...\n"
     "       --decode C,...] --out CALIBRATION [--target T] [--source NAME] [--dry-run]\n"
+    "       calibrate_cost_model --refit --out CALIBRATION [--dry-run]\n"
     "example:\n"
     "  autotune_regions --model qwen3-0.6b --tactic-cache t.db\n"
     "  autotune_regions --tactic-cache t.db --export t.textproto\n"
@@ -103,11 +107,61 @@ planner::proto::CostCalibration Without(planner::proto::CostCalibration calibrat
   return calibration;
 }
 
+absl::Status WriteCalibration(const planner::proto::CostCalibration& calibration,
+                              const std::string& out) {
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  if (!printer.PrintToString(calibration, &text)) {
+    return absl::InternalError("the calibration could not be printed");
+  }
+  text = absl::StrCat("# proto-file: planner/cost_calibration.proto\n",
+                      "# proto-message: tileplan.planner.proto.CostCalibration\n",
+                      "# Written by calibrate_cost_model (docs/planner.md, \"Calibrated cost "
+                      "model\").\n",
+                      text);
+  TP_RETURN_IF_ERROR(WriteFileAtomically(out, text));
+  std::cout << "wrote " << out << "\n";
+  return absl::OkStatus();
+}
+
+void PrintFamilies(const planner::proto::CostCalibration& calibration) {
+  for (const planner::proto::FamilyCalibration& f : calibration.families()) {
+    std::cout << absl::StrFormat("  %-22s v%-2d %5d samples  overhead %5.2f us  fit error %.3f\n",
+                                 f.family(), f.family_version(), f.samples_size(), f.overhead_us(),
+                                 f.fit_log_error());
+  }
+}
+
+// --refit: the file's own samples fitted again for its target.
+absl::StatusOr<int> Refit(const std::string& out) {
+  if (!absl::GetFlag(FLAGS_measurements).empty()) {
+    return absl::InvalidArgumentError("--refit adds no measurements: leave --measurements out");
+  }
+  TP_ASSIGN_OR_RETURN(planner::CostCalibration existing, planner::CostCalibration::Load(out));
+  planner::proto::CostCalibration calibration = existing.proto();
+  if (!absl::GetFlag(FLAGS_target).empty() && absl::GetFlag(FLAGS_target) != calibration.target()) {
+    return absl::InvalidArgumentError(absl::StrCat(out, " calibrates target ", calibration.target(),
+                                                   ", not ", absl::GetFlag(FLAGS_target)));
+  }
+  TP_ASSIGN_OR_RETURN(const targets::TargetDescription target,
+                      targets::FindTarget(calibration.target()));
+  TP_RETURN_IF_ERROR(planner::FitCostCalibration(target, calibration));
+  // The refitted file must load as the planner will load it.
+  TP_RETURN_IF_ERROR(planner::CostCalibration::FromProto(calibration, out).status());
+  std::cout << out << ": refitted " << existing.num_samples() << " samples for target "
+            << calibration.target() << "\n";
+  PrintFamilies(calibration);
+  if (absl::GetFlag(FLAGS_dry_run)) return kExitOk;
+  TP_RETURN_IF_ERROR(WriteCalibration(calibration, out));
+  return kExitOk;
+}
+
 absl::StatusOr<int> Run() {
   const std::string measurements = absl::GetFlag(FLAGS_measurements);
   const std::string out = absl::GetFlag(FLAGS_out);
-  if (measurements.empty()) return absl::InvalidArgumentError("--measurements is required");
   if (out.empty()) return absl::InvalidArgumentError("--out is required");
+  if (absl::GetFlag(FLAGS_refit)) return Refit(out);
+  if (measurements.empty()) return absl::InvalidArgumentError("--measurements is required");
   TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
   TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
   const std::string target_name =
@@ -221,6 +275,7 @@ absl::StatusOr<int> Run() {
       s->set_bytes(w.bytes);
       s->set_flops(w.flops);
       s->set_tensor_core(w.tensor_core);
+      if (w.core_share != 1.0) s->set_core_share(w.core_share);
       s->set_launches(family.Launches(*tactic, region));
       s->set_ctas(family.Geometry(*tactic, region).ctas());
       s->set_median_us(c.median_us());
@@ -243,11 +298,7 @@ absl::StatusOr<int> Run() {
       "%d families\n",
       measurements, added, matched, work.items().size(), source, fitted.num_samples(),
       calibration.families_size());
-  for (const planner::proto::FamilyCalibration& f : calibration.families()) {
-    std::cout << absl::StrFormat("  %-22s v%-2d %5d samples  overhead %5.2f us  fit error %.3f\n",
-                                 f.family(), f.family_version(), f.samples_size(), f.overhead_us(),
-                                 f.fit_log_error());
-  }
+  PrintFamilies(calibration);
 
   // What each plan's picks measured: per phase, the sum over steps of the measured time of the
   // tactic each model picks (a pick that was not measured leaves the step out of all sums).
@@ -340,18 +391,7 @@ absl::StatusOr<int> Run() {
             << source << "'s samples)\n";
 
   if (absl::GetFlag(FLAGS_dry_run)) return kExitOk;
-  std::string text;
-  google::protobuf::TextFormat::Printer printer;
-  if (!printer.PrintToString(calibration, &text)) {
-    return absl::InternalError("the calibration could not be printed");
-  }
-  text = absl::StrCat("# proto-file: planner/cost_calibration.proto\n",
-                      "# proto-message: tileplan.planner.proto.CostCalibration\n",
-                      "# Written by calibrate_cost_model (docs/planner.md, \"Calibrated cost "
-                      "model\").\n",
-                      text);
-  TP_RETURN_IF_ERROR(WriteFileAtomically(out, text));
-  std::cout << "wrote " << out << "\n";
+  TP_RETURN_IF_ERROR(WriteCalibration(calibration, out));
   return kExitOk;
 }
 

@@ -119,9 +119,9 @@ struct WorkEstimate {
   bool tensor_core = false;  // flops run at the matrix rate (else at the CUDA-core rate)
   // The share of the target's achievable CUDA-core rate that these flops reach, where a
   // family knows its inner loop issues much more than its FMAs (conversions, operand loads
-  // from L1, long accumulator chains at low occupancy). The uncalibrated cost model divides
-  // by it; a calibration learns each family's efficiency from measurements instead and does
-  // not read it.
+  // from L1, long accumulator chains at low occupancy). The cost model's ideal time divides
+  // CUDA-core flops by it, calibrated or not, so that a calibration's efficiencies measured
+  // on memory-bound sizes carry over to sizes where those flops bind.
   double core_share = 1.0;
   // Bytes the CTAs read in all where that is far more than `bytes`: data read again by other
   // CTAs, from L2 rather than DRAM (0: every byte once, as `bytes` counts it).

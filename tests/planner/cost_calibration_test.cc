@@ -130,9 +130,9 @@ TEST_F(CostCalibrationTest, ADefaultBeyondEverySampleTakesTheNearestDefaultSampl
   // factor 4 below the region: the default takes the nearest sample's efficiency (0.5), not
   // the family's median (0.02), which the small ones dominate.
   const kernels::Tactic t = Gemv(2, 128);
-  proto::CostCalibration c = Calibration(
-      {Sample(t, 0.01, 0.02, true, "a"), Sample(t, 0.011, 0.02, true, "b"),
-       Sample(t, 0.012, 0.02, true, "c"), Sample(t, 0.2, 0.5, true, "d")});
+  proto::CostCalibration c =
+      Calibration({Sample(t, 0.01, 0.02, true, "a"), Sample(t, 0.011, 0.02, true, "b"),
+                   Sample(t, 0.012, 0.02, true, "c"), Sample(t, 0.2, 0.5, true, "d")});
   ASSERT_TRUE(FitCostCalibration(target_, c).ok());
   absl::StatusOr<CostCalibration> cal = CostCalibration::FromProto(c, "test");
   ASSERT_TRUE(cal.ok()) << cal.status();
@@ -228,11 +228,13 @@ TEST_F(CostCalibrationTest, RefusesBadFilesNamingWhatIsWrong) {
   EXPECT_TRUE(ParseTacticParams("-")->empty());
 }
 
-TEST_F(CostCalibrationTest, TheH200IsCalibratedAndNoOtherTarget) {
-  const CostCalibration* h200 = CostCalibration::Bundled("h200");
-  ASSERT_NE(h200, nullptr);
-  EXPECT_EQ(h200->proto().target(), "h200");
-  EXPECT_GT(h200->num_samples(), 0);
+TEST_F(CostCalibrationTest, TheH200AndTheH100AreCalibratedAndNoOtherTarget) {
+  for (const char* name : {"h200", "h100"}) {
+    const CostCalibration* c = CostCalibration::Bundled(name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_EQ(c->proto().target(), name);
+    EXPECT_GT(c->num_samples(), 0) << name;
+  }
   EXPECT_EQ(CostCalibration::Bundled("a100"), nullptr);
   EXPECT_EQ(CostCalibration::Bundled("h200-like"), nullptr);
 }

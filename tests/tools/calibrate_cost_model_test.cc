@@ -113,17 +113,41 @@ TEST(CalibrateCostModelTest, WritesAFittedCalibrationThatThePlannerUses) {
   EXPECT_EQ(cal->proto().environment(), tuner::testing::TestEnvironment(13000).Fingerprint());
   const int64_t samples = cal->num_samples();
   EXPECT_GT(samples, 0);
+  bool saw_gemv = false;
   for (const planner::proto::FamilyCalibration& f : cal->proto().families()) {
     for (const planner::proto::CalibrationSample& s : f.samples()) {
       EXPECT_EQ(s.source(), kModel);
       EXPECT_GT(s.efficiency(), 0);
+      // The GEMV's work says its CUDA-core flops run at a quarter of the rate; the other
+      // families leave the field out.
+      EXPECT_EQ(s.core_share(), f.family() == "gemv" ? 0.25 : 0.0) << f.family();
+      saw_gemv = saw_gemv || f.family() == "gemv";
     }
   }
+  EXPECT_TRUE(saw_gemv);
 
   // The same source again: its samples are replaced, not added.
   r = Calibrate(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(planner::CostCalibration::Load(out.string())->num_samples(), samples);
+
+  // --refit fits the file's own samples again: an efficiency edited by hand is recomputed,
+  // and nothing is added.
+  {
+    std::string text = ReadFile(out);
+    const size_t at = text.find("efficiency: ");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, text.find('\n', at) - at, "efficiency: 123");
+    std::ofstream(out) << text;
+  }
+  r = Calibrate(absl::StrCat("--refit --out '", out.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("refitted ", samples, " samples for target h200")));
+  EXPECT_EQ(ReadFile(out).find("efficiency: 123\n"), std::string::npos);
+  EXPECT_EQ(planner::CostCalibration::Load(out.string())->num_samples(), samples);
+  const std::string refitted = ReadFile(out);  // a second refit changes nothing
+  EXPECT_EQ(Calibrate(absl::StrCat("--refit --out '", out.string(), "'")).exit_code, 0);
+  EXPECT_EQ(ReadFile(out), refitted);
 
   // benchmark_transformer plans with it, or with none.
   r = Benchmark(absl::StrCat("--model ", kModel, " ", kBuckets, " --show-plan --calibration '",
@@ -171,6 +195,12 @@ TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) 
       {absl::StrCat("--measurements '", h200.string(), "' --model qwen3-0.6b ", kBuckets,
                     " --out '", (Scratch() / "new.textproto").string(), "'"),
        "holds no measurement of qwen3-0.6b's plan"},
+      {absl::StrCat("--refit --measurements '", h200.string(), "' --out '", out.string(), "'"),
+       "--refit adds no measurements"},
+      {absl::StrCat("--refit --target h200 --out '", out.string(), "'"),
+       "calibrates target a100, not h200"},
+      {absl::StrCat("--refit --out '", (Scratch() / "new.textproto").string(), "'"),
+       "new.textproto"},
   };
   for (const Case& c : cases) {
     const testing::ToolResult r = Calibrate(c.args);

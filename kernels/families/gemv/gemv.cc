@@ -129,7 +129,7 @@ class GemvFamily final : public TemplateFamilyBase {
     // The walk converts every x and weight element to float and reloads x for each pass over
     // the CTA's features, and at 16 rows its accumulators cap a block's occupancy: measured
     // on the H200 at 16 rows, 200 candidates of 10 regions reached a median of 11.5 TFLOP/s
-    // (at most 21.8), a quarter of the 47 TFLOP/s the cost model takes for CUDA cores
+    // (at most 21.8), about a quarter of the 51 TFLOP/s the cost model takes for CUDA cores
     // (targets/h200.calibration.textproto). Without it the uncalibrated model put batch-16
     // decode linears here, 3-4x slower than on cuBLASLt.
     w.core_share = 0.25;
