@@ -216,6 +216,10 @@ TEST_F(CostCalibrationTest, RefusesBadFilesNamingWhatIsWrong) {
            "samples { kind: \"linear\" tactic: \"threads=x\" median_us: 3 efficiency: 1 } }",
        "tactic \"threads=x\""},
       {head + family + "samples { tactic: \"-\" median_us: 3 efficiency: 1 } }", "has no kind"},
+      {head + family +
+           "samples { kind: \"linear\" tactic: \"-\" median_us: 3 efficiency: 1 "
+           "core_share: 1.5 } }",
+       "core_share 1.5 is outside [0, 1]"},
       {head + "families { nonsense: 1 }", "test:1:"},
   };
   for (const Case& c : cases) {
