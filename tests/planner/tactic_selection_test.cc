@@ -214,7 +214,7 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
 // quarter of the fp32 rate (measured, docs/PERF.md), so without a calibration they go to
 // cuBLASLt on the Hopper targets, where that was measured, while one row stays on the GEMV. Before
 // the GEMV said so, the uncalibrated H100 plan of Qwen2-7B at batch 16 put them on it and
-// decoded 3.5x slower.
+// decoded 3.6x slower (docs/PERF.md).
 TEST_F(TacticSelectionTest, SixteenRowDecodeLinearsGoToTheLibraryWithoutCalibration) {
   const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
   input %x: bf16[B,1,3584]
