@@ -39,6 +39,9 @@ struct PipelineOptions {
   // fuse_mla_kv_write_attention; false leaves every attention free to take any of its
   // families.
   bool fuse_rope_attention = true;
+  // Decode only: fuse_rope_kv_write_attention leaves a graph whose bound batch exceeds this
+  // alone (PassOptions::rope_attention_max_batch).
+  int64_t rope_attention_max_batch = PassOptions().rope_attention_max_batch;
   // Decode only: fuse_norm_linear also folds each moe region's norm into it (rms_norm_moe;
   // PassOptions::norm_moe).
   bool fuse_norm_moe = false;

@@ -459,6 +459,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     PipelineOptions pipeline;
     pipeline.fuse_moe = options.decode_fuse_moe;
     pipeline.fuse_rope_attention = options.decode_fuse_rope_attention;
+    pipeline.rope_attention_max_batch = options.decode_rope_attention_max_batch;
     pipeline.fuse_norm_moe = options.decode_fuse_norm_moe;
     pipeline.batch = batch;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));

@@ -39,6 +39,9 @@ struct PlanOptions {
   // Decode phases run fuse_rope_kv_write_attention and fuse_mla_kv_write_attention
   // (PipelineOptions::fuse_rope_attention).
   bool decode_fuse_rope_attention = true;
+  // ... except in decode phases of a batch above this (PipelineOptions::
+  // rope_attention_max_batch).
+  int64_t decode_rope_attention_max_batch = PassOptions().rope_attention_max_batch;
   // Decode phases fold each moe region's norm into it (PipelineOptions::fuse_norm_moe).
   bool decode_fuse_norm_moe = false;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V

@@ -268,23 +268,48 @@ TEST(MoePipelineTest, DecodeLayersOfTheBundledMoeModels) {
   }
 }
 
+// The regions of each kind in a bundled model's decode graph after the decode pipeline;
+// empty after a test failure.
+std::map<std::string, int> DecodeKinds(const std::string& model, const PipelineOptions& options) {
+  std::map<std::string, int> kinds;
+  absl::StatusOr<ir::Graph> g = Lower(model);
+  EXPECT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+  if (!g.ok() || !pipeline.ok()) return kinds;
+  const absl::StatusOr<bool> run = pipeline->Run(*g);
+  EXPECT_TRUE(run.ok()) << run.status();
+  const absl::Status verified = ir::Verify(*g);
+  EXPECT_TRUE(verified.ok()) << verified;
+  if (!run.ok() || !verified.ok()) return kinds;
+  for (const ir::Region& r : g->regions()) ++kinds[r.kind];
+  return kinds;
+}
+
 // PipelineOptions::fuse_rope_attention off leaves every decode attention its own region
 // (free to take any attention family), with the RoPE + KV write before it.
 TEST(DecodePipelineTest, FuseRopeAttentionOffKeepsTheAttention) {
-  absl::StatusOr<ir::Graph> g = Lower("qwen3-30b-a3b");
-  ASSERT_TRUE(g.ok()) << g.status();
   PipelineOptions options;
   options.batch = 1;
   options.fuse_rope_attention = false;
-  absl::StatusOr<PassPipeline> pipeline = BuildDecodePipeline(options);
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  ASSERT_TRUE(pipeline->Run(*g).ok());
-  ASSERT_TRUE(ir::Verify(*g).ok());
-  std::map<std::string, int> kinds;
-  for (const ir::Region& r : g->regions()) ++kinds[r.kind];
+  std::map<std::string, int> kinds = DecodeKinds("qwen3-30b-a3b", options);
   EXPECT_EQ(kinds["qk_norm_rope_kv_write_attention"], 0);
   EXPECT_EQ(kinds["qk_norm_rope_kv_write"], 48);
   EXPECT_EQ(kinds["attention"], 48);
+}
+
+// PipelineOptions::rope_attention_max_batch reaches the pass: a batch of 16 keeps its
+// attention unfused under the default limit of 4 and fuses under a limit of 16.
+TEST(DecodePipelineTest, RopeAttentionBatchLimitIsAnOption) {
+  for (const int64_t limit : {int64_t{4}, int64_t{16}}) {
+    SCOPED_TRACE(limit);
+    PipelineOptions options;
+    options.batch = 16;
+    options.rope_attention_max_batch = limit;
+    std::map<std::string, int> kinds = DecodeKinds("qwen3-0.6b", options);
+    EXPECT_EQ(kinds["qk_norm_rope_kv_write_attention"], limit >= 16 ? 28 : 0);
+    EXPECT_EQ(kinds["attention"], limit >= 16 ? 0 : 28);
+  }
 }
 
 // The prefill pipeline keeps the MoE blocks' primitive regions (a grouped-GEMM form of the

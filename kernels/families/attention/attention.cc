@@ -129,12 +129,13 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
                                        {"default", 64, 64, 1, 4}};
 
 // The split-KV decode grid's dynamic shared memory (attention_params.h gives the layout): the
-// partials, plus with stages >= 2 the streamed K and V tiles.
+// partials, plus with stages >= 2 on CUDA cores the streamed K and V tiles (the tensor-core
+// walk's stages are registers).
 int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps, int64_t stages,
-                            int64_t element_bytes, int64_t kv_chunk) {
+                            int64_t element_bytes, int64_t kv_chunk, bool mma) {
   const int q = static_cast<int>(queries), d = static_cast<int>(head_dim),
             w = static_cast<int>(warps);
-  if (stages < 2) return SplitKvPartialsBytes(q, d, w);
+  if (stages < 2 || mma) return SplitKvPartialsBytes(q, d, w);
   return SplitKvTilesOffset(q, d, w) +
          stages * 2 *
              SplitKvTileRows(d, static_cast<int>(element_bytes), static_cast<int>(kv_chunk)) *
@@ -157,8 +158,9 @@ absl::StatusOr<SplitKvGroup> SplitKvGroupOf(LaunchBuilder& b, int64_t tokens, in
 }
 
 // The split-KV decode tactic's engine: `mma` 1 walks the keys on tensor cores
-// (attention_decode_mma.cuh: bf16 or f16, head_dim 64 or 128, K and V loaded into registers),
-// absent or 0 on CUDA cores.
+// (attention_decode_mma.cuh: bf16 or f16, head_dim 64 or 128, K and V loaded into registers,
+// with `stages` 2 a warp's next step loaded while it scores the current one), absent or 0 on
+// CUDA cores.
 bool MmaServes(ir::DType dtype, int64_t head_dim) {
   return (dtype == ir::DType::kBF16 || dtype == ir::DType::kF16) &&
          (head_dim == 64 || head_dim == 128);
@@ -175,7 +177,9 @@ absl::StatusOr<bool> MmaEngine(const LaunchBuilder& b, const Tactic& t, ir::DTyp
     return b.Error("the tensor-core walk (mma 1) serves bf16 and f16 at head_dim 64 and 128, not ",
                    ir::DTypeName(dtype), " at ", head_dim);
   }
-  if (stages != 1) return b.Error("the tensor-core walk (mma 1) loads into registers: stages 1");
+  if (stages != 1 && stages != 2) {
+    return b.Error("the tensor-core walk (mma 1) loads into registers: stages 1 or 2");
+  }
   return true;
 }
 
@@ -243,7 +247,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
                           ", ", splits, ", ", warps, ", ", WalkQueries(group.queries, mma), ", ",
                           stages, ", ", mma ? "true" : "false", ">"),
              {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-             SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
+             SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma), p);
     return std::move(b).Finish();
   }
   TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
@@ -356,7 +360,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
                         ", ", stages, ", ", rope_vec, ", ", norm ? "true" : "false", ", ",
                         rope->interleaved ? "true" : "false", ", ", mma ? "true" : "false", ">"),
            {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-           SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk), p);
+           SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma), p);
   return std::move(b).Finish();
 }
 
@@ -550,7 +554,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
  public:
   AttentionDecodeFamily()
       : TemplateFamilyBase(
-            "attention_decode", 7,
+            "attention_decode", 8,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
             {"head_split", "kv_chunk", "splits", "stages", "warps"}, {"mma"}) {}
 
@@ -689,7 +693,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t pairs = std::max<int64_t>(1, s.batch * s.kv_heads);
     const int64_t per_sm = std::max<int64_t>(1, target.sm_count() / pairs);
     int64_t warps = 2 * CeilDiv(s.keys(), kMmaStepKeys * 8) >= per_sm ? 8 : 4;
-    while (SharedMemory(1, kMmaStepKeys * warps, 1, warps, s) > shared_memory) {
+    while (SharedMemory(1, kMmaStepKeys * warps, 1, warps, /*mma=*/true, s) > shared_memory) {
       if (warps == 1) return std::nullopt;
       warps /= 2;
     }
@@ -721,7 +725,8 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   // per SM, is not measured. Streamed and tensor-core walks are measured unsplit
   // (head_split 1: a CTA serves its kv head's whole group, so the rows it brings in serve
   // every query of it once), the tensor-core walk with chunks that give every warp a 16-key
-  // step.
+  // step, and with stages 2 only in chunks of one step per warp where a warp has at least
+  // two steps in its split and the grid fits the SMs at once.
   bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
                       const TargetDescription& target) const override {
     const AttentionShape s = ShapeOf(r);
@@ -734,7 +739,14 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     if (2 * ctas < target.sm_count() && 2 * splits <= filled) return false;
     if (ctas > kMaxCtasPerSm * target.sm_count()) return false;
     if (MmaParam(t) != 0) {
-      return t.params.at("head_split") == 1 && chunk >= kMmaStepKeys * t.params.at("warps");
+      // A step of registers ahead: with chunks of one step per warp (as the default's), a
+      // second step per warp in its split to load, and the grid in one wave of the warps an
+      // SM holds at 255 registers a thread.
+      const int64_t warps = t.params.at("warps");
+      const int64_t step = kMmaStepKeys * warps;
+      return t.params.at("head_split") == 1 && chunk >= step &&
+             (t.params.at("stages") == 1 || (chunk == step && CeilDiv(keys, splits) >= 2 * step &&
+                                             ctas * warps <= kAheadWarpsPerSm * target.sm_count()));
     }
     if (t.params.at("stages") > 1 && t.params.at("head_split") > 1) return false;
     return t.params.at("stages") == 1 ||
@@ -770,8 +782,9 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
                                    "and 128, not ",
                                    ir::DTypeName(r.operand_dtype(0)), " at ", s.head_dim));
     }
-    if (mma == 1 && stages != 1) {
-      return BadParam("stages", stages, "1 with mma 1 (the tensor-core walk loads into registers)");
+    if (mma == 1 && stages > 2) {
+      return BadParam("stages", stages,
+                      "1 or 2 with mma 1 (the tensor-core walk loads into registers)");
     }
     const int64_t smem = SharedMemory(t, s);
     if (smem > target.shared_memory_per_block_bytes()) {
@@ -788,19 +801,22 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   static constexpr int64_t kStreamedTiles = 4;
   // Keys a warp of the tensor-core walk takes per step.
   static constexpr int64_t kMmaStepKeys = 16;
+  // Warps an SM holds of the tensor-core walk with a step loaded ahead (255 registers a
+  // thread).
+  static constexpr int64_t kAheadWarpsPerSm = 8;
   // Queries per CUDA-core CTA above which the default takes the tensor-core walk.
   static constexpr int64_t kMmaMinQueries = 2;
   // The default's split count: rows per split, CTAs per SM.
   static constexpr int64_t kMinSplitRows = 64;
   static constexpr int64_t kMaxCtasPerSm = 8;
   static int64_t SharedMemory(int64_t head_split, int64_t kv_chunk, int64_t stages, int64_t warps,
-                              const AttentionShape& s) {
+                              bool mma, const AttentionShape& s) {
     return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps, stages, s.es,
-                               kv_chunk);
+                               kv_chunk, mma);
   }
   static int64_t SharedMemory(const Tactic& t, const AttentionShape& s) {
     return SharedMemory(t.params.at("head_split"), t.params.at("kv_chunk"), t.params.at("stages"),
-                        t.params.at("warps"), s);
+                        t.params.at("warps"), MmaParam(t) != 0, s);
   }
 };
 

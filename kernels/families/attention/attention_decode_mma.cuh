@@ -22,6 +22,10 @@
 //               {0, 1, 8, 9} and pairs them with byte permutes: n-tile j's column n is dim
 //               8 (n + 8 (j / 8)) + j % 8.
 //
+// With kAhead the warp's next step's K and V are loaded before the current step is scored
+// (one step of registers more), so a warp keeps its loads in flight while its tensor cores
+// and exponentials run; without, a step's loads are issued when it starts.
+//
 // Keys past the chunk's visible rows are clamped to its last one for the loads (a written
 // row, so finite) and masked to -inf, so they weigh nothing. Scores are in the log2 domain
 // (the queries come scaled by scale * log2(e)). Precision: the queries are rounded to T once
@@ -39,7 +43,7 @@ namespace tileplan {
 // r * kHeadDim); [lo, hi]: the union of the tokens' rows; part_s: the records
 // [kWarps][num_q][kHeadDim + 2] (o, m, l) that split_kv_attend merges.
 // REQUIRES: every thread of the block calls it; T bf16 or f16; kHeadDim 64 or 128.
-template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps>
+template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, bool kAhead>
 __device__ __forceinline__ void split_kv_mma_walk(const float* q_s, float* part_s,
                                                   const int* s_first, const int* s_last,
                                                   const T* k_rows, const T* v_rows, int split,
@@ -78,92 +82,142 @@ __device__ __forceinline__ void split_kv_mma_walk(const float* q_s, float* part_
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
-      const int jb = max(c0, lo), je = min(c0 + kKvChunk - 1, hi);
-      for (int j0 = jb + kStep * warp; j0 <= je; j0 += kStep * kWarps) {
-        RawVec<T, 8> kr[2][kKChunks];
-        RawVec<T, 8> vr[4][kVChunks];
+    // The lanes' K and V registers of the step at keys j0 .. j0 + 15 (clamped to je).
+    auto load_step = [&](int j0, int je, RawVec<T, 8>(&kr)[2][kKChunks],
+                         RawVec<T, 8>(&vr)[4][kVChunks]) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const T* row = k_rows + static_cast<long long>(min(j0 + 8 * t + g, je)) * kHeadDim;
+#pragma unroll
+        for (int v = 0; v < kKChunks; ++v) kr[t][v] = load_raw<T, 8>(row + 8 * (4 * v + c));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = min(j0 + 2 * c + (i & 1) + 8 * (i >> 1), je);
+        const T* row = v_rows + static_cast<long long>(key) * kHeadDim;
+#pragma unroll
+        for (int u = 0; u < kVChunks; ++u) vr[i][u] = load_raw<T, 8>(row + 8 * (g + 8 * u));
+      }
+    };
+    // Scores the step's keys into the rows' online softmax and output.
+    auto score_step = [&](int j0, int je, const RawVec<T, 8>(&kr)[2][kKChunks],
+                          const RawVec<T, 8>(&vr)[4][kVChunks]) {
+      float sc[2][4];
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
+#pragma unroll
+        for (int s = 0; s < kKSteps; ++s) {
+          const RawVec<T, 8>& k = kr[t][s / 2];
+          mma_m16n8k16<T>(sc[t], qa[s], k.w[2 * (s % 2)], k.w[2 * (s % 2) + 1]);
+        }
+      }
+      // Mask, then each row's max over the step (its 16 keys sit in the lanes of a quad).
+      float mx0 = neg_inf(), mx1 = neg_inf();
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = j0 + 8 * t + 2 * c + e;
+          const bool in = key <= je;
+          sc[t][e] = in && key >= first0 && key <= last0 ? sc[t][e] : neg_inf();
+          sc[t][2 + e] = in && key >= first1 && key <= last1 ? sc[t][2 + e] : neg_inf();
+          mx0 = fmaxf(mx0, sc[t][e]);
+          mx1 = fmaxf(mx1, sc[t][2 + e]);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      // A row that has seen nothing visible keeps m = -inf, l = 0 and o = 0: its base is 0,
+      // so every exp2 below is of -inf.
+      const float base0 = n0 == neg_inf() ? 0.f : n0;
+      const float base1 = n1 == neg_inf() ? 0.f : n1;
+      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+      m0 = n0;
+      m1 = n1;
+      float p[2][4];
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        p[t][0] = exp2f(sc[t][0] - base0);
+        p[t][1] = exp2f(sc[t][1] - base0);
+        p[t][2] = exp2f(sc[t][2] - base1);
+        p[t][3] = exp2f(sc[t][3] - base1);
+        sum0 += p[t][0] + p[t][1];
+        sum1 += p[t][2] + p[t][3];
+      }
+      l0 = l0 * corr0 + sum0;
+      l1 = l1 * corr1 + sum1;
+      if (__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          o[j][0] *= corr0;
+          o[j][1] *= corr0;
+          o[j][2] *= corr1;
+          o[j][3] *= corr1;
+        }
+      }
+      const unsigned int pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]),
+                                  pack2<T>(p[1][0], p[1][1]), pack2<T>(p[1][2], p[1][3])};
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const unsigned int sel = (j & 1) != 0 ? 0x7632u : 0x5410u;
+        const int u = j / 8, w = (j % 8) / 2;
+        const unsigned int b0 = __byte_perm(vr[0][u].w[w], vr[1][u].w[w], sel);
+        const unsigned int b1 = __byte_perm(vr[2][u].w[w], vr[3][u].w[w], sel);
+        mma_m16n8k16<T>(o[j], pa, b0, b1);
+      }
+    };
+    if constexpr (!kAhead) {
+      for (int c0 = split * kKvChunk; c0 <= hi; c0 += kSplits * kKvChunk) {
+        const int jb = max(c0, lo), je = min(c0 + kKvChunk - 1, hi);
+        for (int j0 = jb + kStep * warp; j0 <= je; j0 += kStep * kWarps) {
+          RawVec<T, 8> kr[2][kKChunks];
+          RawVec<T, 8> vr[4][kVChunks];
+          load_step(j0, je, kr, vr);
+          score_step(j0, je, kr, vr);
+        }
+      }
+    } else {
+      // The same steps in the same order as one sequence: (c0, j0) is a step of chunk c0
+      // whose last visible key is je; seek moves to the first step of chunk c0 or a later one.
+      auto seek = [&](int& c0, int& j0, int& je) {
+        for (; c0 <= hi; c0 += kSplits * kKvChunk) {
+          je = min(c0 + kKvChunk - 1, hi);
+          j0 = max(c0, lo) + kStep * warp;
+          if (j0 <= je) return true;
+        }
+        return false;
+      };
+      int c0 = split * kKvChunk, j0 = 0, je = -1;
+      bool have = seek(c0, j0, je);
+      RawVec<T, 8> kr[2][kKChunks];
+      RawVec<T, 8> vr[4][kVChunks];
+      if (have) load_step(j0, je, kr, vr);
+      while (have) {
+        int c1 = c0, j1 = j0 + kStep * kWarps, e1 = je;
+        const bool next = j1 <= e1 || (c1 += kSplits * kKvChunk, seek(c1, j1, e1));
+        RawVec<T, 8> kn[2][kKChunks];
+        RawVec<T, 8> vn[4][kVChunks];
+        if (next) load_step(j1, e1, kn, vn);
+        score_step(j0, je, kr, vr);
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          const T* row = k_rows + static_cast<long long>(min(j0 + 8 * t + g, je)) * kHeadDim;
 #pragma unroll
-          for (int v = 0; v < kKChunks; ++v) kr[t][v] = load_raw<T, 8>(row + 8 * (4 * v + c));
+          for (int v = 0; v < kKChunks; ++v) kr[t][v] = kn[t][v];
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int key = min(j0 + 2 * c + (i & 1) + 8 * (i >> 1), je);
-          const T* row = v_rows + static_cast<long long>(key) * kHeadDim;
 #pragma unroll
-          for (int u = 0; u < kVChunks; ++u) vr[i][u] = load_raw<T, 8>(row + 8 * (g + 8 * u));
+          for (int u = 0; u < kVChunks; ++u) vr[i][u] = vn[i][u];
         }
-        float sc[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
-#pragma unroll
-          for (int s = 0; s < kKSteps; ++s) {
-            const RawVec<T, 8>& k = kr[t][s / 2];
-            mma_m16n8k16<T>(sc[t], qa[s], k.w[2 * (s % 2)], k.w[2 * (s % 2) + 1]);
-          }
-        }
-        // Mask, then each row's max over the step (its 16 keys sit in the lanes of a quad).
-        float mx0 = neg_inf(), mx1 = neg_inf();
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = j0 + 8 * t + 2 * c + e;
-            const bool in = key <= je;
-            sc[t][e] = in && key >= first0 && key <= last0 ? sc[t][e] : neg_inf();
-            sc[t][2 + e] = in && key >= first1 && key <= last1 ? sc[t][2 + e] : neg_inf();
-            mx0 = fmaxf(mx0, sc[t][e]);
-            mx1 = fmaxf(mx1, sc[t][2 + e]);
-          }
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        // A row that has seen nothing visible keeps m = -inf, l = 0 and o = 0: its base is 0,
-        // so every exp2 below is of -inf.
-        const float base0 = n0 == neg_inf() ? 0.f : n0;
-        const float base1 = n1 == neg_inf() ? 0.f : n1;
-        const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-        m0 = n0;
-        m1 = n1;
-        float p[2][4];
-        float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          p[t][0] = exp2f(sc[t][0] - base0);
-          p[t][1] = exp2f(sc[t][1] - base0);
-          p[t][2] = exp2f(sc[t][2] - base1);
-          p[t][3] = exp2f(sc[t][3] - base1);
-          sum0 += p[t][0] + p[t][1];
-          sum1 += p[t][2] + p[t][3];
-        }
-        l0 = l0 * corr0 + sum0;
-        l1 = l1 * corr1 + sum1;
-        if (__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) {
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            o[j][0] *= corr0;
-            o[j][1] *= corr0;
-            o[j][2] *= corr1;
-            o[j][3] *= corr1;
-          }
-        }
-        const unsigned int pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]),
-                                    pack2<T>(p[1][0], p[1][1]), pack2<T>(p[1][2], p[1][3])};
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          const unsigned int sel = (j & 1) != 0 ? 0x7632u : 0x5410u;
-          const int u = j / 8, w = (j % 8) / 2;
-          const unsigned int b0 = __byte_perm(vr[0][u].w[w], vr[1][u].w[w], sel);
-          const unsigned int b1 = __byte_perm(vr[2][u].w[w], vr[3][u].w[w], sel);
-          mma_m16n8k16<T>(o[j], pa, b0, b1);
-        }
+        have = next;
+        c0 = c1;
+        j0 = j1;
+        je = e1;
       }
     }
     // The quad's lanes hold a row's sums over their own keys.

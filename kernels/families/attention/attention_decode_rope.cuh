@@ -107,7 +107,7 @@ __device__ __forceinline__ void attention_decode_rope_body(
                                      v_cache + cache_row, lane);
     // The streamed body reads the rows by cp.async, which goes to L2 past this SM's L1:
     // the rows are made visible there before the __syncthreads below.
-    if constexpr (kStages > 1) __threadfence();
+    if constexpr (kStages > 1 && !kMma) __threadfence();
   }
   if (threadIdx.x < tokens) {
     decode_key_range(p_own, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);

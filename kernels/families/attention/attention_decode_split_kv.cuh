@@ -228,8 +228,8 @@ __device__ __forceinline__ void split_kv_walk(const T* k_rows, const T* v_rows, 
 // num_q = tokens * group queries of its part of kv head kvh (query qi = t * group + g is q
 // head head0 + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
 // s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
-// q_s, and with kStages >= 2 the streamed tiles start at SplitKvTilesOffset. With
-// kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
+// q_s, and with kStages >= 2 (not kMma) the streamed tiles start at SplitKvTilesOffset.
+// With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
 // CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
 // __syncthreads, and to its cp.async copies once a __threadfence followed the writes), so
@@ -270,8 +270,9 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   const long long head_base = (static_cast<long long>(b) * kv_heads + kvh) * capacity;
 
   if constexpr (kMma) {
-    static_assert(kStages == 1, "the tensor-core walk loads into registers");
-    split_kv_mma_walk<T, kHeadDim, kKvChunk, kSplits, kWarps>(
+    // The tensor-core walk loads into registers: kStages 2 keeps one step more of them.
+    static_assert(kStages <= 2, "the tensor-core walk loads into registers: stages 1 or 2");
+    split_kv_mma_walk<T, kHeadDim, kKvChunk, kSplits, kWarps, kStages == 2>(
         q_s, part_s, s_first, s_last, k_cache + head_base * kHeadDim,
         v_cache + head_base * kHeadDim, split, lo, hi, num_q, group);
   }
@@ -446,10 +447,10 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 //
 // Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
 // memory (Q * kHeadDim + kWarps * Q * (kHeadDim + 2)) * 4 bytes, Q = tokens * q_heads /
-// kv_heads / head_split, and with kStages >= 2 that rounded up to 16 plus kStages * 2 * kTile
-// * kHeadDim * sizeof(T) (kTile = SplitKvTileRows). REQUIRES: tokens <= 16; head_split
-// divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk a power of
-// two; 1 <= kStages <= 4; pointers aligned to 16 bytes.
+// kv_heads / head_split, and with kStages >= 2 (not kMma) that rounded up to 16 plus kStages *
+// 2 * kTile * kHeadDim * sizeof(T) (kTile = SplitKvTileRows). REQUIRES: tokens <= 16;
+// head_split divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk
+// a power of two; 1 <= kStages <= 4, at most 2 with kMma; pointers aligned to 16 bytes.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
           int kStages, bool kMma>
 __device__ __forceinline__ void attention_decode_split_kv_prefetch(

@@ -53,8 +53,8 @@ std::vector<int32_t> Iota(int n, int start) {
   return v;
 }
 
-// Each split-KV decode tactic as given (registers, stages 1) and streamed through shared
-// memory with each of `stages`.
+// Each split-KV decode tactic as given (registers, stages 1) and with each of `stages`:
+// streamed through shared memory on CUDA cores, a step of registers ahead with mma 1.
 std::vector<Params> WithStages(const std::vector<Params>& tactics, std::vector<int> stages = {3}) {
   std::vector<Params> out;
   stages.insert(stages.begin(), 1);
@@ -445,10 +445,11 @@ std::vector<Case> AttentionDecodeStreamedCases() {
 // (Qwen2-7B: rows past the group are zero), 8 (Qwen3-30B-A3B) and 1 (no GQA); 16 tokens of
 // a group of 2 (two passes); f16 at head_dim 64; contexts that end inside a step, a chunk
 // and a split, long ones with and without a window; the fused kinds with QK-norm, with
-// DeepSeek's interleaved YaRN RoPE, and two tokens across chunks.
+// DeepSeek's interleaved YaRN RoPE, and two tokens across chunks. Every tactic also with
+// stages 2 (a warp's next step loaded while it scores the current one).
 std::vector<Case> AttentionDecodeMmaCases() {
   std::vector<Case> cases;
-  const std::vector<Params> tactics = {
+  std::vector<Params> tactics = {
       {{"head_split", 1}, {"kv_chunk", 64}, {"mma", 1}, {"splits", 3}, {"stages", 1}, {"warps", 4}},
       {{"head_split", 1},
        {"kv_chunk", 32},
@@ -468,6 +469,7 @@ std::vector<Case> AttentionDecodeMmaCases() {
        {"splits", 5},
        {"stages", 1},
        {"warps", 4}}};
+  tactics = WithStages(tactics, {2});
   struct Shape {
     int batch, tokens, q_heads, kv_heads, dim, capacity, context, window;
     const char* dtype;
