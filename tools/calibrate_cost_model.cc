@@ -45,7 +45,8 @@ ABSL_FLAG(std::string, source, "",
 ABSL_FLAG(bool, dry_run, false, "report only: leave --out as it is");
 ABSL_FLAG(bool, refit, false,
           "fit --out again from the samples it holds, adding none (after the fitter or a "
-          "family's work figures changed); takes no --measurements or --model");
+          "family's work figures changed), dropping those of stale family versions; takes no "
+          "--measurements or --model");
 ABSL_FLAG(bool, verbose, false,
           "also list every step whose calibrated or held-out pick measured over 10% slower "
           "than the fastest candidate, with the picks");
@@ -133,6 +134,27 @@ void PrintFamilies(const planner::proto::CostCalibration& calibration) {
 }
 
 // --refit: the file's own samples fitted again for its target.
+// Drops (and reports) the families of other versions than the registry's: their samples
+// measured kernels that no longer exist.
+void DropStaleFamilies(planner::proto::CostCalibration& calibration) {
+  const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
+  auto* all = calibration.mutable_families();
+  all->erase(std::remove_if(all->begin(), all->end(),
+                            [&](const planner::proto::FamilyCalibration& f) {
+                              const kernels::KernelFamily* k = registry.Find(f.family());
+                              const bool stale = k == nullptr || k->version() != f.family_version();
+                              if (stale) {
+                                std::cout << "dropping " << f.samples_size() << " samples of "
+                                          << f.family() << " v" << f.family_version()
+                                          << " (the family is now "
+                                          << (k ? absl::StrCat("v", k->version()) : "gone")
+                                          << ")\n";
+                              }
+                              return stale;
+                            }),
+             all->end());
+}
+
 absl::StatusOr<int> Refit(const std::string& out) {
   if (!absl::GetFlag(FLAGS_measurements).empty()) {
     return absl::InvalidArgumentError("--refit adds no measurements: leave --measurements out");
@@ -145,11 +167,16 @@ absl::StatusOr<int> Refit(const std::string& out) {
   }
   TP_ASSIGN_OR_RETURN(const targets::TargetDescription target,
                       targets::FindTarget(calibration.target()));
+  DropStaleFamilies(calibration);
   TP_RETURN_IF_ERROR(planner::FitCostCalibration(target, calibration));
   // The refitted file must load as the planner will load it.
   TP_RETURN_IF_ERROR(planner::CostCalibration::FromProto(calibration, out).status());
-  std::cout << out << ": refitted " << existing.num_samples() << " samples for target "
-            << calibration.target() << "\n";
+  int samples = 0;
+  for (const planner::proto::FamilyCalibration& f : calibration.families()) {
+    samples += f.samples_size();
+  }
+  std::cout << out << ": refitted " << samples << " samples for target " << calibration.target()
+            << "\n";
   PrintFamilies(calibration);
   if (absl::GetFlag(FLAGS_dry_run)) return kExitOk;
   TP_RETURN_IF_ERROR(WriteCalibration(calibration, out));
@@ -221,23 +248,7 @@ absl::StatusOr<int> Run() {
                       tuner::TuningWork::Collect(std::move(plan), target, options.environment));
   const kernels::KernelRegistry& registry = kernels::GlobalKernelRegistry();
   std::map<std::pair<std::string, int32_t>, planner::proto::FamilyCalibration*> families;
-  // Families of other versions than the registry's are stale: dropped.
-  {
-    auto* all = calibration.mutable_families();
-    all->erase(std::remove_if(
-                   all->begin(), all->end(),
-                   [&](const planner::proto::FamilyCalibration& f) {
-                     const kernels::KernelFamily* k = registry.Find(f.family());
-                     const bool stale = k == nullptr || k->version() != f.family_version();
-                     if (stale) {
-                       std::cout << "dropping " << f.samples_size() << " samples of " << f.family()
-                                 << " v" << f.family_version() << " (the family is now "
-                                 << (k ? absl::StrCat("v", k->version()) : "gone") << ")\n";
-                     }
-                     return stale;
-                   }),
-               all->end());
-  }
+  DropStaleFamilies(calibration);
   for (planner::proto::FamilyCalibration& f : *calibration.mutable_families()) {
     families[{f.family(), f.family_version()}] = &f;
   }

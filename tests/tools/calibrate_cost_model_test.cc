@@ -163,6 +163,30 @@ TEST(CalibrateCostModelTest, WritesAFittedCalibrationThatThePlannerUses) {
                              (Scratch() / "absent").string(), "'"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("--calibration: "));
+
+  // --refit drops a family whose version the registry no longer has, naming it.
+  int gemv_samples = 0;
+  {
+    std::string text = ReadFile(out);
+    const size_t family = text.find("family: \"gemv\"");
+    ASSERT_NE(family, std::string::npos);
+    const size_t at = text.find("family_version: ", family);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, text.find('\n', at) - at, "family_version: 99");
+    std::ofstream(out) << text;
+    absl::StatusOr<planner::CostCalibration> edited = planner::CostCalibration::Load(out.string());
+    ASSERT_TRUE(edited.ok()) << edited.status();
+    for (const planner::proto::FamilyCalibration& f : edited->proto().families()) {
+      if (f.family() == "gemv") gemv_samples = f.samples_size();
+    }
+  }
+  ASSERT_GT(gemv_samples, 0);
+  r = Calibrate(absl::StrCat("--refit --out '", out.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("dropping ", gemv_samples,
+                                               " samples of gemv v99 (the family is now v")));
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("refitted ", samples - gemv_samples, " samples")));
+  EXPECT_EQ(planner::CostCalibration::Load(out.string())->num_samples(), samples - gemv_samples);
 }
 
 TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) {
