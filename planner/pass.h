@@ -61,9 +61,10 @@ struct PassOptions {
   bool norm_moe = false;
   // fuse_rope_kv_write_attention leaves a decode graph whose bound batch exceeds this alone:
   // at large batches the attention's own families (the tensor-core attention_prefill with
-  // the GQA group packed into its rows) beat the split-KV kernel that the fused kind is
-  // limited to, and the RoPE + KV write it saves is a small share of such a step. An unbound
-  // batch fuses. Must be >= 0.
+  // the GQA group packed into its rows) may beat the split-KV kernel that the fused kind is
+  // limited to, and the RoPE + KV write it saves is a small share of such a step (Qwen2-7B
+  // batch 16 fused decoded 2.5% slower on the H100: docs/PERF.md). An unbound batch fuses.
+  // Must be >= 0.
   int64_t rope_attention_max_batch = 4;
   // fuse_moe leaves a decode graph whose bound batch exceeds this alone: the fused kind's
   // kernels (moe_gemv) hold every token's accumulators for every slot, so past a few tokens

@@ -662,7 +662,9 @@ TEST(KernelFamiliesTest, AttentionDecodeTensorCoreWalk) {
 // 8 parts, for Qwen3-30B-A3B at 512 (4 kv heads x 32 steps: fewer than the SMs) and for
 // head_dim 96. Sixteen tokens of a group of 7 at head_dim 64 and context 8192 would take 8
 // warps, whose records of 112 queries outgrow the shared memory: 4 warps over 64-row chunks,
-// 66 splits. The A100's row keeps the CUDA-core walk.
+// 66 splits. Where each warp walks 4 steps or more (Qwen3-0.6B at 8192 and 16384) the walk
+// loads a step ahead (stages 2); at 1 or 2 steps it does not. The A100's row keeps the
+// CUDA-core walk.
 TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
   const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
   struct Case {
@@ -674,6 +676,10 @@ TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
                 "head_split=2,kv_chunk=32,splits=7,stages=1,warps=4"},
            Case{16, 8, 128, 1, 1, 2048,
                 "head_split=1,kv_chunk=128,mma=1,splits=16,stages=1,warps=8", ""},
+           Case{16, 8, 128, 1, 1, 8192,
+                "head_split=1,kv_chunk=128,mma=1,splits=16,stages=2,warps=8", ""},
+           Case{16, 8, 128, 1, 1, 16384,
+                "head_split=1,kv_chunk=128,mma=1,splits=16,stages=2,warps=8", ""},
            Case{28, 4, 128, 16, 1, 512, "head_split=1,kv_chunk=128,mma=1,splits=2,stages=1,warps=8",
                 ""},
            Case{32, 4, 128, 1, 1, 4096,

@@ -700,11 +700,19 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t chunk = std::max<int64_t>(32, kMmaStepKeys * warps);
     const int64_t limit = std::min(std::max<int64_t>(1, CeilDiv(s.keys(), chunk)),
                                    std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
+    const int64_t splits = std::clamp<int64_t>(per_sm, 1, limit);
+    // A step loaded ahead where each warp walks kAheadMinSteps steps or more and the grid fits
+    // the SMs at once (measured on the H100, docs/PERF.md: Qwen3-0.6B's attention at context
+    // 8192, 4 steps a warp, 21.43 -> 20.84 us; at 2 steps a warp, Qwen2-7B batch 16, 16.48 ->
+    // 16.64 us).
+    const bool ahead = chunk == kMmaStepKeys * warps &&
+                       CeilDiv(s.keys(), splits) >= kAheadMinSteps * chunk &&
+                       pairs * splits * warps <= kAheadWarpsPerSm * target.sm_count();
     return MakeTactic({{"head_split", 1},
                        {"kv_chunk", chunk},
                        {"mma", 1},
-                       {"splits", std::clamp<int64_t>(per_sm, 1, limit)},
-                       {"stages", 1},
+                       {"splits", splits},
+                       {"stages", ahead ? 2 : 1},
                        {"warps", warps}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
@@ -804,6 +812,8 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   // Warps an SM holds of the tensor-core walk with a step loaded ahead (255 registers a
   // thread).
   static constexpr int64_t kAheadWarpsPerSm = 8;
+  // Steps per warp from which the default loads a step ahead.
+  static constexpr int64_t kAheadMinSteps = 4;
   // Queries per CUDA-core CTA above which the default takes the tensor-core walk.
   static constexpr int64_t kMmaMinQueries = 2;
   // The default's split count: rows per split, CTAs per SM.
