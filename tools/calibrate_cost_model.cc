@@ -170,13 +170,10 @@ absl::StatusOr<int> Refit(const std::string& out) {
   DropStaleFamilies(calibration);
   TP_RETURN_IF_ERROR(planner::FitCostCalibration(target, calibration));
   // The refitted file must load as the planner will load it.
-  TP_RETURN_IF_ERROR(planner::CostCalibration::FromProto(calibration, out).status());
-  int samples = 0;
-  for (const planner::proto::FamilyCalibration& f : calibration.families()) {
-    samples += f.samples_size();
-  }
-  std::cout << out << ": refitted " << samples << " samples for target " << calibration.target()
-            << "\n";
+  TP_ASSIGN_OR_RETURN(const planner::CostCalibration refitted,
+                      planner::CostCalibration::FromProto(calibration, out));
+  std::cout << out << ": refitted " << refitted.num_samples() << " samples for target "
+            << calibration.target() << "\n";
   PrintFamilies(calibration);
   if (absl::GetFlag(FLAGS_dry_run)) return kExitOk;
   TP_RETURN_IF_ERROR(WriteCalibration(calibration, out));

@@ -701,13 +701,11 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t limit = std::min(std::max<int64_t>(1, CeilDiv(s.keys(), chunk)),
                                    std::max<int64_t>(1, CeilDiv(s.capacity, chunk)));
     const int64_t splits = std::clamp<int64_t>(per_sm, 1, limit);
-    // A step loaded ahead where each warp walks kAheadMinSteps steps or more and the grid fits
-    // the SMs at once (measured on the H100, docs/PERF.md: Qwen3-0.6B's attention at context
-    // 8192, 4 steps a warp, 21.43 -> 20.84 us; at 2 steps a warp, Qwen2-7B batch 16, 16.48 ->
-    // 16.64 us).
-    const bool ahead = chunk == kMmaStepKeys * warps &&
-                       CeilDiv(s.keys(), splits) >= kAheadMinSteps * chunk &&
-                       pairs * splits * warps <= kAheadWarpsPerSm * target.sm_count();
+    // A step loaded ahead where each warp walks kAheadMinSteps steps or more (measured on the
+    // H100, docs/PERF.md: Qwen3-0.6B's attention at context 8192, 4 steps a warp, 21.43 ->
+    // 20.84 us; at 2 steps a warp, Qwen2-7B batch 16, 16.48 -> 16.64 us).
+    const bool ahead =
+        LoadsAhead(chunk, warps, s.keys(), splits, pairs * splits, target, kAheadMinSteps);
     return MakeTactic({{"head_split", 1},
                        {"kv_chunk", chunk},
                        {"mma", 1},
@@ -747,14 +745,10 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     if (2 * ctas < target.sm_count() && 2 * splits <= filled) return false;
     if (ctas > kMaxCtasPerSm * target.sm_count()) return false;
     if (MmaParam(t) != 0) {
-      // A step of registers ahead: with chunks of one step per warp (as the default's), a
-      // second step per warp in its split to load, and the grid in one wave of the warps an
-      // SM holds at 255 registers a thread.
       const int64_t warps = t.params.at("warps");
-      const int64_t step = kMmaStepKeys * warps;
-      return t.params.at("head_split") == 1 && chunk >= step &&
-             (t.params.at("stages") == 1 || (chunk == step && CeilDiv(keys, splits) >= 2 * step &&
-                                             ctas * warps <= kAheadWarpsPerSm * target.sm_count()));
+      return t.params.at("head_split") == 1 && chunk >= kMmaStepKeys * warps &&
+             (t.params.at("stages") == 1 ||
+              LoadsAhead(chunk, warps, keys, splits, ctas, target, /*min_steps=*/2));
     }
     if (t.params.at("stages") > 1 && t.params.at("head_split") > 1) return false;
     return t.params.at("stages") == 1 ||
@@ -819,6 +813,15 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   // The default's split count: rows per split, CTAs per SM.
   static constexpr int64_t kMinSplitRows = 64;
   static constexpr int64_t kMaxCtasPerSm = 8;
+  // Whether the tensor-core walk with `ctas` CTAs of `warps` warps, each split of `keys` keys
+  // in `splits`, suits a step loaded ahead (stages 2): chunks of one step per warp, at least
+  // `min_steps` steps a warp in its split, and the grid in one wave of the warps an SM holds
+  // at 255 registers a thread.
+  static bool LoadsAhead(int64_t chunk, int64_t warps, int64_t keys, int64_t splits, int64_t ctas,
+                         const TargetDescription& target, int64_t min_steps) {
+    return chunk == kMmaStepKeys * warps && CeilDiv(keys, splits) >= min_steps * chunk &&
+           ctas * warps <= kAheadWarpsPerSm * target.sm_count();
+  }
   static int64_t SharedMemory(int64_t head_split, int64_t kv_chunk, int64_t stages, int64_t warps,
                               bool mma, const AttentionShape& s) {
     return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps, stages, s.es,
