@@ -36,6 +36,7 @@ absl::StatusOr<PassPipeline> BuildPipeline(const PipelineOptions& options, ir::P
   pass_options.cache_capacity = options.cache_capacity;
   pass_options.norm_moe = options.fuse_norm_moe;
   pass_options.rope_attention_max_batch = options.rope_attention_max_batch;
+  pass_options.norm_linear_max_rows = options.norm_linear_max_rows;
   PassPipeline pipeline;
   for (const PipelinePass& pass : kPipelinePasses) {
     if (pass.decode_only && phase != ir::Phase::kDecode) continue;

@@ -42,6 +42,9 @@ struct PipelineOptions {
   // Decode only: fuse_rope_kv_write_attention leaves a graph whose bound batch exceeds this
   // alone (PassOptions::rope_attention_max_batch).
   int64_t rope_attention_max_batch = PassOptions().rope_attention_max_batch;
+  // Decode only: fuse_norm_linear folds norms into linears of at most this many rows
+  // (PassOptions::norm_linear_max_rows).
+  int64_t norm_linear_max_rows = PassOptions().norm_linear_max_rows;
   // Decode only: fuse_norm_linear also folds each moe region's norm into it (rms_norm_moe;
   // PassOptions::norm_moe).
   bool fuse_norm_moe = false;

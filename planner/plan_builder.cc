@@ -460,6 +460,7 @@ absl::StatusOr<proto::ExecutionPlan> BuildExecutionPlan(const models::ModelConfi
     pipeline.fuse_moe = options.decode_fuse_moe;
     pipeline.fuse_rope_attention = options.decode_fuse_rope_attention;
     pipeline.rope_attention_max_batch = options.decode_rope_attention_max_batch;
+    pipeline.norm_linear_max_rows = options.decode_norm_linear_max_rows;
     pipeline.fuse_norm_moe = options.decode_fuse_norm_moe;
     pipeline.batch = batch;
     TP_RETURN_IF_ERROR(plan_phase(std::move(spec), BuildDecodePipeline(pipeline)));

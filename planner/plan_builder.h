@@ -42,6 +42,10 @@ struct PlanOptions {
   // ... except in decode phases of a batch above this (PipelineOptions::
   // rope_attention_max_batch).
   int64_t decode_rope_attention_max_batch = PassOptions().rope_attention_max_batch;
+  // Decode phases fold an RMSNorm into the linear after it up to this many rows (batch x new
+  // tokens; PipelineOptions::norm_linear_max_rows). Only gemv and gemv_mma implement the
+  // folded kinds.
+  int64_t decode_norm_linear_max_rows = PassOptions().norm_linear_max_rows;
   // Decode phases fold each moe region's norm into it (PipelineOptions::fuse_norm_moe).
   bool decode_fuse_norm_moe = false;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V

@@ -115,6 +115,11 @@ absl::StatusOr<TacticChoice> SelectTactic(const kernels::BoundRegion& region,
             absl::StrCat(name, ": cached tactic rejected: ", estimate.status().message()));
       }
     }
+    if (family->chosen_by_measurement_only()) {
+      considered.push_back(absl::StrCat(name, ": not measured (taken only as tuned)"));
+      refusals.push_back(absl::StrCat(name, ": not measured (taken only as tuned)"));
+      continue;
+    }
     TP_ASSIGN_OR_RETURN(kernels::Tactic tactic, family->DefaultTactic(region, target));
     TP_ASSIGN_OR_RETURN(CostEstimate estimate,
                         EstimateStep(*family, tactic, region, target, context.mode));

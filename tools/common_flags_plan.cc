@@ -28,6 +28,11 @@ ABSL_FLAG(int64_t, rope_attention_max_batch,
           "decode phases of a larger batch leave the RoPE + KV-cache write unfused from the "
           "attention (fuse_rope_kv_write_attention's batch limit), so the attention may take "
           "any of its families");
+ABSL_FLAG(int64_t, norm_linear_max_rows,
+          tileplan::planner::PlanOptions().decode_norm_linear_max_rows,
+          "decode linears of at most this many rows (batch x new tokens) take the RMSNorm "
+          "before them into their prologue (fuse_norm_linear's limit; only the gemv families "
+          "implement the folded kinds)");
 ABSL_FLAG(bool, mla_prefill, true,
           "prefill phases may run latent attention un-absorbed (the mla_prefill family: a K/V "
           "up-projection GEMM, then flash attention); --nomla_prefill keeps the absorbed "
@@ -63,6 +68,7 @@ absl::StatusOr<planner::PlanOptions> PlanOptionsFromFlags() {
   options.decode_fuse_rope_attention = absl::GetFlag(FLAGS_fuse_rope_attention);
   options.decode_fuse_norm_moe = absl::GetFlag(FLAGS_fuse_norm_moe);
   options.decode_rope_attention_max_batch = absl::GetFlag(FLAGS_rope_attention_max_batch);
+  options.decode_norm_linear_max_rows = absl::GetFlag(FLAGS_norm_linear_max_rows);
   options.prefill_mla_expanded = absl::GetFlag(FLAGS_mla_prefill);
   options.excluded_families = absl::GetFlag(FLAGS_exclude_families);
   TP_ASSIGN_OR_RETURN(const models::TensorParallel tp, TensorParallelFromFlags());

@@ -159,6 +159,10 @@ class KernelFamily {
   // (`<kernel>_task`, kernels/core/kernel_params.h), so its steps may run inside the
   // persistent kernel (kernels/launch/persistent.cuh).
   virtual bool persistent_tasks() const { return false; }
+  // True for a family whose cost estimate is not to be trusted on its own: a plan takes it only
+  // where a tactic store holds a measurement of it (the tuner measures it as any other
+  // family); the cost model and a calibration never choose it.
+  virtual bool chosen_by_measurement_only() const { return false; }
   // True for a family whose steps run across the GPUs of a tensor-parallel group (the
   // collectives): one GPU cannot run or measure them alone.
   virtual bool spans_devices() const { return false; }

@@ -107,11 +107,12 @@ TEST(KernelFamiliesTest, EveryRegionKindHasAFamilyForItsTypicalInstance) {
 
 TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   const KernelRegistry& registry = GlobalKernelRegistry();
-  EXPECT_THAT(FamilyNames(registry.families()),
-              ElementsAre("argmax", "attention_decode", "attention_prefill", "collective",
-                          "cublaslt_gemm", "elementwise", "embedding_gather", "expert_gemm",
-                          "expert_gemv", "gemv", "mla_attention", "mla_prefill", "moe_gemv",
-                          "moe_routing", "rms_norm", "rope_kv_write", "view", "wgmma_gemm"));
+  EXPECT_THAT(
+      FamilyNames(registry.families()),
+      ElementsAre("argmax", "attention_decode", "attention_prefill", "collective", "cublaslt_gemm",
+                  "elementwise", "embedding_gather", "expert_gemm", "expert_gemv", "gemv",
+                  "gemv_mma", "mla_attention", "mla_prefill", "moe_gemv", "moe_routing", "rms_norm",
+                  "rope_kv_write", "view", "wgmma_gemm"));
   for (const KernelFamily* f : registry.families()) {
     EXPECT_GE(f->version(), 1) << f->name();
     std::vector<std::string> kinds = f->kinds();
@@ -126,7 +127,7 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
     }
   }
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear")),
-              ElementsAre("cublaslt_gemm", "gemv", "wgmma_gemm"));
+              ElementsAre("cublaslt_gemm", "gemv", "gemv_mma", "wgmma_gemm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("attention")),
               ElementsAre("attention_decode", "attention_prefill"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("mla_attention")),
@@ -139,10 +140,12 @@ TEST(KernelFamiliesTest, EveryFamilyIsWellFormed) {
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("swiglu")), ElementsAre("elementwise"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("add_rms_norm")), ElementsAre("rms_norm"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("linear_swiglu")),
-              ElementsAre("cublaslt_gemm", "gemv", "wgmma_gemm"));
+              ElementsAre("cublaslt_gemm", "gemv", "gemv_mma", "wgmma_gemm"));
   // cuBLASLt has no norm prologue.
-  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear")), ElementsAre("gemv"));
-  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")), ElementsAre("gemv"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear")),
+              ElementsAre("gemv", "gemv_mma"));
+  EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_linear_swiglu")),
+              ElementsAre("gemv", "gemv_mma"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("moe")), ElementsAre("moe_gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("rms_norm_moe")), ElementsAre("moe_gemv"));
   EXPECT_THAT(FamilyNames(registry.FamiliesFor("all_reduce")), ElementsAre("collective"));
@@ -381,6 +384,82 @@ TEST(KernelFamiliesTest, GemvNormPrologue) {
               HasSubstr("M = 128 rows of operand 0 (%x) exceed 16"));
   EXPECT_THAT(GlobalKernelRegistry().Find("cublaslt_gemm")->CanImplement(ny, h200).message(),
               HasSubstr("kind 'rms_norm_linear' is not one of"));
+}
+
+// gemv_mma: 2 to 16 rows of bf16/f16 on sm_80 and later; the default CTA is 64 features of 8
+// warps 4 stages deep, split-K without the norm prologue (which refuses a split), narrower CTAs
+// with it, and the ring shrinks to the target's shared memory.
+TEST(KernelFamiliesTest, GemvMmaServesTwoToSixteenRowsOnTensorCores) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,3584]
+  input %xf: f32[B,T,3584]
+  weight %norm: bf16[3584] = "norm"
+  weight %w: bf16[3584,3584] = "w"
+  weight %wf: f32[3584,3584] = "wf"
+  weight %wq: bf16[4608,3584] = "wq"
+  weight %wgu: bf16[37888,3584] = "wgu"
+  %y: bf16[B,T,3584] = linear(%x, %w)
+  %q: bf16[B,T,4608] = rms_norm_linear(%x, %norm, %wq) {eps = 1e-06} fused(rms_norm, linear)
+  %gu: bf16[B,T,18944] = rms_norm_linear_swiglu(%x, %norm, %wgu) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  %yf: f32[B,T,3584] = linear(%xf, %wf)
+  output %y
+  output %q
+  output %gu
+  output %yf
+})");
+  const KernelFamily& mma = *GlobalKernelRegistry().Find("gemv_mma");
+  const TargetDescription h200 = MustTarget("h200");
+  const BoundGraph b16 = MustBind(graph, {{"B", 16}, {"T", 1}}, 1);
+  const BoundRegion y(b16, 0), q(b16, 1), gu(b16, 2), yf(b16, 3);
+  absl::StatusOr<Tactic> plain = mma.DefaultTactic(y, h200);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // 56 CTAs of 64 features: K split toward the 132 SMs while each slice keeps 4 stages of 256.
+  EXPECT_EQ(plain->params.at("rows_per_cta"), 64);
+  EXPECT_EQ(plain->params.at("split_k"), 2);
+  EXPECT_EQ(plain->params.at("stage_k"), 256);
+  EXPECT_EQ(plain->params.at("stages"), 4);
+  EXPECT_EQ(plain->params.at("threads"), 256);
+  // The norm prologue narrows the CTAs instead: 4608 / 32 = 144 CTAs, whole K.
+  absl::StatusOr<Tactic> normed = mma.DefaultTactic(q, h200);
+  ASSERT_TRUE(normed.ok()) << normed.status();
+  EXPECT_EQ(normed->params.at("rows_per_cta"), 32);
+  EXPECT_EQ(normed->params.at("split_k"), 1);
+  Tactic split = *normed;
+  split.params["split_k"] = 2;
+  EXPECT_THAT(mma.ValidateTactic(split, q, h200).message(), HasSubstr("RMSNorm prologue"));
+  // A share of K takes a 32-wide block of each stage: at most 4 warps per m-tile at 128 wide.
+  Tactic wide = *plain;
+  wide.params["rows_per_cta"] = 16;
+  wide.params["stage_k"] = 128;
+  EXPECT_THAT(mma.ValidateTactic(wide, y, h200).message(), HasSubstr("at most 128"));
+  // A thread copies one 16-byte column of a stage: 512-wide stages need 64 threads or more.
+  wide.params["stage_k"] = 512;
+  wide.params["threads"] = 32;
+  EXPECT_THAT(mma.ValidateTactic(wide, y, h200).message(), HasSubstr("a multiple of 64"));
+  // SwiGLU rows of 64 features: 128 weight rows and 16 of x, 576 bytes each, per stage; the
+  // ring of 4 outgrows the H200's 227 KiB, so 2 stages.
+  absl::StatusOr<Tactic> swiglu = mma.DefaultTactic(gu, h200);
+  ASSERT_TRUE(swiglu.ok()) << swiglu.status();
+  EXPECT_EQ(swiglu->params.at("rows_per_cta"), 64);
+  EXPECT_EQ(swiglu->params.at("stages"), 2);
+  EXPECT_EQ(mma.Geometry(*swiglu, gu).dynamic_shared_memory_bytes,
+            2 * (128 + 16) * 576 + 2 * (128 + 1) * 16 * 4);
+  EXPECT_TRUE(mma.Work(*swiglu, gu).tensor_core);
+  for (const char* name : {"a100", "rtx-pro-6000"}) {
+    const TargetDescription target = MustTarget(name);
+    absl::StatusOr<Tactic> t = mma.DefaultTactic(gu, target);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    EXPECT_LE(mma.Geometry(*t, gu).dynamic_shared_memory_bytes,
+              target.shared_memory_per_block_bytes())
+        << name;
+  }
+  // Refused: one row (gemv's), more than 16, float operands.
+  const BoundGraph b1 = MustBind(graph, {{"B", 1}, {"T", 1}}, 1);
+  EXPECT_THAT(mma.CanImplement(BoundRegion(b1, 0), h200).message(),
+              HasSubstr("M = 1 rows of operand 0 (%x) are outside [2, 16]"));
+  const BoundGraph b32 = MustBind(graph, {{"B", 32}, {"T", 1}}, 1);
+  EXPECT_FALSE(mma.CanImplement(BoundRegion(b32, 0), h200).ok());
+  EXPECT_THAT(mma.CanImplement(yf, h200).message(), HasSubstr("not both bf16 or both f16"));
 }
 
 TEST(KernelFamiliesTest, AttentionPrefillShrinksTilesToTheTargetsSharedMemory) {

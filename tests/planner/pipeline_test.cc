@@ -312,6 +312,19 @@ TEST(DecodePipelineTest, RopeAttentionBatchLimitIsAnOption) {
   }
 }
 
+TEST(DecodePipelineTest, NormLinearRowLimitIsAnOption) {
+  for (const int64_t limit : {int64_t{4}, int64_t{16}}) {
+    SCOPED_TRACE(limit);
+    PipelineOptions options;
+    options.batch = 16;
+    options.norm_linear_max_rows = limit;
+    std::map<std::string, int> kinds = DecodeKinds("qwen3-0.6b", options);
+    EXPECT_EQ(kinds["rms_norm_linear"], limit >= 16 ? 28 : 0);
+    EXPECT_EQ(kinds["rms_norm_linear_swiglu"], limit >= 16 ? 28 : 0);
+    EXPECT_EQ(kinds["rms_norm"], limit >= 16 ? 1 : 57);
+  }
+}
+
 // The prefill pipeline keeps the MoE blocks' primitive regions (a grouped-GEMM form of the
 // fused kind is still to come).
 TEST(MoePipelineTest, PrefillKeepsThePrimitiveExperts) {

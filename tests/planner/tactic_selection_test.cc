@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/families/registry.h"
+#include "planner/plan_builder.h"
 #include "tests/kernels/kernels_testing.h"
 
 namespace tileplan::planner {
@@ -49,11 +50,12 @@ TEST_F(TacticSelectionTest, MissUsesTheCostModelOverEveryFamily) {
   EXPECT_EQ(choice->family->name(), "gemv");
   EXPECT_FALSE(choice->measured_us.has_value());
   EXPECT_GT(choice->estimate.us, 0);
-  ASSERT_EQ(choice->considered.size(), 3u);
+  ASSERT_EQ(choice->considered.size(), 4u);
   EXPECT_THAT(choice->considered[0], HasSubstr("cublaslt_gemm: "));
   EXPECT_THAT(choice->considered[0], HasSubstr("(cost model)"));
   EXPECT_THAT(choice->considered[1], HasSubstr("gemv: "));
-  EXPECT_THAT(choice->considered[2], HasSubstr("wgmma_gemm: cannot implement: M = 1 rows"));
+  EXPECT_THAT(choice->considered[2], HasSubstr("gemv_mma: cannot implement: M = 1 rows"));
+  EXPECT_THAT(choice->considered[3], HasSubstr("wgmma_gemm: cannot implement: M = 1 rows"));
   EXPECT_EQ(choice->key.family, "gemv");
   EXPECT_EQ(choice->key.environment, "h200/sm_90/132sm");
   EXPECT_EQ(choice->key.shape_bucket, "B=1,Smax=4096,T=1");
@@ -130,6 +132,7 @@ TEST_F(TacticSelectionTest, HitReturnsTheMeasuredTacticAsTuned) {
   EXPECT_EQ(tuned->key, key);
   EXPECT_THAT(tuned->considered,
               ElementsAre("cublaslt_gemm: 9.50 us (tuned)", ::testing::StartsWith("gemv: "),
+                          ::testing::StartsWith("gemv_mma: cannot implement: "),
                           ::testing::StartsWith("wgmma_gemm: cannot implement: ")));
   EXPECT_EQ(TacticSourceName(tuned->source), "tuned");
 }
@@ -214,8 +217,10 @@ TEST_F(TacticSelectionTest, DecodeAttentionPrefersSplitKv) {
 // quarter of the fp32 rate (measured, docs/PERF.md), so without a calibration they go to
 // cuBLASLt on the Hopper targets, where that was measured, while one row stays on the GEMV. Before
 // the GEMV said so, the uncalibrated H100 plan of Qwen2-7B at batch 16 put them on it and
-// decoded 3.6x slower (docs/PERF.md).
+// decoded 3.6x slower (docs/PERF.md). gemv_mma, whose estimate would win, is taken only as
+// tuned.
 TEST_F(TacticSelectionTest, SixteenRowDecodeLinearsGoToTheLibraryWithoutCalibration) {
+  context_.excluded_families = PlanOptions().excluded_families;
   const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
   input %x: bf16[B,1,3584]
   weight %w: bf16[37888,3584] = "gate_up"
@@ -235,6 +240,36 @@ TEST_F(TacticSelectionTest, SixteenRowDecodeLinearsGoToTheLibraryWithoutCalibrat
       EXPECT_EQ(choice->family->name(), batch == 1 ? "gemv" : "cublaslt_gemm");
     }
   }
+}
+
+// gemv_mma is chosen by measurement only: without a store hit it is "not measured" and the
+// cost model's pick stands even where its own estimate is lower; with one it competes as any
+// tuned family.
+TEST_F(TacticSelectionTest, MeasuredOnlyFamiliesNeedAStoreHit) {
+  const ir::Graph graph = kernels::testing::MustParseVerified(R"(graph @g {
+  input %x: bf16[B,1,3584]
+  weight %w: bf16[37888,3584] = "gate_up"
+  %y: bf16[B,1,18944] = linear_swiglu(%x, %w)
+  output %y
+})");
+  const BoundGraph bound = MustBind(graph, {{"B", 16}}, 512);
+  const BoundRegion region(bound, 0);
+  const kernels::KernelFamily& mma = *kernels::GlobalKernelRegistry().Find("gemv_mma");
+  ASSERT_TRUE(mma.chosen_by_measurement_only());
+  absl::StatusOr<TacticChoice> modeled = SelectTactic(region, context_);
+  ASSERT_TRUE(modeled.ok()) << modeled.status();
+  EXPECT_EQ(modeled->family->name(), "cublaslt_gemm");
+  EXPECT_THAT(modeled->considered,
+              ::testing::Contains("gemv_mma: not measured (taken only as tuned)"));
+  const TacticKey key = TacticKeyFor(region, ir::Phase::kDecode, mma, context_.environment);
+  InMemoryTacticCache cache;
+  cache.Insert(key, MeasuredTactic{*mma.DefaultTactic(region, target_), 94.7});
+  context_.cache = &cache;
+  absl::StatusOr<TacticChoice> tuned = SelectTactic(region, context_);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->family->name(), "gemv_mma");
+  EXPECT_EQ(tuned->source, TacticSource::kTuned);
+  EXPECT_THAT(tuned->considered, ::testing::Contains("gemv_mma: 94.70 us (tuned)"));
 }
 
 // A prompt's latent attention takes the un-absorbed family by the cost model, unless the

@@ -62,13 +62,185 @@ GemvShape ShapeOf(const BoundRegion& r) {
   return s;
 }
 
-class GemvFamily final : public TemplateFamilyBase {
+// Float partial sums of every warp for every (row, output) pair of the CTA, and with the
+// norm prologue every warp's sum of squares of every row.
+int64_t SharedMemory(const Tactic& t, const GemvShape& s) {
+  const int64_t per_warp = t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0);
+  return t.params.at("threads") / 32 * per_warp * s.m * 4;
+}
+// One 16-byte load of the weight, dividing K and the offsets and strides of x (and of the
+// norm weight).
+int64_t Vec(const BoundRegion& r) {
+  const bool norm = HasNorm(r);
+  std::vector<int64_t> extents = norm ? AlignmentExtents(r, {0, 1}) : AlignmentExtents(r, {0});
+  extents.push_back(r.operand(0).shape.back());
+  return VectorWidth(r.operand_dtype(norm ? 2 : 1), extents);
+}
+
+// gemv_mma_shared_bytes: the ring of `stages` stages of `stage_k` elements of the weight rows
+// and 16 rows of x (rows padded by 64 bytes), then the partial sums of each share of K (warps
+// / feature groups).
+int64_t MmaSharedMemory(const Tactic& t, const GemvShape& s) {
+  const int64_t rows = t.params.at("rows_per_cta");
+  const int64_t warps = t.params.at("threads") / 32;
+  const int64_t groups = std::min(rows / 16, warps);
+  const int64_t wrows = s.swiglu ? 2 : 1;
+  return t.params.at("stages") * (rows * wrows + 16) * (t.params.at("stage_k") * 2 + 64) +
+         warps / groups * (rows * wrows + (s.norm ? 1 : 0)) * s.m * 4;
+}
+
+// The launch of gemv_split_k (vec elements per load) or, with `mma`, of gemv_mma (vectors of
+// 8, a ring of `stages` stages of `stage_k`): the same parameters and epilogues.
+absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r, const Tactic& t,
+                                          bool mma) {
+  TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
+  TP_ASSIGN_OR_RETURN(const int64_t rows_per_cta, b.Param("rows_per_cta"));
+  TP_ASSIGN_OR_RETURN(const int64_t split_k, b.Param("split_k"));
+  int64_t vec = 8;  // gemv_mma's vectors
+  if (!mma) {
+    TP_ASSIGN_OR_RETURN(vec, b.Param("vec"));
+  }
+  const GemvShape s = ShapeOf(r);
+  const std::string& kind = r.kind();
+  // Operands: x, [norm,] w, then the residual and the bias as the kind has them.
+  const bool residual = kind == "linear_residual";
+  const int w_index = s.norm ? 2 : 1;
+  // lm_head and moe_router: float logits, no bias.
+  const bool logits = kind == "lm_head" || kind == "moe_router";
+  const int bias_index = logits ? -1 : residual ? 3 : w_index + 1;
+  const bool has_bias = bias_index >= 0 && bias_index < r.num_operands();
+  TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(r.operand_dtype(0), "x"));
+  TP_ASSIGN_OR_RETURN(const std::string w_type, b.TypeName(r.operand_dtype(w_index), "the weight"));
+  TP_ASSIGN_OR_RETURN(const std::string out_type, b.TypeName(r.result_dtype(0), "the result"));
+  std::string norm_type = "void";
+  double eps = 0;
+  if (s.norm) {
+    TP_ASSIGN_OR_RETURN(norm_type, b.TypeName(r.operand_dtype(1), "the norm weight"));
+    TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(1), "the norm weight"));
+    TP_ASSIGN_OR_RETURN(eps, r.region().attrs.GetFloat("eps"));
+  }
+  TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(w_index), "the weight"));
+  TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
+  Matrix res;
+  if (residual) {
+    TP_ASSIGN_OR_RETURN(res, b.AsMatrix(r.operand(2), "the residual"));
+  }
+  if (has_bias) TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(bias_index), "the bias"));
+  const int64_t cols = r.result(0).shape.back();
+  if (x.rows < 1 || x.rows > kMaxRows) {
+    return b.Error(x.rows, " rows of x are outside [1, ", kMaxRows, "]");
+  }
+  if (x.cols % vec != 0 || x.stride % vec != 0) {
+    return b.Error("x rows of ", x.cols, " (stride ", x.stride, ") do not split into vec ", vec);
+  }
+  TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(0)), {0}));
+  if (s.norm) TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(1)), {1}));
+  TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(w_index)), {w_index}));
+  if (residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(2)), {2}));
+  if (has_bias) {
+    TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(bias_index)), {bias_index}));
+  }
+  TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(r.result_dtype(0)), {0}));
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split, b.SplitBuffers(split_k, "split-K"));
+  const char* epilogue = residual   ? "tileplan::kGemvResidual"
+                         : s.swiglu ? "tileplan::kGemvSwiglu"
+                                    : "tileplan::kGemvPlain";
+  GemvParams p{};
+  p.x = b.Operand(0);
+  p.x_stride = x.stride;
+  p.norm_w = s.norm ? b.Operand(1) : nullptr;
+  p.eps = static_cast<float>(eps);
+  p.w = b.Operand(w_index);
+  p.bias = has_bias ? b.Operand(bias_index) : nullptr;
+  p.residual = residual ? b.Operand(2) : nullptr;
+  p.residual_stride = residual ? res.stride : 0;
+  p.out = b.Result(0);
+  p.workspace = static_cast<float*>(split.workspace);
+  p.counters = static_cast<unsigned int*>(split.counters);
+  p.rows = static_cast<int>(x.rows);
+  p.cols = static_cast<int>(cols);
+  p.depth = static_cast<int>(x.cols);
+  const std::string types = absl::StrCat(x_type, ", ", w_type, ", ", out_type);
+  const std::string tail = absl::StrCat(threads, ", ", rows_per_cta, ", ", split_k);
+  if (mma) {
+    TP_ASSIGN_OR_RETURN(const int64_t stage_k, b.Param("stage_k"));
+    TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+    b.Launch("gemv_mma.cuh",
+             absl::StrCat("tileplan::gemv_mma<", types, ", ", x.rows > 8 ? 2 : 1, ", ", tail, ", ",
+                          stage_k, ", ", stages, ", ", epilogue, ", ", norm_type, ">"),
+             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1}, MmaSharedMemory(t, s), p);
+  } else {
+    b.Launch("gemv_split_k.cuh",
+             absl::StrCat("tileplan::gemv_split_k<", types, ", ", NextPowerOfTwo(x.rows), ", ",
+                          tail, ", ", vec, ", ", epilogue, ", ", norm_type, ">"),
+             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1},
+             threads / 32 * (rows_per_cta * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0)) * x.rows * 4, p);
+  }
+  return std::move(b).Finish();
+}
+
+// What gemv and gemv_mma share: the grid (a CTA per `rows_per_cta` features and slice of K),
+// the split-K workspace and counters, the residual overwritten in place, the templates and the
+// launch (LaunchGemv).
+class GemvFamilyBase : public TemplateFamilyBase {
  public:
-  GemvFamily()
-      : TemplateFamilyBase("gemv", 3,
+  GemvFamilyBase(std::string name, int32_t version, std::vector<std::string> params, bool mma)
+      : TemplateFamilyBase(std::move(name), version,
                            {"linear", "linear_residual", "linear_swiglu", "lm_head", "moe_router",
                             "rms_norm_linear", "rms_norm_linear_swiglu"},
-                           {"rows_per_cta", "split_k", "threads", "vec"}) {}
+                           std::move(params)),
+        mma_(mma) {}
+
+  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    LaunchGeometry g;
+    g.grid = {CeilDiv(s.n_out, t.params.at("rows_per_cta")), t.params.at("split_k"), 1};
+    g.block = {t.params.at("threads"), 1, 1};
+    g.dynamic_shared_memory_bytes = mma_ ? MmaSharedMemory(t, s) : SharedMemory(t, s);
+    return g;
+  }
+  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const int64_t split = t.params.at("split_k");
+    if (split == 1) return 0;
+    const GemvShape s = ShapeOf(r);
+    return split * s.m * s.n_w * 4;
+  }
+  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
+    if (t.params.at("split_k") == 1) return 0;
+    return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
+  }
+  bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
+    // The epilogue reads the residual element it then overwrites.
+    return r.kind() == "linear_residual" && operand == 2;
+  }
+  std::vector<SourceFile> Sources() const override {
+    return ToSourceFiles(gemv::EmbeddedTemplates());
+  }
+  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
+                                        const RegionBuffers* buffers) const override {
+    LaunchBuilder b(r, t, buffers);
+    return LaunchGemv(b, r, t, mma_);
+  }
+
+ protected:
+  // split_k: a power of two up to 16 that leaves every slice of K a vector.
+  absl::Status CheckSplitK(int64_t split, int64_t k, int64_t vec) const {
+    if (!IsPowerOfTwo(split) || split > 16 || k / split < vec) {
+      return BadParam("split_k", split,
+                      absl::StrCat("a power of two <= 16 leaving a vector per slice of K = ", k));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool mma_;
+};
+
+class GemvFamily final : public GemvFamilyBase {
+ public:
+  GemvFamily()
+      : GemvFamilyBase("gemv", 3, {"rows_per_cta", "split_k", "threads", "vec"}, /*mma=*/false) {}
 
   bool persistent_tasks() const override { return true; }
   std::optional<Tactic> WithBlockThreads(const Tactic& t, int64_t threads) const override {
@@ -113,14 +285,6 @@ class GemvFamily final : public TemplateFamilyBase {
     }
     return best;
   }
-  LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
-    const GemvShape s = ShapeOf(r);
-    LaunchGeometry g;
-    g.grid = {CeilDiv(s.n_out, t.params.at("rows_per_cta")), t.params.at("split_k"), 1};
-    g.block = {t.params.at("threads"), 1, 1};
-    g.dynamic_shared_memory_bytes = SharedMemory(t, s);
-    return g;
-  }
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
     WorkEstimate w;
     w.bytes = r.io_bytes();
@@ -140,102 +304,6 @@ class GemvFamily final : public TemplateFamilyBase {
       w.bytes += tiles * (split - 1) * s.m * s.k / split * ir::DTypeSize(r.operand_dtype(0));
     }
     return w;
-  }
-  int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
-    const int64_t split = t.params.at("split_k");
-    if (split == 1) return 0;
-    const GemvShape s = ShapeOf(r);
-    return split * s.m * s.n_w * 4;
-  }
-  int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
-    if (t.params.at("split_k") == 1) return 0;
-    return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
-  }
-  bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
-    // The epilogue reads the residual element it then overwrites.
-    return r.kind() == "linear_residual" && operand == 2;
-  }
-
-  std::vector<SourceFile> Sources() const override {
-    return ToSourceFiles(gemv::EmbeddedTemplates());
-  }
-  absl::StatusOr<TemplateLaunch> Launch(const BoundRegion& r, const Tactic& t,
-                                        const RegionBuffers* buffers) const override {
-    LaunchBuilder b(r, t, buffers);
-    TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
-    TP_ASSIGN_OR_RETURN(const int64_t rows_per_cta, b.Param("rows_per_cta"));
-    TP_ASSIGN_OR_RETURN(const int64_t split_k, b.Param("split_k"));
-    TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
-    const GemvShape s = ShapeOf(r);
-    const std::string& kind = r.kind();
-    // Operands: x, [norm,] w, then the residual and the bias as the kind has them.
-    const bool residual = kind == "linear_residual";
-    const int w_index = s.norm ? 2 : 1;
-    // lm_head and moe_router: float logits, no bias.
-    const bool logits = kind == "lm_head" || kind == "moe_router";
-    const int bias_index = logits ? -1 : residual ? 3 : w_index + 1;
-    const bool has_bias = bias_index >= 0 && bias_index < r.num_operands();
-    TP_ASSIGN_OR_RETURN(const std::string x_type, b.TypeName(r.operand_dtype(0), "x"));
-    TP_ASSIGN_OR_RETURN(const std::string w_type,
-                        b.TypeName(r.operand_dtype(w_index), "the weight"));
-    TP_ASSIGN_OR_RETURN(const std::string out_type, b.TypeName(r.result_dtype(0), "the result"));
-    std::string norm_type = "void";
-    double eps = 0;
-    if (s.norm) {
-      TP_ASSIGN_OR_RETURN(norm_type, b.TypeName(r.operand_dtype(1), "the norm weight"));
-      TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(1), "the norm weight"));
-      TP_ASSIGN_OR_RETURN(eps, r.region().attrs.GetFloat("eps"));
-    }
-    TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
-    TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(w_index), "the weight"));
-    TP_RETURN_IF_ERROR(b.RequireContiguous(r.result(0), "the result"));
-    Matrix res;
-    if (residual) {
-      TP_ASSIGN_OR_RETURN(res, b.AsMatrix(r.operand(2), "the residual"));
-    }
-    if (has_bias) TP_RETURN_IF_ERROR(b.RequireContiguous(r.operand(bias_index), "the bias"));
-    const int64_t cols = r.result(0).shape.back();
-    if (x.rows < 1 || x.rows > kMaxRows) {
-      return b.Error(x.rows, " rows of x are outside [1, ", kMaxRows, "]");
-    }
-    if (x.cols % vec != 0 || x.stride % vec != 0) {
-      return b.Error("x rows of ", x.cols, " (stride ", x.stride, ") do not split into vec ", vec);
-    }
-    TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(0)), {0}));
-    if (s.norm) TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(1)), {1}));
-    TP_RETURN_IF_ERROR(b.CheckOperands(vec * ir::DTypeSize(r.operand_dtype(w_index)), {w_index}));
-    if (residual) TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(2)), {2}));
-    if (has_bias) {
-      TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(bias_index)), {bias_index}));
-    }
-    TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(r.result_dtype(0)), {0}));
-    TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
-                        b.SplitBuffers(split_k, "split-K"));
-    const char* epilogue = residual   ? "tileplan::kGemvResidual"
-                           : s.swiglu ? "tileplan::kGemvSwiglu"
-                                      : "tileplan::kGemvPlain";
-    GemvParams p{};
-    p.x = b.Operand(0);
-    p.x_stride = x.stride;
-    p.norm_w = s.norm ? b.Operand(1) : nullptr;
-    p.eps = static_cast<float>(eps);
-    p.w = b.Operand(w_index);
-    p.bias = has_bias ? b.Operand(bias_index) : nullptr;
-    p.residual = residual ? b.Operand(2) : nullptr;
-    p.residual_stride = residual ? res.stride : 0;
-    p.out = b.Result(0);
-    p.workspace = static_cast<float*>(split.workspace);
-    p.counters = static_cast<unsigned int*>(split.counters);
-    p.rows = static_cast<int>(x.rows);
-    p.cols = static_cast<int>(cols);
-    p.depth = static_cast<int>(x.cols);
-    b.Launch("gemv_split_k.cuh",
-             absl::StrCat("tileplan::gemv_split_k<", x_type, ", ", w_type, ", ", out_type, ", ",
-                          NextPowerOfTwo(x.rows), ", ", threads, ", ", rows_per_cta, ", ", split_k,
-                          ", ", vec, ", ", epilogue, ", ", norm_type, ">"),
-             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1},
-             threads / 32 * (rows_per_cta * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0)) * x.rows * 4, p);
-    return std::move(b).Finish();
   }
 
  protected:
@@ -301,10 +369,7 @@ class GemvFamily final : public TemplateFamilyBase {
     if (!IsPowerOfTwo(vec) || vec > Vec(r)) {
       return BadParam("vec", vec, absl::StrCat("a power of two <= ", Vec(r)));
     }
-    if (!IsPowerOfTwo(split) || split > 16 || s.k / split < vec) {
-      return BadParam("split_k", split,
-                      absl::StrCat("a power of two <= 16 leaving a vector per slice of K = ", s.k));
-    }
+    TP_RETURN_IF_ERROR(CheckSplitK(split, s.k, vec));
     if (SharedMemory(t, s) > target.shared_memory_per_block_bytes()) {
       return BadParam(
           "threads", threads,
@@ -313,26 +378,161 @@ class GemvFamily final : public TemplateFamilyBase {
     }
     return absl::OkStatus();
   }
+};
+
+// gemv_mma: the same regions of 2 to 16 rows on tensor cores (gemv_mma.cuh): the weight rows
+// the M of mma.sync.m16n8k16 (16 features a warp tile), the rows of x its N, so a weight
+// element costs the same at 16 rows as at 2, where gemv's CUDA-core walk spends an FMA per
+// row on it. The same epilogues, RMSNorm prologue (split_k 1 only) and split-K; vectors of 8.
+class GemvMmaFamily final : public GemvFamilyBase {
+ public:
+  GemvMmaFamily()
+      : GemvFamilyBase("gemv_mma", 1, {"rows_per_cta", "split_k", "stage_k", "stages", "threads"},
+                       /*mma=*/true) {}
+
+  // Its uncalibrated estimate puts it ahead of cuBLASLt on every decode linear of 2 to 16 rows;
+  // measured, it wins some (Qwen2-7B's batch-16 SwiGLU and down projections on the H100) and
+  // loses others by up to 1.9x at its default tactic (docs/PERF.md): plans take it where the
+  // tuner measured it fastest.
+  bool chosen_by_measurement_only() const override { return true; }
+
+  WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    WorkEstimate w;
+    w.bytes = r.io_bytes();
+    // Rows of x padded to whole 8-row n-tiles, on tensor cores.
+    w.flops = 2 * (s.m > 8 ? 16 : 8) * s.n_w * s.k;
+    w.tensor_core = true;
+    // Every CTA reads x (its slice of K) from L2.
+    const int64_t tiles = CeilDiv(s.n_out, t.params.at("rows_per_cta"));
+    w.cache_bytes = w.bytes + tiles * s.m * s.k * ir::DTypeSize(r.operand_dtype(0));
+    return w;
+  }
+
+ protected:
+  absl::Status CheckRegion(const BoundRegion& r, const TargetDescription& target) const override {
+    if (target.sm() < 80) {
+      return Refuse(
+          absl::StrCat("mma.sync.m16n8k16 on bf16 needs sm_80 or later, not sm_", target.sm()));
+    }
+    const GemvShape s = ShapeOf(r);
+    if (s.m < 2 || s.m > kMaxRows) {
+      return Refuse(absl::StrCat("M = ", s.m, " rows of ", OperandLabel(r, 0), " are outside [2, ",
+                                 kMaxRows, "] (one row: gemv; more: the GEMM families)"));
+    }
+    const ir::DType dtype = r.operand_dtype(0);
+    const int w_index = s.norm ? 2 : 1;
+    if ((dtype != ir::DType::kBF16 && dtype != ir::DType::kF16) ||
+        r.operand_dtype(w_index) != dtype) {
+      return Refuse(absl::StrCat(
+          OperandLabel(r, 0), " and ", OperandLabel(r, w_index), " are ", ir::DTypeName(dtype),
+          " and ", ir::DTypeName(r.operand_dtype(w_index)), ", not both bf16 or both f16"));
+    }
+    if (Vec(r) < kMmaVec) {
+      return Refuse(absl::StrCat("K = ", s.k, " or a stride or offset of ", OperandLabel(r, 0),
+                                 " is not a multiple of ", kMmaVec, " (16-byte vectors)"));
+    }
+    return RequireInnerContiguous(r, {0, 1, 2, 3});
+  }
+  // 64 features a CTA of 8 warps (4 feature groups, 2 shares of each stage), so that x crosses
+  // from L2 once per 64 features, stages of 256 elements (512 bytes of each weight row) 4
+  // deep, fewer stages, then fewer features where the ring does not fit. Without the norm
+  // prologue K is split while the grid holds fewer CTAs than SMs and every slice keeps 4
+  // stages; with it (no split) the CTAs narrow instead, down to 16 features. Measured on the
+  // H100 (docs/PERF.md): 256-wide stages took Qwen2-7B's batch-16 QKV from 31 to 22 us and
+  // its down projection from 64 to 52 us against 128-wide ones.
+  Tactic RowTactic(absl::string_view, const BoundRegion& r, const TargetDescription& target,
+                   int64_t shared_memory) const override {
+    const GemvShape s = ShapeOf(r);
+    constexpr int64_t kStageK = 256;
+    int64_t rows = 64;
+    int64_t split = 1;
+    if (s.norm) {
+      while (rows > 16 && CeilDiv(s.n_out, rows) < target.sm_count()) rows /= 2;
+    } else {
+      while (split < 8 && CeilDiv(s.n_out, rows) * split < target.sm_count() &&
+             s.k / (2 * split) >= 4 * kStageK) {
+        split *= 2;
+      }
+    }
+    int64_t stages = 4;
+    auto tactic = [&] {
+      return MakeTactic({{"rows_per_cta", rows},
+                         {"split_k", split},
+                         {"stage_k", kStageK},
+                         {"stages", stages},
+                         {"threads", std::min<int64_t>(256, 32 * kStageK / 32 * rows / 16)}});
+    };
+    Tactic t = tactic();
+    while (MmaSharedMemory(t, s) > shared_memory && (stages > 2 || rows > 16)) {
+      if (stages > 2) {
+        --stages;
+      } else {
+        rows /= 2;
+      }
+      t = tactic();
+    }
+    return t;
+  }
+  std::vector<TunableParam> Tunables(const BoundRegion& r,
+                                     const TargetDescription&) const override {
+    return {{"rows_per_cta", {16, 32, 64, 128}},
+            {"split_k", HasNorm(r) ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8}},
+            {"stage_k", {128, 256, 512}},
+            {"stages", {2, 4}},
+            {"threads", {128, 256}}};
+  }
+  bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
+                      const TargetDescription& target) const override {
+    const int64_t ctas = CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta"));
+    return t.params.at("split_k") == 1 || t.params.at("split_k") / 2 * ctas < 2 * target.sm_count();
+  }
+  absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
+                           const TargetDescription& target) const override {
+    const GemvShape s = ShapeOf(r);
+    const int64_t threads = t.params.at("threads");
+    const int64_t rows = t.params.at("rows_per_cta");
+    const int64_t split = t.params.at("split_k");
+    if (!IsBlockSize(threads) || !IsPowerOfTwo(threads)) {
+      return BadParam("threads", threads, "a power of two in [32, 1024]");
+    }
+    if (rows < 16 || rows > 128 || !IsPowerOfTwo(rows)) {
+      return BadParam("rows_per_cta", rows, "16, 32, 64 or 128 (whole 16-feature m-tiles)");
+    }
+    const int64_t stage_k = t.params.at("stage_k");
+    if (stage_k != 128 && stage_k != 256 && stage_k != 512) {
+      return BadParam("stage_k", stage_k, "128, 256 or 512");
+    }
+    if (threads / 32 > stage_k / 32 * rows / 16 || threads % (stage_k / 8) != 0) {
+      return BadParam("threads", threads,
+                      absl::StrCat("a multiple of ", stage_k / 8, " (a 16-byte copy column of a ",
+                                   stage_k, "-wide stage each) and at most ",
+                                   32 * stage_k / 32 * rows / 16, " for ", rows,
+                                   " features a CTA (a share of K takes a 32-wide block of every "
+                                   "stage)"));
+    }
+    const int64_t stages = t.params.at("stages");
+    if (stages < 2 || stages > 8) return BadParam("stages", stages, "in [2, 8]");
+    TP_RETURN_IF_ERROR(CheckSplitK(split, s.k, kMmaVec));
+    if (s.norm && split != 1) {
+      return BadParam("split_k", split, "1 with the RMSNorm prologue (it needs the whole row)");
+    }
+    if (MmaSharedMemory(t, s) > target.shared_memory_per_block_bytes()) {
+      return BadParam(
+          "stages", stages,
+          absl::StrCat("a ring and reduction buffer (", MmaSharedMemory(t, s), " bytes) that fit ",
+                       target.shared_memory_per_block_bytes(), " bytes of shared memory"));
+    }
+    return absl::OkStatus();
+  }
 
  private:
-  // Float partial sums of every warp for every (row, output) pair of the CTA, and with the
-  // norm prologue every warp's sum of squares of every row.
-  static int64_t SharedMemory(const Tactic& t, const GemvShape& s) {
-    const int64_t per_warp = t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0);
-    return t.params.at("threads") / 32 * per_warp * s.m * 4;
-  }
-  // One 16-byte load of the weight, dividing K and the offsets and strides of x (and of the
-  // norm weight).
-  static int64_t Vec(const BoundRegion& r) {
-    const bool norm = HasNorm(r);
-    std::vector<int64_t> extents = norm ? AlignmentExtents(r, {0, 1}) : AlignmentExtents(r, {0});
-    extents.push_back(r.operand(0).shape.back());
-    return VectorWidth(r.operand_dtype(norm ? 2 : 1), extents);
-  }
+  static constexpr int64_t kMmaVec = 8;
 };
 
 }  // namespace
 
 std::unique_ptr<KernelFamily> MakeGemvFamily() { return std::make_unique<GemvFamily>(); }
+std::unique_ptr<KernelFamily> MakeGemvMmaFamily() { return std::make_unique<GemvMmaFamily>(); }
 
 }  // namespace tileplan::kernels::internal

@@ -71,6 +71,101 @@ __device__ __forceinline__ void gemv_store(float g, float u, float scale, int r,
   out[static_cast<long long>(r) * cols + col] = from_float<OutT>(g);
 }
 
+// Starts the weight rows of feature tile cta.x (kRowsPerCta features, each with kWRows weight
+// rows: the gate row, then for SwiGLU the up row `cols` rows further) over elements
+// [k_begin, k_end) on their way into L2.
+template <typename W, int kThreads, int kRowsPerCta, int kWRows>
+__device__ __forceinline__ void gemv_prefetch_rows(const Cta& cta, const W* w, int cols,
+                                                   int depth, long long k_begin,
+                                                   long long k_end) {
+  constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
+  const int col0 = cta.x * kRowsPerCta;
+  const int lines = static_cast<int>((k_end - k_begin + kLine - 1) / kLine);
+  for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
+    const int c = col0 + i / (kWRows * lines);
+    if (c >= cols) break;
+    const int part = (i / lines) % kWRows;
+    const long long wrow = part == 0 ? c : cols + c;
+    prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
+  }
+}
+
+// The end of a gemv CTA's product, shared by the CUDA-core and tensor-core walks: after a
+// __syncthreads, reduce_smem holds kSlots partial sums of every output [kSlots][kRowsPerCta]
+// [rows][kWRows] (one per warp, or per share of K) and, with the norm prologue, norm_smem
+// kSlots partial sums of squares [kSlots][rows] of the whole x rows. Stores the CTA's features through the epilogue, or with kSplitK > 1
+// its float partials to the workspace, the last CTA of the feature tile adding the slices in
+// slice order and storing.
+template <typename T, typename W, typename OutT, int kThreads, int kSlots, int kRowsPerCta,
+          int kSplitK, int kEpilogue, bool kNorm>
+__device__ __forceinline__ void gemv_finish(const Cta& cta, const float* reduce_smem,
+                                            const float* norm_smem, float eps,
+                                            const W* __restrict__ bias, const T* residual,
+                                            long long residual_stride, OutT* out,
+                                            float* __restrict__ workspace,
+                                            unsigned int* __restrict__ counters, int rows,
+                                            int cols, int depth) {
+  constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
+  const int col0 = cta.x * kRowsPerCta;
+  const int weight_rows = cols * kWRows;
+  // Row r's RMSNorm factor from the slots' sums of squares; 1 without the prologue.
+  auto row_scale = [&](int r) {
+    if constexpr (kNorm) {
+      float s = 0.f;
+#pragma unroll
+      for (int wi = 0; wi < kSlots; ++wi) s += norm_smem[wi * rows + r];
+      return rsqrtf(s / static_cast<float>(depth) + eps);
+    } else {
+      return 1.f;
+    }
+  };
+
+  // Item i = (feature c, row r): its sums over the slots.
+  auto warp_total = [&](int c, int r, int wr) {
+    float s = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kSlots; ++wi)
+      s += reduce_smem[((wi * kRowsPerCta + c) * rows + r) * kWRows + wr];
+    return s;
+  };
+  const int items = kRowsPerCta * rows;
+  if constexpr (kSplitK == 1) {
+    for (int i = threadIdx.x; i < items; i += kThreads) {
+      const int c = i / rows, r = i % rows;
+      if (col0 + c >= cols) continue;
+      const float u = kWRows == 2 ? warp_total(c, r, kWRows - 1) : 0.f;
+      gemv_store<T, W, OutT, kEpilogue>(warp_total(c, r, 0), u, row_scale(r), r, col0 + c, cols,
+                                        bias, residual, residual_stride, out);
+    }
+  } else {
+    const long long slice_floats = static_cast<long long>(rows) * weight_rows;
+    float* part = workspace + cta.y * slice_floats;
+    for (int i = threadIdx.x; i < items; i += kThreads) {
+      const int c = i / rows, r = i % rows;
+      if (col0 + c >= cols) continue;
+      part[static_cast<long long>(r) * weight_rows + col0 + c] = warp_total(c, r, 0);
+      if constexpr (kWRows == 2) {
+        part[static_cast<long long>(r) * weight_rows + cols + col0 + c] = warp_total(c, r, 1);
+      }
+    }
+    if (!last_to_arrive(&counters[cta.x], kSplitK)) return;
+    for (int i = threadIdx.x; i < items; i += kThreads) {
+      const int c = i / rows, r = i % rows;
+      const int col = col0 + c;
+      if (col >= cols) continue;
+      float g = 0.f, u = 0.f;
+      for (int s = 0; s < kSplitK; ++s) {
+        const float* slice = workspace + s * slice_floats + static_cast<long long>(r) * weight_rows;
+        g += load_cg(slice + col);
+        if constexpr (kWRows == 2) u += load_cg(slice + cols + col);
+      }
+      gemv_store<T, W, OutT, kEpilogue>(g, u, row_scale(r), r, col, cols, bias, residual,
+                                        residual_stride, out);
+    }
+    if (threadIdx.x == 0) counters[cta.x] = 0u;
+  }
+}
+
 // x: rows of `depth` at x + r * x_stride; norm_w: null, or [depth] (NormW not void); eps:
 // the RMSNorm epsilon (read with the prologue only); w: [weight rows, depth] with weight
 // rows = cols (x2 for swiglu); bias: null or [weight rows]; residual: rows of `cols` at
@@ -91,23 +186,13 @@ template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int
           int kSplitK, int kVec, int kEpilogue, typename NormW>
 __device__ __forceinline__ void gemv_split_k_prefetch(
     const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
-  constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
-  constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
-  const int col0 = cta.x * kRowsPerCta;
   const int vecs = depth / kVec;
   const int per_split = (vecs + kSplitK - 1) / kSplitK;
   const int v_begin = cta.y * per_split;
   const int v_end = min(vecs, v_begin + per_split);
-  const long long k_begin = static_cast<long long>(v_begin) * kVec;
-  const int lines =
-      static_cast<int>((static_cast<long long>(v_end) * kVec - k_begin + kLine - 1) / kLine);
-  for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
-    const int c = col0 + i / (kWRows * lines);
-    if (c >= cols) break;
-    const int part = (i / lines) % kWRows;
-    const long long wrow = part == 0 ? c : cols + c;
-    prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
-  }
+  gemv_prefetch_rows<W, kThreads, kRowsPerCta, kEpilogue == kGemvSwiglu ? 2 : 1>(
+      cta, w, cols, depth, static_cast<long long>(v_begin) * kVec,
+      static_cast<long long>(v_end) * kVec);
 }
 
 // The tile of CTA `cta` in shared memory (the persistent kernel's weight stream): for each
@@ -179,7 +264,6 @@ __device__ __forceinline__ void gemv_split_k_compute(
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int col0 = cta.x * kRowsPerCta;
-  const int weight_rows = cols * kWRows;
   const int vecs = depth / kVec;
   const int per_split = (vecs + kSplitK - 1) / kSplitK;
   const int v_begin = cta.y * per_split;
@@ -304,63 +388,9 @@ __device__ __forceinline__ void gemv_split_k_compute(
     if (lane % (32 / kMaxRows) == 0 && r < rows) norm_smem[warp * rows + r] = sumsq[0];
   }
   __syncthreads();
-
-  // Row r's RMSNorm factor from the warps' sums of squares; 1 without the prologue.
-  auto row_scale = [&](int r) {
-    if constexpr (kNorm) {
-      float s = 0.f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) s += norm_smem[wi * rows + r];
-      return rsqrtf(s / static_cast<float>(depth) + eps);
-    } else {
-      return 1.f;
-    }
-  };
-
-  // Item i = (feature c, row r): its sums over the warps.
-  auto warp_total = [&](int c, int r, int wr) {
-    float s = 0.f;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi)
-      s += reduce_smem[((wi * kRowsPerCta + c) * rows + r) * kWRows + wr];
-    return s;
-  };
-  const int items = kRowsPerCta * rows;
-  if constexpr (kSplitK == 1) {
-    for (int i = threadIdx.x; i < items; i += kThreads) {
-      const int c = i / rows, r = i % rows;
-      if (col0 + c >= cols) continue;
-      const float u = kWRows == 2 ? warp_total(c, r, kWRows - 1) : 0.f;
-      gemv_store<T, W, OutT, kEpilogue>(warp_total(c, r, 0), u, row_scale(r), r, col0 + c, cols,
-                                        bias, residual, residual_stride, out);
-    }
-  } else {
-    const long long slice_floats = static_cast<long long>(rows) * weight_rows;
-    float* part = workspace + cta.y * slice_floats;
-    for (int i = threadIdx.x; i < items; i += kThreads) {
-      const int c = i / rows, r = i % rows;
-      if (col0 + c >= cols) continue;
-      part[static_cast<long long>(r) * weight_rows + col0 + c] = warp_total(c, r, 0);
-      if constexpr (kWRows == 2) {
-        part[static_cast<long long>(r) * weight_rows + cols + col0 + c] = warp_total(c, r, 1);
-      }
-    }
-    if (!last_to_arrive(&counters[cta.x], kSplitK)) return;
-    for (int i = threadIdx.x; i < items; i += kThreads) {
-      const int c = i / rows, r = i % rows;
-      const int col = col0 + c;
-      if (col >= cols) continue;
-      float g = 0.f, u = 0.f;
-      for (int s = 0; s < kSplitK; ++s) {
-        const float* slice = workspace + s * slice_floats + static_cast<long long>(r) * weight_rows;
-        g += load_cg(slice + col);
-        if constexpr (kWRows == 2) u += load_cg(slice + cols + col);
-      }
-      gemv_store<T, W, OutT, kEpilogue>(g, u, row_scale(r), r, col, cols, bias, residual,
-                                        residual_stride, out);
-    }
-    if (threadIdx.x == 0) counters[cta.x] = 0u;
-  }
+  gemv_finish<T, W, OutT, kThreads, kWarps, kRowsPerCta, kSplitK, kEpilogue, kNorm>(
+      cta, reduce_smem, norm_smem, eps, bias, residual, residual_stride, out, workspace, counters,
+      rows, cols, depth);
 }
 
 template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int kRowsPerCta,

@@ -103,6 +103,38 @@ std::vector<Case> RmsNormLinearSwigluCases() {
   return ScaledRowGemvCases({0.5f, 16.0f, 1.0f, 4.0f}, graphs);
 }
 
+// gemv_mma (tensor cores, 2 to 16 rows): m-tiles of 16 features, one or two 8-row n-tiles,
+// stages of 128, 256 and 512 with a shorter last one, rings of 2 to 6 stages (more than a short
+// K has), split-K up to 8 slices; warps as several shares of a stage (16 features, 2 to 8
+// warps), as feature groups with shares (64 features, 8 warps: 4 groups, 2 shares) and with
+// two m-tiles each (128 features, 4 warps).
+const std::vector<Params> kGemvMmaTactics = {
+    {{"rows_per_cta", 16}, {"split_k", 1}, {"stage_k", 128}, {"stages", 6}, {"threads", 64}},
+    {{"rows_per_cta", 32}, {"split_k", 2}, {"stage_k", 256}, {"stages", 3}, {"threads", 128}},
+    {{"rows_per_cta", 64}, {"split_k", 4}, {"stage_k", 128}, {"stages", 4}, {"threads", 256}},
+    {{"rows_per_cta", 128}, {"split_k", 1}, {"stage_k", 128}, {"stages", 2}, {"threads", 128}},
+    {{"rows_per_cta", 16}, {"split_k", 8}, {"stage_k", 512}, {"stages", 2}, {"threads", 256}},
+};
+// With the norm prologue (split_k 1 only): the sums of squares from one share, several, and
+// from feature groups that all read the same x.
+const std::vector<Params> kGemvMmaNormTactics = {
+    {{"rows_per_cta", 16}, {"split_k", 1}, {"stage_k", 128}, {"stages", 2}, {"threads", 32}},
+    {{"rows_per_cta", 32}, {"split_k", 1}, {"stage_k", 256}, {"stages", 3}, {"threads", 128}},
+    {{"rows_per_cta", 64}, {"split_k", 1}, {"stage_k", 128}, {"stages", 3}, {"threads", 512}},
+    {{"rows_per_cta", 128}, {"split_k", 1}, {"stage_k", 128}, {"stages", 2}, {"threads", 256}},
+};
+
+Case GemvMmaCase(std::string graph, const std::vector<float>& scales = {}) {
+  Case c{.graph = std::move(graph), .family = "gemv_mma", .tactics = kGemvMmaTactics};
+  if (!scales.empty()) c.row_scales = {{"x", scales}, {"xx", scales}};
+  return c;
+}
+Case GemvMmaNormCase(std::string graph, const std::vector<float>& scales) {
+  Case c = GemvMmaCase(std::move(graph), scales);
+  c.tactics = kGemvMmaNormTactics;
+  return c;
+}
+
 }  // namespace
 
 std::vector<CaseGroup> GemvCaseGroups() {
@@ -159,6 +191,98 @@ std::vector<CaseGroup> GemvCaseGroups() {
   %y: bf16[2,1,128] = moe_router(%x, %w)
   output %y
 })")}},
+      {"GemvMmaLinearBiasOddSizes",
+       {GemvMmaCase(R"(graph @g {
+  input %x: bf16[3,1,1000]
+  weight %w: bf16[37,1000] = "w"
+  weight %bias: bf16[37] = "bias"
+  %y: bf16[3,1,37] = linear(%x, %w, %bias)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: bf16[9,1,256]
+  weight %w: bf16[100,256] = "w"
+  %y: bf16[9,1,100] = linear(%x, %w)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: bf16[16,1,512]
+  weight %w: bf16[300,512] = "w"
+  %y: bf16[16,1,300] = linear(%x, %w)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: f16[8,1,512]
+  weight %w: f16[70,512] = "w"
+  weight %bias: f16[70] = "bias"
+  %y: f16[8,1,70] = linear(%x, %w, %bias)
+  output %y
+})")}},
+      {"GemvMmaResidualSwigluLogits",
+       {GemvMmaCase(R"(graph @g {
+  input %x: bf16[2,1,768]
+  weight %w: bf16[130,768] = "w"
+  input %r: bf16[2,1,130]
+  %y: bf16[2,1,130] = linear_residual(%x, %w, %r)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: bf16[12,1,1024]
+  weight %w: bf16[96,1024] = "w"
+  weight %bias: bf16[96] = "bias"
+  input %r: bf16[12,1,96]
+  %y: bf16[12,1,96] = linear_residual(%x, %w, %r, %bias)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: bf16[5,1,256]
+  weight %w: bf16[2000,256] = "w"
+  weight %bias: bf16[2000] = "bias"
+  %y: bf16[5,1,1000] = linear_swiglu(%x, %w, %bias)
+  output %y
+})"),
+        GemvMmaCase(R"(graph @g {
+  input %x: bf16[4,1,384]
+  weight %w: bf16[1001,384] = "w"
+  %y: f32[4,1,1001] = lm_head(%x, %w)
+  output %y
+})")}},
+      {"GemvMmaRmsNormLinear",
+       {GemvMmaNormCase(R"(graph @g {
+  input %x: bf16[3,1,1000]
+  weight %norm: f32[1000] = "norm"
+  weight %w: bf16[37,1000] = "w"
+  weight %bias: bf16[37] = "bias"
+  %y: bf16[3,1,37] = rms_norm_linear(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+                        {1.0f, 8.0f, 0.25f}),
+        GemvMmaNormCase(R"(graph @g {
+  input %xx: bf16[2,1,1536]
+  weight %norm: bf16[512] = "norm"
+  weight %w: bf16[300,512] = "w"
+  %a: bf16[2,1,1024] view(%xx), %x: bf16[2,1,512] view(%xx) = split(%xx) {sizes = [1024, 512]}
+  %y: bf16[2,1,300] = rms_norm_linear(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+                        {1.0f, 16.0f}),
+        GemvMmaNormCase(R"(graph @g {
+  input %x: bf16[16,1,256]
+  weight %norm: bf16[256] = "norm"
+  weight %w: bf16[70,256] = "w"
+  %y: bf16[16,1,70] = rms_norm_linear(%x, %norm, %w) {eps = 1e-06} fused(rms_norm, linear)
+  output %y
+})",
+                        {1.0f, 8.0f, 0.25f, 3.0f}),
+        GemvMmaNormCase(R"(graph @g {
+  input %x: bf16[4,1,1000]
+  weight %norm: bf16[1000] = "norm"
+  weight %w: bf16[250,1000] = "w"
+  weight %bias: bf16[250] = "bias"
+  %y: bf16[4,1,125] = rms_norm_linear_swiglu(%x, %norm, %w, %bias) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  output %y
+})",
+                        {0.5f, 16.0f, 1.0f, 4.0f})}},
       {"RmsNormLinear", RmsNormLinearCases()},
       {"RmsNormLinearSwiglu", RmsNormLinearSwigluCases()},
   };
