@@ -77,9 +77,12 @@ int64_t Vec(const BoundRegion& r) {
   return VectorWidth(r.operand_dtype(norm ? 2 : 1), extents);
 }
 
-// gemv_mma_shared_bytes: the ring of `stages` stages of `stage_k` elements of the weight rows
-// and 16 rows of x (rows padded by 64 bytes), then the partial sums of each share of K (warps
-// / feature groups).
+// gemv_mma's vectors: 8 elements, 16 bytes.
+constexpr int64_t kMmaVec = 8;
+
+// gemv_mma.cuh's dynamic shared memory: the ring of `stages` stages of `stage_k` elements of the
+// weight rows and 16 rows of x (rows padded by 64 bytes, gemv_mma_row_bytes), then the partial
+// sums of each share of K (warps / feature groups, gemv_mma_groups).
 int64_t MmaSharedMemory(const Tactic& t, const GemvShape& s) {
   const int64_t rows = t.params.at("rows_per_cta");
   const int64_t warps = t.params.at("threads") / 32;
@@ -96,7 +99,7 @@ absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r
   TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
   TP_ASSIGN_OR_RETURN(const int64_t rows_per_cta, b.Param("rows_per_cta"));
   TP_ASSIGN_OR_RETURN(const int64_t split_k, b.Param("split_k"));
-  int64_t vec = 8;  // gemv_mma's vectors
+  int64_t vec = kMmaVec;
   if (!mma) {
     TP_ASSIGN_OR_RETURN(vec, b.Param("vec"));
   }
@@ -174,8 +177,7 @@ absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r
     b.Launch("gemv_split_k.cuh",
              absl::StrCat("tileplan::gemv_split_k<", types, ", ", NextPowerOfTwo(x.rows), ", ",
                           tail, ", ", vec, ", ", epilogue, ", ", norm_type, ">"),
-             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1},
-             threads / 32 * (rows_per_cta * (s.swiglu ? 2 : 1) + (s.norm ? 1 : 0)) * x.rows * 4, p);
+             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1}, SharedMemory(t, s), p);
   }
   return std::move(b).Finish();
 }
@@ -525,9 +527,6 @@ class GemvMmaFamily final : public GemvFamilyBase {
     }
     return absl::OkStatus();
   }
-
- private:
-  static constexpr int64_t kMmaVec = 8;
 };
 
 }  // namespace

@@ -31,7 +31,9 @@
 // whole row once.
 //
 // Launch: grid (ceil(cols / kRowsPerCta), kSplitK), block kThreads, dynamic shared memory
-// gemv_mma_shared_bytes(...). REQUIRES: T and W one of bf16 / f16; 2 <= rows <= 8 * kNTiles
+// kStages stages of (kRowsPerCta * (2 for SwiGLU) + 16) rows of gemv_mma_row_bytes(kStageK),
+// then (kThreads / 32 / gemv_mma_groups(...)) * (kRowsPerCta * (2 for SwiGLU) + (norm ? 1 :
+// 0)) * rows floats (gemv.cc's MmaSharedMemory). REQUIRES: T and W one of bf16 / f16; 2 <= rows <= 8 * kNTiles
 // <= 16; kRowsPerCta / 16 and kThreads / 32 powers of two with kThreads / 32 <= kStageK / 32 *
 // kRowsPerCta / 16 (every share has a block of each stage); kStageK a multiple of 64 with
 // kStageK / 8 dividing kThreads; depth, x_stride % 8 == 0; x, w and norm_w 16-byte aligned.
@@ -47,15 +49,6 @@ __host__ __device__ constexpr int gemv_mma_row_bytes(int stage_k) { return stage
 // Feature groups of a CTA's warps: one m-tile each where there are as many warps, else all.
 __host__ __device__ constexpr int gemv_mma_groups(int threads, int rows_per_cta) {
   return rows_per_cta / 16 < threads / 32 ? rows_per_cta / 16 : threads / 32;
-}
-// The ring (kStages stages of the weight rows and 16 rows of x), then the shares' partial sums
-// and sums of squares.
-__host__ __device__ constexpr int gemv_mma_shared_bytes(int threads, int rows_per_cta,
-                                                        int stage_k, int stages, int wrows,
-                                                        int rows, bool norm) {
-  return stages * (rows_per_cta * wrows + 16) * gemv_mma_row_bytes(stage_k) +
-         (threads / 32 / gemv_mma_groups(threads, rows_per_cta)) *
-             (rows_per_cta * wrows + (norm ? 1 : 0)) * rows * 4;
 }
 
 template <typename T, typename W, typename OutT, int kNTiles, int kThreads, int kRowsPerCta,
@@ -114,10 +107,9 @@ __global__ void __launch_bounds__(kThreads)
     const int k = k_begin + st * kStageK + chunk * 8;
     const bool k_ok = k < k_end;
     for (int r = r0; r < rows; r += kRowStep) {
-      const bool ok = k_ok;
-      const T* src = ok ? x + r * x_stride + k : x;
+      const T* src = k_ok ? x + r * x_stride + k : x;
       cp_async_16_shared(
-          ring + slot * kStageBytes + (kWeightRows + r) * kRowBytes + chunk * 16, src, ok);
+          ring + slot * kStageBytes + (kWeightRows + r) * kRowBytes + chunk * 16, src, k_ok);
     }
   };
   for (int st = 0; st < kStages - 1; ++st) {

@@ -71,31 +71,12 @@ __device__ __forceinline__ void gemv_store(float g, float u, float scale, int r,
   out[static_cast<long long>(r) * cols + col] = from_float<OutT>(g);
 }
 
-// Starts the weight rows of feature tile cta.x (kRowsPerCta features, each with kWRows weight
-// rows: the gate row, then for SwiGLU the up row `cols` rows further) over elements
-// [k_begin, k_end) on their way into L2.
-template <typename W, int kThreads, int kRowsPerCta, int kWRows>
-__device__ __forceinline__ void gemv_prefetch_rows(const Cta& cta, const W* w, int cols,
-                                                   int depth, long long k_begin,
-                                                   long long k_end) {
-  constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
-  const int col0 = cta.x * kRowsPerCta;
-  const int lines = static_cast<int>((k_end - k_begin + kLine - 1) / kLine);
-  for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
-    const int c = col0 + i / (kWRows * lines);
-    if (c >= cols) break;
-    const int part = (i / lines) % kWRows;
-    const long long wrow = part == 0 ? c : cols + c;
-    prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
-  }
-}
-
 // The end of a gemv CTA's product, shared by the CUDA-core and tensor-core walks: after a
 // __syncthreads, reduce_smem holds kSlots partial sums of every output [kSlots][kRowsPerCta]
 // [rows][kWRows] (one per warp, or per share of K) and, with the norm prologue, norm_smem
-// kSlots partial sums of squares [kSlots][rows] of the whole x rows. Stores the CTA's features through the epilogue, or with kSplitK > 1
-// its float partials to the workspace, the last CTA of the feature tile adding the slices in
-// slice order and storing.
+// kSlots partial sums of squares [kSlots][rows] of the whole x rows. Stores the CTA's features
+// through the epilogue, or with kSplitK > 1 its float partials to the workspace, the last CTA
+// of the feature tile adding the slices in slice order and storing.
 template <typename T, typename W, typename OutT, int kThreads, int kSlots, int kRowsPerCta,
           int kSplitK, int kEpilogue, bool kNorm>
 __device__ __forceinline__ void gemv_finish(const Cta& cta, const float* reduce_smem,
@@ -186,13 +167,23 @@ template <typename T, typename W, typename OutT, int kMaxRows, int kThreads, int
           int kSplitK, int kVec, int kEpilogue, typename NormW>
 __device__ __forceinline__ void gemv_split_k_prefetch(
     const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_GEMV_SPLIT_K_PARAMS)) {
+  constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
+  constexpr int kLine = 128 / static_cast<int>(sizeof(W));  // elements per 128-byte line
+  const int col0 = cta.x * kRowsPerCta;
   const int vecs = depth / kVec;
   const int per_split = (vecs + kSplitK - 1) / kSplitK;
   const int v_begin = cta.y * per_split;
   const int v_end = min(vecs, v_begin + per_split);
-  gemv_prefetch_rows<W, kThreads, kRowsPerCta, kEpilogue == kGemvSwiglu ? 2 : 1>(
-      cta, w, cols, depth, static_cast<long long>(v_begin) * kVec,
-      static_cast<long long>(v_end) * kVec);
+  const long long k_begin = static_cast<long long>(v_begin) * kVec;
+  const int lines =
+      static_cast<int>((static_cast<long long>(v_end) * kVec - k_begin + kLine - 1) / kLine);
+  for (int i = threadIdx.x; i < kRowsPerCta * kWRows * lines; i += kThreads) {
+    const int c = col0 + i / (kWRows * lines);
+    if (c >= cols) break;
+    const int part = (i / lines) % kWRows;
+    const long long wrow = part == 0 ? c : cols + c;
+    prefetch_l2(w + wrow * depth + k_begin + static_cast<long long>(i % lines) * kLine);
+  }
 }
 
 // The tile of CTA `cta` in shared memory (the persistent kernel's weight stream): for each
