@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -413,25 +414,32 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   // describe the cost model's view of it).
   if (family.launch_kind() == kernels::LaunchKind::kLibrary) return out;
   for (const kernels::ByTargetRow& row : table->rows) add(row.tactic);
-  // The product of the tunables, last parameter fastest.
+  // The product of the tunables: combination c (mixed radix, last parameter fastest) for c =
+  // 0, s, 2s, ... modulo its size N, with the stride s coprime to N so that every combination
+  // comes once. Where the budget holds the whole product s is 1 (the product in order); where
+  // it does not, s spreads the candidates measured over every parameter's values, where a
+  // prefix of the order would hold the first parameters at their first values.
   const std::vector<kernels::TunableParam>& params = table->tunables;
-  std::vector<size_t> index(params.size(), 0);
+  if (params.empty()) return out;
+  uint64_t size = 1;
   for (const kernels::TunableParam& p : params) {
     if (p.values.empty()) return out;
+    size *= p.values.size();
   }
-  while (static_cast<int>(out.size()) < max_count) {
+  const uint64_t budget = static_cast<uint64_t>(
+      std::max<int64_t>(int64_t{max_count} - static_cast<int64_t>(out.size()), 1));
+  uint64_t stride = std::max<uint64_t>(size / budget, 1);
+  while (std::gcd(stride, size) != 1) ++stride;
+  uint64_t c = 0;
+  for (uint64_t n = 0; n < size && static_cast<int>(out.size()) < max_count; ++n) {
     Tactic t = table->default_tactic;
-    for (size_t i = 0; i < params.size(); ++i)
-      t.params[params[i].name] = params[i].values[index[i]];
-    add(t, /*from_product=*/true);
-    size_t i = params.size();
-    while (i > 0) {
-      --i;
-      if (++index[i] < params[i].values.size()) break;
-      index[i] = 0;
-      if (i == 0) return out;
+    uint64_t rest = c;
+    for (size_t i = params.size(); i-- > 0;) {
+      t.params[params[i].name] = params[i].values[rest % params[i].values.size()];
+      rest /= params[i].values.size();
     }
-    if (params.empty()) return out;
+    add(t, /*from_product=*/true);
+    c = (c + stride) % size;
   }
   return out;
 }

@@ -453,6 +453,27 @@ TEST(KernelFamiliesTest, GemvMmaServesTwoToSixteenRowsOnTensorCores) {
               target.shared_memory_per_block_bytes())
         << name;
   }
+  // Stream-K: `ctas` CTAs share the 56 tiles x 14 stages; the grid never exceeds the units,
+  // each CTA has two slots of partials and each tile a counter; no split-K, no norm prologue.
+  EXPECT_EQ(plain->params.at("ctas"), 0);
+  Tactic stream = *plain;
+  stream.params["split_k"] = 1;
+  stream.params["ctas"] = 264;
+  ASSERT_TRUE(mma.ValidateTactic(stream, y, h200).ok());
+  EXPECT_EQ(mma.Geometry(stream, y).grid, (std::array<int64_t, 3>{264, 1, 1}));
+  EXPECT_EQ(mma.WorkspaceBytes(stream, y), 264 * 2 * 16 * 64 * 4);
+  EXPECT_EQ(mma.CounterBytes(stream, y), 56 * 4);
+  stream.params["ctas"] = 5000;
+  EXPECT_EQ(mma.Geometry(stream, y).grid, (std::array<int64_t, 3>{56 * 14, 1, 1}));
+  stream.params["split_k"] = 2;
+  EXPECT_THAT(mma.ValidateTactic(stream, y, h200).message(), HasSubstr("stream-K"));
+  Tactic normed_stream = *normed;
+  normed_stream.params["ctas"] = 132;
+  EXPECT_THAT(mma.ValidateTactic(normed_stream, q, h200).message(), HasSubstr("RMSNorm prologue"));
+  // Measured where the tiles leave SMs unevenly loaded and the CTAs fit: 56 tiles on 132 SMs.
+  stream.params["split_k"] = 1;
+  stream.params["ctas"] = 132;
+  EXPECT_TRUE(mma.WorthMeasuring(stream, y, h200));
   // Refused: one row (gemv's), more than 16, float operands.
   const BoundGraph b1 = MustBind(graph, {{"B", 1}, {"T", 1}}, 1);
   EXPECT_THAT(mma.CanImplement(BoundRegion(b1, 0), h200).message(),

@@ -92,8 +92,20 @@ int64_t MmaSharedMemory(const Tactic& t, const GemvShape& s) {
          warps / groups * (rows * wrows + (s.norm ? 1 : 0)) * s.m * 4;
 }
 
+// gemv_mma's stream-K grid: `ctas` CTAs (a tactic parameter, 0 for the grid of a CTA per tile
+// and slice of K) sharing the tiles' stages, at most one CTA per stage (gemv_mma.cuh); 0 where
+// the tactic has none.
+int64_t StreamCtas(const Tactic& t, const GemvShape& s) {
+  const auto it = t.params.find("ctas");
+  if (it == t.params.end() || it->second == 0) return 0;
+  const int64_t units =
+      CeilDiv(s.n_out, t.params.at("rows_per_cta")) * CeilDiv(s.k, t.params.at("stage_k"));
+  return std::min(it->second, units);
+}
+
 // The launch of gemv_split_k (vec elements per load) or, with `mma`, of gemv_mma (vectors of
-// 8, a ring of `stages` stages of `stage_k`): the same parameters and epilogues.
+// 8, a ring of `stages` stages of `stage_k`, stream-K over `ctas` CTAs where set): the same
+// parameters and epilogues.
 absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r, const Tactic& t,
                                           bool mma) {
   TP_ASSIGN_OR_RETURN(const int64_t threads, b.Param("threads"));
@@ -145,7 +157,9 @@ absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r
     TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(bias_index)), {bias_index}));
   }
   TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(r.result_dtype(0)), {0}));
-  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split, b.SplitBuffers(split_k, "split-K"));
+  const int64_t stream_ctas = mma ? StreamCtas(t, s) : 0;
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
+                      b.SplitBuffers(stream_ctas > 0 ? 2 : split_k, "split-K"));
   const char* epilogue = residual   ? "tileplan::kGemvResidual"
                          : s.swiglu ? "tileplan::kGemvSwiglu"
                                     : "tileplan::kGemvPlain";
@@ -169,10 +183,17 @@ absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r
   if (mma) {
     TP_ASSIGN_OR_RETURN(const int64_t stage_k, b.Param("stage_k"));
     TP_ASSIGN_OR_RETURN(const int64_t stages, b.Param("stages"));
+    if (stream_ctas > 0 && (split_k != 1 || s.norm)) {
+      return b.Error("stream-K (ctas ", stream_ctas, ") takes split_k 1 and no RMSNorm prologue");
+    }
+    const std::array<int64_t, 3> grid =
+        stream_ctas > 0 ? std::array<int64_t, 3>{stream_ctas, 1, 1}
+                        : std::array<int64_t, 3>{CeilDiv(cols, rows_per_cta), split_k, 1};
     b.Launch("gemv_mma.cuh",
              absl::StrCat("tileplan::gemv_mma<", types, ", ", x.rows > 8 ? 2 : 1, ", ", tail, ", ",
-                          stage_k, ", ", stages, ", ", epilogue, ", ", norm_type, ">"),
-             {CeilDiv(cols, rows_per_cta), split_k, 1}, {threads, 1, 1}, MmaSharedMemory(t, s), p);
+                          stage_k, ", ", stages, ", ", epilogue, ", ", norm_type, ", ",
+                          stream_ctas > 0 ? "true" : "false", ">"),
+             grid, {threads, 1, 1}, MmaSharedMemory(t, s), p);
   } else {
     b.Launch("gemv_split_k.cuh",
              absl::StrCat("tileplan::gemv_split_k<", types, ", ", NextPowerOfTwo(x.rows), ", ",
@@ -197,19 +218,26 @@ class GemvFamilyBase : public TemplateFamilyBase {
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemvShape s = ShapeOf(r);
     LaunchGeometry g;
-    g.grid = {CeilDiv(s.n_out, t.params.at("rows_per_cta")), t.params.at("split_k"), 1};
+    const int64_t stream = mma_ ? StreamCtas(t, s) : 0;
+    g.grid = stream > 0 ? std::array<int64_t, 3>{stream, 1, 1}
+                        : std::array<int64_t, 3>{CeilDiv(s.n_out, t.params.at("rows_per_cta")),
+                                                 t.params.at("split_k"), 1};
     g.block = {t.params.at("threads"), 1, 1};
     g.dynamic_shared_memory_bytes = mma_ ? MmaSharedMemory(t, s) : SharedMemory(t, s);
     return g;
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
+    const GemvShape s = ShapeOf(r);
+    if (const int64_t stream = mma_ ? StreamCtas(t, s) : 0; stream > 0) {
+      // Two pieces' partials a CTA (gemv_mma.cuh).
+      return stream * 2 * s.m * t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) * 4;
+    }
     const int64_t split = t.params.at("split_k");
     if (split == 1) return 0;
-    const GemvShape s = ShapeOf(r);
     return split * s.m * s.n_w * 4;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
-    if (t.params.at("split_k") == 1) return 0;
+    if (t.params.at("split_k") == 1 && (!mma_ || StreamCtas(t, ShapeOf(r)) == 0)) return 0;
     return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
   }
   bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {
@@ -389,7 +417,8 @@ class GemvFamily final : public GemvFamilyBase {
 class GemvMmaFamily final : public GemvFamilyBase {
  public:
   GemvMmaFamily()
-      : GemvFamilyBase("gemv_mma", 1, {"rows_per_cta", "split_k", "stage_k", "stages", "threads"},
+      : GemvFamilyBase("gemv_mma", 2,
+                       {"ctas", "rows_per_cta", "split_k", "stage_k", "stages", "threads"},
                        /*mma=*/true) {}
 
   // Its uncalibrated estimate puts it ahead of cuBLASLt on every decode linear of 2 to 16 rows;
@@ -459,7 +488,8 @@ class GemvMmaFamily final : public GemvFamilyBase {
     }
     int64_t stages = 4;
     auto tactic = [&] {
-      return MakeTactic({{"rows_per_cta", rows},
+      return MakeTactic({{"ctas", 0},
+                         {"rows_per_cta", rows},
                          {"split_k", split},
                          {"stage_k", kStageK},
                          {"stages", stages},
@@ -476,9 +506,15 @@ class GemvMmaFamily final : public GemvFamilyBase {
     }
     return t;
   }
+  // ctas: 0 (a CTA per tile and slice of K) or stream-K over 1 to 4 CTAs per SM.
   std::vector<TunableParam> Tunables(const BoundRegion& r,
-                                     const TargetDescription&) const override {
-    return {{"rows_per_cta", {16, 32, 64, 128}},
+                                     const TargetDescription& target) const override {
+    std::vector<int64_t> ctas = {0};
+    if (!HasNorm(r)) {
+      for (int64_t n = 1; n <= 4; ++n) ctas.push_back(n * target.sm_count());
+    }
+    return {{"ctas", ctas},
+            {"rows_per_cta", {16, 32, 64, 128}},
             {"split_k", HasNorm(r) ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8}},
             {"stage_k", {128, 256, 512}},
             {"stages", {2, 4}},
@@ -486,8 +522,15 @@ class GemvMmaFamily final : public GemvFamilyBase {
   }
   bool WorthMeasuring(const Tactic& t, const BoundRegion& r,
                       const TargetDescription& target) const override {
-    const int64_t ctas = CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta"));
-    return t.params.at("split_k") == 1 || t.params.at("split_k") / 2 * ctas < 2 * target.sm_count();
+    const int64_t tiles = CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta"));
+    if (t.params.at("ctas") > 0) {
+      // Stream-K pays where the tiles do not fill the SMs evenly, and needs its CTAs resident.
+      return t.params.at("split_k") == 1 && tiles % target.sm_count() != 0 &&
+             t.params.at("ctas") / target.sm_count() * MmaSharedMemory(t, ShapeOf(r)) <=
+                 target.shared_memory_per_sm_bytes();
+    }
+    return t.params.at("split_k") == 1 ||
+           t.params.at("split_k") / 2 * tiles < 2 * target.sm_count();
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
                            const TargetDescription& target) const override {
@@ -518,6 +561,13 @@ class GemvMmaFamily final : public GemvFamilyBase {
     TP_RETURN_IF_ERROR(CheckSplitK(split, s.k, kMmaVec));
     if (s.norm && split != 1) {
       return BadParam("split_k", split, "1 with the RMSNorm prologue (it needs the whole row)");
+    }
+    const int64_t ctas = t.params.at("ctas");
+    if (ctas < 0 || ctas > 65535) return BadParam("ctas", ctas, "in [0, 65535]");
+    if (ctas > 0 && (split != 1 || s.norm)) {
+      return BadParam("ctas", ctas,
+                      "0 with split_k > 1 or the RMSNorm prologue (stream-K shares whole K among "
+                      "its CTAs and cannot see a row's whole sum of squares)");
     }
     if (MmaSharedMemory(t, s) > target.shared_memory_per_block_bytes()) {
       return BadParam(
