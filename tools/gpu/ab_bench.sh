@@ -3,8 +3,10 @@
 # lever is proven by the old and new build alternated in one device session). Each build is a
 # folder staged by tools/gpu/stage.sh. With --autotune, each build first tunes into its own
 # store (autotune_regions AUTOTUNE_ARGS and the store) and every benchmark plans with it; the
-# builds then run ROUNDS times each, A B A B ..., with the same benchmark arguments. Prints
-# the medians of each build's runs per phase and size, and their ratio (B over A).
+# builds then run ROUNDS times each, A B B A A B ..., with the same benchmark arguments, so
+# that neither build always runs first (whatever the position in a pair does to a run falls
+# on both). Prints the medians of each build's runs per phase and size, and their ratio (B
+# over A).
 #
 #   tools/gpu/ab_bench.sh STAGED_A STAGED_B OUT_DIR ROUNDS "BENCH ARGS" [--autotune "ARGS"]
 set -uo pipefail
@@ -34,7 +36,9 @@ for side in a b; do
   fi
 done
 for ((r = 1; r <= rounds; ++r)); do
-  for side in a b; do
+  order=(a b)
+  ((r % 2 == 0)) && order=(b a)
+  for side in "${order[@]}"; do
     dir=${!side}
     export TILEPLAN_CACHE_DIR="$work/module_cache_$side"
     cache_args=()
