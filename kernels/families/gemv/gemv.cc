@@ -94,7 +94,7 @@ int64_t MmaSharedMemory(const Tactic& t, const GemvShape& s) {
 
 // gemv_mma's stream-K grid: `ctas` CTAs (a tactic parameter, 0 for the grid of a CTA per tile
 // and slice of K) sharing the tiles' stages, at most one CTA per stage (gemv_mma.cuh); 0 where
-// the tactic has none.
+// the tactic has none (every gemv tactic).
 int64_t StreamCtas(const Tactic& t, const GemvShape& s) {
   const auto it = t.params.find("ctas");
   if (it == t.params.end() || it->second == 0) return 0;
@@ -157,7 +157,7 @@ absl::StatusOr<TemplateLaunch> LaunchGemv(LaunchBuilder& b, const BoundRegion& r
     TP_RETURN_IF_ERROR(b.CheckOperands(ir::DTypeSize(r.operand_dtype(bias_index)), {bias_index}));
   }
   TP_RETURN_IF_ERROR(b.CheckResults(ir::DTypeSize(r.result_dtype(0)), {0}));
-  const int64_t stream_ctas = mma ? StreamCtas(t, s) : 0;
+  const int64_t stream_ctas = StreamCtas(t, s);
   TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
                       b.SplitBuffers(stream_ctas > 0 ? 2 : split_k, "split-K"));
   const char* epilogue = residual   ? "tileplan::kGemvResidual"
@@ -218,7 +218,7 @@ class GemvFamilyBase : public TemplateFamilyBase {
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const GemvShape s = ShapeOf(r);
     LaunchGeometry g;
-    const int64_t stream = mma_ ? StreamCtas(t, s) : 0;
+    const int64_t stream = StreamCtas(t, s);
     g.grid = stream > 0 ? std::array<int64_t, 3>{stream, 1, 1}
                         : std::array<int64_t, 3>{CeilDiv(s.n_out, t.params.at("rows_per_cta")),
                                                  t.params.at("split_k"), 1};
@@ -228,7 +228,7 @@ class GemvFamilyBase : public TemplateFamilyBase {
   }
   int64_t WorkspaceBytes(const Tactic& t, const BoundRegion& r) const override {
     const GemvShape s = ShapeOf(r);
-    if (const int64_t stream = mma_ ? StreamCtas(t, s) : 0; stream > 0) {
+    if (const int64_t stream = StreamCtas(t, s); stream > 0) {
       // Two pieces' partials a CTA (gemv_mma.cuh).
       return stream * 2 * s.m * t.params.at("rows_per_cta") * (s.swiglu ? 2 : 1) * 4;
     }
@@ -237,7 +237,7 @@ class GemvFamilyBase : public TemplateFamilyBase {
     return split * s.m * s.n_w * 4;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
-    if (t.params.at("split_k") == 1 && (!mma_ || StreamCtas(t, ShapeOf(r)) == 0)) return 0;
+    if (t.params.at("split_k") == 1 && StreamCtas(t, ShapeOf(r)) == 0) return 0;
     return CeilDiv(ShapeOf(r).n_out, t.params.at("rows_per_cta")) * 4;  // one per row tile
   }
   bool MayOverwriteOperand(const BoundRegion& r, int result, int operand) const override {

@@ -72,13 +72,14 @@ __device__ __forceinline__ int gemv_stream_cta(long long u, long long units, int
 
 // Stream-K: stores a piece of tile `tile` (reduce_smem as gemv_finish takes it) that does not
 // cover it whole: its float partials go to slot `slot` of CTA `cta` in the workspace; the last
-// of the tile's pieces (CTAs first_cta..last_cta, the first one's piece in slot first_slot, the
-// others' in slot 0) to arrive adds them in CTA order and stores through the epilogue.
+// of the tile's pieces (CTAs first_cta..last_cta: the first one's run holds the tile's first
+// stage, so its piece is in slot 1, the others' in slot 0) to arrive adds them in CTA order and
+// stores through the epilogue.
 template <typename T, typename W, typename OutT, int kThreads, int kSlots, int kRowsPerCta,
           int kEpilogue>
 __device__ __forceinline__ void gemv_stream_piece(
     const float* reduce_smem, int tile, int cta, int slot, int first_cta, int last_cta,
-    int first_slot, const W* __restrict__ bias, const T* residual, long long residual_stride,
+    const W* __restrict__ bias, const T* residual, long long residual_stride,
     OutT* out, float* __restrict__ workspace, unsigned int* __restrict__ counters, int rows,
     int cols) {
   constexpr int kWRows = kEpilogue == kGemvSwiglu ? 2 : 1;
@@ -101,7 +102,7 @@ __device__ __forceinline__ void gemv_stream_piece(
     float g = 0.f, u = 0.f;
     for (int k = first_cta; k <= last_cta; ++k) {
       const float* piece =
-          workspace + (2 * static_cast<long long>(k) + (k == first_cta ? first_slot : 0)) *
+          workspace + (2 * static_cast<long long>(k) + (k == first_cta ? 1 : 0)) *
                           slot_floats;
       g += load_cg(piece + i * kWRows);
       if constexpr (kWRows == 2) u += load_cg(piece + i * kWRows + 1);
@@ -304,11 +305,8 @@ __global__ void __launch_bounds__(kThreads)
         } else {
           const int first_cta = gemv_stream_cta(first_unit, units, cta.nx);
           const int last_cta = gemv_stream_cta(first_unit + tile_stages - 1, units, cta.nx);
-          // The first CTA's piece starts at the tile's first stage unless its run began
-          // inside the tile.
-          const int first_slot = first_cta * units / cta.nx <= first_unit ? 1 : 0;
           gemv_stream_piece<T, W, OutT, kThreads, kShares, kRowsPerCta, kEpilogue>(
-              reduce_smem, tile, cta.x, starts ? 1 : 0, first_cta, last_cta, first_slot, bias,
+              reduce_smem, tile, cta.x, starts ? 1 : 0, first_cta, last_cta, bias,
               residual, residual_stride, out, workspace, counters, rows, cols);
         }
         __syncthreads();  // reduce_smem is rewritten by the next piece
