@@ -45,6 +45,10 @@ ABSL_FLAG(std::string, inject_fault, "",
           "REGION, it first runs a kernel that executes __trap(), which kills its CUDA context "
           "as a faulting candidate would; the candidate is recorded as a fault and the worker "
           "restarted");
+ABSL_FLAG(double, candidate_timeout, 120,
+          "SECONDS a candidate may run without the worker printing a line before the worker is "
+          "killed and the candidate recorded as a fault (a kernel that never ends); 0 waits for "
+          "ever");
 ABSL_FLAG(std::string, only, "",
           "TEXT: measure (or with --print-keys list) only the regions whose progress label "
           "(`prefill T=512 l1.expert_gate expert_linear / expert_gemm`) or key contains "
@@ -74,18 +78,20 @@ constexpr char kUsage[] =
     "--max-context, --prefill-logits and --target, so its keys are the ones that benchmark looks\n"
     "up. Regions the store already answers for this GPU are skipped. The measuring runs in a\n"
     "worker process; a candidate that faults the GPU kills only the worker, which is restarted\n"
-    "without it (recorded as a fault).\n"
+    "without it (recorded as a fault); so does one that runs --candidate-timeout seconds (120)\n"
+    "without ending.\n"
     "\n"
     "usage: autotune_regions --model DIR|FILE|NAME --tactic-cache FILE [--prefill T,...]\n"
     "           [--decode C,...] [--batch B] [--max-context N] [--prefill-logits all|last]\n"
     "           [--target NAME|FILE] [--repeats N] [--max-candidates N] [--freeze]\n"
-    "           [--only TEXT] [--inject-fault REGION:CANDIDATE]\n"
+    "           [--only TEXT] [--candidate-timeout SECONDS] [--inject-fault REGION:CANDIDATE]\n"
     "       autotune_regions --model DIR|FILE|NAME [plan flags] --print-keys\n"
     "       autotune_regions --tactic-cache FILE --export FILE | --import FILE\n"
     "\n"
     "Exit status: 0 done; 1 some region without any valid candidate; 2 bad arguments, no GPU,\n"
     "an unusable store, or an --inject-fault that matched no region or was never reached;\n"
-    "3 every region tuned, but a candidate faulted the GPU (recorded, its worker restarted).\n"
+    "3 every region tuned, but a candidate faulted the GPU or hung (recorded, its worker\n"
+    "restarted).\n"
     "\n"
     "Examples:\n"
     "  autotune_regions --model qwen3-0.6b --tactic-cache tactics.db\n"
@@ -121,6 +127,11 @@ absl::Status CheckFlags() {
     return absl::OkStatus();
   }
   if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
+  if (const double timeout = absl::GetFlag(FLAGS_candidate_timeout);
+      !(timeout >= 0 && timeout <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--candidate-timeout ", timeout, ": seconds in [0, 1e6] (0 waits for ever)"));
+  }
   if (const std::string fault = absl::GetFlag(FLAGS_inject_fault); !fault.empty()) {
     TP_RETURN_IF_ERROR(tuner::ParseFaultInjection(fault).status());
   }
@@ -222,7 +233,7 @@ absl::StatusOr<int> Tune(const tuner::TuningWork& work, const tuner::Environment
         std::vector<std::string> argv = {
             args.front(), absl::StrCat("--worker=", tuner::FormatWorkerRequest(request))};
         argv.insert(argv.end(), args.begin() + 1, args.end());
-        return tuner::SpawnWorker(self, argv, on_line);
+        return tuner::SpawnWorker(self, argv, on_line, absl::GetFlag(FLAGS_candidate_timeout));
       };
   TP_ASSIGN_OR_RETURN(const tuner::AutotuneResult result,
                       tuner::MeasureInWorkers(work, todo, inject_at, launch, std::cout));

@@ -1,11 +1,15 @@
 #include "tuner/worker.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -190,7 +194,7 @@ absl::Status RunWorker(const TuningWork& work, const WorkerRequest& request,
 
 absl::StatusOr<std::optional<WorkerDeath>> SpawnWorker(
     const std::string& binary, const std::vector<std::string>& argv,
-    const std::function<void(const WorkerLine&)>& on_line) {
+    const std::function<void(const WorkerLine&)>& on_line, double candidate_timeout_s) {
   std::vector<std::string> args = argv;
   std::vector<char*> pointers;
   for (std::string& s : args) pointers.push_back(s.data());
@@ -211,24 +215,53 @@ absl::StatusOr<std::optional<WorkerDeath>> SpawnWorker(
     return absl::InternalError(
         absl::StrCat("cannot start the worker ", binary, ": ", std::strerror(rc)));
   }
-  std::FILE* in = fdopen(fds[0], "r");
+  using Clock = std::chrono::steady_clock;
   std::optional<CandidateRef> current;
-  char buffer[4096];
-  std::string text;
-  while (std::fgets(buffer, sizeof(buffer), in) != nullptr) {
-    text += buffer;
-    if (text.back() != '\n' && !std::feof(in)) continue;  // a line longer than the buffer
-    if (text.back() == '\n') text.pop_back();
+  Clock::time_point since;  // when `current` printed its "candidate" line or anything since
+  auto handle = [&](absl::string_view text) {
     const WorkerLine line = ParseWorkerLine(text);
     if (line.kind == WorkerLine::Kind::kCandidate)
       current = CandidateRef{line.item, line.candidate};
     if (line.kind == WorkerLine::Kind::kDone) current.reset();
+    since = Clock::now();
     on_line(line);
-    text.clear();
+  };
+  std::string pending;  // bytes read past the last whole line
+  bool killed = false;
+  char buffer[4096];
+  for (;;) {
+    int wait_ms = -1;
+    if (current.has_value() && candidate_timeout_s > 0) {
+      const double left =
+          candidate_timeout_s - std::chrono::duration<double>(Clock::now() - since).count();
+      wait_ms = static_cast<int>(std::clamp(std::ceil(left * 1e3), 0.0, 1e9));
+    }
+    pollfd p = {fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, wait_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      // The candidate has run candidate_timeout_s without a line: it hangs.
+      kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    const ssize_t n = ready < 0 ? -1 : read(fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the end of its output (or an error reading it)
+    pending.append(buffer, static_cast<size_t>(n));
+    for (size_t end = pending.find('\n'); end != std::string::npos; end = pending.find('\n')) {
+      handle(absl::string_view(pending).substr(0, end));
+      pending.erase(0, end + 1);
+    }
   }
-  std::fclose(in);
+  if (!pending.empty() && !killed) handle(pending);  // a last line without its newline
+  close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
+  if (killed) {
+    return WorkerDeath{*current,
+                       absl::StrCat("no progress for ", candidate_timeout_s, " s: killed")};
+  }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::optional<WorkerDeath>();
   const std::string how = WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
                                             : absl::StrCat("signal ", WTERMSIG(status), " (",

@@ -30,8 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "targets/target.pb.h"
 #include "device/device.h"
+#include "targets/target.pb.h"
 #include "tuner/environment.h"
 #include "tuner/tactic_store.h"
 
@@ -111,9 +111,13 @@ struct WorkerDeath {
 // stdout into a pipe, and passes each line it prints to `on_line` as it comes. nullopt when it
 // exits with 0; else where it died (the candidate of its last "candidate" line with no "done" after
 // it) and how. Internal when it cannot be started, or ends otherwise outside a candidate.
+// With `candidate_timeout_s` > 0, a candidate that runs that long without the worker printing
+// another line (a kernel that never ends: a deadlock, an endless loop) has the worker killed
+// (SIGKILL, which ends its CUDA context and the kernel with it); its death is then "no
+// progress for S s: killed". 0 waits for ever.
 absl::StatusOr<std::optional<WorkerDeath>> SpawnWorker(
     const std::string& binary, const std::vector<std::string>& argv,
-    const std::function<void(const WorkerLine&)>& on_line);
+    const std::function<void(const WorkerLine&)>& on_line, double candidate_timeout_s = 0);
 
 }  // namespace tileplan::tuner
 

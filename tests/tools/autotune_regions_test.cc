@@ -20,7 +20,6 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "device/device.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/tool_run.h"
 #include "tuner/tactic_store.pb.h"
@@ -101,6 +100,10 @@ TEST(AutotuneRegionsTest, RefusalsWithoutAGpuOrAStoreExitWithTwo) {
   r = RunTool("--tactic-cache t.db --model qwen3-0.6b --batch 1,16");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--batch: invalid value '1,16': needs a positive integer"));
+  r = RunTool("--tactic-cache t.db --model qwen3-0.6b --candidate-timeout -1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("--candidate-timeout -1: seconds in [0, 1e6] (0 waits for ever)"));
   // --export reads an existing store: a missing one is an error, and nothing is created.
   const fs::path exported = dir / "tactics.textproto";
   r = RunTool(absl::StrCat("--tactic-cache '", cache, "' --export '", exported.string(), "'"));

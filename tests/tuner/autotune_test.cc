@@ -4,6 +4,7 @@
 // summary, and starting a real process and reading how it ended.
 #include "tuner/autotune.h"
 
+#include <chrono>
 #include <set>
 #include <sstream>
 #include <string>
@@ -292,6 +293,49 @@ TEST(SpawnWorkerTest, ReadsTheLinesAndHowTheProcessEnded) {
   r = SpawnWorker("/nonexistent/worker", {"worker"}, on_line);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(r.status().message(), HasSubstr("cannot start the worker /nonexistent/worker"));
+  // A last line without its newline is still a line.
+  lines.clear();
+  r = SpawnWorker("/bin/sh", {"sh", "-c", "printf 'candidate 2 5'; exit 1"}, on_line);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->candidate, (CandidateRef{2, 5}));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].kind, WorkerLine::Kind::kCandidate);
+}
+
+// A candidate that runs past the timeout without a line (a kernel that never ends) has its
+// worker killed, and the death names the candidate; the clock restarts at every line, runs
+// only while a candidate is measured (not between items), and 0 never kills.
+TEST(SpawnWorkerTest, KillsAWorkerWhoseCandidateHangs) {
+  std::vector<WorkerLine> lines;
+  const auto on_line = [&](const WorkerLine& line) { lines.push_back(line); };
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::optional<WorkerDeath>> r = SpawnWorker(
+      "/bin/sh", {"sh", "-c", "echo begin 3 9; echo candidate 3 4; exec sleep 30"}, on_line,
+      /*candidate_timeout_s=*/0.5);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->candidate, (CandidateRef{3, 4}));
+  EXPECT_EQ((*r)->how, "no progress for 0.5 s: killed");
+  EXPECT_LT(took, 20.0);  // killed, not waited for
+  EXPECT_EQ(lines.size(), 2u);
+
+  // Lines keep a slow candidate alive; a pause outside any candidate is not timed.
+  r = SpawnWorker("/bin/sh",
+                  {"sh", "-c",
+                   "echo candidate 1 0; sleep 0.3; echo note; sleep 0.3; echo done 1 1 1 1.0 1.0 "
+                   "-; sleep 1.2; echo candidate 2 0; echo done 2 1 1 1.0 1.0 -"},
+                  on_line, /*candidate_timeout_s=*/0.8);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->has_value());
+
+  // 0: no timeout.
+  r = SpawnWorker("/bin/sh", {"sh", "-c", "echo candidate 1 0; sleep 0.5; exit 4"}, on_line, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->how, "exit 4");
 }
 
 }  // namespace
