@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -238,14 +239,17 @@ absl::StatusOr<std::optional<WorkerDeath>> SpawnWorker(
     }
     pollfd p = {fds[0], POLLIN, 0};
     const int ready = poll(&p, 1, wait_ms);
-    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;  // the pipe cannot be waited on: read no more
+    }
     if (ready == 0) {
       // The candidate has run candidate_timeout_s without a line: it hangs.
       kill(pid, SIGKILL);
       killed = true;
       break;
     }
-    const ssize_t n = ready < 0 ? -1 : read(fds[0], buffer, sizeof(buffer));
+    const ssize_t n = read(fds[0], buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the end of its output (or an error reading it)
     pending.append(buffer, static_cast<size_t>(n));
