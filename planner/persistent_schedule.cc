@@ -1,11 +1,15 @@
 #include "planner/persistent_schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "base/align.h"
 #include "base/status_macros.h"
@@ -21,7 +25,12 @@ using kernels::BoundRegion;
 struct StepRole {
   enum Kind { kView, kTask, kOther } kind = kOther;
   int64_t threads = 0;
+  // A task whose tactic runs in thread-block clusters: in a run it takes the family's tactic
+  // without them (KernelFamily::WithoutClusters).
+  bool clustered = false;
 };
+
+constexpr std::array<int64_t, 3> kNoCluster = {1, 1, 1};
 
 StepRole RoleOf(const TacticChoice& c, const BoundRegion& region) {
   if (c.estimate.launches == 0) return {StepRole::kView, 0};
@@ -31,7 +40,10 @@ StepRole RoleOf(const TacticChoice& c, const BoundRegion& region) {
   }
   const kernels::LaunchGeometry g = c.family->Geometry(c.tactic, region);
   if (g.block[1] != 1 || g.block[2] != 1 || g.block[0] <= 0) return {};
-  return {StepRole::kTask, g.block[0]};
+  // The persistent kernel's blocks run tasks one CTA at a time, never as clusters.
+  const bool clustered = g.cluster != kNoCluster;
+  if (clustered && !c.family->WithoutClusters(c.tactic).has_value()) return {};
+  return {StepRole::kTask, g.block[0], clustered};
 }
 
 // The block size most of the steps' launches have (the smaller on a tie).
@@ -63,20 +75,30 @@ absl::Status Retactic(TacticChoice& choice, kernels::Tactic tactic, const BoundR
   return absl::OkStatus();
 }
 
-// `choice` at `threads` threads per block: the family's tactic changed in its block size,
+// `choice` as a task of a run of `threads` threads per block: the family's tactic without
+// thread-block clusters where it has them, and changed in its block size where that differs,
 // validated and estimated; nullopt when the family has none that validates.
-absl::StatusOr<std::optional<TacticChoice>> AtThreads(const TacticChoice& choice,
-                                                      const BoundRegion& region, int64_t threads,
-                                                      const targets::TargetDescription& target) {
-  std::optional<kernels::Tactic> tactic = choice.family->WithBlockThreads(choice.tactic, threads);
-  if (!tactic.has_value() || !choice.family->ValidateTactic(*tactic, region, target).ok() ||
-      choice.family->Geometry(*tactic, region).block[0] != threads) {
+absl::StatusOr<std::optional<TacticChoice>> AsTask(const TacticChoice& choice,
+                                                   const BoundRegion& region, int64_t threads,
+                                                   const targets::TargetDescription& target) {
+  std::optional<kernels::Tactic> tactic = choice.tactic;
+  std::vector<std::string> why;
+  if (choice.family->Geometry(*tactic, region).cluster != kNoCluster) {
+    tactic = choice.family->WithoutClusters(*tactic);
+    why.push_back("without thread-block clusters");
+  }
+  if (tactic.has_value() && choice.family->Geometry(*tactic, region).block[0] != threads) {
+    tactic = choice.family->WithBlockThreads(*tactic, threads);
+    why.push_back(absl::StrCat("at ", threads, " threads per block, as every stage of its run"));
+  }
+  if (!tactic.has_value() || !choice.family->ValidateTactic(*tactic, region, target).ok()) {
     return std::nullopt;
   }
+  const kernels::LaunchGeometry g = choice.family->Geometry(*tactic, region);
+  if (g.block[0] != threads || g.cluster != kNoCluster) return std::nullopt;
   TacticChoice out = choice;
   TP_RETURN_IF_ERROR(
-      Retactic(out, *std::move(tactic), region, target,
-               absl::StrCat("at ", threads, " threads per block, as every stage of its run")));
+      Retactic(out, *std::move(tactic), region, target, absl::StrJoin(why, ", ")));
   return std::optional<TacticChoice>(std::move(out));
 }
 
@@ -120,17 +142,19 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
     // The choices as they were, for the steps as kernels and for a run given up.
     const std::vector<TacticChoice> before(choices.begin() + first, choices.begin() + last + 1);
     auto give_up = [&] { std::copy(before.begin(), before.end(), choices.begin() + first); };
-    // Steps at another block size move to the run's, or end it.
+    // Steps at another block size, or in thread-block clusters, become the run's tasks, or
+    // end it.
     int end = first;
     for (; end <= last; ++end) {
       StepRole& role = roles[static_cast<size_t>(end)];
-      if (role.kind != StepRole::kTask || role.threads == threads) continue;
+      if (role.kind != StepRole::kTask || (role.threads == threads && !role.clustered)) continue;
       const BoundRegion region(graph, end);
       TP_ASSIGN_OR_RETURN(std::optional<TacticChoice> moved,
-                          AtThreads(choices[static_cast<size_t>(end)], region, threads, target));
+                          AsTask(choices[static_cast<size_t>(end)], region, threads, target));
       if (!moved.has_value()) break;
       choices[static_cast<size_t>(end)] = *std::move(moved);
       role.threads = threads;
+      role.clustered = false;
     }
     if (end == first) {
       // The first step itself cannot take the block size the others have: it stays a kernel,

@@ -7,7 +7,9 @@
 // at least two launching steps. Every stage of a run has the run's block size: the size most
 // of its steps' tactics have; a step whose tactic has another is given the family's same
 // tactic at the run's size (KernelFamily::WithBlockThreads, re-validated and re-estimated,
-// source COST_MODEL), or, if the family cannot, ends the run. Stage s waits for stage s - 1
+// source COST_MODEL), or, if the family cannot, ends the run; so is a step whose tactic runs
+// in thread-block clusters given the family's tactic without them (WithoutClusters): a
+// block runs its tasks one CTA at a time. Stage s waits for stage s - 1
 // (the stream order the steps had as kernels, so buffers the arena shares between steps are
 // never read and written at once), and its CTAs are dealt round-robin to the blocks from
 // where stage s - 1's ended, spreading every stage over all SMs.

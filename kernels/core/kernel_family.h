@@ -101,6 +101,8 @@ struct LaunchGeometry {
   std::array<int64_t, 3> grid = {0, 0, 0};   // all zero for a step that launches nothing
   std::array<int64_t, 3> block = {0, 0, 0};  // all zero when a library chooses it
   int64_t dynamic_shared_memory_bytes = 0;
+  // Thread-block clusters of this many CTAs per dimension; {1, 1, 1}: none.
+  std::array<int64_t, 3> cluster = {1, 1, 1};
   // True when a library (cuBLASLt) launches its own kernels: `grid` is then the tile grid
   // the tactic implies and `block` is zero.
   bool library_managed = false;
@@ -170,6 +172,12 @@ class KernelFamily {
   // threads per block; nullopt when the family has no such parameter. The result still has
   // to pass ValidateTactic.
   virtual std::optional<Tactic> WithBlockThreads(const Tactic& tactic, int64_t threads) const {
+    return std::nullopt;
+  }
+  // `tactic` changed only so that its launches run without thread-block clusters (the
+  // persistent kernel's tasks run one CTA at a time); nullopt when the family has no such
+  // tactic. The result still has to pass ValidateTactic.
+  virtual std::optional<Tactic> WithoutClusters(const Tactic& tactic) const {
     return std::nullopt;
   }
   // The persistent kernel's weight stream (kernels/launch/persistent.cuh): the bytes of

@@ -173,6 +173,20 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
+// The two halves of a cluster barrier: an arrival that orders nothing, and the wait for every
+// thread of the cluster to have arrived. A CTA may touch another's shared memory only once that
+// CTA has started: arriving first thing and waiting just before the first such access costs
+// nothing where the cluster's CTAs all started long before.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void store_shared_cluster_v4(unsigned int addr, unsigned int rank,
                                                         float a, float b, float c, float d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -208,6 +208,11 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> StepLauncher::PreparePersistent(
           absl::StrCat(where, " (", step->label_, "): its family has no persistent tasks"));
     }
     const KernelLaunch& launch = step->launches_[0][static_cast<size_t>(st.launch)];
+    if (launch.cluster != std::array<int64_t, 3>{1, 1, 1}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (", step->label_, "): it runs in thread-block clusters, which ",
+                       "the persistent kernel's tasks cannot"));
+    }
     if (launch.block[0] != spec.threads || launch.block[1] != 1 || launch.block[2] != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " (", step->label_, "): its block is ", launch.block[0], "x",

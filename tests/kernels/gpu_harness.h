@@ -83,6 +83,9 @@ struct Case {
   // architecture-specific family's) and is skipped, saying so, on others; its CPU checks
   // run on the sm_90 target regardless.
   int sm = 0;
+  // When > 0, the case runs on GPUs of at least this compute capability (tactics that need
+  // thread-block clusters, say) and is skipped, saying so, on older ones.
+  int min_sm = 0;
 };
 
 // A named group of cases: one test.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "base/align.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/core/kernel_family.h"
@@ -754,6 +755,67 @@ TEST(KernelFamiliesTest, AttentionDecodeTensorCoreWalk) {
   }
 }
 
+// The cluster merge (cluster 1): a tunable on sm_90 and later only, valid with 2 to 8 splits
+// (refused naming the parameter otherwise, and on the A100), launched in clusters of the
+// splits with no workspace or counters and the inbox added to the shared memory, and measured
+// only where it is valid; the H200's default takes it with 8 splits, the A100's never.
+TEST(KernelFamiliesTest, AttentionDecodeClusterMerge) {
+  const KernelFamily& family = *GlobalKernelRegistry().Find("attention_decode");
+  const TargetDescription h200 = MustTarget("h200");
+  const TargetDescription a100 = MustTarget("a100");
+  const ir::Graph graph = DecodeAttentionGraph(16, 8, 128, "bf16");
+  const BoundGraph bound = MustBind(graph, {{"B", 1}, {"Smax", 2048}, {"T", 1}}, 512);
+  const BoundRegion region(bound, 0);
+  auto listed = [&](const TargetDescription& target) {
+    absl::StatusOr<CandidateTable> table = family.Candidates(region, target);
+    EXPECT_TRUE(table.ok()) << table.status();
+    EXPECT_EQ(table->default_tactic.params.count("cluster"), target.sm() >= 90 ? 1u : 0u);
+    return std::any_of(table->tunables.begin(), table->tunables.end(),
+                       [](const TunableParam& p) { return p.name == "cluster"; });
+  };
+  EXPECT_TRUE(listed(h200));
+  EXPECT_FALSE(listed(a100));
+  EXPECT_LE(MeasuredTactics(family, region, h200), 255);
+
+  const Tactic plain{"attention_decode",
+                     family.version(),
+                     {{"head_split", 1},
+                      {"kv_chunk", 64},
+                      {"mma", 1},
+                      {"splits", 8},
+                      {"stages", 1},
+                      {"warps", 4}}};
+  Tactic cluster = plain;
+  cluster.params["cluster"] = 1;
+  ASSERT_TRUE(family.ValidateTactic(plain, region, h200).ok());
+  ASSERT_TRUE(family.ValidateTactic(cluster, region, h200).ok());
+  EXPECT_TRUE(family.WorthMeasuring(cluster, region, h200));
+  const LaunchGeometry g = family.Geometry(cluster, region);
+  EXPECT_EQ(g.cluster, (std::array<int64_t, 3>{8, 1, 1}));
+  EXPECT_EQ(family.Geometry(plain, region).cluster, (std::array<int64_t, 3>{1, 1, 1}));
+  // Two queries per CTA (a group of 2) of 128 dims: 64 4-dim items dealt to 8 CTAs, each
+  // receiving its 8 items and the 2 queries' (max, sum) from each of the 8 splits.
+  EXPECT_EQ(g.dynamic_shared_memory_bytes,
+            AlignUp(family.Geometry(plain, region).dynamic_shared_memory_bytes, 16) +
+                8 * (8 + 2) * 16);
+  EXPECT_GT(family.WorkspaceBytes(plain, region), 0);
+  EXPECT_EQ(family.WorkspaceBytes(cluster, region), 0);
+  EXPECT_EQ(family.CounterBytes(cluster, region), 0);
+
+  EXPECT_THAT(family.ValidateTactic(cluster, region, a100).message(),
+              HasSubstr("thread-block clusters need sm_90"));
+  for (int64_t splits : {1, 16}) {
+    Tactic t = cluster;
+    t.params["splits"] = splits;
+    EXPECT_THAT(family.ValidateTactic(t, region, h200).message(),
+                HasSubstr("with cluster 1 (a cluster's CTAs"));
+    EXPECT_FALSE(family.WorthMeasuring(t, region, h200));
+  }
+  Tactic two = cluster;
+  two.params["cluster"] = 2;
+  EXPECT_THAT(family.ValidateTactic(two, region, h200).message(), HasSubstr("0 or 1"));
+}
+
 // The H200's default picks the walk and its tactic as measured (docs/PERF.md, "Decode
 // attention on tensor cores"): the tensor-core walk for Qwen3-0.6B at 512 (8 kv heads x 32
 // steps of 16 keys outnumber the SMs: 4 warps over 64-row chunks, 8 splits) and at 2048 (8
@@ -772,7 +834,8 @@ TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
     std::string h200, a100;
   };
   for (const Case& c : {
-           Case{16, 8, 128, 1, 1, 512, "head_split=1,kv_chunk=64,mma=1,splits=8,stages=1,warps=4",
+           Case{16, 8, 128, 1, 1, 512,
+                "cluster=1,head_split=1,kv_chunk=64,mma=1,splits=8,stages=1,warps=4",
                 "head_split=2,kv_chunk=32,splits=7,stages=1,warps=4"},
            Case{16, 8, 128, 1, 1, 2048,
                 "head_split=1,kv_chunk=128,mma=1,splits=16,stages=1,warps=8", ""},
@@ -780,11 +843,12 @@ TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
                 "head_split=1,kv_chunk=128,mma=1,splits=16,stages=2,warps=8", ""},
            Case{16, 8, 128, 1, 1, 16384,
                 "head_split=1,kv_chunk=128,mma=1,splits=16,stages=2,warps=8", ""},
-           Case{28, 4, 128, 16, 1, 512, "head_split=1,kv_chunk=128,mma=1,splits=2,stages=1,warps=8",
-                ""},
+           Case{28, 4, 128, 16, 1, 512,
+                "cluster=1,head_split=1,kv_chunk=128,mma=1,splits=2,stages=1,warps=8", ""},
            Case{32, 4, 128, 1, 1, 4096,
                 "head_split=1,kv_chunk=128,mma=1,splits=32,stages=1,warps=8", ""},
-           Case{32, 4, 128, 1, 1, 512, "head_split=8,kv_chunk=32,splits=5,stages=1,warps=4", ""},
+           Case{32, 4, 128, 1, 1, 512,
+                "cluster=1,head_split=8,kv_chunk=32,splits=5,stages=1,warps=4", ""},
            Case{32, 32, 96, 1, 1, 4096, "head_split=1,kv_chunk=64,splits=20,stages=1,warps=4", ""},
            Case{14, 2, 64, 1, 16, 8192, "head_split=1,kv_chunk=64,mma=1,splits=66,stages=1,warps=4",
                 ""},

@@ -51,6 +51,10 @@ TEST_P(KernelsGpuTest, MatchesTheCpuReference) {
       GTEST_SKIP() << c.family << " runs on sm_" << c.sm << " only; this GPU is sm_"
                    << GpuEnvironment::device().sm();
     }
+    if (c.min_sm > 0 && GpuEnvironment::device().sm() < c.min_sm) {
+      GTEST_SKIP() << "its tactics need sm_" << c.min_sm << " or later; this GPU is sm_"
+                   << GpuEnvironment::device().sm();
+    }
     const unsigned seed = std::random_device{}();
     SCOPED_TRACE(absl::StrCat("seed ", seed));
     PreparedCase p;

@@ -1,6 +1,7 @@
 // The persistent decode schedule (planner/persistent_schedule.h) as the plan builder emits it.
 #include "planner/persistent_schedule.h"
 
+#include <array>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -100,6 +101,12 @@ void ExpectValidRuns(const proto::Phase& phase, const targets::TargetDescription
         streamed += tile > 0 && tile <= run.stream_slot_bytes() ? 1 : 0;
       }
       EXPECT_EQ(step.launch().block(0), run.threads()) << step.name();
+      // A block runs its tasks one CTA at a time: no stage runs in thread-block clusters.
+      absl::StatusOr<kernels::Tactic> tactic = kernels::TacticFromProto(step.tactic());
+      ASSERT_TRUE(tactic.ok()) << tactic.status();
+      EXPECT_EQ(family->Geometry(*tactic, kernels::BoundRegion(*bound, step.region())).cluster,
+                (std::array<int64_t, 3>{1, 1, 1}))
+          << step.name();
       EXPECT_EQ(s.tasks(), step.launch().grid(0) * step.launch().grid(1) * step.launch().grid(2));
       EXPECT_EQ(s.wait(), stage - 1);
       EXPECT_EQ(s.first_block(), next_block);
@@ -150,6 +157,24 @@ TEST(PersistentScheduleTest, DenseDecodeLayersRunAsOneKernel) {
       // One launch for the run: embedding, the run, the final norm and the LM head.
       EXPECT_EQ(phase.launches(), 4);
     }
+    // The H200's default attention merges its 8 splits in a thread-block cluster; in the run
+    // it merges them through the workspace instead, and says so.
+    const proto::ExecutionPlan kernels_plan =
+        MustPlan("qwen3-0.6b", proto::PlanOptions::DECODE_BACKEND_KERNELS, {1, 2}, 0, slots);
+    bool clustered = false;
+    for (const proto::Step& step : kernels_plan.phases(0).steps()) {
+      if (step.tactic().family() != "attention_decode") continue;
+      for (const auto& p : step.tactic().params()) clustered |= p.name() == "cluster" && p.value();
+    }
+    EXPECT_TRUE(clustered);
+    for (const proto::Step& step : plan.phases(0).steps()) {
+      if (step.tactic().family() != "attention_decode") continue;
+      bool noted = false;
+      for (const std::string& line : step.provenance().considered()) {
+        noted = noted || line.find("without thread-block clusters") != std::string::npos;
+      }
+      EXPECT_TRUE(noted) << step.name();
+    }
     const std::string text = PlanTable(plan, /*fold_layers=*/true);
     EXPECT_NE(text.find(slots > 0 ? "persistent kernel: steps 1-168 as 140 stages in one launch, "
                                     "132 blocks of 256 threads (1 per SM)"
@@ -189,9 +214,10 @@ TEST(PersistentScheduleTest, StepsRetunedForTheRunAreReestimated) {
     }
     EXPECT_TRUE(noted) << p.steps(i).name();
   }
-  // Two GEMVs of every layer have another block size as kernels than the run's; with the
+  // Two GEMVs of every layer have another block size as kernels than the run's, and the
+  // attention of every layer merges its splits in a thread-block cluster as a kernel; with the
   // stream, every GEMV also takes the tiles that fit the slots.
-  EXPECT_EQ(moved, (slots > 0 ? 4 : 2) * 28);
+  EXPECT_EQ(moved, (slots > 0 ? 5 : 3) * 28);
   }
 }
 

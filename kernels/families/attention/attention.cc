@@ -27,6 +27,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/align.h"
 #include "base/status_macros.h"
 #include "kernels/core/family_base.h"
 #include "kernels/families/attention/attention_params.h"
@@ -130,16 +131,17 @@ constexpr PrefillRow kPrefillRows[] = {{"sm_80", 128, 64, 2, 4},
 
 // The split-KV decode grid's dynamic shared memory (attention_params.h gives the layout): the
 // partials, plus with stages >= 2 on CUDA cores the streamed K and V tiles (the tensor-core
-// walk's stages are registers).
+// walk's stages are registers), plus with the cluster merge (`cluster_splits` CTAs to a
+// cluster; 0 without) its inbox.
 int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps, int64_t stages,
-                            int64_t element_bytes, int64_t kv_chunk, bool mma) {
-  const int q = static_cast<int>(queries), d = static_cast<int>(head_dim),
-            w = static_cast<int>(warps);
-  if (stages < 2 || mma) return SplitKvPartialsBytes(q, d, w);
-  return SplitKvTilesOffset(q, d, w) +
-         stages * 2 *
-             SplitKvTileRows(d, static_cast<int>(element_bytes), static_cast<int>(kv_chunk)) *
-             head_dim * element_bytes;
+                            int64_t element_bytes, int64_t kv_chunk, bool mma,
+                            int64_t cluster_splits) {
+  const int q = static_cast<int>(queries), d = static_cast<int>(head_dim);
+  const int64_t body =
+      SplitKvBodyBytes(q, d, static_cast<int>(warps), mma ? 1 : static_cast<int>(stages),
+                       static_cast<int>(element_bytes), static_cast<int>(kv_chunk));
+  if (cluster_splits == 0) return body;
+  return AlignUp(body, 16) + SplitKvInboxBytes(q, d, static_cast<int>(cluster_splits));
 }
 
 // The tactic's head_split and the queries of one split-KV CTA (T · Hq/Hkv / head_split); an
@@ -179,6 +181,25 @@ absl::StatusOr<bool> MmaEngine(const LaunchBuilder& b, const Tactic& t, ir::DTyp
   }
   if (stages != 1 && stages != 2) {
     return b.Error("the tensor-core walk (mma 1) loads into registers: stages 1 or 2");
+  }
+  return true;
+}
+
+// The split-KV decode tactic's merge of its splits: `cluster` 1 makes the splits of a (b, kv
+// head, part) one thread-block cluster that merges through distributed shared memory
+// (attention_decode_split_kv.cuh, split_kv_cluster_merge; sm_90 and later, 2 to 8 splits: the
+// portable cluster size); absent or 0, the last CTA to finish merges them from the workspace.
+int64_t ClusterParam(const Tactic& t) {
+  const auto it = t.params.find("cluster");
+  return it == t.params.end() ? 0 : it->second;
+}
+constexpr int64_t kMaxClusterSplits = 8;
+absl::StatusOr<bool> ClusterMerge(const LaunchBuilder& b, const Tactic& t, int64_t splits) {
+  const int64_t cluster = ClusterParam(t);
+  if (cluster == 0) return false;
+  if (cluster != 1 || splits < 2 || splits > kMaxClusterSplits) {
+    return b.Error("the cluster merge (cluster 1) takes 2 to ", kMaxClusterSplits,
+                   " splits, got cluster ", cluster, " with ", splits);
   }
   return true;
 }
@@ -238,16 +259,21 @@ absl::StatusOr<TemplateLaunch> LaunchAttention(const BoundRegion& r, const Tacti
     if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
     TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
     TP_ASSIGN_OR_RETURN(const bool mma, MmaEngine(b, t, dtype, dim, stages));
+    TP_ASSIGN_OR_RETURN(const bool cluster, ClusterMerge(b, t, splits));
     TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
-                        b.SplitBuffers(splits, "split-KV"));
+                        b.SplitBuffers(cluster ? 1 : splits, "split-KV"));
     p.workspace = static_cast<float*>(split.workspace);
     p.counters = static_cast<unsigned int*>(split.counters);
     b.Launch("attention_decode_split_kv.cuh",
              absl::StrCat("tileplan::attention_decode_split_kv<", type, ", ", dim, ", ", kv_chunk,
                           ", ", splits, ", ", warps, ", ", WalkQueries(group.queries, mma), ", ",
-                          stages, ", ", mma ? "true" : "false", ">"),
+                          stages, ", ", mma ? "true" : "false", ", ", cluster ? "true" : "false",
+                          ">"),
              {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-             SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma), p);
+             SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma,
+                                 cluster ? splits : 0),
+             p);
+    if (cluster) b.SetCluster({splits, 1, 1});
     return std::move(b).Finish();
   }
   TP_ASSIGN_OR_RETURN(const int64_t tile_q, b.Param("tile_q"));
@@ -304,6 +330,7 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   if (tokens > 16) return b.Error(tokens, " new tokens exceed the 16 of split-KV decode");
   TP_ASSIGN_OR_RETURN(const SplitKvGroup group, SplitKvGroupOf(b, tokens, q_heads, kv_heads));
   TP_ASSIGN_OR_RETURN(const bool mma, MmaEngine(b, t, dtype, dim, stages));
+  TP_ASSIGN_OR_RETURN(const bool cluster, ClusterMerge(b, t, splits));
   const int64_t es = ir::DTypeSize(dtype);
   if ((dim * es) % 16 != 0 || dim > 256) {
     return b.Error("head dim ", dim, " must be whole 16-byte vectors, at most 256");
@@ -329,7 +356,8 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
   }
   TP_RETURN_IF_ERROR(b.CheckResults(16, {0, 1, 2}));
   TP_RETURN_IF_ERROR(b.RequireRopeTable());
-  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split, b.SplitBuffers(splits, "split-KV"));
+  TP_ASSIGN_OR_RETURN(const LaunchBuilder::SplitPointers split,
+                      b.SplitBuffers(cluster ? 1 : splits, "split-KV"));
   AttentionRopeParams p{};
   p.qkv = b.Operand(0);
   p.qkv_stride = stride;
@@ -358,9 +386,13 @@ absl::StatusOr<TemplateLaunch> LaunchAttentionRope(const BoundRegion& r, const T
            absl::StrCat("tileplan::attention_decode_rope<", type, ", ", w_type, ", ", dim, ", ",
                         kv_chunk, ", ", splits, ", ", warps, ", ", WalkQueries(group.queries, mma),
                         ", ", stages, ", ", rope_vec, ", ", norm ? "true" : "false", ", ",
-                        rope->interleaved ? "true" : "false", ", ", mma ? "true" : "false", ">"),
+                        rope->interleaved ? "true" : "false", ", ", mma ? "true" : "false", ", ",
+                        cluster ? "true" : "false", ">"),
            {splits, kv_heads * group.head_split, batch}, {32 * warps, 1, 1},
-           SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma), p);
+           SplitKvSharedMemory(group.queries, dim, warps, stages, es, kv_chunk, mma,
+                               cluster ? splits : 0),
+           p);
+  if (cluster) b.SetCluster({splits, 1, 1});
   return std::move(b).Finish();
 }
 
@@ -556,13 +588,18 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
       : TemplateFamilyBase(
             "attention_decode", 8,
             {"attention", "qk_norm_rope_kv_write_attention", "rope_kv_write_attention"},
-            {"head_split", "kv_chunk", "splits", "stages", "warps"}, {"mma"}) {}
+            {"head_split", "kv_chunk", "splits", "stages", "warps"}, {"cluster", "mma"}) {}
 
   bool persistent_tasks() const override { return true; }
   std::optional<Tactic> WithBlockThreads(const Tactic& t, int64_t threads) const override {
     if (threads % 32 != 0) return std::nullopt;
     Tactic out = t;
     out.params["warps"] = threads / 32;
+    return out;
+  }
+  std::optional<Tactic> WithoutClusters(const Tactic& t) const override {
+    Tactic out = t;
+    out.params.erase("cluster");  // the splits merge through the workspace
     return out;
   }
 
@@ -572,6 +609,7 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     g.grid = {t.params.at("splits"), s.kv_heads * t.params.at("head_split"), s.batch};
     g.block = {32 * t.params.at("warps"), 1, 1};
     g.dynamic_shared_memory_bytes = SharedMemory(t, s);
+    if (ClusterParam(t) != 0) g.cluster = {t.params.at("splits"), 1, 1};
     return g;
   }
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {
@@ -584,10 +622,12 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t head_split = t.params.at("head_split");
     const int64_t pairs = s.batch * s.kv_heads * head_split;
     const int64_t queries = s.tokens * (s.group() / head_split);
+    if (ClusterParam(t) != 0) return 0;  // merged through the cluster's shared memory
     return pairs * t.params.at("splits") * queries * (s.head_dim + 4) * 4;
   }
   int64_t CounterBytes(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
+    if (ClusterParam(t) != 0) return 0;
     return s.batch * s.kv_heads * t.params.at("head_split") * 4;  // one per (b, kv head, part)
   }
 
@@ -669,16 +709,33 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     if (row.arch == "sm_90" && MmaServes(r.operand_dtype(0), s.head_dim) &&
         (s.tokens * (s.group() / head_split) > kMmaMinQueries ||
          s.batch * s.kv_heads * CeilDiv(s.keys(), kMmaStepKeys) >= target.sm_count())) {
-      if (std::optional<Tactic> mma = MmaTactic(s, target, shared_memory)) return *mma;
+      if (std::optional<Tactic> mma = MmaTactic(s, target, shared_memory)) {
+        return WithClusterMerge(row.arch, *std::move(mma), s, shared_memory);
+      }
     }
     // Registers: streaming the rows through shared memory (stages >= 2) measured slower at
     // contexts 2048 to 16384 with one CTA per SM (docs/PERF.md), so it is left to the tuner.
     const int64_t stages = 1;
-    return MakeTactic({{"head_split", head_split},
-                       {"kv_chunk", chunk},
-                       {"splits", splits},
-                       {"stages", stages},
-                       {"warps", row.warps}});
+    return WithClusterMerge(row.arch,
+                            MakeTactic({{"head_split", head_split},
+                                        {"kv_chunk", chunk},
+                                        {"splits", splits},
+                                        {"stages", stages},
+                                        {"warps", row.warps}}),
+                            s, shared_memory);
+  }
+  // The default merges 2 to 8 splits in a thread-block cluster where its inbox fits, on sm_90
+  // (the row measured; docs/PERF.md): decode steps whose attention regions were tuned with and
+  // without cluster candidates (H100) took 0.8094 -> 0.7364 ms (Qwen3-0.6B), 3.3296 -> 3.2433
+  // ms (Qwen3-30B-A3B) and 5.8814 -> 5.7672 ms (Qwen2-7B batch 16), and the winners of
+  // Qwen3-0.6B and Qwen2-7B were the default tactic with the cluster merge.
+  Tactic WithClusterMerge(absl::string_view arch, Tactic t, const AttentionShape& s,
+                          int64_t shared_memory) const {
+    const int64_t splits = t.params.at("splits");
+    if (arch != "sm_90" || splits < 2 || splits > kMaxClusterSplits) return t;
+    t.params["cluster"] = 1;
+    if (SharedMemory(t, s) > shared_memory) t.params.erase("cluster");
+    return t;
   }
   // The tensor-core walk's default: a CTA per (b, kv head) and split holds the whole group
   // (head_split 1), and a chunk is one 16-key step per warp: 8 warps over 128-row chunks
@@ -714,13 +771,14 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
                        {"warps", warps}});
   }
   std::vector<TunableParam> Tunables(const BoundRegion& r,
-                                     const TargetDescription&) const override {
+                                     const TargetDescription& target) const override {
     const AttentionShape s = ShapeOf(r);
     std::vector<TunableParam> out = {{"head_split", {1, 2, 4, 8}},
                                      {"kv_chunk", {32, 64, 128, 256, 512}},
                                      {"splits", {1, 2, 4, 8, 16, 32, 64, 128}},
                                      {"stages", {1, 2, 4}},
                                      {"warps", {2, 4, 8}}};
+    if (target.sm() >= kMinClusterSm) out.push_back({"cluster", {0, 1}});
     if (MmaServes(r.operand_dtype(0), s.head_dim)) out.push_back({"mma", {0, 1}});
     return out;
   }
@@ -744,6 +802,14 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     const int64_t ctas = splits * s.batch * s.kv_heads * t.params.at("head_split");
     if (2 * ctas < target.sm_count() && 2 * splits <= filled) return false;
     if (ctas > kMaxCtasPerSm * target.sm_count()) return false;
+    // The cluster merge saves a merge's round trips through the workspace, which count where
+    // each split's walk is short: measured with 2 to 8 splits of at most kClusterSplitKeys keys
+    // each at the planned context, whose rows stay in registers (stages 1).
+    if (ClusterParam(t) != 0 &&
+        (splits < 2 || splits > kMaxClusterSplits || t.params.at("stages") != 1 ||
+         CeilDiv(keys, splits) > kClusterSplitKeys)) {
+      return false;
+    }
     if (MmaParam(t) != 0) {
       const int64_t warps = t.params.at("warps");
       return t.params.at("head_split") == 1 && chunk >= kMmaStepKeys * warps &&
@@ -788,7 +854,25 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
       return BadParam("stages", stages,
                       "1 or 2 with mma 1 (the tensor-core walk loads into registers)");
     }
+    const int64_t cluster = ClusterParam(t);
+    if (cluster != 0 && cluster != 1) return BadParam("cluster", cluster, "0 or 1");
+    if (cluster == 1 && target.sm() < kMinClusterSm) {
+      return BadParam("cluster", cluster,
+                      absl::StrCat("0 on sm_", target.sm(),
+                                   " (thread-block clusters need sm_90 or later)"));
+    }
+    if (cluster == 1 && (splits < 2 || splits > kMaxClusterSplits)) {
+      return BadParam("splits", splits,
+                      absl::StrCat("in [2, ", kMaxClusterSplits,
+                                   "] with cluster 1 (a cluster's CTAs, at most the portable 8)"));
+    }
     const int64_t smem = SharedMemory(t, s);
+    if (cluster == 1 && smem > target.shared_memory_per_block_bytes()) {
+      return BadParam("cluster", cluster,
+                      absl::StrCat("0: the partials, tiles and the cluster merge's inbox take ",
+                                   smem, " bytes of shared memory, more than the ",
+                                   target.shared_memory_per_block_bytes(), " of a block"));
+    }
     if (smem > target.shared_memory_per_block_bytes()) {
       return BadParam(stages > 1 ? "stages" : "warps", stages > 1 ? stages : warps,
                       absl::StrCat("a block whose partials", stages > 1 ? " and tiles" : "",
@@ -799,6 +883,10 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
   }
 
  private:
+  // The first architecture with thread-block clusters.
+  static constexpr int kMinClusterSm = 90;
+  // Keys per split up to which the cluster merge is measured.
+  static constexpr int64_t kClusterSplitKeys = 1024;
   // Tiles a split walks before streaming them is measured.
   static constexpr int64_t kStreamedTiles = 4;
   // Keys a warp of the tensor-core walk takes per step.
@@ -823,13 +911,14 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
            ctas * warps <= kAheadWarpsPerSm * target.sm_count();
   }
   static int64_t SharedMemory(int64_t head_split, int64_t kv_chunk, int64_t stages, int64_t warps,
-                              bool mma, const AttentionShape& s) {
+                              bool mma, const AttentionShape& s, int64_t cluster_splits = 0) {
     return SplitKvSharedMemory(s.tokens * (s.group() / head_split), s.head_dim, warps, stages, s.es,
-                               kv_chunk, mma);
+                               kv_chunk, mma, cluster_splits);
   }
   static int64_t SharedMemory(const Tactic& t, const AttentionShape& s) {
     return SharedMemory(t.params.at("head_split"), t.params.at("kv_chunk"), t.params.at("stages"),
-                        t.params.at("warps"), MmaParam(t) != 0, s);
+                        t.params.at("warps"), MmaParam(t) != 0, s,
+                        ClusterParam(t) != 0 ? t.params.at("splits") : 0);
   }
 };
 

@@ -41,14 +41,15 @@ namespace tileplan {
 // counters as attention_decode_split_kv.
 //
 // Launch: grid (kSplits, kv_heads * head_split, batch), block 32 * kWarps, dynamic shared
-// memory as attention_decode_split_kv's (its kStages tiles included), Q = tokens * q_heads /
+// memory as attention_decode_split_kv's (its kStages tiles, and with kCluster its clusters and
+// inbox, included), Q = tokens * q_heads /
 // kv_heads / head_split (head_split a divisor of the group).
 // REQUIRES: tokens <= 16; q_heads % kv_heads == 0; kHeadDim a multiple of 16 / sizeof(T)
 // and <= 256; kRopeVec divides kHeadDim / 2, and kRopeVec (2 * kRopeVec with kInterleaved)
 // divides qkv_stride and qkv's offset (rope_kv_write's vector); caches and out aligned to 16
 // bytes.
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma>
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma, bool kCluster>
 __device__ __forceinline__ void attention_decode_rope_prefetch(
     const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(cta, k_cache, v_cache, positions, tokens, kv_heads,
@@ -56,7 +57,7 @@ __device__ __forceinline__ void attention_decode_rope_prefetch(
 }
 
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma>
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma, bool kCluster>
 __device__ __forceinline__ void attention_decode_rope_body(
     const Cta& this_cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   extern __shared__ float smem[];
@@ -113,35 +114,36 @@ __device__ __forceinline__ void attention_decode_rope_body(
     decode_key_range(p_own, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
   }
   __syncthreads();  // q_s, the key ranges and this block's cache rows are visible
-  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma>(
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma, kCluster>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }
 
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma>
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma, bool kCluster>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_rope(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)) {
   const Cta cta = this_cta();
   attention_decode_rope_prefetch<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
-                                 kRopeVec, kNorm, kInterleaved, kMma>(
+                                 kRopeVec, kNorm, kInterleaved, kMma, kCluster>(
       cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS));
   grid_dependency_sync();
   attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kRopeVec,
-                             kNorm, kInterleaved, kMma>(
+                             kNorm, kInterleaved, kMma, kCluster>(
       cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS));
 }
 
-// attention_decode_rope as a task of the persistent kernel.
+// attention_decode_rope as a task of the persistent kernel (which launches no clusters).
 template <typename T, typename W, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma>
+          int kStages, int kRopeVec, bool kNorm, bool kInterleaved, bool kMma, bool kCluster>
 struct attention_decode_rope_task {
+  static_assert(!kCluster, "the persistent kernel's tasks run without clusters");
   TILEPLAN_KERNEL_TASK(
       TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS,
       (attention_decode_rope_prefetch<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
-                                      kRopeVec, kNorm, kInterleaved, kMma>),
+                                      kRopeVec, kNorm, kInterleaved, kMma, kCluster>),
       (attention_decode_rope_body<T, W, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
-                                  kRopeVec, kNorm, kInterleaved, kMma>))
+                                  kRopeVec, kNorm, kInterleaved, kMma, kCluster>))
 };
 
 }  // namespace tileplan

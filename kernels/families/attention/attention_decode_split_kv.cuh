@@ -224,20 +224,89 @@ __device__ __forceinline__ void split_kv_walk(const T* k_rows, const T* v_rows, 
   }
 }
 
+// The cluster merge (kCluster): the kSplits CTAs of a (b, kvh, part) form one thread-block
+// cluster, CTA `split` its rank. Each CTA merges its warps' records per 4-dim item of the
+// output and pushes the item's float4 into the inbox of the CTA that owns it (item i: CTA
+// i % kSplits, slot i / kSplits), and each query's (max, sum) into every CTA's; after one
+// cluster barrier every CTA merges its own items over the splits from its shared memory and
+// writes them. No workspace, counter or fence, and no CTA waits for a last one to arrive.
+// inbox: SplitKvInboxBytes(num_q, kHeadDim, kSplits) of this CTA's shared memory.
+// REQUIRES: every thread of every CTA of the cluster calls it, after cluster_arrive_relaxed
+// and a __syncthreads that follows the last write of part_s.
+template <typename T, int kHeadDim, int kSplits, int kWarps>
+__device__ __forceinline__ void split_kv_cluster_merge(const float* part_s, float* inbox,
+                                                       T* __restrict__ out, const SplitKvCta& cta,
+                                                       int tokens, int q_heads) {
+  constexpr int kPart = kHeadDim + 2;
+  constexpr int kItemsPerQuery = kHeadDim / 4;
+  static_assert(kHeadDim % 4 == 0, "head dim: whole 4-dim items");
+  const int num_q = cta.num_q, split = cta.split;
+  const int items = num_q * kItemsPerQuery;
+  const int per_cta = SplitKvInboxItems(num_q, kHeadDim, kSplits);
+  const unsigned int items_at = shared_address(inbox);              // [kSplits][per_cta]
+  const unsigned int stats_at = items_at + kSplits * per_cta * 16;  // [kSplits][num_q]
+  cluster_wait();  // every CTA of the cluster has started: its shared memory may be written
+  for (int i = threadIdx.x; i < items; i += kWarps * 32) {
+    const int qi = i / kItemsPerQuery, d = (i % kItemsPerQuery) * 4;
+    float mx = neg_inf(), sum = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float* part = part_s + (w * num_q + qi) * kPart;
+      const float v[4] = {part[d], part[d + 1], part[d + 2], part[d + 3]};
+      merge_softmax_state(mx, sum, acc, part[kHeadDim], part[kHeadDim + 1], v);
+    }
+    store_shared_cluster_v4(items_at + (split * per_cta + i / kSplits) * 16, i % kSplits, acc[0],
+                            acc[1], acc[2], acc[3]);
+    if (d == 0) {
+      for (int c = 0; c < kSplits; ++c) {
+        store_shared_cluster_v4(stats_at + (split * num_q + qi) * 16, c, mx, sum, 0.f, 0.f);
+      }
+    }
+  }
+  cluster_sync();  // every CTA's pushes have landed (released by the senders, acquired here)
+  const float4* items_in = reinterpret_cast<const float4*>(inbox);
+  const float4* stats_in = items_in + kSplits * per_cta;
+  for (int slot = threadIdx.x; slot < per_cta; slot += kWarps * 32) {
+    const int i = slot * kSplits + split;
+    if (i >= items) break;
+    const int qi = i / kItemsPerQuery, d = (i % kItemsPerQuery) * 4;
+    float mx = neg_inf(), sum = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+      const float4 st = stats_in[s * num_q + qi];
+      const float4 v = items_in[s * per_cta + slot];
+      const float v4[4] = {v.x, v.y, v.z, v.w};
+      merge_softmax_state(mx, sum, acc, st.x, st.y, v4);
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= inv;
+    const int t = qi / cta.group, g = qi % cta.group;
+    store_floats<T, 4>(
+        out + ((static_cast<long long>(cta.b) * tokens + t) * q_heads + cta.head0 + g) * kHeadDim +
+            d,
+        acc);
+  }
+}
+
 // The split-KV attention of CTA (split, y, b) once its queries are staged: q_s holds the
 // num_q = tokens * group queries of its part of kv head kvh (query qi = t * group + g is q
 // head head0 + g of token t), in float32 and scaled by scale * log2(e); s_first[t] and
 // s_last[t] the key range of token t (decode_key_range). part_s is the shared memory after
 // q_s, and with kStages >= 2 (not kMma) the streamed tiles start at SplitKvTilesOffset.
 // With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
-// CTA of (b, kvh, part) merges them into out. The caches are plain pointers: a kernel may
+// CTA of (b, kvh, part) merges them into out, or with kCluster the cluster's CTAs merge them
+// through their shared memory (split_kv_cluster_merge; its inbox after the body's shared memory,
+// at SplitKvBodyBytes rounded up to 16 bytes). The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
 // __syncthreads, and to its cp.async copies once a __threadfence followed the writes), so
 // their loads must not take the read-only data path.
 // REQUIRES: every thread of the block calls it, after a __syncthreads that follows the last
 // write of q_s, s_first and s_last.
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, bool kMma>
+          int kStages, bool kMma, bool kCluster>
 __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s, const int* s_first,
                                                 const int* s_last, const T* k_cache,
                                                 const T* v_cache, T* __restrict__ out,
@@ -252,6 +321,8 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   static_assert(kHeadDim % kVec == 0 && kLanes <= 32, "head dim: whole 16-byte vectors");
   static_assert(kStages >= 1 && kStages <= 4, "stages");
   static_assert((kKvChunk & (kKvChunk - 1)) == 0, "kv_chunk: a power of two");
+  static_assert(!kCluster || kSplits > 1, "the cluster merge merges splits");
+  if constexpr (kCluster) cluster_arrive_relaxed();
   const int split = cta.split, kvh = cta.kvh, b = cta.b, group = cta.group, num_q = cta.num_q;
   const int head0 = cta.head0;
   const int warp = threadIdx.x / 32;
@@ -383,6 +454,16 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   }
   __syncthreads();
 
+  if constexpr (kCluster) {
+    // q_s, before part_s, starts the dynamic shared memory.
+    char* base = reinterpret_cast<char*>(part_s - num_q * kHeadDim);
+    const int body = SplitKvBodyBytes(num_q, kHeadDim, kWarps, kMma ? 1 : kStages,
+                                      static_cast<int>(sizeof(T)), kKvChunk);
+    split_kv_cluster_merge<T, kHeadDim, kSplits, kWarps>(
+        part_s, reinterpret_cast<float*>(base + (body + 15) / 16 * 16), out, cta, tokens, q_heads);
+    return;
+  }
+
   // Merge the warps: this CTA's (o, m, l) per query and dim.
   const int pair = cta.pair;
   float* ws =
@@ -451,8 +532,11 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
 // 2 * kTile * kHeadDim * sizeof(T) (kTile = SplitKvTileRows). REQUIRES: tokens <= 16;
 // head_split divides q_heads / kv_heads; kHeadDim % kVec == 0; q_stride % kVec == 0; kKvChunk
 // a power of two; 1 <= kStages <= 4, at most 2 with kMma; pointers aligned to 16 bytes.
+// With kCluster (sm_90 and later; 2 <= kSplits <= 8): clusters of (kSplits, 1, 1) CTAs, the
+// dynamic shared memory rounded up to 16 bytes plus SplitKvInboxBytes(Q, kHeadDim, kSplits),
+// and neither workspace nor counters (null).
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, bool kMma>
+          int kStages, bool kMma, bool kCluster>
 __device__ __forceinline__ void attention_decode_split_kv_prefetch(
     const Cta& cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   prefetch_first_chunk<T, kHeadDim, kKvChunk>(cta, k_cache, v_cache, positions, tokens, kv_heads,
@@ -460,7 +544,7 @@ __device__ __forceinline__ void attention_decode_split_kv_prefetch(
 }
 
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, bool kMma>
+          int kStages, bool kMma, bool kCluster>
 __device__ __forceinline__ void attention_decode_split_kv_body(
     const Cta& this_cta, TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
@@ -490,33 +574,35 @@ __device__ __forceinline__ void attention_decode_split_kv_body(
     decode_key_range(p, capacity, window, s_first[threadIdx.x], s_last[threadIdx.x]);
   }
   __syncthreads();
-  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma>(
+  split_kv_attend<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma, kCluster>(
       q_s, smem + num_q * kHeadDim, s_first, s_last, k_cache, v_cache, out, workspace, counters,
       cta, tokens, q_heads, kv_heads, capacity);
 }
 
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, bool kMma>
+          int kStages, bool kMma, bool kCluster>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_split_kv(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_ATTENTION_PARAMS)) {
   const Cta cta = this_cta();
   attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages,
-                                     kMma>(cta,
-                                           TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
-  grid_dependency_sync();
-  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma>(
+                                     kMma, kCluster>(
       cta, TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
+  grid_dependency_sync();
+  attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps, kQueries, kStages, kMma,
+                                 kCluster>(cta,
+                                           TILEPLAN_KERNEL_ARGUMENTS(TILEPLAN_ATTENTION_PARAMS));
 }
 
-// attention_decode_split_kv as a task of the persistent kernel.
+// attention_decode_split_kv as a task of the persistent kernel (which launches no clusters).
 template <typename T, int kHeadDim, int kKvChunk, int kSplits, int kWarps, int kQueries,
-          int kStages, bool kMma>
+          int kStages, bool kMma, bool kCluster>
 struct attention_decode_split_kv_task {
+  static_assert(!kCluster, "the persistent kernel's tasks run without clusters");
   TILEPLAN_KERNEL_TASK(TILEPLAN_ATTENTION_PARAMS,
                        (attention_decode_split_kv_prefetch<T, kHeadDim, kKvChunk, kSplits, kWarps,
-                                                           kQueries, kStages, kMma>),
+                                                           kQueries, kStages, kMma, kCluster>),
                        (attention_decode_split_kv_body<T, kHeadDim, kKvChunk, kSplits, kWarps,
-                                                       kQueries, kStages, kMma>))
+                                                       kQueries, kStages, kMma, kCluster>))
 };
 
 }  // namespace tileplan

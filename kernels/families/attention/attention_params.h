@@ -81,6 +81,29 @@ TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvTilesOffset(int num_q, int head_
   return (SplitKvPartialsBytes(num_q, head_dim, warps) + 15) / 16 * 16;
 }
 
+// Bytes of the body's shared memory before the cluster merge's inbox: the partials, and with
+// `streamed_stages` >= 2 (the CUDA-core walk's streamed rows) the tiles after them.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvBodyBytes(int num_q, int head_dim, int warps,
+                                                          int streamed_stages, int element_bytes,
+                                                          int kv_chunk) {
+  return streamed_stages < 2
+             ? SplitKvPartialsBytes(num_q, head_dim, warps)
+             : SplitKvTilesOffset(num_q, head_dim, warps) +
+                   streamed_stages * 2 * SplitKvTileRows(head_dim, element_bytes, kv_chunk) *
+                       head_dim * element_bytes;
+}
+
+// The cluster merge's inbox (a split-KV grid whose `splits` CTAs of a (b, kv head, part) form
+// one thread-block cluster): the output's 4-dim items (num_q * head_dim / 4) are dealt to the
+// CTAs in turn, and each CTA receives, from every split, the float4 of each of its items, then
+// every query's (max, sum) as a float4. It starts at SplitKvBodyBytes rounded up to 16 bytes.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvInboxItems(int num_q, int head_dim, int splits) {
+  return (num_q * (head_dim / 4) + splits - 1) / splits;
+}
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvInboxBytes(int num_q, int head_dim, int splits) {
+  return splits * (SplitKvInboxItems(num_q, head_dim, splits) + num_q) * 16;
+}
+
 TILEPLAN_PARAMS_STRUCT(AttentionParams, TILEPLAN_ATTENTION_PARAMS)
 TILEPLAN_PARAMS_STRUCT(AttentionRopeParams, TILEPLAN_ATTENTION_DECODE_ROPE_PARAMS)
 

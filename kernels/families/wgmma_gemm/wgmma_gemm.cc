@@ -84,6 +84,8 @@ class WgmmaGemmFamily final : public TemplateFamilyBase {
     g.block = {BlockThreads(tile_m, t.params.at("loads")), 1, 1};
     g.dynamic_shared_memory_bytes =
         SharedBytes(tile_m, tile_n, t.params.at("stages"), t.params.at("loads"));
+    // The TMA kernel's split-K slices of a tile form one cluster (they meet in shared memory).
+    if (t.params.at("loads") == 1) g.cluster = {1, 1, t.params.at("split_k")};
     return g;
   }
   WorkEstimate Work(const Tactic& t, const BoundRegion& r) const override {

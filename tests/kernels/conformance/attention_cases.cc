@@ -440,64 +440,47 @@ std::vector<Case> AttentionDecodeStreamedCases() {
   return cases;
 }
 
-// The tensor-core walk (mma 1): a kv head's queries in passes of 16 rows, warps on 16-key
-// steps with K and V loaded into the mma's registers. GQA groups of 2 (Qwen3-0.6B), 7
-// (Qwen2-7B: rows past the group are zero), 8 (Qwen3-30B-A3B) and 1 (no GQA); 16 tokens of
-// a group of 2 (two passes); f16 at head_dim 64; contexts that end inside a step, a chunk
-// and a split, long ones with and without a window; the fused kinds with QK-norm, with
-// DeepSeek's interleaved YaRN RoPE, and two tokens across chunks. Every tactic also with
-// stages 2 (a warp's next step loaded while it scores the current one).
-std::vector<Case> AttentionDecodeMmaCases() {
-  std::vector<Case> cases;
-  std::vector<Params> tactics = {
-      {{"head_split", 1}, {"kv_chunk", 64}, {"mma", 1}, {"splits", 3}, {"stages", 1}, {"warps", 4}},
-      {{"head_split", 1},
-       {"kv_chunk", 32},
-       {"mma", 1},
-       {"splits", 16},
-       {"stages", 1},
-       {"warps", 2}},
-      {{"head_split", 1},
-       {"kv_chunk", 256},
-       {"mma", 1},
-       {"splits", 1},
-       {"stages", 1},
-       {"warps", 8}},
-      {{"head_split", 2},
-       {"kv_chunk", 128},
-       {"mma", 1},
-       {"splits", 5},
-       {"stages", 1},
-       {"warps", 4}}};
-  tactics = WithStages(tactics, {2});
-  struct Shape {
-    int batch, tokens, q_heads, kv_heads, dim, capacity, context, window;
-    const char* dtype;
-  };
-  for (const Shape& s :
-       {Shape{2, 1, 16, 8, 128, 640, 37, 0, "bf16"}, Shape{2, 1, 16, 8, 128, 640, 600, 0, "bf16"},
-        Shape{2, 1, 28, 4, 128, 640, 517, 0, "bf16"}, Shape{1, 1, 32, 4, 128, 640, 512, 0, "bf16"},
-        Shape{2, 1, 4, 4, 128, 640, 300, 0, "bf16"}, Shape{1, 16, 4, 2, 128, 640, 333, 0, "bf16"},
-        Shape{2, 2, 8, 2, 64, 640, 401, 0, "f16"}, Shape{2, 1, 16, 8, 128, 4160, 4100, 0, "bf16"},
-        Shape{2, 1, 16, 8, 128, 4160, 4100, 1000, "bf16"}}) {
-    Case c;
-    c.graph = AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, s.capacity, s.dim, s.dtype,
-                             s.window);
-    c.family = "attention_decode";
-    c.context = s.context;
-    // The last sequence's tokens end at the context; the first's in the middle of it.
-    std::vector<int32_t> positions;
-    for (int b = 0; b < s.batch; ++b) {
-      const int end = b + 1 == s.batch ? s.context : s.context / 2 + 5;
-      const std::vector<int32_t> p = Iota(s.tokens, end - s.tokens);
-      positions.insert(positions.end(), p.begin(), p.end());
-    }
-    c.ints["positions"] = positions;
-    for (const Params& t : tactics) {
-      if ((s.q_heads / s.kv_heads) % t.at("head_split") == 0) c.tactics.push_back(t);
-    }
-    cases.push_back(std::move(c));
+// A decode attention case of `s` (`dtype` bf16, f16 or f32) under every one of `tactics` that
+// applies: head_split dividing the GQA group, and the tensor-core walk (mma 1) only in 16-bit
+// types. The last sequence's new tokens end at the context, the others' in the middle of it.
+struct DecodeShape {
+  int batch, tokens, q_heads, kv_heads, dim, capacity, context, window;
+  const char* dtype;
+};
+// Qwen3-0.6B's group of 2 at a short context (most splits find no key) and at one that ends
+// inside a chunk, Qwen2-7B's group of 7 and Qwen3-30B-A3B's of 8, in bf16 at head_dim 128.
+std::vector<DecodeShape> GroupShapes() {
+  return {DecodeShape{2, 1, 16, 8, 128, 640, 37, 0, "bf16"},
+          DecodeShape{2, 1, 16, 8, 128, 640, 600, 0, "bf16"},
+          DecodeShape{2, 1, 28, 4, 128, 640, 517, 0, "bf16"},
+          DecodeShape{1, 1, 32, 4, 128, 640, 512, 0, "bf16"}};
+}
+
+Case DecodeAttentionCase(const DecodeShape& s, const std::vector<Params>& tactics, int min_sm) {
+  Case c;
+  c.graph = AttentionGraph(s.batch, s.tokens, s.q_heads, s.kv_heads, s.capacity, s.dim, s.dtype,
+                           s.window);
+  c.family = "attention_decode";
+  c.context = s.context;
+  c.min_sm = min_sm;
+  std::vector<int32_t> positions;
+  for (int b = 0; b < s.batch; ++b) {
+    const int end = b + 1 == s.batch ? s.context : s.context / 2 + 5;
+    const std::vector<int32_t> p = Iota(s.tokens, end - s.tokens);
+    positions.insert(positions.end(), p.begin(), p.end());
   }
+  c.ints["positions"] = positions;
+  for (const Params& t : tactics) {
+    const auto mma = t.find("mma");
+    if (mma != t.end() && mma->second != 0 && std::string(s.dtype) == "f32") continue;
+    if ((s.q_heads / s.kv_heads) % t.at("head_split") == 0) c.tactics.push_back(t);
+  }
+  return c;
+}
+
+// The fused decode kinds under `tactics`: QK-norm with Qwen3's RoPE (one token; two tokens of
+// two sequences across chunks) and DeepSeek's interleaved YaRN RoPE without norms.
+void AddFusedDecodeCases(const std::vector<Params>& tactics, int min_sm, std::vector<Case>& cases) {
   constexpr char kYarnInterleaved[] =
       R"(attention_factor = 1.1, beta_fast = 32.0, beta_slow = 1.0, factor = 40.0, interleaved = true, original_max_position_embeddings = 4096, rope_type = "yarn", theta = 10000.0, truncate = true)";
   auto fused = [&](std::string graph, int context, std::vector<int32_t> positions) {
@@ -505,6 +488,7 @@ std::vector<Case> AttentionDecodeMmaCases() {
     c.graph = std::move(graph);
     c.family = "attention_decode";
     c.context = context;
+    c.min_sm = min_sm;
     c.ints["positions"] = std::move(positions);
     c.tactics = tactics;
     cases.push_back(std::move(c));
@@ -514,6 +498,67 @@ std::vector<Case> AttentionDecodeMmaCases() {
         {63, 64, 598, 599});
   fused(RopeAttentionGraph(false, 2, 2, 4, 2, 640, 64, "bf16", 0, kYarnInterleaved), 130,
         {63, 64, 128, 129});
+}
+
+// The tensor-core walk (mma 1): a kv head's queries in passes of 16 rows, warps on 16-key
+// steps with K and V loaded into the mma's registers. GQA groups of 2 (Qwen3-0.6B), 7
+// (Qwen2-7B: rows past the group are zero), 8 (Qwen3-30B-A3B) and 1 (no GQA); 16 tokens of
+// a group of 2 (two passes); f16 at head_dim 64; contexts that end inside a step, a chunk
+// and a split, long ones with and without a window; the fused kinds with QK-norm, with
+// DeepSeek's interleaved YaRN RoPE, and two tokens across chunks. Every tactic also with
+// stages 2 (a warp's next step loaded while it scores the current one).
+std::vector<Case> AttentionDecodeMmaCases() {
+  std::vector<Case> cases;
+  const std::vector<Params> tactics =
+      WithStages({{{"head_split", 1}, {"kv_chunk", 64}, {"mma", 1}, {"splits", 3}, {"warps", 4}},
+                  {{"head_split", 1}, {"kv_chunk", 32}, {"mma", 1}, {"splits", 16}, {"warps", 2}},
+                  {{"head_split", 1}, {"kv_chunk", 256}, {"mma", 1}, {"splits", 1}, {"warps", 8}},
+                  {{"head_split", 2}, {"kv_chunk", 128}, {"mma", 1}, {"splits", 5}, {"warps", 4}}},
+                 {2});
+  std::vector<DecodeShape> shapes = GroupShapes();
+  shapes.insert(shapes.end(), {DecodeShape{2, 1, 4, 4, 128, 640, 300, 0, "bf16"},
+                               DecodeShape{1, 16, 4, 2, 128, 640, 333, 0, "bf16"},
+                               DecodeShape{2, 2, 8, 2, 64, 640, 401, 0, "f16"},
+                               DecodeShape{2, 1, 16, 8, 128, 4160, 4100, 0, "bf16"},
+                               DecodeShape{2, 1, 16, 8, 128, 4160, 4100, 1000, "bf16"}});
+  for (const DecodeShape& s : shapes) cases.push_back(DecodeAttentionCase(s, tactics, 0));
+  AddFusedDecodeCases(tactics, 0, cases);
+  return cases;
+}
+
+// The cluster merge (cluster 1: the splits of a (b, kv head, part) merge through distributed
+// shared memory, sm_90 and later): 2, 3, 5 and 8 splits (the portable cluster's most), on the
+// CUDA-core walk (head_split 1 and 2, rows in registers or streamed) and the tensor-core walk
+// (with and without a step loaded ahead); splits that find no key (a short context, the first
+// sequence's tokens in the middle of it), several tokens and a window; a group whose 4-dim
+// items do not divide among the splits (7 heads of 128 dims: 224 items for 3 and 5 CTAs); f16
+// and f32; the fused kinds with QK-norm and with interleaved YaRN RoPE.
+std::vector<Case> AttentionDecodeClusterCases() {
+  std::vector<Case> cases;
+  std::vector<Params> tactics = WithStages(
+      {{{"cluster", 1}, {"head_split", 1}, {"kv_chunk", 64}, {"splits", 3}, {"warps", 4}},
+       {{"cluster", 1}, {"head_split", 2}, {"kv_chunk", 32}, {"splits", 8}, {"warps", 2}},
+       {{"cluster", 1}, {"head_split", 1}, {"kv_chunk", 128}, {"splits", 2}, {"warps", 8}}},
+      {2});
+  const std::vector<Params> tensor_core = WithStages({{{"cluster", 1},
+                                                       {"head_split", 1},
+                                                       {"kv_chunk", 64},
+                                                       {"mma", 1},
+                                                       {"splits", 8},
+                                                       {"warps", 4}},
+                                                      {{"cluster", 1},
+                                                       {"head_split", 1},
+                                                       {"kv_chunk", 32},
+                                                       {"mma", 1},
+                                                       {"splits", 5},
+                                                       {"warps", 2}}},
+                                                     {2});
+  tactics.insert(tactics.end(), tensor_core.begin(), tensor_core.end());
+  std::vector<DecodeShape> shapes = GroupShapes();
+  shapes.insert(shapes.end(), {DecodeShape{2, 3, 8, 2, 64, 640, 401, 100, "f16"},
+                               DecodeShape{1, 1, 4, 4, 128, 640, 300, 0, "f32"}});
+  for (const DecodeShape& s : shapes) cases.push_back(DecodeAttentionCase(s, tactics, 90));
+  AddFusedDecodeCases(tactics, 90, cases);
   return cases;
 }
 
@@ -533,6 +578,7 @@ std::vector<CaseGroup> AttentionCaseGroups() {
       {"AttentionDecodeHeadSplit", AttentionDecodeHeadSplitCases()},
       {"AttentionDecodeStreamed", AttentionDecodeStreamedCases()},
       {"AttentionDecodeMma", AttentionDecodeMmaCases()},
+      {"AttentionDecodeCluster", AttentionDecodeClusterCases()},
   };
 }
 
