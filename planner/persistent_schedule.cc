@@ -25,9 +25,9 @@ using kernels::BoundRegion;
 struct StepRole {
   enum Kind { kView, kTask, kOther } kind = kOther;
   int64_t threads = 0;
-  // A task whose tactic runs in thread-block clusters: in a run it takes the family's tactic
-  // without them (KernelFamily::WithoutClusters).
-  bool clustered = false;
+  // Set for a task whose tactic runs in thread-block clusters: the family's tactic without
+  // them (KernelFamily::WithoutClusters), which the task takes in a run.
+  std::optional<kernels::Tactic> unclustered;
 };
 
 constexpr std::array<int64_t, 3> kNoCluster = {1, 1, 1};
@@ -41,9 +41,10 @@ StepRole RoleOf(const TacticChoice& c, const BoundRegion& region) {
   const kernels::LaunchGeometry g = c.family->Geometry(c.tactic, region);
   if (g.block[1] != 1 || g.block[2] != 1 || g.block[0] <= 0) return {};
   // The persistent kernel's blocks run tasks one CTA at a time, never as clusters.
-  const bool clustered = g.cluster != kNoCluster;
-  if (clustered && !c.family->WithoutClusters(c.tactic).has_value()) return {};
-  return {StepRole::kTask, g.block[0], clustered};
+  if (g.cluster == kNoCluster) return {StepRole::kTask, g.block[0]};
+  std::optional<kernels::Tactic> unclustered = c.family->WithoutClusters(c.tactic);
+  if (!unclustered.has_value()) return {};
+  return {StepRole::kTask, g.block[0], std::move(unclustered)};
 }
 
 // The block size most of the steps' launches have (the smaller on a tie).
@@ -75,16 +76,17 @@ absl::Status Retactic(TacticChoice& choice, kernels::Tactic tactic, const BoundR
   return absl::OkStatus();
 }
 
-// `choice` as a task of a run of `threads` threads per block: the family's tactic without
-// thread-block clusters where it has them, and changed in its block size where that differs,
-// validated and estimated; nullopt when the family has none that validates.
+// `choice` (of role `role`) as a task of a run of `threads` threads per block: the family's
+// tactic without thread-block clusters where it has them, and changed in its block size where
+// that differs, validated and estimated; nullopt when the family has none that validates.
 absl::StatusOr<std::optional<TacticChoice>> AsTask(const TacticChoice& choice,
-                                                   const BoundRegion& region, int64_t threads,
+                                                   const StepRole& role, const BoundRegion& region,
+                                                   int64_t threads,
                                                    const targets::TargetDescription& target) {
   std::optional<kernels::Tactic> tactic = choice.tactic;
   std::vector<std::string> why;
-  if (choice.family->Geometry(*tactic, region).cluster != kNoCluster) {
-    tactic = choice.family->WithoutClusters(*tactic);
+  if (role.unclustered.has_value()) {
+    tactic = role.unclustered;
     why.push_back("without thread-block clusters");
   }
   if (tactic.has_value() && choice.family->Geometry(*tactic, region).block[0] != threads) {
@@ -147,14 +149,17 @@ absl::StatusOr<std::vector<proto::PersistentRun>> PlanPersistentRuns(
     int end = first;
     for (; end <= last; ++end) {
       StepRole& role = roles[static_cast<size_t>(end)];
-      if (role.kind != StepRole::kTask || (role.threads == threads && !role.clustered)) continue;
+      if (role.kind != StepRole::kTask || (role.threads == threads && !role.unclustered)) {
+        continue;
+      }
       const BoundRegion region(graph, end);
-      TP_ASSIGN_OR_RETURN(std::optional<TacticChoice> moved,
-                          AsTask(choices[static_cast<size_t>(end)], region, threads, target));
+      TP_ASSIGN_OR_RETURN(
+          std::optional<TacticChoice> moved,
+          AsTask(choices[static_cast<size_t>(end)], role, region, threads, target));
       if (!moved.has_value()) break;
       choices[static_cast<size_t>(end)] = *std::move(moved);
       role.threads = threads;
-      role.clustered = false;
+      role.unclustered.reset();
     }
     if (end == first) {
       // The first step itself cannot take the block size the others have: it stays a kernel,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang (AddressSanitizer, UndefinedBehavior-
 # Sanitizer, leak checks), seeds each corpus from the committed fixtures and runs each target
-# for SECONDS; fails when any finds a crash, a leak, a timeout or an out-of-memory, keeping
-# the input that did it under BUILD_DIR/fuzz-artifacts (docs/reliability.md).
+# for SECONDS, one target per core at a time; fails when any finds a crash, a leak, a timeout
+# or an out-of-memory, keeping the input that did it under BUILD_DIR/fuzz-artifacts
+# (docs/reliability.md).
 #
 #   tools/fuzz.sh [BUILD_DIR] [SECONDS]     (defaults: build-fuzz, 60)
 set -euo pipefail
@@ -36,15 +37,29 @@ seeds tactic_textproto_fuzzer tests/fuzz/seeds/tactics.textproto
 seeds store_open_fuzzer tests/fuzz/seeds/store.db tests/tuner/testdata/*.db tests/fuzz/seeds/index.json
 seeds plan_fuzzer tests/fuzz/seeds/plan.*
 
-status=0
-for name in safetensors_header_fuzzer safetensors_index_fuzzer config_json_fuzzer json_reader_fuzzer \
-            ir_text_fuzzer target_textproto_fuzzer tactic_textproto_fuzzer store_open_fuzzer \
-            plan_fuzzer; do
-  log=$work/$name.log
+names=(safetensors_header_fuzzer safetensors_index_fuzzer config_json_fuzzer json_reader_fuzzer
+       ir_text_fuzzer target_textproto_fuzzer tactic_textproto_fuzzer store_open_fuzzer
+       plan_fuzzer)
+# One target per core at a time; each leaves its log and exit status in the work directory.
+run_target() {
+  local name=$1 rc=0
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: one using 2.5 GB is a memory bug.
-  if "$build/tests/fuzz/$name" "$work/$name.corpus" "$work/$name.seeds" \
-       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -max_len=1048576 \
-       -print_final_stats=1 -artifact_prefix="$artifacts/$name-" > "$log" 2>&1; then
+  "$build/tests/fuzz/$name" "$work/$name.corpus" "$work/$name.seeds" \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -max_len=1048576 \
+    -print_final_stats=1 -artifact_prefix="$artifacts/$name-" > "$work/$name.log" 2>&1 || rc=$?
+  echo "$rc" > "$work/$name.rc"
+}
+jobs=$(nproc)
+for name in "${names[@]}"; do
+  while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
+  run_target "$name" &
+done
+wait
+
+status=0
+for name in "${names[@]}"; do
+  log=$work/$name.log
+  if [[ $(cat "$work/$name.rc" 2> /dev/null) == 0 ]]; then
     echo "fuzz: $name: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') inputs in ${seconds} s, corpus $(ls "$work/$name.corpus" | wc -l), no failure"
   else
     status=1

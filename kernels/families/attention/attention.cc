@@ -137,11 +137,11 @@ int64_t SplitKvSharedMemory(int64_t queries, int64_t head_dim, int64_t warps, in
                             int64_t element_bytes, int64_t kv_chunk, bool mma,
                             int64_t cluster_splits) {
   const int q = static_cast<int>(queries), d = static_cast<int>(head_dim);
-  const int64_t body =
-      SplitKvBodyBytes(q, d, static_cast<int>(warps), mma ? 1 : static_cast<int>(stages),
-                       static_cast<int>(element_bytes), static_cast<int>(kv_chunk));
-  if (cluster_splits == 0) return body;
-  return AlignUp(body, 16) + SplitKvInboxBytes(q, d, static_cast<int>(cluster_splits));
+  const int w = static_cast<int>(warps), streamed = mma ? 1 : static_cast<int>(stages);
+  const int e = static_cast<int>(element_bytes), chunk = static_cast<int>(kv_chunk);
+  if (cluster_splits == 0) return SplitKvBodyBytes(q, d, w, streamed, e, chunk);
+  return SplitKvInboxOffset(q, d, w, streamed, e, chunk) +
+         SplitKvInboxBytes(q, d, static_cast<int>(cluster_splits));
 }
 
 // The tactic's head_split and the queries of one split-KV CTA (T · Hq/Hkv / head_split); an

@@ -299,7 +299,7 @@ __device__ __forceinline__ void split_kv_cluster_merge(const float* part_s, floa
 // With kSplits == 1 it writes out; otherwise this CTA's partials go to the workspace and the last
 // CTA of (b, kvh, part) merges them into out, or with kCluster the cluster's CTAs merge them
 // through their shared memory (split_kv_cluster_merge; its inbox after the body's shared memory,
-// at SplitKvBodyBytes rounded up to 16 bytes). The caches are plain pointers: a kernel may
+// at SplitKvInboxOffset). The caches are plain pointers: a kernel may
 // have written rows of them earlier in the launch (visible to its own block after a
 // __syncthreads, and to its cp.async copies once a __threadfence followed the writes), so
 // their loads must not take the read-only data path.
@@ -457,10 +457,10 @@ __device__ __forceinline__ void split_kv_attend(const float* q_s, float* part_s,
   if constexpr (kCluster) {
     // q_s, before part_s, starts the dynamic shared memory.
     char* base = reinterpret_cast<char*>(part_s - num_q * kHeadDim);
-    const int body = SplitKvBodyBytes(num_q, kHeadDim, kWarps, kMma ? 1 : kStages,
-                                      static_cast<int>(sizeof(T)), kKvChunk);
+    const int inbox = SplitKvInboxOffset(num_q, kHeadDim, kWarps, kMma ? 1 : kStages,
+                                         static_cast<int>(sizeof(T)), kKvChunk);
     split_kv_cluster_merge<T, kHeadDim, kSplits, kWarps>(
-        part_s, reinterpret_cast<float*>(base + (body + 15) / 16 * 16), out, cta, tokens, q_heads);
+        part_s, reinterpret_cast<float*>(base + inbox), out, cta, tokens, q_heads);
     return;
   }
 

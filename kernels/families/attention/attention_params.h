@@ -96,7 +96,14 @@ TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvBodyBytes(int num_q, int head_di
 // The cluster merge's inbox (a split-KV grid whose `splits` CTAs of a (b, kv head, part) form
 // one thread-block cluster): the output's 4-dim items (num_q * head_dim / 4) are dealt to the
 // CTAs in turn, and each CTA receives, from every split, the float4 of each of its items, then
-// every query's (max, sum) as a float4. It starts at SplitKvBodyBytes rounded up to 16 bytes.
+// every query's (max, sum) as a float4. It starts at SplitKvInboxOffset: the body's bytes
+// rounded up to 16.
+TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvInboxOffset(int num_q, int head_dim, int warps,
+                                                            int streamed_stages, int element_bytes,
+                                                            int kv_chunk) {
+  return (SplitKvBodyBytes(num_q, head_dim, warps, streamed_stages, element_bytes, kv_chunk) +
+          15) / 16 * 16;
+}
 TILEPLAN_ATTENTION_SHARED_ constexpr int SplitKvInboxItems(int num_q, int head_dim, int splits) {
   return (num_q * (head_dim / 4) + splits - 1) / splits;
 }
