@@ -1,20 +1,25 @@
 // Compiles the template instances of the families' candidate lists for the typical
 // regions (tests/kernels/candidate_instances.h, Coverage::kEachValue: every row default and
-// every tunable value) with NVRTC, for every architecture row this NVRTC supports (sm_80,
-// sm_90, sm_100, sm_120; architecture-specific instances, wgmma_gemm's, for sm_90a only). No
-// GPU needed. Distinct instances are compiled once per
-// architecture, several per NVRTC program, on all cores; a failure prints the
+// every tunable value) with NVRTC, for every architecture row this NVRTC supports. sm_80 and
+// sm_90, whose code paths differ (sm_90 adds clusters, programmatic dependent launch and the
+// architecture-specific instances, wgmma_gemm's, compiled for sm_90a only), get every
+// instance; sm_100 and sm_120, which take sm_90's code paths, get the instances of their own
+// targets' candidate rows (b200's, rtx-pro-6000's: what a plan there runs untuned), which
+// keeps the test to minutes on two cores. No GPU needed. Distinct instances are compiled once
+// per architecture, several per NVRTC program, on all cores; a failure prints the
 // instantiations and NVRTC's log. (The full product of the tunables is the tuner's search
-// space, compiled on demand there; its launch preparation is checked for every
-// combination by cuda_launch_test.)
+// space, compiled on demand there; its launch preparation is checked for every combination
+// by cuda_launch_test.)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -29,28 +34,31 @@ namespace {
 // Instantiations compiled together in one NVRTC program (one front-end pass).
 constexpr size_t kInstancesPerProgram = 4;
 
-const std::set<KernelInstance>& AllInstances() {
-  static const auto* instances = [] {
-    auto* set = new std::set<KernelInstance>;
-    const testing::CandidateSet candidates =
-        testing::TypicalCandidates(testing::Coverage::kEachValue);
-    for (const testing::Candidate& c : candidates.candidates) {
-      const BoundRegion region(candidates.bound_graphs[static_cast<size_t>(c.bound_graph)],
-                               c.region);
-      absl::StatusOr<KernelInstance> instance = InstanceFor(*c.family, region, c.tactic);
-      EXPECT_TRUE(instance.ok()) << instance.status() << " (tactic " << c.tactic.ParamsString()
-                                 << ")";
-      if (instance.ok()) set->insert(*std::move(instance));
-    }
-    // The runtime's own kernels.
-    for (ir::DType dtype : {ir::DType::kBF16, ir::DType::kF16, ir::DType::kF32}) {
-      set->insert(FillUniformInstance(dtype));
-    }
-    set->insert(DecodeAdvanceInstance());
-    set->insert(TrapFaultInstance());
-    return set;
-  }();
-  return *instances;
+// The instances compiled for `sm`: every candidate's for sm_80 and sm_90, the candidates of
+// the row's own target for the others (the file comment says why), and the runtime's own
+// kernels for every row.
+std::set<KernelInstance> InstancesFor(int sm) {
+  static const auto* candidates =
+      new testing::CandidateSet(testing::TypicalCandidates(testing::Coverage::kEachValue));
+  const std::vector<std::string> row_targets = testing::RowTargets();  // sm_80, 90, 100, 120
+  const std::map<int, std::string> own_target = {{100, row_targets[2]}, {120, row_targets[3]}};
+  const auto own = own_target.find(sm);
+  std::set<KernelInstance> set;
+  for (const testing::Candidate& c : candidates->candidates) {
+    if (own != own_target.end() && c.target != own->second) continue;
+    const BoundRegion region(candidates->bound_graphs[static_cast<size_t>(c.bound_graph)],
+                             c.region);
+    absl::StatusOr<KernelInstance> instance = InstanceFor(*c.family, region, c.tactic);
+    EXPECT_TRUE(instance.ok()) << instance.status() << " (tactic " << c.tactic.ParamsString()
+                               << ")";
+    if (instance.ok()) set.insert(*std::move(instance));
+  }
+  for (ir::DType dtype : {ir::DType::kBF16, ir::DType::kF16, ir::DType::kF32}) {
+    set.insert(FillUniformInstance(dtype));
+  }
+  set.insert(DecodeAdvanceInstance());
+  set.insert(TrapFaultInstance());
+  return set;
 }
 
 class KernelsNvrtcCompileTest : public ::testing::TestWithParam<int> {};
@@ -70,7 +78,7 @@ TEST_P(KernelsNvrtcCompileTest, EveryCandidateInstanceCompiles) {
   // compile for sm_90a alone, the one variant they have), then cut them into programs.
   std::map<std::pair<std::string, bool>, std::vector<std::string>> by_source;
   size_t kernels = 0;
-  for (const KernelInstance& instance : AllInstances()) {
+  for (const KernelInstance& instance : InstancesFor(sm)) {
     if (instance.arch_specific && sm != 90) continue;
     std::vector<std::string>& names = by_source[{instance.source, instance.arch_specific}];
     for (const std::string& name : instance.name_expressions) {
