@@ -49,9 +49,9 @@ run_target() {
     -print_final_stats=1 -artifact_prefix="$artifacts/$name-" > "$work/$name.log" 2>&1 || rc=$?
   echo "$rc" > "$work/$name.rc"
 }
-jobs=$(nproc)
+parallel=$(nproc)
 for name in "${names[@]}"; do
-  while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
+  while (( $(jobs -rp | wc -l) >= parallel )); do wait -n || true; done
   run_target "$name" &
 done
 wait

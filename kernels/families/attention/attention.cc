@@ -27,7 +27,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "base/align.h"
 #include "base/status_macros.h"
 #include "kernels/core/family_base.h"
 #include "kernels/families/attention/attention_params.h"
