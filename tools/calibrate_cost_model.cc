@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "google/protobuf/text_format.h"
@@ -42,6 +44,12 @@ ABSL_FLAG(std::string, out, "",
 ABSL_FLAG(std::string, source, "",
           "the name of these samples in the file (default: --model, with the batch when it is "
           "not 1); a later run with the same name replaces them");
+ABSL_FLAG(std::string, from_samples, "",
+          "take the measurements from --out's own samples of this source instead of an "
+          "export (in place of --measurements): with --dry-run, how today's defaults and "
+          "calibration pick on a model the file holds, on any machine; without it, the "
+          "source's samples are made again (their default flags and work figures as the "
+          "families give them now) and the file refitted");
 ABSL_FLAG(bool, dry_run, false, "report only: leave --out as it is");
 ABSL_FLAG(bool, refit, false,
           "fit --out again from the samples it holds, adding none (after the fitter or a "
@@ -62,6 +70,8 @@ constexpr char kUsage[] =
     "calibration and fits it (docs/planner.md, \"Calibrated cost model\").\n"
     "usage: calibrate_cost_model --measurements EXPORT --model M [--batch B --prefill T,...\n"
     "       --decode C,...] --out CALIBRATION [--target T] [--source NAME] [--dry-run]\n"
+    "       calibrate_cost_model --from-samples SOURCE --model M [...] --out CALIBRATION\n"
+    "       [--dry-run]\n"
     "       calibrate_cost_model --refit --out CALIBRATION [--dry-run]\n"
     "example:\n"
     "  autotune_regions --model qwen3-0.6b --tactic-cache t.db\n"
@@ -180,18 +190,81 @@ absl::StatusOr<int> Refit(const std::string& out) {
   return kExitOk;
 }
 
+// A tactic store's export holding `source`'s samples of `calibration` (one environment: the
+// calibration's, on `target`), as --measurements would: a key per measured region, a
+// candidate per sample. NotFound naming the sources the file holds when none is `source`'s.
+absl::StatusOr<tuner::proto::TacticStoreFile> StoreFromSamples(
+    const planner::proto::CostCalibration& calibration, const std::string& source,
+    const targets::TargetDescription& target) {
+  tuner::proto::TacticStoreFile file = tuner::NewTacticStoreFile();
+  tuner::proto::StoredEnvironment* env = file.add_environments();
+  env->set_fingerprint(calibration.environment());
+  env->set_gpu(calibration.environment().substr(0, calibration.environment().find('|')));
+  env->set_sm(target.sm());
+  env->set_sm_count(target.sm_count());
+  std::map<StoredKeyId, tuner::proto::StoredKey*> keys;
+  std::set<std::string> sources;
+  for (const planner::proto::FamilyCalibration& f : calibration.families()) {
+    for (const planner::proto::CalibrationSample& s : f.samples()) {
+      sources.insert(s.source());
+      if (s.source() != source) continue;
+      const StoredKeyId id{s.region_signature(), s.shape_bucket(), s.phase(), f.family(),
+                           f.family_version()};
+      tuner::proto::StoredKey*& key = keys[id];
+      if (key == nullptr) {
+        key = env->add_keys();
+        key->set_region_signature(s.region_signature());
+        key->set_shape_bucket(s.shape_bucket());
+        key->set_phase(s.phase());
+        key->set_family(f.family());
+        key->set_family_version(f.family_version());
+      }
+      TP_ASSIGN_OR_RETURN(auto params, planner::ParseTacticParams(s.tactic()));
+      tuner::proto::StoredCandidate* c = key->add_candidates();
+      *c->mutable_tactic() =
+          kernels::TacticToProto(kernels::Tactic{f.family(), f.family_version(), params});
+      c->set_status("ok");
+      c->set_median_us(s.median_us());
+    }
+  }
+  if (keys.empty()) {
+    return absl::NotFoundError(absl::StrCat("the calibration holds no samples of '", source,
+                                            "'; its sources: ",
+                                            sources.empty() ? "none" : absl::StrJoin(sources, ", ")));
+  }
+  return file;
+}
+
 absl::StatusOr<int> Run() {
-  const std::string measurements = absl::GetFlag(FLAGS_measurements);
+  std::string measurements = absl::GetFlag(FLAGS_measurements);
+  const std::string from_samples = absl::GetFlag(FLAGS_from_samples);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return absl::InvalidArgumentError("--out is required");
-  if (absl::GetFlag(FLAGS_refit)) return Refit(out);
-  if (measurements.empty()) return absl::InvalidArgumentError("--measurements is required");
+  if (absl::GetFlag(FLAGS_refit)) {
+    if (!from_samples.empty()) {
+      return absl::InvalidArgumentError("--refit takes no --from-samples: it refits every source");
+    }
+    return Refit(out);
+  }
+  if (!from_samples.empty() && !measurements.empty()) {
+    return absl::InvalidArgumentError(
+        "--from-samples and --measurements both name the measurements: give one");
+  }
+  if (from_samples.empty() && measurements.empty()) {
+    return absl::InvalidArgumentError("--measurements (or --from-samples) is required");
+  }
   TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
   TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
-  const std::string target_name =
-      absl::GetFlag(FLAGS_target).empty() ? "h200" : absl::GetFlag(FLAGS_target);
+  // --from-samples reads the file first: its target is the default one.
+  std::optional<planner::CostCalibration> own;
+  if (!from_samples.empty()) {
+    TP_ASSIGN_OR_RETURN(own, planner::CostCalibration::Load(out));
+  }
+  std::string target_name = absl::GetFlag(FLAGS_target);
+  if (target_name.empty()) target_name = own ? own->proto().target() : "h200";
   TP_ASSIGN_OR_RETURN(const targets::TargetDescription target, targets::FindTarget(target_name));
   std::string source = absl::GetFlag(FLAGS_source);
+  if (source.empty()) source = from_samples;
   if (source.empty()) {
     source = model.name;
     if (absl::GetFlag(FLAGS_batch).value != 1) {
@@ -199,8 +272,17 @@ absl::StatusOr<int> Run() {
     }
   }
 
-  TP_ASSIGN_OR_RETURN(const tuner::proto::TacticStoreFile store,
-                      tuner::ReadTacticStoreText(measurements));
+  tuner::proto::TacticStoreFile store;
+  if (from_samples.empty()) {
+    TP_ASSIGN_OR_RETURN(store, tuner::ReadTacticStoreText(measurements));
+  } else {
+    if (own->proto().target() != target.name()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          out, " calibrates target ", own->proto().target(), ", not ", target.name()));
+    }
+    TP_ASSIGN_OR_RETURN(store, StoreFromSamples(own->proto(), from_samples, target));
+    measurements = absl::StrCat(out, "'s samples of ", from_samples);
+  }
   if (store.environments_size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(measurements, " holds ", store.environments_size(),
@@ -289,6 +371,14 @@ absl::StatusOr<int> Run() {
       s->set_median_us(c.median_us());
       ++added;
     }
+  }
+  if (added == 0 && !from_samples.empty()) {
+    std::set<std::string> buckets;
+    for (const tuner::proto::StoredKey& k : environment.keys()) buckets.insert(k.shape_bucket());
+    return absl::NotFoundError(absl::StrCat(
+        "no sample of ", from_samples, " matches a region of this plan: plan it with the --batch, "
+        "--prefill, --decode and --prefill-logits it was tuned with (its shape buckets: ",
+        absl::StrJoin(buckets, "; "), ")"));
   }
   if (added == 0) {
     return absl::NotFoundError(

@@ -324,13 +324,68 @@ TEST(KernelFamiliesTest, GemvSplitsKWhenTheGridLeavesSmsIdle) {
   const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
   absl::StatusOr<CandidateTable> table = gemv.Candidates(y, MustTarget("h200"));
   ASSERT_TRUE(table.ok());
-  // 128 one-feature CTAs on 132 SMs: split K in two (each slice keeps >= 128 threads × 8
+  // 128 one-feature CTAs on 132 SMs: split K in two (each slice keeps >= 256 threads × 8
   // of K).
   EXPECT_EQ(*table->default_tactic.Param("rows_per_cta"), 1);
   EXPECT_EQ(*table->default_tactic.Param("split_k"), 2);
   EXPECT_EQ(gemv.WorkspaceBytes(table->default_tactic, y), 2 * 1 * 128 * 4);
   EXPECT_EQ(gemv.CounterBytes(table->default_tactic, y), 128 * 4);
   EXPECT_EQ(gemv.Launches(table->default_tactic, y), 1);
+}
+
+// sm_90's one-row default: a CTA streams about 8 KiB of weight (features of K × 2 bytes, two
+// weight rows each with SwiGLU) with 256 threads (128 with SwiGLU, fewer where K has fewer
+// vectors), while the grid keeps a CTA per SM; the measured shapes of docs/PERF.md, "One-row
+// decode linears: a default within 2% of the fastest".
+TEST(KernelFamiliesTest, GemvSm90DefaultStreamsAboutEightKibPerCta) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %x: bf16[B,T,2048]
+  input %x1k: bf16[B,T,1024]
+  input %x4k: bf16[B,T,4096]
+  weight %norm: bf16[2048] = "norm"
+  weight %norm1k: bf16[1024] = "norm1k"
+  weight %qkv: bf16[5120,2048] = "qkv"
+  weight %qkv1k: bf16[4096,1024] = "qkv1k"
+  weight %o: bf16[2048,4096] = "o"
+  weight %gate_up: bf16[16384,2048] = "gate_up"
+  weight %router: bf16[128,2048] = "router"
+  weight %head: bf16[151936,2048] = "head"
+  weight %head1k: bf16[151936,1024] = "head1k"
+  %a: bf16[B,T,5120] = rms_norm_linear(%x, %norm, %qkv) {eps = 1e-06} fused(rms_norm, linear)
+  %b: bf16[B,T,4096] = rms_norm_linear(%x1k, %norm1k, %qkv1k) {eps = 1e-06} fused(rms_norm, linear)
+  %c: bf16[B,T,2048] = linear(%x4k, %o)
+  %d: bf16[B,T,8192] = rms_norm_linear_swiglu(%x, %norm, %gate_up) {eps = 1e-06} fused(rms_norm, linear, split, silu, mul)
+  %e: bf16[B,T,128] = linear(%x, %router)
+  %f: bf16[B,T,151936] = linear(%x, %head)
+  %g: bf16[B,T,151936] = linear(%x1k, %head1k)
+  output %a
+  output %b
+  output %c
+  output %d
+  output %e
+  output %f
+  output %g
+})");
+  const BoundGraph decode = MustBind(graph, kDecode, 1);
+  const KernelFamily& gemv = *GlobalKernelRegistry().Find("gemv");
+  const char* expected[] = {
+      "rows_per_cta=2,split_k=1,threads=256,vec=8",  // 4 KiB rows: 2 a CTA
+      "rows_per_cta=4,split_k=1,threads=128,vec=8",  // K = 1024: 128 vectors, 4 rows
+      "rows_per_cta=1,split_k=1,threads=256,vec=8",  // 8 KiB rows
+      "rows_per_cta=1,split_k=1,threads=128,vec=8",  // SwiGLU: 2 rows of 4 KiB a feature
+      "rows_per_cta=1,split_k=1,threads=256,vec=8",  // 128 features: 64 CTAs -> 128
+      "rows_per_cta=2,split_k=1,threads=256,vec=8",  // an LM head keeps 8 KiB too
+      "rows_per_cta=4,split_k=1,threads=128,vec=8",
+  };
+  for (int i = 0; i < 7; ++i) {
+    absl::StatusOr<Tactic> t = gemv.DefaultTactic(BoundRegion(decode, i), MustTarget("h100"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->ParamsString(), expected[i]) << "region " << i;
+  }
+  // The A100's row keeps its fixed 4 features of 128 threads.
+  absl::StatusOr<Tactic> a100 = gemv.DefaultTactic(BoundRegion(decode, 0), MustTarget("a100"));
+  ASSERT_TRUE(a100.ok()) << a100.status();
+  EXPECT_EQ(a100->ParamsString(), "rows_per_cta=4,split_k=1,threads=128,vec=8");
 }
 
 // The norm prologue keeps the tunables and default of the plain linear; it adds a sum of
@@ -616,9 +671,10 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
               "head_split=1,kv_chunk=128,mma=1,splits=132,stages=1,warps=8");
     EXPECT_TRUE(decode_family.Work(t->default_tactic, r).tensor_core);
   }
-  // The A100's row keeps the CUDA-core walk, whose default doubles its splits while each
-  // keeps 64 rows and the grid stays within 8 CTAs per SM: 54 (one CTA per SM for the 2 parts
-  // of the group) -> 432, 70 rows each, in 32-row chunks, loading into registers. Streamed
+  // The A100's row keeps the CUDA-core walk, whose default takes as many splits as keep 64
+  // rows each within 8 CTAs per SM (432 here: 2 parts of the group, 108 SMs), in 32-row
+  // chunks, then no more than the context's 938 chunks fill evenly (3 each: 313 splits),
+  // loading into registers. Streamed
   // through shared memory (stages 4) the block adds four stages of K and V tiles of 32 rows
   // (one chunk; 4 KiB each at head_dim 64, bf16) after the partials.
   {
@@ -627,7 +683,7 @@ TEST(KernelFamiliesTest, AttentionWorkCountsCausalPairsAndTheWindow) {
     absl::StatusOr<CandidateTable> t = decode_family.Candidates(r, a100);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->default_tactic.ParamsString(),
-              "head_split=2,kv_chunk=32,splits=432,stages=1,warps=4");
+              "head_split=2,kv_chunk=32,splits=313,stages=1,warps=4");
     Tactic streamed = t->default_tactic;
     streamed.params["stages"] = 4;
     EXPECT_TRUE(decode_family.ValidateTactic(streamed, r, a100).ok());
@@ -821,8 +877,8 @@ TEST(KernelFamiliesTest, AttentionDecodeClusterMerge) {
 // steps of 16 keys outnumber the SMs: 4 warps over 64-row chunks, 8 splits) and at 2048 (8
 // warps over 128 rows, 16 splits), Qwen2-7B batch 16 (a group of 7 per CUDA-core CTA: 2
 // splits of 64 pairs) and Qwen3-30B-A3B at 4096 (32 splits); the CUDA-core walk, its group in
-// 8 parts, for Qwen3-30B-A3B at 512 (4 kv heads x 32 steps: fewer than the SMs) and for
-// head_dim 96. Sixteen tokens of a group of 7 at head_dim 64 and context 8192 would take 8
+// 8 parts, for Qwen3-30B-A3B at 512 (4 kv heads x 32 steps: fewer than the SMs; 8 splits of
+// 64 keys) and for head_dim 96 (32 splits of 128 keys, 8 CTAs an SM). Sixteen tokens of a group of 7 at head_dim 64 and context 8192 would take 8
 // warps, whose records of 112 queries outgrow the shared memory: 4 warps over 64-row chunks,
 // 66 splits. Where each warp walks 4 steps or more (Qwen3-0.6B at 8192 and 16384) the walk
 // loads a step ahead (stages 2); at 1 or 2 steps it does not. The A100's row keeps the
@@ -836,7 +892,7 @@ TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
   for (const Case& c : {
            Case{16, 8, 128, 1, 1, 512,
                 "cluster=1,head_split=1,kv_chunk=64,mma=1,splits=8,stages=1,warps=4",
-                "head_split=2,kv_chunk=32,splits=7,stages=1,warps=4"},
+                "head_split=2,kv_chunk=32,splits=8,stages=1,warps=4"},
            Case{16, 8, 128, 1, 1, 2048,
                 "head_split=1,kv_chunk=128,mma=1,splits=16,stages=1,warps=8", ""},
            Case{16, 8, 128, 1, 1, 8192,
@@ -848,8 +904,8 @@ TEST(KernelFamiliesTest, AttentionDecodeDefaultWalk) {
            Case{32, 4, 128, 1, 1, 4096,
                 "head_split=1,kv_chunk=128,mma=1,splits=32,stages=1,warps=8", ""},
            Case{32, 4, 128, 1, 1, 512,
-                "cluster=1,head_split=8,kv_chunk=32,splits=5,stages=1,warps=4", ""},
-           Case{32, 32, 96, 1, 1, 4096, "head_split=1,kv_chunk=64,splits=20,stages=1,warps=4", ""},
+                "cluster=1,head_split=8,kv_chunk=32,splits=8,stages=1,warps=4", ""},
+           Case{32, 32, 96, 1, 1, 4096, "head_split=1,kv_chunk=32,splits=32,stages=1,warps=4", ""},
            Case{14, 2, 64, 1, 16, 8192, "head_split=1,kv_chunk=64,mma=1,splits=66,stages=1,warps=4",
                 ""},
        }) {

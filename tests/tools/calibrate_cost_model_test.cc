@@ -207,7 +207,7 @@ TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) 
   };
   const std::vector<Case> cases = {
       {absl::StrCat("--model ", kModel, " --out '", out.string(), "'"),
-       "--measurements is required"},
+       "--measurements (or --from-samples) is required"},
       {absl::StrCat("--measurements '", h200.string(), "' --model ", kModel, " ", kBuckets),
        "--out is required"},
       {absl::StrCat("--measurements '", a100.string(), "' --model ", kModel, " ", kBuckets,
@@ -225,6 +225,16 @@ TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) 
        "calibrates target a100, not h200"},
       {absl::StrCat("--refit --out '", (Scratch() / "new.textproto").string(), "'"),
        "new.textproto"},
+      {absl::StrCat("--refit --from-samples x --out '", out.string(), "'"),
+       "--refit takes no --from-samples"},
+      {absl::StrCat("--from-samples x --measurements '", h200.string(), "' --model ", kModel,
+                    " --out '", out.string(), "'"),
+       "give one"},
+      {absl::StrCat("--from-samples x --model ", kModel, " --out '", out.string(), "'"),
+       "holds no samples of 'x'; its sources: none"},
+      {absl::StrCat("--from-samples x --model ", kModel, " --out '",
+                    (Scratch() / "new.textproto").string(), "'"),
+       "new.textproto"},
   };
   for (const Case& c : cases) {
     const testing::ToolResult r = Calibrate(c.args);
@@ -233,6 +243,70 @@ TEST(CalibrateCostModelTest, RefusesWhatItCannotCalibrateFromAndLeavesOutAlone) 
   }
   EXPECT_EQ(ReadFile(out), kept);
   EXPECT_FALSE(fs::exists(Scratch() / "new.textproto"));
+}
+
+// The number in a report line "decode B=1 ... (1.010x 1.095x 1.007x of tuned)" at `column`
+// (0: uncalibrated, 1: held out, 2: calibrated); -1 when the line is absent.
+double RatioOfTuned(const std::string& output, const std::string& phase, int column) {
+  const size_t line = output.find("\n" + phase + " ");
+  if (line == std::string::npos) return -1;
+  const size_t open = output.find('(', line);
+  if (open == std::string::npos) return -1;
+  std::istringstream in(output.substr(open + 1));
+  double ratio = -1;
+  for (int i = 0; i <= column; ++i) {
+    std::string token;
+    if (!(in >> token) || token.empty() || token.back() != 'x') return -1;
+    ratio = std::stod(token.substr(0, token.size() - 1));
+  }
+  return ratio;
+}
+
+// --from-samples reports on a source the bundled calibrations hold, with no export and no
+// GPU: the measurements taken on the H200 and H100 of Qwen3-0.6B's decode step. The defaults
+// (the uncalibrated picks) and the calibrated picks must stay within 3% of the fastest
+// measured candidates there (docs/PERF.md, "One-row decode linears": 1.010x and 1.004x; the
+// earlier GEMV default gave 1.238x and 1.240x). --dry-run leaves the file as it was; without
+// it, the source's samples are made again, the file keeps every sample.
+TEST(CalibrateCostModelTest, FromSamplesReportsOnTheBundledMeasurements) {
+  for (const char* target : {"h200", "h100"}) {
+    SCOPED_TRACE(target);
+    const fs::path bundled =
+        testing::SourcePath(absl::StrCat("targets/", target, ".calibration.textproto"));
+    const fs::path copy = Scratch() / absl::StrCat(target, ".copy.textproto");
+    fs::copy_file(bundled, copy, fs::copy_options::overwrite_existing);
+    const std::string args =
+        absl::StrCat("--from-samples qwen3-0.6b --model qwen3-0.6b --prefill 512 --decode ",
+                     "512,2048,8192,16384 --out '", copy.string(), "'");
+    testing::ToolResult r = Calibrate(args + " --dry-run");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("'s samples of qwen3-0.6b:"));
+    const double uncalibrated = RatioOfTuned(r.output, "decode B=1", 0);
+    const double calibrated = RatioOfTuned(r.output, "decode B=1", 2);
+    EXPECT_GE(uncalibrated, 1.0) << r.output;
+    EXPECT_LE(uncalibrated, 1.03) << r.output;
+    EXPECT_GE(calibrated, 1.0) << r.output;
+    EXPECT_LE(calibrated, 1.03) << r.output;
+    EXPECT_EQ(ReadFile(copy), ReadFile(bundled));
+    // Another plan's buckets match none of the samples, and the error lists theirs.
+    r = Calibrate(absl::StrCat("--from-samples qwen3-0.6b --model qwen3-0.6b --decode 512 --out '",
+                               copy.string(), "' --dry-run"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("no sample of qwen3-0.6b matches a region of this plan"));
+    EXPECT_THAT(r.output, HasSubstr("B=1,Smax=16384,T=1"));
+    // Made again from the same plan's buckets, the samples come back one for one.
+    absl::StatusOr<planner::CostCalibration> before =
+        planner::CostCalibration::Load(bundled.string());
+    ASSERT_TRUE(before.ok()) << before.status();
+    r = Calibrate(absl::StrCat(
+        "--from-samples qwen3-0.6b --model qwen3-0.6b --prefill 128,512,2048",
+        std::string(target) == "h100" ? ",4096" : "", " --decode 512,2048,8192,16384 --out '",
+        copy.string(), "'"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    absl::StatusOr<planner::CostCalibration> after = planner::CostCalibration::Load(copy.string());
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->num_samples(), before->num_samples());
+  }
 }
 
 }  // namespace

@@ -26,16 +26,25 @@ namespace {
 
 constexpr int64_t kMaxRows = 16;
 
+// A target's default block: `threads` (halved for SwiGLU's two weight rows per feature where
+// cta_weight_bytes is set), and either a fixed `rows_per_cta` or, where cta_weight_bytes > 0,
+// as many features as make a CTA stream about that many weight bytes.
 struct Row {
   absl::string_view arch;
   int64_t threads;
   int64_t rows_per_cta;
+  int64_t cta_weight_bytes;
 };
-constexpr Row kRows[] = {{"sm_80", 128, 4},
-                         {"sm_90", 128, 8},
-                         {"sm_100", 256, 8},
-                         {"sm_120", 128, 4},
-                         {"default", 128, 2}};
+// sm_90: one-row decode linears measured with every block shape (the H100's Qwen3-0.6B and
+// Qwen3-30B-A3B, the H200's Qwen3-0.6B and Llama-3.2-1B; 20 regions, K 1024 to 8192, 128 to
+// 152k features): the fastest CTAs stream 8 to 16 KB of weight with 128 to 512 threads, and
+// this row lands within 2% of the fastest on all but one of them (Llama-3.2-1B's 8192-wide
+// gate/up, 0.7%), where 8 features of 128 threads were 10-40% slower (docs/PERF.md).
+constexpr Row kRows[] = {{"sm_80", 128, 4, 0},
+                         {"sm_90", 256, 0, 8192},
+                         {"sm_100", 256, 8, 0},
+                         {"sm_120", 128, 4, 0},
+                         {"default", 128, 2, 0}};
 
 // Whether the region's kind has the RMSNorm prologue (operands x, norm, w[, bias]).
 bool HasNorm(const BoundRegion& r) {
@@ -356,11 +365,20 @@ class GemvFamily final : public GemvFamilyBase {
     // No idle threads: fewer (down to 64) while the block holds more threads than K has
     // vectors. Wide outputs (an LM head) take more features per CTA while the grid keeps
     // more than eight CTAs per SM.
-    int64_t threads = row.threads;
+    const int64_t wrows = s.swiglu ? 2 : 1;
+    int64_t threads = row.cta_weight_bytes > 0 ? row.threads / wrows : row.threads;
     while (threads > 64 && threads * vec > s.k) threads /= 2;
     int64_t rows = row.rows_per_cta;
+    if (row.cta_weight_bytes > 0) {
+      const int64_t row_bytes = wrows * s.k * ir::DTypeSize(r.operand_dtype(s.norm ? 2 : 1));
+      rows = 1;
+      while (rows < 16 && 2 * rows * row_bytes <= row.cta_weight_bytes) rows *= 2;
+    }
     while (rows > 1 && CeilDiv(s.n_out, rows) < target.sm_count()) rows /= 2;
-    while (rows < 16 && CeilDiv(s.n_out, 2 * rows) > 8 * target.sm_count()) rows *= 2;
+    while (row.cta_weight_bytes == 0 && rows < 16 &&
+           CeilDiv(s.n_out, 2 * rows) > 8 * target.sm_count()) {
+      rows *= 2;
+    }
     // Split K until the grid fills the machine, while every thread keeps a vector per slice.
     int64_t split = 1;
     while (split < 16 && CeilDiv(s.n_out, rows) * split < target.sm_count() &&
