@@ -207,7 +207,7 @@ std::optional<double> CostCalibration::Predict(const kernels::KernelFamily& fami
   const kernels::WorkEstimate work = family.Work(tactic, region);
   std::optional<double> log_eff;
   if (const Group* g = Find(family, region.kind()); g != nullptr) {
-    const std::string params = tactic.ParamsString();
+    const std::string params = family.Canonical(tactic).ParamsString();
     log_eff = WeightedLogEfficiency(g->samples, Point{LogWork(work.bytes), LogWork(work.flops)},
                                     [&](size_t i) {
                                       const Sample& s = g->samples[i];

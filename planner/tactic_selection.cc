@@ -60,7 +60,7 @@ SelectionContext::CalibratedPick PickCalibrated(const kernels::KernelFamily& fam
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
   if (!table.ok()) return pick;
   for (const kernels::Tactic& t : sampled) {
-    if (t.params == pick.tactic.params || !InTable(*table, t)) continue;
+    if (family.Canonical(t) == family.Canonical(pick.tactic) || !InTable(*table, t)) continue;
     absl::StatusOr<CostEstimate> e = EstimateStep(family, t, region, target, context.mode);
     if (!e.ok() || !family.WorthMeasuring(t, region, target)) continue;
     std::optional<double> us = calibration.Predict(family, t, false, region, target, context.mode);

@@ -85,13 +85,16 @@ StoredKeyId IdOf(const tuner::proto::StoredKey& k) {
   return {k.region_signature(), k.shape_bucket(), k.phase(), k.family(), k.family_version()};
 }
 
-// The measured time of `tactic` among `key`'s candidates; nullopt when it was not measured.
+// The measured time of `tactic` (of `family`) among `key`'s candidates, compared in their
+// canonical forms; nullopt when it was not measured.
 std::optional<double> MeasuredTime(const tuner::proto::StoredKey& key,
+                                   const kernels::KernelFamily& family,
                                    const kernels::Tactic& tactic) {
+  const kernels::Tactic wanted = family.Canonical(tactic);
   for (const tuner::proto::StoredCandidate& c : key.candidates()) {
     if (c.status() != "ok") continue;
     absl::StatusOr<kernels::Tactic> t = kernels::TacticFromProto(c.tactic());
-    if (t.ok() && *t == tactic) return c.median_us();
+    if (t.ok() && family.Canonical(*t) == wanted) return c.median_us();
   }
   return std::nullopt;
 }
@@ -353,6 +356,7 @@ absl::StatusOr<int> Run() {
       if (c.status() != "ok" || !(c.median_us() > 0)) continue;
       absl::StatusOr<kernels::Tactic> tactic = kernels::TacticFromProto(c.tactic());
       if (!tactic.ok() || !family.ValidateTactic(*tactic, region, target).ok()) continue;
+      tactic = family.Canonical(*tactic);
       const kernels::WorkEstimate w = family.Work(*tactic, region);
       planner::proto::CalibrationSample* s = f->add_samples();
       s->set_source(source);
@@ -361,7 +365,7 @@ absl::StatusOr<int> Run() {
       s->set_shape_bucket(item.key.shape_bucket);
       s->set_phase(it->second->phase());
       s->set_tactic(tactic->ParamsString());
-      s->set_default_tactic(default_tactic.ok() && *default_tactic == *tactic);
+      s->set_default_tactic(default_tactic.ok() && family.Canonical(*default_tactic) == *tactic);
       s->set_bytes(w.bytes);
       s->set_flops(w.flops);
       s->set_tensor_core(w.tensor_core);
@@ -426,7 +430,7 @@ absl::StatusOr<int> Run() {
       for (int i : of_step) {
         const tuner::TuningItem& item = work.items()[static_cast<size_t>(i)];
         if (item.family == choice->family && key_of_item[static_cast<size_t>(i)] != nullptr) {
-          t = MeasuredTime(*key_of_item[static_cast<size_t>(i)], choice->tactic);
+          t = MeasuredTime(*key_of_item[static_cast<size_t>(i)], *choice->family, choice->tactic);
         }
       }
       ok = t.has_value();

@@ -401,8 +401,11 @@ std::vector<Tactic> EnumerateCandidates(const kernels::KernelFamily& family,
   absl::StatusOr<kernels::CandidateTable> table = family.Candidates(region, target);
   if (!table.ok()) return out;
   // `from_product`: a combination of the tunables, kept only when worth measuring.
-  auto add = [&](const Tactic& t, bool from_product = false) {
+  // Each candidate in its canonical form, so that one the product writes with an optional
+  // parameter at 0 is not measured again beside the same tactic without it.
+  auto add = [&](const Tactic& given, bool from_product = false) {
     if (static_cast<int>(out.size()) >= max_count) return;
+    const Tactic t = family.Canonical(given);
     if (std::find(out.begin(), out.end(), t) != out.end()) return;
     if (!family.ValidateTactic(t, region, target).ok()) return;
     if (from_product && !family.WorthMeasuring(t, region, target)) return;

@@ -168,6 +168,11 @@ class KernelFamily {
   // True for a family whose steps run across the GPUs of a tensor-parallel group (the
   // collectives): one GPU cannot run or measure them alone.
   virtual bool spans_devices() const { return false; }
+  // The canonical form of `tactic`: the same launches, written one way, so that tactics are
+  // compared by what they run (the tuner's candidates, a calibration's samples, a store's
+  // measurements); a family whose parameter means the same at some value as when absent
+  // leaves it out there.
+  virtual Tactic Canonical(const Tactic& tactic) const { return tactic; }
   // `tactic` changed only in what sets the block size, so that its launches have `threads`
   // threads per block; nullopt when the family has no such parameter. The result still has
   // to pass ValidateTactic.

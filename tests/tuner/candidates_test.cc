@@ -87,6 +87,42 @@ TEST(EnumerateCandidatesTest, SplitsOfKOnlyWhereTheGridLeavesSmsIdle) {
                 {1, 1}, {2, 1}, {4, 1}, {8, 1}, {8, 2}, {16, 1}, {16, 2}, {16, 4}}));
 }
 
+// attention_decode's optional `cluster` and `mma` at 0 mean their absence: the candidates come
+// in that one form (the product's values never repeat the default written out with zeros),
+// and Canonical drops exactly those.
+TEST(EnumerateCandidatesTest, DecodeAttentionCandidatesAreCanonical) {
+  const ir::Graph graph = MustParseVerified(R"(graph @g {
+  input %q: bf16[B,T,32,128]
+  state %k: bf16[B,4,Smax,128]
+  state %v: bf16[B,4,Smax,128]
+  input %positions: i32[B,T]
+  %o: bf16[B,T,32,128] = attention(%q, %k, %v, %positions) {scale = 0.088, sliding_window = 0}
+  output %o
+})");
+  const BoundGraph decode = MustBind(graph, {{"B", 1}, {"Smax", 512}, {"T", 1}}, 512);
+  const BoundRegion region(decode, 0);
+  const kernels::KernelFamily& family =
+      *kernels::GlobalKernelRegistry().Find("attention_decode");
+  const std::vector<kernels::Tactic> all =
+      EnumerateCandidates(family, region, MustTarget("h100"), 1000);
+  ASSERT_GT(all.size(), 10u);
+  std::set<std::string> seen;
+  for (const kernels::Tactic& t : all) {
+    EXPECT_EQ(family.Canonical(t), t) << t.ParamsString();
+    EXPECT_TRUE(seen.insert(t.ParamsString()).second) << t.ParamsString();
+  }
+  kernels::Tactic t = all.front();
+  t.params["cluster"] = 0;
+  t.params["mma"] = 0;
+  kernels::Tactic bare = t;
+  bare.params.erase("cluster");
+  bare.params.erase("mma");
+  EXPECT_EQ(family.Canonical(t), bare);
+  t.params["cluster"] = 1;
+  bare.params["cluster"] = 1;
+  EXPECT_EQ(family.Canonical(t), bare);  // an optional parameter that is on stays
+}
+
 TEST(EnumerateCandidatesTest, CublasLtWithoutLibraryConfigsOffersItsDefaultOnly) {
   const ir::Graph graph = MustParseVerified(kLinear);
   const BoundGraph prefill = MustBind(graph, {{"B", 1}, {"T", 512}}, 512);

@@ -601,6 +601,16 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
     out.params.erase("cluster");  // the splits merge through the workspace
     return out;
   }
+  // `cluster` and `mma` at 0 are their absence: the workspace merge, the CUDA-core walk.
+  Tactic Canonical(const Tactic& t) const override {
+    Tactic out = t;
+    for (const char* p : {"cluster", "mma"}) {
+      if (auto it = out.params.find(p); it != out.params.end() && it->second == 0) {
+        out.params.erase(it);
+      }
+    }
+    return out;
+  }
 
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
     const AttentionShape s = ShapeOf(r);
