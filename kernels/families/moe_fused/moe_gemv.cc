@@ -5,8 +5,10 @@
 // whose last CTA runs the top-k and builds the routing table, the gate/up GEMV with SiLU·mul
 // over the distinct selected experts and the shared MLP, and the down GEMV whose CTA's threads
 // share the slots' rows and that weights, sums and adds the shared MLP and the residual. The
-// routing stays in device memory, so a decode CUDA Graph replays with new routing. Version 4
-// (the norm; version 3's down GEMV first shared the slots' rows among a CTA's threads; version
+// routing stays in device memory, so a decode CUDA Graph replays with new routing. Version 5
+// (the down GEMV reads the routing before its dependency wait, the router stores the
+// normalized rows after its logits; version 4 added the norm; version 3's down GEMV first
+// shared the slots' rows among a CTA's threads; version
 // 2 gave each warp its own rows and split the slots over CTAs, half the memory's rate on the
 // H200; version 1's router warps each took their own experts).
 #include <algorithm>
@@ -341,7 +343,7 @@ class MoeGemvFamily final : public TemplateFamilyBase {
  public:
   MoeGemvFamily()
       : TemplateFamilyBase(
-            "moe_gemv", 4, {"moe", "rms_norm_moe"},
+            "moe_gemv", 5, {"moe", "rms_norm_moe"},
             {"down_rows", "down_splits", "gate_rows", "router_rows", "threads", "vec"}) {}
 
   // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).

@@ -303,16 +303,6 @@ __global__ void __launch_bounds__(kThreads)
       norm_scale[threadIdx.x] = rsqrtf(sum / static_cast<float>(hidden) + eps);
     }
     __syncthreads();
-    // The CTAs share the store of xn: CTA c the vectors i with i % gridDim.x == c.
-    const int stride = kThreads * gridDim.x;
-    for (int i = blockIdx.x + threadIdx.x * gridDim.x; i < tokens * vecs; i += stride) {
-      const int t = i / vecs;
-      const long long k = static_cast<long long>(i % vecs) * kVec;
-      float v[kVec];
-      load_floats<T, kVec>(x + t * x_stride + k, v);
-      normalize(t, k, v);
-      store_floats<T, kVec>(xn + static_cast<long long>(t) * hidden + k, v);
-    }
   }
   int index[kMaxTokens];
 #pragma unroll
@@ -336,6 +326,19 @@ __global__ void __launch_bounds__(kThreads)
       logits[static_cast<long long>(t) * experts + e] = to_float(from_float<LogitT>(sum));
     }
     __syncthreads();  // route_sums is reused by the next pass
+  }
+  if constexpr (kNorm) {
+    // The CTAs share the store of xn (CTA c the vectors i with i % gridDim.x == c), after the
+    // logits: only moe_gate_up reads it, and the router's loads need not wait behind it.
+    const int stride = kThreads * gridDim.x;
+    for (int i = blockIdx.x + threadIdx.x * gridDim.x; i < tokens * vecs; i += stride) {
+      const int t = i / vecs;
+      const long long k = static_cast<long long>(i % vecs) * kVec;
+      float v[kVec];
+      load_floats<T, kVec>(x + t * x_stride + k, v);
+      normalize(t, k, v);
+      store_floats<T, kVec>(xn + static_cast<long long>(t) * hidden + k, v);
+    }
   }
   if (gridDim.x > 1) {
     if (!last_to_arrive(counter, gridDim.x)) return;
@@ -474,9 +477,13 @@ __global__ void __launch_bounds__(kThreads)
   if (has_shared) {
     moe_prefetch_rows<W, kRows, kThreads>(shared_down, blockIdx.x * kRows, cols, shared_inter);
   }
-  grid_dependency_sync();
+  // The routing (moe_route's table and weights) is read before the dependency wait: this grid
+  // begins only once every moe_gate_up CTA has passed its own wait, which returns after
+  // moe_route's grid completed, so the routing is final and in memory (read past L1, which
+  // is not coherent); only the activations need moe_gate_up. Without programmatic launch
+  // the grids run in stream order and the same holds.
   // Slot j < slots: routed; slot `slots`: the shared MLP (every token, weight 1).
-  const int slots = table[0];
+  const int slots = load_cg(table);
   extern __shared__ __align__(16) int down_smem[];
   int* s_expert = down_smem;              // [max_slots + 1]
   int* s_row = s_expert + max_slots + 1;  // [max_slots + 1][kMaxTokens]
@@ -485,13 +492,14 @@ __global__ void __launch_bounds__(kThreads)
     const int j = i / kMaxTokens, t = i % kMaxTokens;
     const bool routed = j < slots;
     const int s = t >= tokens ? -1
-                  : routed    ? table[kMoeTableHeader + max_slots + j * tokens + t]
+                  : routed    ? load_cg(table + kMoeTableHeader + max_slots + j * tokens + t)
                               : t;
     s_row[i] = s;
-    s_coef[i] = s < 0 ? 0.f : routed ? weights[s] : 1.f;
-    if (t == 0) s_expert[j] = routed ? table[kMoeTableHeader + j] : 0;
+    s_coef[i] = s < 0 ? 0.f : routed ? load_cg(weights + s) : 1.f;
+    if (t == 0) s_expert[j] = routed ? load_cg(table + kMoeTableHeader + j) : 0;
   }
   __syncthreads();
+  grid_dependency_sync();
   const int warp = threadIdx.x / 32;
   const int routed_vecs = inter / kVec;
   const int own = split < slots ? (slots - 1 - split) / splits + 1 : 0;  // routed slots
