@@ -689,21 +689,21 @@ class AttentionDecodeFamily final : public TemplateFamilyBase {
            s.batch * s.kv_heads * 2 * head_split <= target.sm_count()) {
       head_split *= 2;
     }
-    // Enough splits to give every SM a CTA, doubled while every split keeps at least
-    // kMinSplitRows of the keys the phase is planned for and the grid stays within
-    // kMaxCtasPerSm CTAs per SM: a CTA's walk is a chain of dependent steps per key (its lane
-    // groups' shuffles and exponentials; at one CTA per SM, one warp per scheduler), so long
-    // contexts need more CTAs in flight. Measured on the H200 (docs/PERF.md): Qwen3-0.6B
-    // decode at context 8192 2.363 -> 1.423 ms (9 -> 36 splits), 16384 3.950 -> 1.941 ms;
-    // deeper loads alone (the rows streamed through shared memory at 9 splits) made it slower.
-    // Chunks small enough that the planned context spans two chunks per split (so a shorter
-    // context still keeps most splits busy), at least 32 rows and at most the row's chunk; no
-    // more splits than the cache has chunks.
-    // Then as many as keep kMinSplitRows keys each within that grid, and no more than the
-    // planned context's chunks fill evenly: a split count whose longest split walks as many
-    // chunks as a smaller count's adds CTAs and merge work and no parallelism (Qwen3-30B-A3B
-    // at context 512 on the H100: 5 splits of 32-key chunks 10.41 µs, as slow as 4 at 10.32;
-    // 8 splits 8.11 µs; its one-token prompt 5.92 µs unsplit against 7.26 in 5 splits).
+    // At least enough splits to give every SM a CTA, and as many as keep kMinSplitRows of the
+    // keys the phase is planned for each while the grid stays within kMaxCtasPerSm CTAs per
+    // SM: a CTA's walk is a chain of dependent steps per key (its lane groups' shuffles and
+    // exponentials; at one CTA per SM, one warp per scheduler), so long contexts need more
+    // CTAs in flight. Measured on the H200 (docs/PERF.md): Qwen3-0.6B decode at context 8192
+    // 2.363 -> 1.423 ms (9 -> 36 splits), 16384 3.950 -> 1.941 ms; deeper loads alone (the
+    // rows streamed through shared memory at 9 splits) made it slower. Chunks small enough
+    // that the planned context spans two chunks per split (so a shorter context still keeps
+    // most splits busy), at least 32 rows and at most the row's chunk; no more splits than
+    // the cache has chunks. Last, without a window, no more splits than the planned keys'
+    // chunks fill evenly: the chunks go to the splits round-robin, so a count whose longest
+    // split walks as many chunks as a smaller count's adds CTAs and merge work and no
+    // parallelism (Qwen3-30B-A3B at context 512 on the H100: 5 splits of 32-key chunks 10.41
+    // µs, as slow as 4 at 10.32, 8 splits 8.11 µs; its one-token prompt 5.92 µs unsplit
+    // against 7.26 in 5 splits).
     const int64_t pairs = std::max<int64_t>(1, s.batch * s.kv_heads * head_split);
     const int64_t wanted =
         std::max(CeilDiv(target.sm_count(), pairs),

@@ -36,10 +36,10 @@ struct Row {
   int64_t cta_weight_bytes;
 };
 // sm_90: one-row decode linears measured with every block shape (the H100's Qwen3-0.6B and
-// Qwen3-30B-A3B, the H200's Qwen3-0.6B and Llama-3.2-1B; 20 regions, K 1024 to 8192, 128 to
-// 152k features): the fastest CTAs stream 8 to 16 KB of weight with 128 to 512 threads, and
-// this row lands within 2% of the fastest on all but one of them (Llama-3.2-1B's 8192-wide
-// gate/up, 0.7%), where 8 features of 128 threads were 10-40% slower (docs/PERF.md).
+// Qwen3-30B-A3B, the H200's Qwen3-0.6B and Llama-3.2-1B; 22 regions, K 1024 to 8192, 128 to
+// 152k features): the fastest CTAs stream 8 to 16 KiB of weight with 128 to 512 threads; this
+// row lands within 1.6% of the fastest on every one of them, where 8 features of 128 threads
+// (the earlier row) were 6-47% slower (docs/PERF.md, "One-row decode linears").
 constexpr Row kRows[] = {{"sm_80", 128, 4, 0},
                          {"sm_90", 256, 0, 8192},
                          {"sm_100", 256, 8, 0},
@@ -363,8 +363,9 @@ class GemvFamily final : public GemvFamilyBase {
     const GemvShape s = ShapeOf(r);
     const int64_t vec = Vec(r);
     // No idle threads: fewer (down to 64) while the block holds more threads than K has
-    // vectors. Wide outputs (an LM head) take more features per CTA while the grid keeps
-    // more than eight CTAs per SM.
+    // vectors. Features: the row's count or about cta_weight_bytes of weight, fewer while the
+    // grid leaves SMs without a CTA; with a fixed count, wide outputs (an LM head) take more
+    // features per CTA while the grid keeps more than eight CTAs per SM.
     const int64_t wrows = s.swiglu ? 2 : 1;
     int64_t threads = row.cta_weight_bytes > 0 ? row.threads / wrows : row.threads;
     while (threads > 64 && threads * vec > s.k) threads /= 2;
