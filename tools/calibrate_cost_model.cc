@@ -5,6 +5,7 @@
 // merges them into the calibration file (replacing the samples of the same --source), fits it,
 // and reports what the calibrated plan would have cost in the measured times: against the
 // uncalibrated plan, the fastest measured plan, and with this model's own samples held out.
+// --from-samples takes the measurements from the file's own samples of a source instead.
 // Needs no GPU.
 #include <cmath>
 #include <filesystem>
