@@ -5,6 +5,7 @@
 // wrong with --out left as it was, and benchmark_transformer plans with the file it wrote.
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -306,6 +307,53 @@ TEST(CalibrateCostModelTest, FromSamplesReportsOnTheBundledMeasurements) {
     absl::StatusOr<planner::CostCalibration> after = planner::CostCalibration::Load(copy.string());
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_EQ(after->num_samples(), before->num_samples());
+  }
+}
+
+// The bundled calibrations are what the families make of their samples today: every source's
+// samples made again from its plan (`--from-samples`, each with the buckets it was tuned
+// with) give the file back byte for byte. A change to a default tactic, a work figure or a
+// tactic's canonical form that leaves them stale (a sample flagged as the default that no
+// longer is, which a default's prediction draws on) fails here until they are remade.
+TEST(CalibrateCostModelTest, BundledCalibrationsAreCurrent) {
+  struct Source {
+    const char* name;
+    const char* plan;  // the flags it was tuned with
+  };
+  const std::vector<std::pair<std::string, std::vector<Source>>> files = {
+      {"h200",
+       {{"llama-3.2-1b", "--model llama-3.2-1b --prefill 512 --decode 512"},
+        {"mistral-7b B=16", "--model mistral-7b --batch 16 --prefill 128,512 --decode 512"},
+        {"qwen2-7b B=16", "--model qwen2-7b --batch 16 --prefill 128,512 --decode 512"},
+        {"qwen3-0.6b", "--model qwen3-0.6b --prefill 128,512,2048 --decode 512,2048,8192,16384"}}},
+      {"h100",
+       {{"qwen2-7b B=16", "--model qwen2-7b --batch 16 --prefill 512 --decode 512"},
+        {"qwen3-0.6b",
+         "--model qwen3-0.6b --prefill 128,512,2048,4096 --decode 512,2048,8192,16384"}}},
+  };
+  for (const auto& [target, sources] : files) {
+    SCOPED_TRACE(target);
+    const fs::path bundled =
+        testing::SourcePath(absl::StrCat("targets/", target, ".calibration.textproto"));
+    absl::StatusOr<planner::CostCalibration> cal = planner::CostCalibration::Load(bundled.string());
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    std::set<std::string> held, listed;
+    for (const planner::proto::FamilyCalibration& f : cal->proto().families()) {
+      for (const planner::proto::CalibrationSample& s : f.samples()) held.insert(s.source());
+    }
+    for (const Source& s : sources) listed.insert(s.name);
+    ASSERT_EQ(held, listed) << "a source of " << bundled << " is missing from this test's list";
+    const fs::path copy = Scratch() / absl::StrCat(target, ".remade.textproto");
+    fs::copy_file(bundled, copy, fs::copy_options::overwrite_existing);
+    for (const Source& s : sources) {
+      const testing::ToolResult r = Calibrate(
+          absl::StrCat("--from-samples '", s.name, "' ", s.plan, " --out '", copy.string(), "'"));
+      ASSERT_EQ(r.exit_code, 0) << s.name << "\n" << r.output;
+    }
+    EXPECT_TRUE(ReadFile(copy) == ReadFile(bundled))
+        << bundled << " is not what its samples make today: remake it with calibrate_cost_model "
+        << "--from-samples SOURCE <the source's plan flags> --out " << bundled
+        << " for each source (docs/planner.md, \"Calibrated cost model\")";
   }
 }
 
