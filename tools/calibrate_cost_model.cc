@@ -259,13 +259,17 @@ absl::StatusOr<int> Run() {
   }
   TP_ASSIGN_OR_RETURN(const tools::ModelArgument model, tools::ModelFromFlags());
   TP_ASSIGN_OR_RETURN(planner::PlanOptions options, tools::PlanOptionsFromFlags());
-  // --from-samples reads the file first: its target is the default one.
-  std::optional<planner::CostCalibration> own;
-  if (!from_samples.empty()) {
-    TP_ASSIGN_OR_RETURN(own, planner::CostCalibration::Load(out));
+  // The existing calibration, if any (--from-samples needs one, and takes its target as the
+  // default).
+  std::optional<planner::CostCalibration> existing;
+  std::error_code ec;
+  if (!from_samples.empty() || std::filesystem::exists(out, ec)) {
+    TP_ASSIGN_OR_RETURN(existing, planner::CostCalibration::Load(out));
   }
   std::string target_name = absl::GetFlag(FLAGS_target);
-  if (target_name.empty()) target_name = own ? own->proto().target() : "h200";
+  if (target_name.empty()) {
+    target_name = !from_samples.empty() ? existing->proto().target() : "h200";
+  }
   TP_ASSIGN_OR_RETURN(const targets::TargetDescription target, targets::FindTarget(target_name));
   std::string source = absl::GetFlag(FLAGS_source);
   if (source.empty()) source = from_samples;
@@ -280,11 +284,7 @@ absl::StatusOr<int> Run() {
   if (from_samples.empty()) {
     TP_ASSIGN_OR_RETURN(store, tuner::ReadTacticStoreText(measurements));
   } else {
-    if (own->proto().target() != target.name()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          out, " calibrates target ", own->proto().target(), ", not ", target.name()));
-    }
-    TP_ASSIGN_OR_RETURN(store, StoreFromSamples(own->proto(), from_samples, target));
+    TP_ASSIGN_OR_RETURN(store, StoreFromSamples(existing->proto(), from_samples, target));
     measurements = absl::StrCat(out, "'s samples of ", from_samples);
   }
   if (store.environments_size() != 1) {
@@ -303,12 +303,9 @@ absl::StatusOr<int> Run() {
   std::map<StoredKeyId, const tuner::proto::StoredKey*> stored;
   for (const tuner::proto::StoredKey& k : environment.keys()) stored[IdOf(k)] = &k;
 
-  // The existing calibration, if any.
   planner::proto::CostCalibration calibration;
-  std::error_code ec;
-  if (std::filesystem::exists(out, ec)) {
-    TP_ASSIGN_OR_RETURN(planner::CostCalibration existing, planner::CostCalibration::Load(out));
-    calibration = existing.proto();
+  if (existing) {
+    calibration = existing->proto();
     if (calibration.target() != target.name()) {
       return absl::InvalidArgumentError(
           absl::StrCat(out, " calibrates target ", calibration.target(), ", not ", target.name()));
