@@ -35,7 +35,9 @@
   NEXT(float, float, scaling) \
   NEXT(int, int, max_slots)
 
-// moe_gate_up: silu(gate · x) * (up · x) of every routed slot's tokens and of the shared MLP.
+// moe_gate_up: silu(gate · x) * (up · x) of every routed slot's tokens and of the shared MLP;
+// with kSelect (one token) it also selects the top-k from moe_route's logits and writes the
+// weights and the routing table.
 #define TILEPLAN_MOE_GATE_UP_PARAMS(FIRST, NEXT) \
   FIRST(const void*, const T* __restrict__, x) \
   NEXT(long long, long long, x_stride) \
@@ -52,7 +54,16 @@
   NEXT(int, int, shared_inter) \
   NEXT(int, int, max_slots) \
   NEXT(int, int, routed_tiles) \
-  NEXT(int, int, shared_tiles)
+  NEXT(int, int, shared_tiles) \
+  NEXT(const float*, const float*, logits) \
+  NEXT(int*, int*, table_out) \
+  NEXT(float*, float*, weights) \
+  NEXT(int, int, experts) \
+  NEXT(int, int, top_k) \
+  NEXT(int, int, groups) \
+  NEXT(int, int, topk_groups) \
+  NEXT(int, int, norm_topk_prob) \
+  NEXT(float, float, scaling)
 
 // moe_down: the down projections weighted and summed per token, the shared MLP's and the
 // residual added.

@@ -137,6 +137,10 @@ int64_t GateUpCtas(const MoeShape& s, const Tactic& t) {
 int64_t DownTiles(const MoeShape& s, const Tactic& t) {
   return CeilDiv(s.cols, t.params.at("down_rows"));
 }
+// Whether the gate/up GEMV's CTAs may select the top-k themselves (tactic select = 1): a step
+// of one token, whose top_k selections are distinct experts, so slot j is selection j.
+bool SelectsInGateUp(const MoeShape& s) { return s.tokens == 1 && s.max_slots() == s.top_k; }
+
 // Completion counters, 4 bytes each: the router's CTAs' arrivals (counter 0), then with
 // down_splits > 1 one per down feature tile; none when neither kernel splits its work.
 int64_t Counters(const MoeShape& s, const Tactic& t) {
@@ -173,6 +177,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   TP_ASSIGN_OR_RETURN(const int64_t down_rows, b.Param("down_rows"));
   TP_ASSIGN_OR_RETURN(const int64_t down_splits, b.Param("down_splits"));
   TP_ASSIGN_OR_RETURN(const int64_t vec, b.Param("vec"));
+  TP_ASSIGN_OR_RETURN(const int64_t select, b.Param("select"));
   const MoeShape s = ShapeOf(r);
   const ir::DType x_dtype = r.operand_dtype(0);
   const ir::DType w_dtype = r.operand_dtype(s.op(1));
@@ -196,6 +201,10 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
       s.groups > kMaxGroups) {
     return b.Error(s.tokens, " tokens, E = ", s.experts, ", top_k ", s.top_k, " and num_groups ",
                    s.groups, " are outside the kernels' bounds");
+  }
+  if (select != 0 && !SelectsInGateUp(s)) {
+    return b.Error("select = 1 takes one token whose top_k selections are the slots, not ",
+                   s.tokens, " tokens and ", s.max_slots(), " slots");
   }
   TP_ASSIGN_OR_RETURN(const Matrix x, b.AsMatrix(r.operand(0), "x"));
   if (s.hidden % vec != 0 || s.inter % vec != 0 || s.shared_inter % vec != 0 ||
@@ -254,7 +263,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   rp.logits = logits;
   rp.weights = weights;
   rp.table = table;
-  rp.counter = route_ctas > 1 ? counters : nullptr;
+  rp.counter = route_ctas > 1 && select == 0 ? counters : nullptr;
   rp.tokens = static_cast<int>(s.tokens);
   rp.hidden = static_cast<int>(s.hidden);
   rp.experts = static_cast<int>(s.experts);
@@ -268,7 +277,8 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
       "moe_gemv.cuh",
       absl::StrCat("tileplan::moe_route<", x_type, ", ", w_type, ", ", norm_type, ", ", logit_type,
                    ", ", weight_type, ", ", threads, ", ", router_rows, ", ", vec, ", ",
-                   CeilDiv(s.experts, 32), ", ", max_tokens, ", ", s.norm ? "true" : "false", ">"),
+                   CeilDiv(s.experts, 32), ", ", max_tokens, ", ", s.norm ? "true" : "false", ", ",
+                   select != 0 ? "true" : "false", ">"),
       {route_ctas, 1, 1}, {threads, 1, 1}, 12 * s.tokens * s.top_k, rp);
 
   MoeGateUpParams gp{};
@@ -293,9 +303,19 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   gp.max_slots = static_cast<int>(s.max_slots());
   gp.routed_tiles = static_cast<int>(RoutedTiles(s, t));
   gp.shared_tiles = static_cast<int>(SharedTiles(s, t));
+  gp.logits = logits;
+  gp.table_out = table;
+  gp.weights = weights;
+  gp.experts = static_cast<int>(s.experts);
+  gp.top_k = static_cast<int>(s.top_k);
+  gp.groups = static_cast<int>(s.groups);
+  gp.topk_groups = static_cast<int>(s.topk_groups);
+  gp.norm_topk_prob = norm ? 1 : 0;
+  gp.scaling = static_cast<float>(scaling);
   b.Launch("moe_gemv.cuh",
-           absl::StrCat("tileplan::moe_gate_up<", x_type, ", ", w_type, ", ", threads, ", ",
-                        gate_rows, ", ", vec, ", ", max_tokens, ">"),
+           absl::StrCat("tileplan::moe_gate_up<", x_type, ", ", w_type, ", ", weight_type, ", ",
+                        threads, ", ", gate_rows, ", ", vec, ", ", max_tokens, ", ",
+                        CeilDiv(s.experts, 32), ", ", select != 0 ? "true" : "false", ">"),
            {GateUpCtas(s, t), 1, 1}, {threads, 1, 1}, 0, gp);
   b.MarkMainLaunch();  // Geometry describes the gate/up GEMV, which streams most weights
 
@@ -319,7 +339,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   dp.counters = down_splits > 1 && counters != nullptr ? counters + 1 : nullptr;
   b.Launch("moe_gemv.cuh",
            absl::StrCat("tileplan::moe_down<", x_type, ", ", w_type, ", ", threads, ", ", down_rows,
-                        ", ", vec, ", ", max_tokens, ">"),
+                        ", ", vec, ", ", max_tokens, ", ", select != 0 ? "true" : "false", ">"),
            {DownTiles(s, t), down_splits, 1}, {threads, 1, 1},
            MoeDownSharedBytes(s.max_slots(), max_tokens), dp);
   return std::move(b).Finish();
@@ -343,8 +363,9 @@ class MoeGemvFamily final : public TemplateFamilyBase {
  public:
   MoeGemvFamily()
       : TemplateFamilyBase(
-            "moe_gemv", 5, {"moe", "rms_norm_moe"},
-            {"down_rows", "down_splits", "gate_rows", "router_rows", "threads", "vec"}) {}
+            "moe_gemv", 6, {"moe", "rms_norm_moe"},
+            {"down_rows", "down_splits", "gate_rows", "router_rows", "select", "threads",
+             "vec"}) {}
 
   // The gate/up GEMV's launch (the router before it and the down GEMV after it are smaller).
   LaunchGeometry Geometry(const Tactic& t, const BoundRegion& r) const override {
@@ -443,10 +464,13 @@ class MoeGemvFamily final : public TemplateFamilyBase {
            CeilDiv(s.experts, router_rows) > 2 * target.sm_count()) {
       router_rows *= 2;
     }
+    // A step of one token selects its top-k in the gate/up GEMV's CTAs (docs/kernels.md):
+    // the router then has no last CTA to wait for.
     Tactic t = MakeTactic({{"down_rows", row.down_rows},
                            {"down_splits", 1},
                            {"gate_rows", row.gate_rows},
                            {"router_rows", router_rows},
+                           {"select", SelectsInGateUp(s) ? 1 : 0},
                            {"threads", threads},
                            {"vec", MoeVec(r)}});
     // Fewer rows per CTA, down to one per warp, while the gate/up grid leaves SMs idle, and
@@ -463,6 +487,8 @@ class MoeGemvFamily final : public TemplateFamilyBase {
                                      const TargetDescription&) const override {
     return {{"down_rows", {2, 4, 8, 16}},  {"down_splits", {1, 2, 4, 8, 16}},
             {"gate_rows", {4, 8, 16, 32}}, {"router_rows", {1, 4, 16}},
+            {"select", SelectsInGateUp(ShapeOf(r)) ? std::vector<int64_t>{0, 1}
+                                                   : std::vector<int64_t>{0}},
             {"threads", {128, 256}},       {"vec", {MoeVec(r)}}};
   }
   absl::Status CheckTactic(const Tactic& t, const BoundRegion& r,
@@ -491,6 +517,11 @@ class MoeGemvFamily final : public TemplateFamilyBase {
     const int64_t down_rows = t.params.at("down_rows");
     if (!IsPowerOfTwo(down_rows) || down_rows > kMaxDownRows) {
       return BadParam("down_rows", down_rows, absl::StrCat("a power of two <= ", kMaxDownRows));
+    }
+    const int64_t select = t.params.at("select");
+    if (select != 0 && (select != 1 || !SelectsInGateUp(ShapeOf(r)))) {
+      return BadParam("select", select,
+                      "0, or 1 for a step of one token (its top_k selections are the slots)");
     }
     const int64_t vec = t.params.at("vec");
     if (!IsPowerOfTwo(vec) || vec > MoeVec(r)) {

@@ -6,7 +6,10 @@
 //                primitive graph holds them), then, in the last CTA to finish, the top-k of
 //                each token (moe_topk.cuh's selection; weights rounded to WeightT) and the
 //                routing table (moe_fused_params.h): the distinct experts selected, and which
-//                token chose each by which selection
+//                token chose each by which selection. With kSelect (a step of one token) it
+//                stops after the logits, and every routed moe_gate_up CTA selects the top-k
+//                itself: slot j is selection j, so there is no table to build, and no CTA of
+//                the router waits for the others
 //   moe_gate_up  per routed slot (one distinct expert) and row tile: silu(gate_e · x_t) *
 //                (up_e · x_t) for every token t that chose the expert, each weight row read
 //                once for all of them; and per row tile of the shared MLP the same for every
@@ -239,7 +242,8 @@ __device__ __forceinline__ void moe_build_table(const int* ids_s, int* first_s, 
 // hidden (warp i takes vectors i * 32 + lane, then every kThreads-th) and summing through
 // shared memory, so that a router of few experts per CTA still has every warp streaming.
 // Writes logits [tokens, experts], then (the last CTA) weights [tokens, top_k] and the routing
-// table, and re-arms `counter` (null with one CTA).
+// table, and re-arms `counter` (null with one CTA); with kSelect only the logits (and xn), and
+// `counter` is unused.
 // With kNorm (rms_norm_moe) the router reads the RMSNorm of x, xn = x * rsqrt(mean(x²) + eps)
 // * norm_w rounded to T exactly as the rms_norm kernel stores it: every CTA first sums the
 // squares of each token's row (the row is small and in L2; the norm weight was prefetched
@@ -250,7 +254,7 @@ __device__ __forceinline__ void moe_build_table(const int* ids_s, int* first_s, 
 // requirements; hidden % kVec == 0; x, x_stride, norm_w, xn and router aligned to kVec
 // elements.
 template <typename T, typename W, typename NormW, typename LogitT, typename WeightT, int kThreads,
-          int kRows, int kVec, int kPerLane, int kMaxTokens, bool kNorm>
+          int kRows, int kVec, int kPerLane, int kMaxTokens, bool kNorm, bool kSelect>
 __global__ void __launch_bounds__(kThreads)
     moe_route(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_ROUTE_PARAMS)) {
   constexpr int kWarps = kThreads / 32;
@@ -340,6 +344,7 @@ __global__ void __launch_bounds__(kThreads)
       store_floats<T, kVec>(xn + static_cast<long long>(t) * hidden + k, v);
     }
   }
+  if constexpr (kSelect) return;  // moe_gate_up selects
   if (gridDim.x > 1) {
     if (!last_to_arrive(counter, gridDim.x)) return;
   }
@@ -376,11 +381,21 @@ __global__ void __launch_bounds__(kThreads)
 // routed_tiles + y computes rows [y * kRows, ...) of routed slot j (exiting at once when the
 // step has fewer slots) for the tokens that chose its expert, into act [tokens * top_k, inter]
 // at their selections' rows. Warp i owns kRows / (kThreads / 32) consecutive rows.
+// With kSelect (tokens == 1; moe_route wrote the logits only) each routed CTA's first warp
+// selects the token's top-k from `logits` itself (moe_topk_select, as moe_route's last CTA
+// would): slot j is selection j, its expert the j-th selected. The CTAs of row tile 0 write
+// their slot's table entries (to table_out, the table's address; `table` is not read) and
+// weight (rounded to WeightT), and the first routed CTA the slot count, for moe_down. A selection whose id is outside [0, experts) (only NaN logits give
+// one) computes nothing and is entered as no selection (expert 0, row -1).
 // Launch: grid shared_tiles + max_slots * routed_tiles, block kThreads.
 // REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; hidden % kVec == 0; x, x_stride
-// and the weights aligned to kVec elements.
-template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens>
-__global__ void __launch_bounds__(kThreads)
+// and the weights aligned to kVec elements; with kSelect tokens == 1, max_slots == top_k and
+// experts <= 32 * kPerLane. The selection is held to the registers of 1536 threads per SM (40
+// at 256 threads, where the gate/up GEMV keeps 6 CTAs per SM; a minimum of 0 leaves the
+// bound as the plain kernel's).
+template <typename T, typename W, typename WeightT, int kThreads, int kRows, int kVec,
+          int kMaxTokens, int kPerLane, bool kSelect>
+__global__ void __launch_bounds__(kThreads, kSelect ? 1536 / kThreads : 0)
     moe_gate_up(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_GATE_UP_PARAMS)) {
   using Shape = MoeBlockShape<kThreads, kRows, 2, kMaxTokens, kVec>;
   constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
@@ -396,20 +411,53 @@ __global__ void __launch_bounds__(kThreads)
   const W* w_gate = shared_gate;
   const W* w_up = shared_up;
   const int* sel = nullptr;  // the slot's row of the routing table
+  int selected_row = 0;      // kSelect: the token's selection, its row of act
   int index[kMaxTokens];
 #pragma unroll
   for (int t = 0; t < kMaxTokens; ++t) index[t] = t < tokens ? t : -1;
   if (!is_shared) {
     const int slot = (blockIdx.x - shared_tiles) / routed_tiles;
-    if (slot >= table[0]) return;  // the whole CTA: no block-wide synchronization below
-    const long long e = table[kMoeTableHeader + slot];
+    long long e = 0;
+    if constexpr (kSelect) {
+      __shared__ int selected;
+      if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float l[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          const int expert = j * 32 + lane;
+          l[j] = expert < experts ? load_cg(logits + expert) : 0.f;
+        }
+        int id;
+        float weight;
+        moe_topk_select<kPerLane>(l, experts, top_k, groups, topk_groups, norm_topk_prob, scaling,
+                                  id, weight);
+        if (lane == slot) {
+          const bool valid = id >= 0 && id < experts;
+          selected = valid ? id : -1;
+          if (tile == 0) {
+            table_out[kMoeTableHeader + slot] = valid ? id : 0;
+            table_out[kMoeTableHeader + max_slots + slot] = valid ? slot : -1;
+            weights[slot] = to_float(from_float<WeightT>(weight));
+          }
+        }
+        if (static_cast<int>(blockIdx.x) == shared_tiles && lane == 0) table_out[0] = top_k;
+      }
+      __syncthreads();
+      if (selected < 0) return;  // the whole CTA: no block-wide synchronization below
+      e = selected;
+      selected_row = slot;
+    } else {
+      if (slot >= table[0]) return;  // the whole CTA: no block-wide synchronization below
+      e = table[kMoeTableHeader + slot];
+      sel = table + kMoeTableHeader + max_slots + slot * tokens;
+#pragma unroll
+      for (int t = 0; t < kMaxTokens; ++t) {
+        if (t < tokens && sel[t] < 0) index[t] = -1;
+      }
+    }
     w_gate = gate + e * inter * hidden;
     w_up = up + e * inter * hidden;
-    sel = table + kMoeTableHeader + max_slots + slot * tokens;
-#pragma unroll
-    for (int t = 0; t < kMaxTokens; ++t) {
-      if (t < tokens && sel[t] < 0) index[t] = -1;
-    }
   }
   const int r0 = tile * kRows + (threadIdx.x / 32) * kRowsPerWarp;
   for (int p0 = 0; p0 < kRowsPerWarp; p0 += kPass) {
@@ -437,6 +485,8 @@ __global__ void __launch_bounds__(kThreads)
       const float h = silu(g) * u[j];
       if (is_shared) {
         shared_act[static_cast<long long>(t) * shared_inter + r] = h;
+      } else if (kSelect) {
+        act[static_cast<long long>(selected_row) * inter + r] = h;
       } else if (sel[t] >= 0) {
         act[static_cast<long long>(sel[t]) * inter + r] = h;
       }
@@ -459,10 +509,12 @@ __global__ void __launch_bounds__(kThreads)
 // (counters[c], re-armed by it) adds them in split order and the residual; with one split the
 // CTA writes the output itself.
 // Launch: grid (ceil(cols / kRows), splits), block kThreads, dynamic shared memory
-// MoeDownSharedBytes(max_slots, kMaxTokens).
+// MoeDownSharedBytes(max_slots, kMaxTokens). kAfterWait: the routing was written by
+// moe_gate_up (kSelect), so it is read after the dependency wait.
 // REQUIRES: tokens <= kMaxTokens; inter and shared_inter multiples of kVec; the weights aligned
 // to kVec elements.
-template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens>
+template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens,
+          bool kAfterWait>
 __global__ void __launch_bounds__(kThreads)
     moe_down(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_DOWN_PARAMS)) {
   constexpr int kWarps = kThreads / 32;
@@ -481,8 +533,10 @@ __global__ void __launch_bounds__(kThreads)
   // begins only once every moe_gate_up CTA has passed its own wait, which returns after
   // moe_route's grid completed, so the routing is final and in memory (read past L1, which
   // is not coherent); only the activations need moe_gate_up. Without programmatic launch
-  // the grids run in stream order and the same holds.
+  // the grids run in stream order and the same holds. With kAfterWait (moe_gate_up wrote the
+  // routing, kSelect) it is read after the wait.
   // Slot j < slots: routed; slot `slots`: the shared MLP (every token, weight 1).
+  if constexpr (kAfterWait) grid_dependency_sync();
   const int slots = load_cg(table);
   extern __shared__ __align__(16) int down_smem[];
   int* s_expert = down_smem;              // [max_slots + 1]
@@ -499,7 +553,7 @@ __global__ void __launch_bounds__(kThreads)
     if (t == 0) s_expert[j] = routed ? load_cg(table + kMoeTableHeader + j) : 0;
   }
   __syncthreads();
-  grid_dependency_sync();
+  if constexpr (!kAfterWait) grid_dependency_sync();
   const int warp = threadIdx.x / 32;
   const int routed_vecs = inter / kVec;
   const int own = split < slots ? (slots - 1 - split) / splits + 1 : 0;  // routed slots
