@@ -257,6 +257,31 @@ TEST(KernelFamiliesTest, MoeGemvCountsTheSelectableExpertsOnly) {
   }
 }
 
+// moe_gemv's `select`: a step of one token selects its top-k in the gate/up CTAs by default
+// and may be tuned either way; a step of several tokens, whose selections share experts, has
+// only the router's last CTA to build its table, and a tactic saying otherwise is refused.
+TEST(KernelFamiliesTest, MoeGemvSelectsInTheGateUpCtasForOneTokenOnly) {
+  const TargetDescription h200 = MustTarget("h200");
+  const KernelFamily* moe = GlobalKernelRegistry().Find("moe_gemv");
+  ASSERT_NE(moe, nullptr);
+  const ir::Graph graph = TestGraph("typical_regions.tpir");
+  for (const int64_t batch : {1, 2, 16}) {
+    SCOPED_TRACE(absl::StrCat("B = ", batch));
+    const BoundGraph bound = MustBind(graph, {{"B", batch}, {"Smax", 4096}, {"T", 1}}, 100);
+    const BoundRegion region(bound, RegionNamed(graph, "fmoe"));
+    absl::StatusOr<Tactic> tactic = moe->DefaultTactic(region, h200);
+    ASSERT_TRUE(tactic.ok()) << tactic.status();
+    EXPECT_EQ(tactic->params.at("select"), batch == 1 ? 1 : 0);
+    for (const int64_t select : {0, 1, 2}) {
+      Tactic t = *tactic;
+      t.params["select"] = select;
+      const absl::Status valid = moe->ValidateTactic(t, region, h200);
+      EXPECT_EQ(valid.ok(), select == 0 || (select == 1 && batch == 1)) << select << ": " << valid;
+      if (!valid.ok()) EXPECT_THAT(std::string(valid.message()), HasSubstr("select"));
+    }
+  }
+}
+
 TEST(KernelFamiliesTest, ArchitectureRows) {
   EXPECT_EQ(ArchRowFor(80), "sm_80");
   EXPECT_EQ(ArchRowFor(86), "sm_80");
