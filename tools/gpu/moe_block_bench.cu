@@ -9,7 +9,10 @@
 //       -Ikernels/core tools/gpu/moe_block_bench.cu -o moe_block_bench
 //   ./moe_block_bench [LAYERS=16] [PERSISTING_L2_MIB]
 //
-// The chains: the shipped route, gate/up and down kernels (and each alone); "V2", a router
+// The chains: the shipped route, gate/up and down kernels (and each alone), with select = 0
+// (the router's last CTA selects the top-k) and select = 1 (the gate/up CTAs select it,
+// docs/kernels.md), checked bit for bit against each other, and each with the prototypes'
+// straight-loop gate/up or down in its place; "V2", a router
 // that writes the logits only, gate/up CTAs that select the top-k themselves (one token: slot
 // j is selection j) and publish the routing, and a down GEMV that reads it after its wait,
 // checked bit for bit against the shipped kernels first; the MoE norm as its own kernel or
@@ -338,21 +341,24 @@ void launch(cudaStream_t s, void (*k)(KArgs...), int grid, int block, size_t sme
   cfg.attrs = at; cfg.numAttrs = g_pdl ? 1 : 0;
   CK(cudaLaunchKernelEx(&cfg, k, static_cast<KArgs>(args)...));
 }
-auto* kRoute = &moe_route<bf16, bf16, bf16, float, float, TH, RR, VEC, 4, NT, false>;
-auto* kGate = &moe_gate_up<bf16, bf16, TH, GR, VEC, NT>;
-auto* kDown = &moe_down<bf16, bf16, TH, DR, VEC, NT>;
-void route(cudaStream_t s, Layer& l) {
-  launch(s, kRoute, E / RR, TH, 12 * NT * K, (const bf16*)l.x, 0LL, (const bf16*)nullptr, 1e-6f, (bf16*)nullptr, (const bf16*)l.router,
-         l.logits, l.weights, l.table, l.counter, NT, H, E, K, 1, 1, 1, 1.f, K);
+// kSel: the product's select = 1 (the router writes the logits only, the gate/up CTAs select).
+template <bool kSel> void route_t(cudaStream_t s, Layer& l) {
+  launch(s, &moe_route<bf16, bf16, bf16, float, float, TH, RR, VEC, 4, NT, false, kSel>, E / RR, TH, 12 * NT * K, (const bf16*)l.x, 0LL,
+         (const bf16*)nullptr, 1e-6f, (bf16*)nullptr, (const bf16*)l.router, l.logits, l.weights, l.table, kSel ? nullptr : l.counter, NT, H, E, K, 1, 1, 1, 1.f, K);
 }
-void gate(cudaStream_t s, Layer& l) {
-  launch(s, kGate, K * (I / GR), TH, 0, (const bf16*)l.x, 0LL, (const bf16*)l.gate, (const bf16*)l.up, (const bf16*)nullptr, (const bf16*)nullptr,
-         (const int*)l.table, l.act, (float*)nullptr, NT, H, I, 0, K, I / GR, 0);
+template <bool kSel> void gate_t(cudaStream_t s, Layer& l) {
+  launch(s, &moe_gate_up<bf16, bf16, float, TH, GR, VEC, NT, 4, kSel>, K * (I / GR), TH, 0, (const bf16*)l.x, 0LL, (const bf16*)l.gate, (const bf16*)l.up,
+         (const bf16*)nullptr, (const bf16*)nullptr, (const int*)l.table, l.act, (float*)nullptr, NT, H, I, 0, K, I / GR, 0,
+         (const float*)l.logits, l.table, l.weights, E, K, 1, 1, 1, 1.f);
 }
-void down(cudaStream_t s, Layer& l) {
-  launch(s, kDown, H / DR, TH, (size_t)MoeDownSharedBytes(K, NT), (const bf16*)l.down, (const bf16*)nullptr, (const int*)l.table, (const float*)l.weights,
-         (const float*)l.act, (const float*)nullptr, (const bf16*)l.x, 0LL, l.out, NT, I, 0, H, K, 0, (float*)nullptr, (unsigned*)nullptr);
+template <bool kSel> void down_t(cudaStream_t s, Layer& l) {
+  launch(s, &moe_down<bf16, bf16, TH, DR, VEC, NT, kSel>, H / DR, TH, (size_t)MoeDownSharedBytes(K, NT), (const bf16*)l.down, (const bf16*)nullptr,
+         (const int*)l.table, (const float*)l.weights, (const float*)l.act, (const float*)nullptr, (const bf16*)l.x, 0LL, l.out, NT, I, 0, H, K, 0,
+         (float*)nullptr, (unsigned*)nullptr);
 }
+void route(cudaStream_t s, Layer& l) { route_t<false>(s, l); }
+void gate(cudaStream_t s, Layer& l) { gate_t<false>(s, l); }
+void down(cudaStream_t s, Layer& l) { down_t<false>(s, l); }
 void route2(cudaStream_t s, Layer& l) { launch(s, &route_logits<TH, RR>, E / RR, TH, 0, (const bf16*)l.x, (const bf16*)l.router, l.logits, H, E, (const char*)nullptr, 0LL); }
 void gate2(cudaStream_t s, Layer& l) { launch(s, &gate_up_topk<TH, GR>, K * (I / GR), TH, 0, (const bf16*)l.x, (const bf16*)l.gate, (const bf16*)l.up,
     (const float*)l.logits, l.table, l.weights, l.act, H, I, E, K, I / GR); }
@@ -397,6 +403,13 @@ int main(int argc, char** argv) {
       if (o1[i] != o2[i]) ++diff; maxd = std::max(maxd, (double)fabsf(a1 - a2)); }
     printf("variant vs shipped: %d of %d outputs differ, max abs diff %g\n", diff, H, maxd);
     CK(cudaMemset(ls[0].table, 0xff, MoeTableInts(K, NT) * 4)); CK(cudaMemset(ls[0].out, 0, H * 2));
+    g_pdl = false; route_t<true>(s, ls[0]); gate_t<true>(s, ls[0]); down_t<true>(s, ls[0]); CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(o2.data(), ls[0].out, H * 2, cudaMemcpyDeviceToHost));
+    diff = 0; maxd = 0;
+    for (int i = 0; i < H; ++i) { float a1, a2; unsigned u1 = (unsigned)o1[i] << 16, u2 = (unsigned)o2[i] << 16; memcpy(&a1, &u1, 4); memcpy(&a2, &u2, 4);
+      if (o1[i] != o2[i]) ++diff; maxd = std::max(maxd, (double)fabsf(a1 - a2)); }
+    printf("select = 1 vs shipped: %d of %d outputs differ, max abs diff %g\n", diff, H, maxd);
+    CK(cudaMemset(ls[0].table, 0xff, MoeTableInts(K, NT) * 4)); CK(cudaMemset(ls[0].out, 0, H * 2));
     g_pdl = false; route2(s, ls[0]); gate3<true>(s, ls[0]); down3<true>(s, ls[0]); CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(o2.data(), ls[0].out, H * 2, cudaMemcpyDeviceToHost));
     diff = 0; maxd = 0;
@@ -421,6 +434,12 @@ int main(int argc, char** argv) {
     CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
   };
   for (int rep = 0; rep < 2; ++rep) {
+    time("S0 select=0 route+gate_up+down pdl", true, [&](Layer& l) { route(s, l); gate(s, l); down(s, l); });
+    time("S1 select=1 route+gate_up+down pdl", true, [&](Layer& l) { route_t<true>(s, l); gate_t<true>(s, l); down_t<true>(s, l); });
+    time("S2 select=1 route+gate_up, down3 plain", true, [&](Layer& l) { route_t<true>(s, l); gate_t<true>(s, l); down3<false>(s, l); });
+    time("S3 V2 logits+gate3 plain+down_after", true, [&](Layer& l) { route2(s, l); gate3<false>(s, l); down2(s, l); });
+    time("S4 V2 logits+gate_up_topk+down3 plain", true, [&](Layer& l) { route2(s, l); gate2(s, l); down3<false>(s, l); });
+    time("S5 select=1 route, gate3 plain+down3 plain", true, [&](Layer& l) { route_t<true>(s, l); gate3<false>(s, l); down3<false>(s, l); });
     time("route+gate_up+down pdl", true, [&](Layer& l) { route(s, l); gate(s, l); down(s, l); });
     time("route+gate_up+down no-pdl", false, [&](Layer& l) { route(s, l); gate(s, l); down(s, l); });
     time("gate_up+down pdl", true, [&](Layer& l) { gate(s, l); down(s, l); });

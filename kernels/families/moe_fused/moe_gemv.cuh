@@ -23,10 +23,10 @@
 // each step selects, and no kernel waits on the host. The intermediates (the activations,
 // the experts' outputs before the weighted sum) stay float32; only the logits and the top-k
 // weights (and, for rms_norm_moe, the normalized rows) are rounded, to the dtypes the region
-// records, exactly where the primitive graph stores them. Every weight streams once per step in kVec-element loads (16 bytes for bf16),
-// coalesced along its rows; the router's and the shared MLP's rows and the norm weight, which
-// never depend on an earlier kernel, are prefetched into L2 before each kernel's dependency
-// wait.
+// records, exactly where the primitive graph stores them. Every weight streams once per step
+// in kVec-element loads (16 bytes for bf16), coalesced along its rows; the router's and the
+// shared MLP's rows and the norm weight, which never depend on an earlier kernel, are
+// prefetched into L2 before each kernel's dependency wait.
 //
 // Workspace (host layout, 16-byte aligned sections): logits [tokens, experts] floats, weights
 // [tokens, top_k] floats, the routing table, act [tokens * top_k, inter] floats (by
@@ -385,17 +385,18 @@ __global__ void __launch_bounds__(kThreads)
 // selects the token's top-k from `logits` itself (moe_topk_select, as moe_route's last CTA
 // would): slot j is selection j, its expert the j-th selected. The CTAs of row tile 0 write
 // their slot's table entries (to table_out, the table's address; `table` is not read) and
-// weight (rounded to WeightT), and the first routed CTA the slot count, for moe_down. A selection whose id is outside [0, experts) (only NaN logits give
-// one) computes nothing and is entered as no selection (expert 0, row -1).
+// weight (rounded to WeightT), and the first routed CTA the slot count, for moe_down. A
+// selection whose id is outside [0, experts) (only NaN logits give one) computes nothing and
+// is entered as no selection (expert 0, row -1).
 // Launch: grid shared_tiles + max_slots * routed_tiles, block kThreads.
 // REQUIRES: tokens <= kMaxTokens; kRows % (kThreads / 32) == 0; hidden % kVec == 0; x, x_stride
 // and the weights aligned to kVec elements; with kSelect tokens == 1, max_slots == top_k and
 // experts <= 32 * kPerLane. The selection is held to the registers of 1536 threads per SM (40
-// at 256 threads, where the gate/up GEMV keeps 6 CTAs per SM; a minimum of 0 leaves the
-// bound as the plain kernel's).
+// at 256 threads, where the gate/up GEMV keeps 6 CTAs per SM), at most 32 CTAs (every
+// architecture's limit); a minimum of 0 leaves the bound as the plain kernel's.
 template <typename T, typename W, typename WeightT, int kThreads, int kRows, int kVec,
           int kMaxTokens, int kPerLane, bool kSelect>
-__global__ void __launch_bounds__(kThreads, kSelect ? 1536 / kThreads : 0)
+__global__ void __launch_bounds__(kThreads, kSelect ? (kThreads >= 48 ? 1536 / kThreads : 32) : 0)
     moe_gate_up(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_GATE_UP_PARAMS)) {
   using Shape = MoeBlockShape<kThreads, kRows, 2, kMaxTokens, kVec>;
   constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;

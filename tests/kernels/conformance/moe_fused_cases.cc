@@ -124,7 +124,14 @@ Case MoeCase(const MoeBlock& m, const std::vector<Params>& tactics) {
   c.graph = std::move(g);
   c.family = "moe_gemv";
   if (m.narrow_routing || normed) DecisiveRouting(m, c);
-  c.tactics = tactics;
+  // One token selects its top-k in the gate/up CTAs by default (select = 1): every other
+  // tactic keeps the router's last-CTA selection instead, so both paths run.
+  const bool one_token = m.batch * m.tokens == 1;
+  for (size_t i = 0; i < tactics.size(); ++i) {
+    Params p = tactics[i];
+    p["select"] = one_token && i % 2 == 1 ? 1 : 0;
+    c.tactics.push_back(std::move(p));
+  }
   return c;
 }
 
