@@ -511,12 +511,15 @@ __global__ void __launch_bounds__(kThreads, kSelect ? (kThreads >= 48 ? 1536 / k
 // CTA writes the output itself.
 // Launch: grid (ceil(cols / kRows), splits), block kThreads, dynamic shared memory
 // MoeDownSharedBytes(max_slots, kMaxTokens). kAfterWait: the routing was written by
-// moe_gate_up (kSelect), so it is read after the dependency wait.
+// moe_gate_up (kSelect) for one token, so it is read after the dependency wait, every slot is
+// entered (slot j is selection j, its weight weights[j]) and its loads are independent of
+// each other; the kernel is then held to 64 registers, so that a Qwen3-30B-A3B block's 512
+// CTAs of 256 threads run in one wave of 132 SMs.
 // REQUIRES: tokens <= kMaxTokens; inter and shared_inter multiples of kVec; the weights aligned
-// to kVec elements.
+// to kVec elements; with kAfterWait tokens == 1 and max_slots == top_k.
 template <typename T, typename W, int kThreads, int kRows, int kVec, int kMaxTokens,
           bool kAfterWait>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kAfterWait ? 1024 / kThreads : 0)
     moe_down(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_DOWN_PARAMS)) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kPass = moe_rows_per_pass(kThreads, kRows, 1, kMaxTokens, kVec);
@@ -538,7 +541,7 @@ __global__ void __launch_bounds__(kThreads)
   // routing, kSelect) it is read after the wait.
   // Slot j < slots: routed; slot `slots`: the shared MLP (every token, weight 1).
   if constexpr (kAfterWait) grid_dependency_sync();
-  const int slots = load_cg(table);
+  const int slots = kAfterWait ? max_slots : load_cg(table);
   extern __shared__ __align__(16) int down_smem[];
   int* s_expert = down_smem;              // [max_slots + 1]
   int* s_row = s_expert + max_slots + 1;  // [max_slots + 1][kMaxTokens]
@@ -550,7 +553,12 @@ __global__ void __launch_bounds__(kThreads)
                   : routed    ? load_cg(table + kMoeTableHeader + max_slots + j * tokens + t)
                               : t;
     s_row[i] = s;
-    s_coef[i] = s < 0 ? 0.f : routed ? load_cg(weights + s) : 1.f;
+    if constexpr (kAfterWait) {
+      const float c = routed && t < tokens ? load_cg(weights + j) : 1.f;
+      s_coef[i] = s < 0 ? 0.f : c;
+    } else {
+      s_coef[i] = s < 0 ? 0.f : routed ? load_cg(weights + s) : 1.f;
+    }
     if (t == 0) s_expert[j] = routed ? load_cg(table + kMoeTableHeader + j) : 0;
   }
   __syncthreads();
