@@ -55,10 +55,10 @@ struct PassOptions {
   // (batch x new tokens); larger decode linears run on cuBLASLt, which has no norm
   // prologue. Must be >= 0 (0 fuses nothing).
   int64_t norm_linear_max_rows = 4;
-  // fuse_norm_linear also folds the norm of a moe region into it (rms_norm_moe). Off by
-  // default: on the H200 it made DeepSeek-V2-Lite's decode 0.6% faster and Qwen3-30B-A3B's 7%
-  // slower (docs/PERF.md).
-  bool norm_moe = false;
+  // fuse_norm_linear also folds the norm of a moe region into it (rms_norm_moe). On by
+  // default since moe_gemv selects the top-k in its gate/up CTAs at one token: on the H100 it
+  // made Qwen3-30B-A3B's decode 1.8% faster and DeepSeek-V2-Lite's 3.2% (docs/PERF.md).
+  bool norm_moe = true;
   // fuse_rope_kv_write_attention leaves a decode graph whose bound batch exceeds this alone:
   // at large batches the attention's own families (the tensor-core attention_prefill with
   // the GQA group packed into its rows) may beat the split-KV kernel that the fused kind is

@@ -47,7 +47,7 @@ struct PipelineOptions {
   int64_t norm_linear_max_rows = PassOptions().norm_linear_max_rows;
   // Decode only: fuse_norm_linear also folds each moe region's norm into it (rms_norm_moe;
   // PassOptions::norm_moe).
-  bool fuse_norm_moe = false;
+  bool fuse_norm_moe = PassOptions().norm_moe;
 };
 
 // InvalidArgument when `tokens`, `batch` or `cache_capacity` is not positive.

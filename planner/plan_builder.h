@@ -47,7 +47,7 @@ struct PlanOptions {
   // folded kinds.
   int64_t decode_norm_linear_max_rows = PassOptions().norm_linear_max_rows;
   // Decode phases fold each moe region's norm into it (PipelineOptions::fuse_norm_moe).
-  bool decode_fuse_norm_moe = false;
+  bool decode_fuse_norm_moe = PassOptions().norm_moe;
   // Prefill phases may choose the mla_prefill family (latent attention un-absorbed: a K/V
   // up-projection GEMM, then flash attention); off, they keep the absorbed kernels.
   bool prefill_mla_expanded = true;

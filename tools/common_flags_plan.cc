@@ -15,9 +15,9 @@ ABSL_FLAG(std::string, prefill_logits, "all",
 ABSL_FLAG(bool, fuse_moe, true,
           "decode phases of at most 2 sequences fuse each MoE block into one moe step (fuse_moe, "
           "the moe_gemv family); --nofuse_moe keeps the primitive expert steps");
-ABSL_FLAG(bool, fuse_norm_moe, false,
+ABSL_FLAG(bool, fuse_norm_moe, true,
           "decode phases also fold each fused MoE block's RMSNorm into it (rms_norm_moe, one "
-          "launch less a block; off by default: slower on Qwen3-30B-A3B, docs/PERF.md)");
+          "launch less a block); --nofuse_norm_moe keeps the norm its own step");
 ABSL_FLAG(bool, fuse_rope_attention, true,
           "decode phases fuse the RoPE + KV-cache write into the attention that reads it "
           "(fuse_rope_kv_write_attention, the attention_decode_rope kernel; for latent "

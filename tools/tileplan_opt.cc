@@ -38,9 +38,9 @@ ABSL_FLAG(bool, list_passes, false, "list the registered passes with their summa
 ABSL_FLAG(bool, fuse_moe, true,
           "--pipeline=decode also runs fuse_moe (PipelineOptions::fuse_moe; --nofuse_moe leaves "
           "it out)");
-ABSL_FLAG(bool, fuse_norm_moe, false,
+ABSL_FLAG(bool, fuse_norm_moe, true,
           "--pipeline=decode also folds each moe region's norm into it (rms_norm_moe; "
-          "PipelineOptions::fuse_norm_moe)");
+          "PipelineOptions::fuse_norm_moe; --nofuse_norm_moe leaves it out)");
 
 namespace {
 

@@ -70,9 +70,9 @@ ABSL_FLAG(bool, fuse_moe, true,
           "the decode phase fuses each MoE block into one moe step (fuse_moe; on the gpu "
           "backend the moe_gemv family), on either backend; --nofuse_moe keeps the primitive "
           "expert steps");
-ABSL_FLAG(bool, fuse_norm_moe, false,
+ABSL_FLAG(bool, fuse_norm_moe, true,
           "the decode phase also folds each fused MoE block's RMSNorm into it (rms_norm_moe), "
-          "on either backend");
+          "on either backend; --nofuse_norm_moe keeps the norm its own step");
 
 ABSL_FLAG(bool, mla_prefill, true,
           "the prefill phase may run latent attention un-absorbed (the mla_prefill family; gpu "
@@ -163,7 +163,7 @@ absl::Status CheckFlags() {
   if (!plan && tools::Given("fuse_moe") && absl::GetFlag(FLAGS_fuse_moe)) {
     return absl::InvalidArgumentError("--fuse-moe is a planner pass; --no-plan runs none");
   }
-  if (!plan && absl::GetFlag(FLAGS_fuse_norm_moe)) {
+  if (!plan && tools::Given("fuse_norm_moe") && absl::GetFlag(FLAGS_fuse_norm_moe)) {
     return absl::InvalidArgumentError("--fuse-norm-moe is a planner option; --no-plan runs none");
   }
   if (!plan &&

@@ -212,22 +212,23 @@ TEST(TileplanOptTest, PlansABundledModel) {
 
 // The fuse_moe pass (on by default in the decode pipeline) fuses each MoE block (router to
 // residual add) into one moe region for batches of at most 2, which fuse_norm_linear extends
-// by the block's norm (rms_norm_moe) with --fuse-norm-moe; a larger batch, --nofuse_moe and
-// the prefill pipeline keep the primitive regions.
+// by the block's norm (rms_norm_moe; --nofuse_norm_moe leaves the norm its own region); a
+// larger batch, --nofuse_moe and the prefill pipeline keep the primitive regions.
 TEST(TileplanOptTest, FusesTheMoeBlocksForDecodeOnly) {
+  // By default the block's norm folds in too, its residual being the norm's input.
   const RunResult decode = RunOpt("--model qwen3-30b-a3b --pipeline=decode");
   EXPECT_EQ(decode.exit_code, 0) << decode.err;
-  EXPECT_THAT(decode.out, HasSubstr("%l0.out: bf16[1,1,2048] = moe(%l0.mlp_norm, "));
+  EXPECT_THAT(decode.out, HasSubstr("%l0.out: bf16[1,1,2048] = rms_norm_moe(%l0.attn_residual, "
+                                    "%model.layers.0.post_attention_layernorm.weight, "));
+  EXPECT_THAT(decode.out, Not(HasSubstr("= rms_norm(%l0.attn_residual")));
   EXPECT_THAT(decode.out, Not(HasSubstr("= moe_router(")));
   const RunResult two = RunOpt("--model qwen3-30b-a3b --pipeline=decode --batch=2");
   EXPECT_EQ(two.exit_code, 0) << two.err;
-  EXPECT_THAT(two.out, HasSubstr("%l0.out: bf16[2,1,2048] = moe(%l0.mlp_norm, "));
-  // With --fuse-norm-moe the block's norm folds in too, its residual being the norm's input.
-  const RunResult normed = RunOpt("--model qwen3-30b-a3b --pipeline=decode --fuse_norm_moe");
-  EXPECT_EQ(normed.exit_code, 0) << normed.err;
-  EXPECT_THAT(normed.out, HasSubstr("%l0.out: bf16[1,1,2048] = rms_norm_moe(%l0.attn_residual, "
-                                    "%model.layers.0.post_attention_layernorm.weight, "));
-  EXPECT_THAT(normed.out, Not(HasSubstr("= rms_norm(%l0.attn_residual")));
+  EXPECT_THAT(two.out, HasSubstr("%l0.out: bf16[2,1,2048] = rms_norm_moe(%l0.attn_residual, "));
+  const RunResult unnormed =
+      RunOpt("--model qwen3-30b-a3b --pipeline=decode --nofuse_norm_moe");
+  EXPECT_EQ(unnormed.exit_code, 0) << unnormed.err;
+  EXPECT_THAT(unnormed.out, HasSubstr("%l0.out: bf16[1,1,2048] = moe(%l0.mlp_norm, "));
   for (const char* flags : {"--batch=4", "--nofuse_moe"}) {
     const RunResult unfused =
         RunOpt(absl::StrCat("--model qwen3-30b-a3b --pipeline=decode ", flags));

@@ -59,8 +59,8 @@ TEST(TacticKeysTest, TheSameFlagsGiveTheSameKeys) {
 // --only keeps the keys whose region label or key holds the text: Qwen3-30B-A3B's expert
 // linears (gate and up share a key, the down projection has its own, for each family that can
 // run them), a subset of every key. The batch-1 decode phase has none by default: each MoE
-// block is one moe region there, whose key names moe_gemv; --nofuse_moe keeps its expert
-// linears.
+// block is one rms_norm_moe region there (the block with its norm; moe with
+// --nofuse_norm_moe), whose key names moe_gemv; --nofuse_moe keeps its expert linears.
 TEST(TacticKeysTest, OnlyListsTheMatchingKeys) {
   const std::string args = "--model qwen3-30b-a3b --target sm_90 --prefill 512 --decode 512";
   const testing::ToolResult all = RunWith(AUTOTUNE_REGIONS_PATH, args + " --print-keys");
@@ -88,8 +88,12 @@ TEST(TacticKeysTest, OnlyListsTheMatchingKeys) {
   ASSERT_EQ(fused.exit_code, 0) << fused.output;
   const std::vector<std::string> moe = absl::StrSplit(fused.output, '\n', absl::SkipEmpty());
   ASSERT_EQ(moe.size(), 1u) << fused.output;  // the 48 layers' moe regions share one key
-  EXPECT_THAT(moe[0], HasSubstr("| moe(bf16[1,1,2048], "));
+  EXPECT_THAT(moe[0], HasSubstr("| rms_norm_moe(bf16[1,1,2048], bf16[2048], "));
   EXPECT_THAT(moe[0], HasSubstr("| decode | moe_gemv v"));
+  const testing::ToolResult unnormed = RunWith(
+      AUTOTUNE_REGIONS_PATH, args + " --nofuse_norm_moe --print-keys --only moe_gemv");
+  ASSERT_EQ(unnormed.exit_code, 0) << unnormed.output;
+  EXPECT_THAT(unnormed.output, HasSubstr("| moe(bf16[1,1,2048], "));
 }
 
 }  // namespace
