@@ -12,6 +12,15 @@
 #define TILEPLAN_MOE_FUSED_HOST_DEVICE
 #endif
 
+// The top-k selection's parameters (moe_topk_select's), in moe_route's and moe_gate_up's lists.
+#define TILEPLAN_MOE_SELECTION_PARAMS(NEXT) \
+  NEXT(int, int, experts) \
+  NEXT(int, int, top_k) \
+  NEXT(int, int, groups) \
+  NEXT(int, int, topk_groups) \
+  NEXT(int, int, norm_topk_prob) \
+  NEXT(float, float, scaling)
+
 // moe_route: the router's logits and the top-k; writes the weights and the routing table (and
 // with norm_w, the RMSNorm of x into xn for moe_gate_up).
 #define TILEPLAN_MOE_ROUTE_PARAMS(FIRST, NEXT) \
@@ -27,12 +36,7 @@
   NEXT(unsigned int*, unsigned int* __restrict__, counter) \
   NEXT(int, int, tokens) \
   NEXT(int, int, hidden) \
-  NEXT(int, int, experts) \
-  NEXT(int, int, top_k) \
-  NEXT(int, int, groups) \
-  NEXT(int, int, topk_groups) \
-  NEXT(int, int, norm_topk_prob) \
-  NEXT(float, float, scaling) \
+  TILEPLAN_MOE_SELECTION_PARAMS(NEXT) \
   NEXT(int, int, max_slots)
 
 // moe_gate_up: silu(gate · x) * (up · x) of every routed slot's tokens and of the shared MLP;
@@ -58,12 +62,7 @@
   NEXT(const float*, const float*, logits) \
   NEXT(int*, int*, table_out) \
   NEXT(float*, float*, weights) \
-  NEXT(int, int, experts) \
-  NEXT(int, int, top_k) \
-  NEXT(int, int, groups) \
-  NEXT(int, int, topk_groups) \
-  NEXT(int, int, norm_topk_prob) \
-  NEXT(float, float, scaling)
+  TILEPLAN_MOE_SELECTION_PARAMS(NEXT)
 
 // moe_down: the down projections weighted and summed per token, the shared MLP's and the
 // residual added.

@@ -252,6 +252,16 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   float* partials = down_splits > 1 ? static_cast<float*>(at(layout.partials)) : nullptr;
   void* xn = s.norm ? at(layout.xn) : nullptr;
   const int64_t max_tokens = NextPowerOfTwo(s.tokens);
+  // The top-k selection's parameters (TILEPLAN_MOE_SELECTION_PARAMS) of moe_route and
+  // moe_gate_up.
+  auto set_selection = [&](auto& p) {
+    p.experts = static_cast<int>(s.experts);
+    p.top_k = static_cast<int>(s.top_k);
+    p.groups = static_cast<int>(s.groups);
+    p.topk_groups = static_cast<int>(s.topk_groups);
+    p.norm_topk_prob = norm ? 1 : 0;
+    p.scaling = static_cast<float>(scaling);
+  };
 
   MoeRouteParams rp{};
   rp.x = b.Operand(0);
@@ -266,12 +276,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   rp.counter = route_ctas > 1 && select == 0 ? counters : nullptr;
   rp.tokens = static_cast<int>(s.tokens);
   rp.hidden = static_cast<int>(s.hidden);
-  rp.experts = static_cast<int>(s.experts);
-  rp.top_k = static_cast<int>(s.top_k);
-  rp.groups = static_cast<int>(s.groups);
-  rp.topk_groups = static_cast<int>(s.topk_groups);
-  rp.norm_topk_prob = norm ? 1 : 0;
-  rp.scaling = static_cast<float>(scaling);
+  set_selection(rp);
   rp.max_slots = static_cast<int>(s.max_slots());
   b.Launch(
       "moe_gemv.cuh",
@@ -306,12 +311,7 @@ absl::StatusOr<TemplateLaunch> LaunchMoeGemv(const BoundRegion& r, const Tactic&
   gp.logits = logits;
   gp.table_out = table;
   gp.weights = weights;
-  gp.experts = static_cast<int>(s.experts);
-  gp.top_k = static_cast<int>(s.top_k);
-  gp.groups = static_cast<int>(s.groups);
-  gp.topk_groups = static_cast<int>(s.topk_groups);
-  gp.norm_topk_prob = norm ? 1 : 0;
-  gp.scaling = static_cast<float>(scaling);
+  set_selection(gp);
   b.Launch("moe_gemv.cuh",
            absl::StrCat("tileplan::moe_gate_up<", x_type, ", ", w_type, ", ", weight_type, ", ",
                         threads, ", ", gate_rows, ", ", vec, ", ", max_tokens, ", ",

@@ -237,6 +237,24 @@ __device__ __forceinline__ void moe_build_table(const int* ids_s, int* first_s, 
   }
 }
 
+// The calling warp's selection of one token's top-k (every lane must call it) from its row of
+// the router's float logits, read past L1 (another CTA wrote them): lane k < top_k receives
+// selection k's expert id and weight, as moe_topk_select returns them.
+template <int kPerLane>
+__device__ __forceinline__ void moe_select_token(const float* logits_row, int experts, int top_k,
+                                                 int groups, int topk_groups, int norm_topk_prob,
+                                                 float scaling, int& id, float& weight) {
+  const int lane = threadIdx.x % 32;
+  float l[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = j * 32 + lane;
+    l[j] = e < experts ? load_cg(logits_row + e) : 0.f;
+  }
+  moe_topk_select<kPerLane>(l, experts, top_k, groups, topk_groups, norm_topk_prob, scaling, id,
+                            weight);
+}
+
 // x: `tokens` rows of `hidden` at x + t * x_stride; router: [experts, hidden]. CTA c computes
 // the logits of experts [c * kRows, (c + 1) * kRows) for every token, its warps splitting
 // hidden (warp i takes vectors i * 32 + lane, then every kThreads-th) and summing through
@@ -355,16 +373,10 @@ __global__ void __launch_bounds__(kThreads)
   int* slot_s = first_s + tokens * top_k;
   const int lane = threadIdx.x % 32;
   for (int t = warp; t < tokens; t += kWarps) {
-    float l[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int e = j * 32 + lane;
-      l[j] = e < experts ? load_cg(logits + static_cast<long long>(t) * experts + e) : 0.f;
-    }
     int id;
     float weight;
-    moe_topk_select<kPerLane>(l, experts, top_k, groups, topk_groups, norm_topk_prob, scaling, id,
-                              weight);
+    moe_select_token<kPerLane>(logits + static_cast<long long>(t) * experts, experts, top_k,
+                               groups, topk_groups, norm_topk_prob, scaling, id, weight);
     if (lane < top_k) {
       ids_s[t * top_k + lane] = id;
       weights[t * top_k + lane] = to_float(from_float<WeightT>(weight));
@@ -396,7 +408,8 @@ __global__ void __launch_bounds__(kThreads)
 // architecture's limit); a minimum of 0 leaves the bound as the plain kernel's.
 template <typename T, typename W, typename WeightT, int kThreads, int kRows, int kVec,
           int kMaxTokens, int kPerLane, bool kSelect>
-__global__ void __launch_bounds__(kThreads, kSelect ? (kThreads >= 48 ? 1536 / kThreads : 32) : 0)
+__global__ void __launch_bounds__(kThreads,
+                                  kSelect ? (1536 / kThreads < 32 ? 1536 / kThreads : 32) : 0)
     moe_gate_up(TILEPLAN_KERNEL_PARAMETERS(TILEPLAN_MOE_GATE_UP_PARAMS)) {
   using Shape = MoeBlockShape<kThreads, kRows, 2, kMaxTokens, kVec>;
   constexpr int kRowsPerWarp = Shape::kRowsPerWarp, kPass = Shape::kPass;
@@ -423,16 +436,10 @@ __global__ void __launch_bounds__(kThreads, kSelect ? (kThreads >= 48 ? 1536 / k
       __shared__ int selected;
       if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
-        float l[kPerLane];
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          const int expert = j * 32 + lane;
-          l[j] = expert < experts ? load_cg(logits + expert) : 0.f;
-        }
         int id;
         float weight;
-        moe_topk_select<kPerLane>(l, experts, top_k, groups, topk_groups, norm_topk_prob, scaling,
-                                  id, weight);
+        moe_select_token<kPerLane>(logits, experts, top_k, groups, topk_groups, norm_topk_prob,
+                                   scaling, id, weight);
         if (lane == slot) {
           const bool valid = id >= 0 && id < experts;
           selected = valid ? id : -1;
